@@ -1,0 +1,201 @@
+"""Store benchmarks: append, SYNC_FLUSH group commit, read, recovery and memory.
+
+    .venv/bin/python bench/bench_store.py all          # everything (several minutes, ~2 GiB of disk)
+    .venv/bin/python bench/bench_store.py append       # one part: append | sync | read | recovery | memory
+
+Prints one JSON object per measurement. Data goes to a temporary folder (BENCH_DIR to choose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.store.config import FlushDiskType, StoreConfig
+from cometmq.store.message import MessageInner
+from cometmq.store.message_store import MessageStore
+
+
+def report(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def workdir() -> Path:
+    base = os.environ.get("BENCH_DIR")
+    return Path(tempfile.mkdtemp(prefix="cometmq-bench-", dir=base))
+
+
+def make_messages(n: int, size: int, topic: str = "Bench", queues: int = 8) -> list[MessageInner]:
+    body = b"x" * size
+    return [MessageInner(topic=topic, body=body, queue_id=i % queues,
+                         properties={"UNIQ_KEY": f"{i:032X}", "TAGS": "T"}) for i in range(n)]
+
+
+def bench_append(total: int) -> None:
+    for size in (100, 1024):
+        for batch in (1, 64):
+            for index in (False, True):
+                path = workdir()
+                store = MessageStore(StoreConfig(store_path=path, message_index_enable=index))
+                store.start()
+                msgs = make_messages(batch, size)
+                rounds = total // batch
+                cpu0, t0 = time.process_time(), time.perf_counter()
+                for _ in range(rounds):
+                    if batch == 1:
+                        store.put_message(msgs[0])
+                    else:
+                        store.put_messages(msgs)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+                n = rounds * batch
+                report(bench="append", body=size, batch=batch, index=index, flush="ASYNC_FLUSH", records=n,
+                       records_per_s=round(n / wall), cpu_us_per_record=round(cpu / n * 1e6, 2))
+                store.shutdown()
+                shutil.rmtree(path)
+
+
+async def _sync_writers(store: MessageStore, writers: int, per_writer: int, size: int) -> float:
+    waiter = FlushWaiter(asyncio.get_running_loop(), store.flushed_offset)
+    store.add_flush_listener(waiter.on_flushed)
+    msg = make_messages(1, size)[0]
+
+    async def writer() -> None:
+        for _ in range(per_writer):
+            res = store.put_message(msg)
+            assert res.ok and await waiter.wait(res.end_offset, 5.0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(writers)))
+    return time.perf_counter() - t0
+
+
+def bench_sync(total: int) -> None:
+    for writers in (1, 64):
+        path = workdir()
+        store = MessageStore(StoreConfig(store_path=path, flush_disk_type=FlushDiskType.SYNC_FLUSH))
+        store.start()
+        per = max(1, (total if writers > 1 else total // 20) // writers)
+        wall = asyncio.run(_sync_writers(store, writers, per, 100))
+        n = per * writers
+        report(bench="sync_flush", writers=writers, body=100, records=n, acked_per_s=round(n / wall),
+               fsyncs=store.flush_service.flush_count,
+               records_per_fsync=round(n / max(1, store.flush_service.flush_count), 1))
+        store.shutdown()
+        shutil.rmtree(path)
+
+
+def bench_read(total: int) -> None:
+    path = workdir()
+    store = MessageStore(StoreConfig(store_path=path, message_index_enable=False))
+    store.start()
+    msgs = make_messages(64, 100, queues=1)
+    for _ in range(total // 64):
+        store.put_messages(msgs)
+    n = 0
+    t0 = time.perf_counter()
+    offset = 0
+    while True:
+        r = store.get_messages("Bench", 0, offset, 32)
+        if not r.buffers:
+            break
+        n += len(r.buffers)
+        offset = r.next_begin_offset
+    wall = time.perf_counter() - t0
+    report(bench="read", records=n, records_per_s=round(n / wall), batch=32)
+    store.shutdown()
+    shutil.rmtree(path)
+
+
+FILLER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from cometmq.store.config import StoreConfig
+    from cometmq.store.message import MessageInner
+    from cometmq.store.message_store import MessageStore
+    store = MessageStore(StoreConfig(store_path=Path(sys.argv[1])))
+    store.start()
+    target = int(sys.argv[2])
+    msgs = [MessageInner(topic="Bench", body=b"r" * 1024, queue_id=i % 8,
+                         properties={"UNIQ_KEY": f"{i:032X}", "KEYS": f"k{i}"}) for i in range(64)]
+    while store.commitlog.max_offset < target:
+        store.put_messages(msgs)
+    print("full", flush=True)
+    import time
+    time.sleep(3600)
+    """
+)
+
+
+def bench_recovery(log_bytes: int) -> None:
+    path = workdir()
+    proc = subprocess.Popen([sys.executable, "-c", FILLER, str(path), str(log_bytes)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for kind in ("after kill -9", "clean restart"):
+        t0 = time.perf_counter()
+        store = MessageStore(StoreConfig(store_path=path))
+        store.start()
+        wall = time.perf_counter() - t0
+        report(bench="recovery", kind=kind, log_bytes=store.commitlog.max_offset, seconds=round(wall, 3),
+               abnormal=store.recovered_abnormally)
+        store.shutdown()
+    shutil.rmtree(path)
+
+
+def bench_memory(counts: list[int]) -> None:
+    path = workdir()
+    store = MessageStore(StoreConfig(store_path=path, commitlog_segment_size=256 << 20))
+    store.start()
+    msgs = make_messages(64, 100)
+    proc = psutil.Process()
+    written = 0
+    for target in counts:
+        while written < target:
+            store.put_messages(msgs)
+            written += 64
+        time.sleep(1.2)  # let the flush service flush and unmap what is behind the tail
+        report(bench="memory", records=written, log_bytes=store.commitlog.max_offset,
+               rss_mib=round(proc.memory_info().rss / 2**20, 1))
+    store.shutdown()
+    shutil.rmtree(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("part", choices=["all", "append", "sync", "read", "recovery", "memory"])
+    parser.add_argument("--quick", action="store_true", help="smaller counts, for a smoke run")
+    args = parser.parse_args()
+    q = args.quick
+    report(bench="machine", cpus=os.cpu_count(), python=platform.python_version(), platform=platform.platform())
+    if args.part in ("all", "append"):
+        bench_append(20_000 if q else 500_000)
+    if args.part in ("all", "sync"):
+        bench_sync(10_000 if q else 200_000)
+    if args.part in ("all", "read"):
+        bench_read(50_000 if q else 1_000_000)
+    if args.part in ("all", "recovery"):
+        bench_recovery((32 << 20) if q else (1 << 30))
+    if args.part in ("all", "memory"):
+        bench_memory([100_000, 200_000] if q else [1_000_000, 5_000_000])
+
+
+if __name__ == "__main__":
+    main()

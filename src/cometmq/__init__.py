@@ -1,0 +1,3 @@
+"""cometmq: a RocketMQ-compatible message broker written in Python."""
+
+__version__ = "0.1.0"

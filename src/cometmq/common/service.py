@@ -1,0 +1,68 @@
+"""One small base class for every background loop that runs in a thread.
+
+A service waits on an event with a timeout, so ``wakeup()`` makes it run at once and the
+interval is only the longest it sleeps. ``stop()`` wakes it, lets it finish one last pass
+(``on_shutdown``) and joins the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class ServiceThread:
+    """Run ``run_once()`` every ``interval_s`` seconds or as soon as ``wakeup()`` is called."""
+
+    def __init__(self, name: str, interval_s: float) -> None:
+        self.name = name
+        self.interval_s = interval_s
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- to override -------------------------------------------------------------------
+    def run_once(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define run_once")
+
+    def on_shutdown(self) -> None:
+        """Called once in the service thread after the loop ends (default: one last pass)."""
+        self.run_once()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stopped.is_set():
+                break
+            try:
+                self.run_once()
+            except Exception:  # a background loop must survive one bad pass
+                log.exception("service %s failed a pass", self.name)
+        try:
+            self.on_shutdown()
+        except Exception:
+            log.exception("service %s failed on shutdown", self.name)

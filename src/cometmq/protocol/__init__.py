@@ -1,0 +1,1 @@
+"""Sans-I/O protocol layer: bytes in, objects out. Imports no sockets, asyncio or files."""

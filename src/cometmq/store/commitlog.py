@@ -1,0 +1,314 @@
+"""The commit log: every message of every topic, appended to fixed-size mapped segments.
+
+A record never straddles two segments: when it does not fit, the rest of the segment is marked
+with the blank magic code and the record goes to the next one. Appends assign the physical offset,
+the queue offset and the store time while holding the append lock, so records are in log order.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.message import (
+    BLANK_MAGIC_CODE,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_CODE,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    MIN_RECORD_SIZE,
+    STORE_TIMESTAMP_POS,
+)
+from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.taghash import tags_code
+from cometmq.store.config import StoreConfig
+from cometmq.store.mapped_file import MappedFile, MappedFileQueue
+from cometmq.store.message import (
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    DispatchRequest,
+    MessageInner,
+)
+from cometmq.store.status import PutResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_SIZE_MAGIC = struct.Struct(">iI")
+_Q = struct.Struct(">q")
+_BLANK = struct.Struct(">iI")
+#: The record header with whole 8-byte hosts and the body length: one pack per record on the hot path.
+_RECORD_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
+assert _RECORD_HEAD.size == HEADER_SIZE + 4
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What a recovery scan found: where valid records end, and how many it checked."""
+
+    end_offset: int
+    records: int
+    corrupt_at: int | None
+
+
+class CommitLog:
+    def __init__(self, config: StoreConfig, store_host: bytes, clock: Callable[[], int]) -> None:
+        self.config = config
+        self.store_host = store_host
+        self.clock = clock
+        self.files = MappedFileQueue(config.commitlog_dir, config.commitlog_segment_size,
+                                     preallocate=config.preallocate)
+        self.lock = threading.Lock()
+        #: (topic, queueId) -> next queue offset
+        self.queue_table: dict[tuple[str, int], int] = {}
+
+    # -- offsets ---------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.files.max_offset
+
+    # -- append ----------------------------------------------------------------------------
+    def append(self, msgs: list[MessageInner]) -> PutResult:
+        """Append messages contiguously (a batch stays in one segment). All or nothing.
+
+        The result's records are also the dispatch requests for the dispatcher."""
+        prepared: list[tuple[MessageInner, bytes, int]] = []
+        total = 0
+        max_body = self.config.max_message_size
+        topic_cache: dict[str, bytes] = {}
+        for m in msgs:
+            topic_part = topic_cache.get(m.topic)
+            if topic_part is None:
+                topic_b = m.topic.encode("utf-8")
+                if not topic_b or len(topic_b) > MAX_TOPIC_LENGTH:
+                    return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic length {len(topic_b)}")
+                topic_part = topic_cache[m.topic] = bytes((len(topic_b),)) + topic_b
+            props_b = m.properties_raw if m.properties_raw is not None else _encode_props(m.properties)
+            if props_b is None:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a property holds a separator character")
+            if len(props_b) > MAX_PROPERTIES_LENGTH:
+                return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                                 remark=f"properties are {len(props_b)} bytes, at most {MAX_PROPERTIES_LENGTH}")
+            if len(m.body) > max_body:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL,
+                                 remark=f"message body of {len(m.body)} bytes exceeds {max_body}")
+            tail = topic_part + _I16.pack(len(props_b)) + props_b
+            size = HEADER_SIZE + 4 + len(m.body) + len(tail)
+            prepared.append((m, tail, size))
+            total += size
+        if not prepared:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no message")
+        if total + 8 > self.config.commitlog_segment_size:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"batch of {total} bytes exceeds a segment")
+
+        with self.lock:
+            try:
+                mf = self._file_with_room(total)
+            except OSError as exc:
+                log.error("cannot create a commit-log segment: %s", exc)
+                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
+            now = self.clock()
+            phy = mf.file_from_offset + mf.wrote_position
+            parts: list[bytes] = []
+            add = parts.append
+            records: list[DispatchRequest] = []
+            table = self.queue_table
+            store_host = self.store_host
+            pack = _RECORD_HEAD.pack
+            crc32 = zlib.crc32
+            for m, tail, size in prepared:
+                key = (m.topic, m.queue_id)
+                tran = m.sys_flag & 0xC
+                consumable = tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE
+                qoff = table.get(key, 0) if consumable else 0
+                body = m.body
+                add(pack(size, MAGIC_CODE, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff, phy, m.sys_flag,
+                         m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
+                         m.prepared_transaction_offset, len(body)))
+                add(body)
+                add(tail)
+                if consumable:
+                    table[key] = qoff + 1
+                tcode = m.tags_code
+                if tcode is None:
+                    tcode = tags_code(m.properties.get("TAGS"))
+                records.append(DispatchRequest(m.topic, m.queue_id, phy, size, tcode, now, qoff, m.sys_flag,
+                                               m.properties))
+                phy += size
+            mf.append(b"".join(parts))
+        return PutResult(PutStatus.PUT_OK, records, end_offset=phy)
+
+    def _file_with_room(self, size: int) -> MappedFile:
+        """The segment to write ``size`` bytes to; seals the current one with a blank tail if needed."""
+        mf = self.files.last_for_append()
+        # A record needs 8 bytes after it for a possible blank marker (RocketMQ's END_FILE_MIN_BLANK_LENGTH).
+        if size + 8 > mf.remaining:
+            remaining = mf.remaining
+            if remaining >= 8:
+                mf.write_at(mf.wrote_position, _BLANK.pack(remaining, BLANK_MAGIC_CODE))
+            mf.wrote_position = mf.size
+            mf = self.files.last_for_append()
+        return mf
+
+    # -- replication hooks ------------------------------------------------------------------
+    def append_raw(self, offset: int, data: bytes | memoryview) -> bool:
+        """Append bytes copied from a master at exactly ``offset`` (the end of this log).
+
+        The master's segments have the same size, so segment boundaries line up."""
+        with self.lock:
+            if offset != self.max_offset:
+                return False
+            view = memoryview(data)
+            while view:
+                mf = self.files.last_for_append(offset)
+                n = min(len(view), mf.remaining)
+                mf.append(view[:n])
+                view = view[n:]
+            return True
+
+    def truncate(self, offset: int) -> None:
+        """Cut the log back to ``offset`` (replica truncation, or a torn tail found by recovery)."""
+        with self.lock:
+            self.files.set_write_end(offset)
+
+    # -- read ------------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> memoryview | None:
+        """A zero-copy view of ``size`` bytes at ``offset``, or None when that range is not in the log."""
+        mf = self.files.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.view(pos, size)
+
+    def store_time_at(self, offset: int, size: int) -> int | None:
+        view = self.read(offset, size)
+        if view is None or size < HEADER_SIZE:
+            return None
+        return int(_Q.unpack_from(view, STORE_TIMESTAMP_POS)[0])
+
+    def record_at(self, offset: int) -> memoryview | None:
+        """The whole record that starts at ``offset``, read by its own size field."""
+        mf = self.files.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return None
+        size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+        if magic != MAGIC_CODE or size < MIN_RECORD_SIZE or pos + size > mf.wrote_position:
+            return None
+        return mf.view(pos, size)
+
+    # -- scanning (recovery and reput from bytes) --------------------------------------------
+    def scan(self, start: int, end: int | None = None, *, check_crc: bool = True
+             ) -> Iterator[tuple[int, memoryview]]:
+        """Valid records from ``start`` (a record boundary) up to ``end`` or the first invalid one.
+
+        Blank tails move on to the next segment. The generator's ``return`` value is unused; callers
+        learn where it stopped from the last offset + size they saw."""
+        offset = start
+        limit = self.max_offset if end is None else end
+        while offset < limit:
+            mf = self.files.find(offset)
+            if mf is None:
+                return
+            pos = offset - mf.file_from_offset
+            file_end = mf.wrote_position if end is None else min(mf.wrote_position, limit - mf.file_from_offset)
+            if pos + 8 > file_end:
+                if mf.wrote_position == mf.size and mf is not self.files.last:
+                    offset = mf.end_offset
+                    continue
+                return
+            size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+            if magic == BLANK_MAGIC_CODE:
+                offset = mf.end_offset
+                continue
+            if magic != MAGIC_CODE or size < MIN_RECORD_SIZE or pos + size > mf.size:
+                return
+            view = mf.view(pos, size)
+            if not record_is_valid(view, check_crc):
+                return
+            yield offset, view
+            offset += size
+
+    def recover_end(self, start: int) -> ScanResult:
+        """Scan valid records from ``start`` and return where they end (the new max offset)."""
+        end = start
+        count = 0
+        for offset, view in self.scan(start, None):
+            end = offset + len(view)
+            count += 1
+        # The scan stops at a blank tail's segment end too: find the true end.
+        mf = self.files.find(end)
+        corrupt: int | None = None
+        if mf is not None:
+            pos = end - mf.file_from_offset
+            if pos + 8 <= mf.size:
+                size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+                if (size != 0 or magic != 0) and magic != BLANK_MAGIC_CODE:
+                    corrupt = end
+        return ScanResult(end, count, corrupt)
+
+    def flush(self) -> int:
+        return self.files.flush()
+
+    def close(self) -> None:
+        self.files.close()
+
+
+def _encode_props(props: dict[str, str]) -> bytes | None:
+    try:
+        return encode_properties(props)
+    except ProtocolError:
+        return None
+
+
+def record_is_valid(view: memoryview, check_crc: bool) -> bool:
+    """Structural checks (lengths add up to TOTALSIZE) and, optionally, the body CRC."""
+    total = len(view)
+    (body_len,) = _I32.unpack_from(view, HEADER_SIZE)
+    p = HEADER_SIZE + 4 + body_len
+    if body_len < 0 or p + 3 > total:
+        return False
+    topic_len = view[p]
+    p += 1 + topic_len
+    if p + 2 > total:
+        return False
+    (props_len,) = _I16.unpack_from(view, p)
+    if props_len < 0 or p + 2 + props_len != total:
+        return False
+    if check_crc:
+        crc = _I32.unpack_from(view, 8)[0]
+        if zlib.crc32(view[HEADER_SIZE + 4 : HEADER_SIZE + 4 + body_len]) & 0x7FFFFFFF != crc:
+            return False
+    return True
+
+
+def dispatch_request_from_record(offset: int, view: memoryview) -> DispatchRequest | None:
+    """Decode the fields the dispatcher needs from a stored record (recovery, replicas)."""
+    try:
+        (_, _, _, queue_id, _, qoff, _, sys_flag, _, _, _, store_ts, _, _, _, _) = HEADER.unpack_from(view, 0)
+        (body_len,) = _I32.unpack_from(view, HEADER_SIZE)
+        p = HEADER_SIZE + 4 + body_len
+        topic_len = view[p]
+        topic = bytes(view[p + 1 : p + 1 + topic_len]).decode("utf-8")
+        p += 1 + topic_len
+        (props_len,) = _I16.unpack_from(view, p)
+        props = decode_properties(view[p + 2 : p + 2 + props_len])
+    except (ProtocolError, UnicodeDecodeError, struct.error, IndexError):
+        return None
+    return DispatchRequest(topic, queue_id, offset, len(view), tags_code(props.get("TAGS")), store_ts, qoff,
+                           sys_flag, props)

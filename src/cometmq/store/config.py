@@ -1,0 +1,140 @@
+"""The store's configuration: one frozen dataclass, readable from RocketMQ's key names."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CQ_UNIT_SIZE = 20
+
+
+class FlushDiskType(enum.Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    store_path: Path = field(default_factory=lambda: Path("data"))
+    #: commit-log segment size in bytes (RocketMQ mappedFileSizeCommitLog)
+    commitlog_segment_size: int = 1 << 30
+    #: consume-queue units per file (RocketMQ mappedFileSizeConsumeQueue / 20)
+    consume_queue_units_per_file: int = 300_000
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval_commitlog_ms: int = 500
+    flush_commitlog_least_pages: int = 4
+    flush_commitlog_thorough_interval_ms: int = 10_000
+    flush_interval_consume_queue_ms: int = 1000
+    sync_flush_timeout_ms: int = 5000
+    max_message_size: int = 4 * 1024 * 1024
+    #: hours a commit-log segment is kept after its last write
+    file_reserved_time_h: float = 72
+    #: hour(s) of the day when expired files are deleted, "04" or "04;16"
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_force_clean_ratio: int = 85
+    clean_resource_interval_ms: int = 10_000
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    #: largest answer to one read, in bytes and records (RocketMQ maxTransfer*OnMessageInMemory)
+    max_transfer_bytes: int = 256 * 1024
+    max_transfer_count: int = 32
+    #: preallocate segment blocks so a full disk fails an append instead of faulting a mapped page
+    preallocate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.commitlog_segment_size < 4096:
+            raise ConfigError(f"commitlog_segment_size {self.commitlog_segment_size} is below 4096")
+        if self.consume_queue_units_per_file < 2:
+            raise ConfigError("consume_queue_units_per_file must be at least 2")
+        if self.max_message_size > self.commitlog_segment_size - 8:
+            raise ConfigError("max_message_size must fit in one commit-log segment")
+        if not 10 <= self.disk_max_used_space_ratio <= 95:
+            raise ConfigError("disk_max_used_space_ratio must be within 10..95")
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return Path(self.store_path) / "commitlog"
+
+    @property
+    def consume_queue_dir(self) -> Path:
+        return Path(self.store_path) / "consumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return Path(self.store_path) / "index"
+
+    @property
+    def config_dir(self) -> Path:
+        return Path(self.store_path) / "config"
+
+    @property
+    def delete_hours(self) -> frozenset[int]:
+        hours = set()
+        for part in self.delete_when.replace(",", ";").split(";"):
+            part = part.strip()
+            if part:
+                hours.add(int(part))
+        return frozenset(hours)
+
+    def replace(self, **changes: Any) -> StoreConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _to_bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+#: RocketMQ key name -> (field name, converter)
+STORE_KEYS: dict[str, tuple[str, Any]] = {
+    "storePathRootDir": ("store_path", Path),
+    "mappedFileSizeCommitLog": ("commitlog_segment_size", int),
+    "mappedFileSizeConsumeQueue": ("consume_queue_units_per_file", lambda v: int(v) // CQ_UNIT_SIZE),
+    "flushDiskType": ("flush_disk_type", lambda v: FlushDiskType(v.strip().upper())),
+    "flushIntervalCommitLog": ("flush_interval_commitlog_ms", int),
+    "flushCommitLogLeastPages": ("flush_commitlog_least_pages", int),
+    "flushCommitLogThoroughInterval": ("flush_commitlog_thorough_interval_ms", int),
+    "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", int),
+    "syncFlushTimeout": ("sync_flush_timeout_ms", int),
+    "maxMessageSize": ("max_message_size", int),
+    "fileReservedTime": ("file_reserved_time_h", float),
+    "deleteWhen": ("delete_when", str),
+    "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+    "diskForceCleanRatio": ("disk_force_clean_ratio", int),
+    "cleanResourceInterval": ("clean_resource_interval_ms", int),
+    "messageIndexEnable": ("message_index_enable", _to_bool),
+    "maxHashSlotNum": ("max_hash_slot_num", int),
+    "maxIndexNum": ("max_index_num", int),
+    "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes", int),
+    "maxTransferCountOnMessageInMemory": ("max_transfer_count", int),
+}
+
+
+def store_config_from_properties(props: Mapping[str, str], base: StoreConfig | None = None) -> StoreConfig:
+    """Build a StoreConfig from RocketMQ-named keys. Keys not about the store are ignored here;
+    the broker's config reader reports keys that no component knows."""
+    changes: dict[str, Any] = {}
+    for key, raw in props.items():
+        spec = STORE_KEYS.get(key)
+        if spec is None:
+            continue
+        name, convert = spec
+        try:
+            changes[name] = convert(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{key}={raw!r}: {exc}") from None
+    return dataclasses.replace(base or StoreConfig(), **changes)

@@ -1,0 +1,234 @@
+"""Consume queues: per (topic, queueId), dense 20-byte units pointing into the commit log.
+
+Unit = commit-log offset (int64), record size (int32), tag hash code (int64). The queue offset of a
+message is the index of its unit, so offsets are 0-based and dense.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from cometmq.store.config import CQ_UNIT_SIZE
+from cometmq.store.mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+CQ_UNIT = struct.Struct(">qiq")
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, directory: Path, units_per_file: int,
+                 *, preallocate: bool = True) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.units_per_file = units_per_file
+        self.file_size = units_per_file * CQ_UNIT_SIZE
+        self.files = MappedFileQueue(directory, self.file_size, preallocate=preallocate)
+        self._min_offset = 0
+        #: the hot path's shortcut: the file that takes the next unit, and that unit's queue offset
+        self._tail: MappedFile | None = None
+        self._next = -1
+
+    # -- startup ---------------------------------------------------------------------------
+    def load(self) -> None:
+        self.files.load()
+
+    def recover(self) -> None:
+        """Set the write position just past the last non-empty unit (units are written densely)."""
+        self._tail = None
+        while self.files.files:
+            last = self.files.files[-1]
+            n = self._count_units(last)
+            if n == 0 and len(self.files.files) > 1:
+                # An empty trailing file: drop it and look at the previous one.
+                self.files.files.pop()
+                self.files._starts.pop()
+                last.destroy()
+                continue
+            last.wrote_position = last.flushed_position = n * CQ_UNIT_SIZE
+            break
+        first = self.files.first
+        self._min_offset = first.file_from_offset // CQ_UNIT_SIZE if first else 0
+        self._skip_leading_holes()
+
+    def _count_units(self, mf: MappedFile) -> int:
+        """Units in use in a file: binary search for the first unit whose size field is 0."""
+        lo, hi = 0, self.units_per_file
+        mm = mf.mm
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if CQ_UNIT.unpack_from(mm, mid * CQ_UNIT_SIZE)[1] > 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _skip_leading_holes(self) -> None:
+        first = self.files.first
+        if first is None:
+            return
+        base = first.file_from_offset // CQ_UNIT_SIZE
+        for i in range(first.wrote_position // CQ_UNIT_SIZE):
+            if CQ_UNIT.unpack_from(first.mm, i * CQ_UNIT_SIZE)[1] > 0:
+                self._min_offset = base + i
+                return
+
+    # -- offsets ---------------------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        """The queue offset the next message gets (one past the last unit)."""
+        return self.files.max_offset // CQ_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return min(self._min_offset, self.max_offset)
+
+    def last_unit(self) -> tuple[int, int, int] | None:
+        mx = self.max_offset
+        if mx <= self.min_offset:
+            return None
+        return self.get_unit(mx - 1)
+
+    # -- write -----------------------------------------------------------------------------
+    def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> bool:
+        """Write the unit for ``queue_offset``. Returns False when it is already there (re-dispatch)."""
+        tail = self._tail
+        if queue_offset == self._next and tail is not None:
+            pos = tail.wrote_position
+            if pos < tail.size:
+                CQ_UNIT.pack_into(tail.mm, pos, phy_offset, size, tags_code)
+                tail.wrote_position = pos + CQ_UNIT_SIZE
+                self._next = queue_offset + 1
+                return True
+        return self._put_slow(queue_offset, phy_offset, size, tags_code)
+
+    def _put_slow(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> bool:
+        self._tail = None
+        expected = self.max_offset
+        if queue_offset < expected:
+            return False
+        pos_bytes = queue_offset * CQ_UNIT_SIZE
+        last = self.files.last
+        if last is None:
+            # A new queue (or one whose files were lost) may start past 0.
+            mf = self.files.last_for_append(pos_bytes)
+            self._min_offset = queue_offset
+        elif queue_offset > expected:
+            log.warning("consume queue %s-%d: gap from %d to %d", self.topic, self.queue_id,
+                        expected, queue_offset)
+            mf = last
+            while mf.end_offset <= pos_bytes:
+                mf.wrote_position = mf.size
+                mf = self.files.last_for_append()
+            mf.wrote_position = pos_bytes - mf.file_from_offset
+        else:
+            mf = self.files.last_for_append()
+        pos = mf.wrote_position
+        CQ_UNIT.pack_into(mf.mm, pos, phy_offset, size, tags_code)
+        mf.wrote_position = pos + CQ_UNIT_SIZE
+        self._tail = mf
+        self._next = queue_offset + 1
+        return True
+
+    def truncate_from_phy(self, phy_end: int) -> int:
+        """Drop units that point at or past ``phy_end`` (the commit log ended earlier). Returns units removed."""
+        self._tail = None
+        removed = 0
+        while self.max_offset > self.min_offset:
+            unit = self.get_unit(self.max_offset - 1)
+            if unit is None or unit[0] + unit[1] <= phy_end:
+                break
+            new_end = (self.max_offset - 1) * CQ_UNIT_SIZE
+            self.files.set_write_end(new_end)
+            removed += 1
+        if removed:
+            log.warning("consume queue %s-%d: dropped %d units past the log end %d", self.topic,
+                        self.queue_id, removed, phy_end)
+        return removed
+
+    # -- read ------------------------------------------------------------------------------
+    def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        if queue_offset < self.min_offset or queue_offset >= self.max_offset:
+            return None
+        pos = queue_offset * CQ_UNIT_SIZE
+        mf = self.files.find(pos)
+        if mf is None:
+            return None
+        phy, size, tags = CQ_UNIT.unpack_from(mf.mm, pos - mf.file_from_offset)
+        return (phy, size, tags)
+
+    def units(self, queue_offset: int, max_units: int) -> memoryview | None:
+        """Up to ``max_units`` consecutive units from ``queue_offset``, within one file (zero-copy)."""
+        end = self.max_offset
+        if queue_offset < self.min_offset or queue_offset >= end:
+            return None
+        pos = queue_offset * CQ_UNIT_SIZE
+        mf = self.files.find(pos)
+        if mf is None:
+            return None
+        local = pos - mf.file_from_offset
+        count = min(max_units, (mf.wrote_position - local) // CQ_UNIT_SIZE)
+        if count <= 0:
+            return None
+        return mf.view(local, count * CQ_UNIT_SIZE)
+
+    def offset_by_time(self, timestamp: int, store_time_of: Callable[[int, int], int | None]) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` (binary search).
+
+        ``store_time_of(phy, size)`` reads a record's store time from the commit log (None when gone).
+        """
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.get_unit(mid)
+            ts = store_time_of(unit[0], unit[1]) if unit else None
+            if ts is None or ts < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- maintenance -----------------------------------------------------------------------
+    def delete_before_phy(self, min_phy: int) -> int:
+        """Delete whole files whose every unit points before ``min_phy``; advance the min offset."""
+        self._tail = None
+        deleted = 0
+        while len(self.files.files) > 1:
+            first = self.files.files[0]
+            last_pos = first.wrote_position - CQ_UNIT_SIZE
+            if last_pos < 0:
+                break
+            phy = CQ_UNIT.unpack_from(first.mm, last_pos)[0]
+            if phy >= min_phy:
+                break
+            self.files.delete_first(1)
+            deleted += 1
+        self._correct_min_offset(min_phy)
+        return deleted
+
+    def _correct_min_offset(self, min_phy: int) -> None:
+        first = self.files.first
+        if first is None:
+            return
+        base = first.file_from_offset // CQ_UNIT_SIZE
+        lo, hi = max(self._min_offset - base, 0), first.wrote_position // CQ_UNIT_SIZE
+        while lo < hi:
+            mid = (lo + hi) // 2
+            phy, size, _ = CQ_UNIT.unpack_from(first.mm, mid * CQ_UNIT_SIZE)
+            if size == 0 or phy < min_phy:
+                lo = mid + 1
+            else:
+                hi = mid
+        self._min_offset = max(self._min_offset, base + lo)
+
+    def flush(self) -> None:
+        self.files.flush()
+
+    def close(self) -> None:
+        self.files.close()
+
+    def destroy(self) -> None:
+        self.files.destroy()

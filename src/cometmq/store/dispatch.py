@@ -1,0 +1,102 @@
+"""The dispatcher ("reput"): turns committed records into consume-queue units, index entries and
+arrival notices, in log order, up to the confirmed offset.
+
+It runs in the appending thread right after an append (no polling loop), so listeners hear of a
+message in the same call that stored it. When replication holds the confirmed offset back, the
+requests wait in ``pending`` until ``confirm`` moves it; records that arrived as raw bytes (a
+replica) are decoded from the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from cometmq.store.commitlog import CommitLog, dispatch_request_from_record
+from cometmq.store.message import DispatchRequest
+
+log = logging.getLogger(__name__)
+
+Dispatcher = Callable[[DispatchRequest], None]
+#: A hook that may rewrite a decoded request's tag code (e.g. delivery time for scheduled topics).
+TagCodeHook = Callable[[DispatchRequest], None]
+
+
+class ReputService:
+    def __init__(self, commitlog: CommitLog) -> None:
+        self.commitlog = commitlog
+        self.reput_offset = 0
+        #: built-in dispatchers (consume queue, index) run before listeners
+        self.dispatchers: list[Dispatcher] = []
+        #: arrival listeners (long polling, POP, timer); they must be quick and must not append
+        self.listeners: list[Dispatcher] = []
+        self.pending: deque[DispatchRequest] = deque()
+        self.tag_code_hooks: list[TagCodeHook] = []
+
+    def submit(self, requests: list[DispatchRequest], confirmed: int) -> None:
+        """Requests built by an append, then dispatch everything up to ``confirmed``."""
+        if not self.pending and requests and requests[-1].phy_offset + requests[-1].size <= confirmed \
+                and requests[0].phy_offset == self.reput_offset:
+            self._dispatch_all(requests)
+            return
+        self.pending.extend(requests)
+        self.confirm(confirmed)
+
+    def confirm(self, confirmed: int) -> None:
+        """Dispatch pending requests (or records decoded from the log) up to ``confirmed``."""
+        ready: list[DispatchRequest] = []
+        while self.pending and self.pending[0].phy_offset + self.pending[0].size <= confirmed:
+            req = self.pending.popleft()
+            if req.phy_offset < self.reput_offset:
+                continue
+            if req.phy_offset != self.reput_offset and not ready:
+                # Something before it came in as raw bytes: decode that part from the log first.
+                self.reput_from_log(req.phy_offset)
+            ready.append(req)
+        if ready:
+            self._dispatch_all(ready)
+        if self.reput_offset < confirmed and not self.pending:
+            self.reput_from_log(confirmed)
+
+    def reput_from_log(self, until: int, *, notify: bool = True) -> int:
+        """Decode and dispatch records from the reput offset up to ``until``; returns how many."""
+        count = 0
+        batch: list[DispatchRequest] = []
+        for offset, view in self.commitlog.scan(self.reput_offset, until, check_crc=False):
+            req = dispatch_request_from_record(offset, view)
+            if req is None:
+                log.error("undecodable record at %d stops the dispatch", offset)
+                break
+            for hook in self.tag_code_hooks:
+                hook(req)
+            batch.append(req)
+            if len(batch) >= 1024:
+                self._dispatch_all(batch, notify=notify)
+                count += len(batch)
+                batch = []
+        if batch:
+            self._dispatch_all(batch, notify=notify)
+            count += len(batch)
+        # Blank segment tails are not records: skip them so the reput offset reaches ``until``.
+        if self.reput_offset < until:
+            mf = self.commitlog.files.find(self.reput_offset)
+            if mf is not None and mf is not self.commitlog.files.last and until >= mf.end_offset:
+                self.reput_offset = mf.end_offset
+                if self.reput_offset < until:
+                    count += self.reput_from_log(until, notify=notify)
+        return count
+
+    def _dispatch_all(self, requests: list[DispatchRequest], *, notify: bool = True) -> None:
+        for dispatcher in self.dispatchers:
+            for req in requests:
+                dispatcher(req)
+        last = requests[-1]
+        self.reput_offset = last.phy_offset + last.size
+        if notify:
+            for listener in self.listeners:
+                for req in requests:
+                    try:
+                        listener(req)
+                    except Exception:
+                        log.exception("arrival listener failed")

@@ -1,0 +1,303 @@
+"""Memory-mapped segment files and the ordered queue of them.
+
+A segment is named by the 20-digit offset of its first byte. Writes copy into the mapping;
+reads hand out memoryviews of it (no copy). Flushing msyncs the written range, which on Linux
+reaches the disk like fsync does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import mmap
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = mmap.PAGESIZE
+
+
+def segment_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """One fixed-size segment file mapped into memory."""
+
+    __slots__ = ("_fd", "_view", "file_from_offset", "flushed_position", "mm", "path", "size",
+                 "wrote_position")
+
+    def __init__(self, path: Path, size: int, *, preallocate: bool = True) -> None:
+        self.path = path
+        self.size = size
+        self.file_from_offset = int(path.name)
+        existed = path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            current = os.fstat(fd).st_size
+            if current != size:
+                if existed and current > size:
+                    raise OSError(f"segment {path} is {current} bytes, expected {size}")
+                os.ftruncate(fd, size)
+            if preallocate and not existed:
+                # Reserve blocks now: with a full disk this fails here, with a clear error, instead of
+                # raising SIGBUS later when a write touches an unbacked mapped page.
+                os.posix_fallocate(fd, 0, size)
+            self.mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            if not existed:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+            raise
+        self._fd = fd
+        self._view = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    # -- positions -------------------------------------------------------------------------
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.size
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.size
+
+    @property
+    def remaining(self) -> int:
+        return self.size - self.wrote_position
+
+    # -- data ------------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Copy ``data`` at the write position; returns the position it was written at."""
+        pos = self.wrote_position
+        n = len(data)
+        self.mm[pos : pos + n] = data
+        self.wrote_position = pos + n
+        return pos
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        self.mm[pos : pos + len(data)] = data
+
+    def view(self, pos: int, size: int) -> memoryview:
+        """A zero-copy view of ``size`` bytes at file position ``pos``."""
+        return self._view[pos : pos + size]
+
+    def flush(self) -> int:
+        """Flush everything written so far; returns the new flushed position."""
+        target = self.wrote_position
+        if target > self.flushed_position:
+            # fdatasync writes the mapping's dirty pages like msync does, but releases the GIL while
+            # it waits for the disk (mmap.flush holds it), so appends go on during a group commit.
+            os.fdatasync(self._fd)
+            self.flushed_position = target
+        return self.flushed_position
+
+    def dirty_pages(self) -> int:
+        return (self.wrote_position // PAGE_SIZE) - (self.flushed_position // PAGE_SIZE)
+
+    def release_pages(self, start: int, end: int) -> None:
+        """Drop this process's mapping of a flushed range (the page cache keeps it): bounds RSS."""
+        start -= start % PAGE_SIZE
+        end -= end % PAGE_SIZE
+        if end > start:
+            try:
+                self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (OSError, ValueError):
+                pass
+
+    def zero_from(self, pos: int) -> None:
+        """Zero the file from ``pos`` to its end (truncating a torn or rejected tail).
+
+        Stale records left past the end would be read back as valid by a later recovery scan, so the
+        tail must be zero. Only chunks that hold something are written, so a clean tail costs a read."""
+        chunk = 1 << 20
+        zeros = bytes(chunk)
+        p = pos
+        wrote = False
+        while p < self.size:
+            n = min(chunk - (p % chunk), self.size - p)
+            if self.mm[p : p + n] != zeros[:n]:
+                self.mm[p : p + n] = zeros[:n]
+                wrote = True
+            p += n
+        if wrote:
+            os.fdatasync(self._fd)
+
+    def last_modified(self) -> float:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return time.time()
+
+    def close(self) -> None:
+        try:
+            self._view.release()
+            self.mm.close()
+        except BufferError:
+            # A reader still holds a view (a response being written): the mapping is freed when it
+            # lets go of it. The file descriptor can go now.
+            pass
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        self._fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class MappedFileQueue:
+    """The segments of one log, ordered by start offset, contiguous, all of one size."""
+
+    def __init__(self, directory: Path, file_size: int, *, preallocate: bool = True) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.preallocate = preallocate
+        self.files: list[MappedFile] = []
+        self._starts: list[int] = []
+
+    def load(self) -> None:
+        """Open the segments on disk. A gap or a wrongly sized file stops loading there."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        names = sorted(p for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 20)
+        expected: int | None = None
+        for path in names:
+            start = int(path.name)
+            size = path.stat().st_size
+            # A last segment cut short (a crash while it grew, a copy gone wrong) is extended and its
+            # records recovered by the scan; anything else that does not fit is set aside.
+            short_last = path == names[-1] and size < self.file_size
+            if (size != self.file_size and not short_last) or start % self.file_size != 0 or (
+                expected is not None and start != expected
+            ):
+                log.error("segment %s does not fit the queue (size %d); it and later ones are set aside",
+                          path, size)
+                for later in names[names.index(path):]:
+                    later.rename(later.with_name(later.name + ".bad"))
+                break
+            mf = MappedFile(path, self.file_size, preallocate=False)
+            # Positions are set by recovery; until then treat loaded files as full.
+            mf.wrote_position = mf.flushed_position = self.file_size
+            self._push(mf)
+            expected = start + self.file_size
+
+    def _push(self, mf: MappedFile) -> None:
+        self.files.append(mf)
+        self._starts.append(mf.file_from_offset)
+
+    # -- lookup ----------------------------------------------------------------------------
+    @property
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just past the last written byte."""
+        last = self.last
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        for mf in reversed(self.files):
+            if mf.flushed_position:
+                return mf.file_from_offset + mf.flushed_position
+        return self.min_offset
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding ``offset``, or None when it lies outside the queue."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        try:
+            mf = self.files[i]
+        except IndexError:  # retention removed a segment under us
+            return None
+        # The range check also catches a list that shifted between the bisect and the lookup.
+        return mf if mf.file_from_offset <= offset < mf.end_offset else None
+
+    def last_for_append(self, start_offset: int = 0) -> MappedFile:
+        """The segment to append to: a new one when there is none or the last is full."""
+        last = self.last
+        if last is not None and not last.is_full:
+            return last
+        if last is not None:
+            start = last.end_offset
+        else:
+            start = start_offset - (start_offset % self.file_size)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / segment_name(start)
+        mf = MappedFile(path, self.file_size, preallocate=self.preallocate)
+        if last is None and start_offset > start:
+            mf.wrote_position = mf.flushed_position = start_offset - start
+        self._push(mf)
+        return mf
+
+    # -- maintenance -----------------------------------------------------------------------
+    def flush(self) -> int:
+        """Flush every segment with unflushed bytes; returns the flushed offset."""
+        for mf in self.files:
+            if mf.flushed_position < mf.wrote_position:
+                mf.flush()
+        return self.flushed_offset
+
+    def dirty_pages(self) -> int:
+        return sum(mf.dirty_pages() for mf in self.files if mf.flushed_position < mf.wrote_position)
+
+    def set_write_end(self, offset: int) -> None:
+        """Make ``offset`` the end of the log: later segments go, the tail of the last one is zeroed."""
+        while self.files and self.files[-1].file_from_offset > offset:
+            mf = self.files.pop()
+            self._starts.pop()
+            log.warning("removing segment %s past the end of the log at %d", mf.path.name, offset)
+            mf.destroy()
+        last = self.last
+        if last is None:
+            return
+        pos = offset - last.file_from_offset
+        if pos == last.size:
+            last.wrote_position = last.flushed_position = pos
+            return
+        last.zero_from(pos)
+        last.wrote_position = last.flushed_position = pos
+
+    def delete_first(self, count: int = 1) -> list[MappedFile]:
+        removed = []
+        for _ in range(min(count, len(self.files) - 1)):
+            mf = self.files.pop(0)
+            self._starts.pop(0)
+            mf.destroy()
+            removed.append(mf)
+        return removed
+
+    def destroy(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files.clear()
+        self._starts.clear()
+        try:
+            self.directory.rmdir()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()

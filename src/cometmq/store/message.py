@@ -1,0 +1,69 @@
+"""What the broker hands the store, and what the dispatcher hands consume queues and listeners."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cometmq.protocol.message import transaction_value
+from cometmq.protocol.properties import KEYS, TAGS, UNIQ_KEY
+from cometmq.protocol.taghash import tags_code
+
+LOCALHOST_ADDR = b"\x7f\x00\x00\x01\x00\x00\x00\x00"  # 127.0.0.1:0, 8 bytes
+
+TRANSACTION_NOT_TYPE = 0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+
+@dataclass(slots=True)
+class MessageInner:
+    """A message on its way into the commit log (RocketMQ MessageExtBrokerInner)."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    #: the properties already encoded (a producer's header carries them so); None: encode ``properties``
+    properties_raw: bytes | None = None
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = LOCALHOST_ADDR
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    #: None: derived from the TAGS property
+    tags_code: int | None = None
+
+    def tag_hash(self) -> int:
+        if self.tags_code is None:
+            self.tags_code = tags_code(self.properties.get(TAGS))
+        return self.tags_code
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """One committed record as the dispatcher sees it."""
+
+    topic: str
+    queue_id: int
+    phy_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    sys_flag: int
+    properties: dict[str, str]
+
+    @property
+    def keys(self) -> str:
+        return self.properties.get(KEYS, "")
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(UNIQ_KEY)
+
+    @property
+    def goes_to_consume_queue(self) -> bool:
+        """Prepared and rolled-back transactional halves are never consumable."""
+        return transaction_value(self.sys_flag) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)

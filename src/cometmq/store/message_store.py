@@ -170,7 +170,7 @@ class MessageStore:
     def _dispatch_to_index(self, req: DispatchRequest) -> None:
         index = self.index
         assert index is not None
-        if req.phy_offset < index.max_phy_offset:
+        if req.phy_offset <= index.max_phy_offset:
             return
         uniq = req.uniq_key
         if uniq:

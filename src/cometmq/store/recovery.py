@@ -52,6 +52,7 @@ def recover(store: MessageStore) -> bool:
     files = commitlog.files
     if not files.files:
         end = 0
+        abnormal = abnormal and checkpoint is not None  # a new, empty store is not a crashed one
     elif not abnormal and checkpoint is not None and \
             files.min_offset <= checkpoint.clean_end_offset <= files.max_offset and \
             not _bytes_follow(store, checkpoint.clean_end_offset):

@@ -1,0 +1,282 @@
+"""Client management, consumer offsets, offset and message lookups, queue locks and admin requests."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cometmq.broker.groups import SubscriptionGroupConfig
+from cometmq.broker.topics import retry_topic
+from cometmq.net.connection import RemotingConnection
+from cometmq.protocol.client_bodies import (
+    CLUSTERING,
+    HeartbeatData,
+    LockBatchBody,
+    dumps,
+    encode_consumer_list,
+    encode_lock_ok,
+    loads_object,
+)
+from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    Header,
+    QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    SearchOffsetRequestHeader,
+    TopicQueueHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+)
+from cometmq.protocol.remoting import RemotingCommand, make_response
+from cometmq.protocol.route import TopicConfig
+
+if TYPE_CHECKING:
+    from cometmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+H = TypeVar("H", bound=Header)
+
+
+def parse(cls: type[H], cmd: RemotingCommand) -> H:
+    try:
+        return cls.from_ext(cmd.ext_fields)
+    except ProtocolError as exc:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+
+
+def ok(cmd: RemotingCommand, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
+    return make_response(cmd, ResponseCode.SUCCESS, None, ext or {}, body)
+
+
+class AdminProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.b = broker
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_time,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
+            RequestCode.QUERY_MESSAGE: self.query_message,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topics,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
+            RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_CONSUME_STATS: self.consume_stats,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+        }
+
+    # -- clients ----------------------------------------------------------------------------------------------
+    async def heartbeat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            data = HeartbeatData.decode(cmd.body)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad heartbeat: {exc}") from None
+        b = self.b
+        conn.attributes["client_id"] = data.client_id
+        for consumer in data.consumers:
+            cfg = b.groups.find(consumer.group_name)
+            if cfg is not None and consumer.message_model == CLUSTERING:
+                b.topics.create_system_topic(retry_topic(consumer.group_name), cfg.retryQueueNums)
+            b.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer)
+        for group in data.producer_groups:
+            b.producers.register(conn, data.client_id, cmd.language, cmd.version, group)
+        return ok(cmd)
+
+    async def unregister_client(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(UnregisterClientRequestHeader, cmd)
+        if h.producer_group:
+            self.b.producers.unregister(h.producer_group, h.client_id)
+        if h.consumer_group:
+            self.b.consumers.unregister(h.consumer_group, h.client_id)
+            self.b.locks.unlock_client(h.client_id)
+        return ok(cmd)
+
+    async def consumer_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(GetConsumerListByGroupRequestHeader, cmd)
+        ids = self.b.consumers.client_ids(h.consumer_group)
+        if not ids:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no consumer of group {h.consumer_group} is online")
+        return ok(cmd, body=encode_consumer_list(ids))
+
+    # -- offsets --------------------------------------------------------------------------------------------
+    async def query_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(QueryConsumerOffsetRequestHeader, cmd)
+        offset = self.b.offsets.query(h.consumer_group, h.topic, h.queue_id)
+        if offset >= 0:
+            return ok(cmd, {"offset": str(offset)})
+        # Never committed: as RocketMQ, a queue that still starts at 0 is read from its start, so a new
+        # group sees the messages already sent to a new topic.
+        if self.b.store.min_offset(h.topic, h.queue_id) <= 0 and h.set_zero_if_not_found is not False:
+            return ok(cmd, {"offset": "0"})
+        return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, "no committed offset for this queue")
+
+    async def update_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(UpdateConsumerOffsetRequestHeader, cmd)
+        if h.commit_offset < 0:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOffset {h.commit_offset} is negative")
+        self.b.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        return ok(cmd)
+
+    async def max_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(TopicQueueHeader, cmd)
+        return ok(cmd, {"offset": str(self.b.store.max_offset(h.topic, h.queue_id))})
+
+    async def min_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(TopicQueueHeader, cmd)
+        return ok(cmd, {"offset": str(self.b.store.min_offset(h.topic, h.queue_id))})
+
+    async def search_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(SearchOffsetRequestHeader, cmd)
+        return ok(cmd, {"offset": str(self.b.store.offset_by_time(h.topic, h.queue_id, h.timestamp))})
+
+    async def earliest_time(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(TopicQueueHeader, cmd)
+        ts = self.b.store.earliest_store_time(h.topic, h.queue_id)
+        return ok(cmd, {"timestamp": str(ts if ts is not None else -1)})
+
+    # -- messages -------------------------------------------------------------------------------------------
+    async def view_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(ViewMessageRequestHeader, cmd)
+        view = self.b.store.read_record(h.offset)
+        if view is None:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {h.offset}")
+        return ok(cmd, body=bytes(view))
+
+    async def query_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(QueryMessageRequestHeader, cmd)
+        found = self.b.store.query_by_key(h.topic, h.key, max(1, min(h.max_num, 64)), h.begin_timestamp,
+                                          h.end_timestamp)
+        if not found:
+            return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, f"no message with key {h.key} in {h.topic}")
+        ext = {"indexLastUpdateTimestamp": str(self.b.clock()),
+               "indexLastUpdatePhyoffset": str(self.b.store.commitlog.max_offset)}
+        return ok(cmd, ext, b"".join(bytes(v) for v in found))
+
+    # -- locks ----------------------------------------------------------------------------------------------
+    async def lock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        body = self._lock_body(cmd)
+        got = self.b.locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
+        return ok(cmd, body=encode_lock_ok(got))
+
+    async def unlock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        body = self._lock_body(cmd)
+        self.b.locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
+        return ok(cmd)
+
+    @staticmethod
+    def _lock_body(cmd: RemotingCommand) -> LockBatchBody:
+        try:
+            return LockBatchBody.decode(cmd.body)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad lock body: {exc}") from None
+
+    # -- topics and groups ----------------------------------------------------------------------------------
+    async def create_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(CreateTopicRequestHeader, cmd)
+        message_type = "NORMAL"
+        if h.attributes:
+            for item in h.attributes.replace(";", ",").split(","):
+                key, _, value = item.partition("=")
+                if key.strip().lstrip("+") == "message.type":
+                    message_type = value.strip().upper()
+        self.b.topics.put(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type,
+                                      h.topic_sys_flag, h.order, message_type))
+        return ok(cmd)
+
+    async def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = parse(DeleteTopicRequestHeader, cmd)
+        self.b.topics.delete(h.topic)
+        self.b.offsets.delete_topic(h.topic)
+        self.b.store.delete_topic(h.topic)
+        return ok(cmd)
+
+    async def all_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        table = {c.topic_name: c.to_json() for c in self.b.topics.all()}
+        return ok(cmd, body=dumps({"topicConfigTable": table,
+                                   "dataVersion": {"timestamp": 0, "counter": self.b.topics.data_version}}))
+
+    async def create_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            raw = loads_object(cmd.body, "subscription group")
+            cfg = SubscriptionGroupConfig.from_json(raw)
+        except (ProtocolError, TypeError) as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}") from None
+        self.b.groups.put(cfg)
+        return ok(cmd)
+
+    async def all_groups(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        from dataclasses import asdict
+
+        return ok(cmd, body=dumps({"subscriptionGroupTable": {n: asdict(c) for n, c in self.b.groups.groups.items()}}))
+
+    async def delete_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.ext_fields.get("groupName", "")
+        if not group:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "header field 'groupName' is missing")
+        self.b.groups.delete(group)
+        return ok(cmd)
+
+    # -- stats ----------------------------------------------------------------------------------------------
+    def _queues(self, topic: str) -> list[int]:
+        cfg = self.b.topics.get(topic)
+        if cfg is None:
+            raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")
+        return list(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
+
+    async def topic_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.ext_fields.get("topic", "")
+        store = self.b.store
+        table: list[dict[str, Any]] = []
+        for q in self._queues(topic):
+            last = store.max_offset(topic, q)
+            ts = store.store_time(topic, q, last - 1) if last > 0 else None
+            table.append({"topic": topic, "brokerName": self.b.config.broker_name, "queueId": q,
+                          "minOffset": store.min_offset(topic, q), "maxOffset": last, "lastUpdateTimestamp": ts or 0})
+        return ok(cmd, body=dumps({"offsetTable": table}))
+
+    async def consume_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.ext_fields.get("consumerGroup", "")
+        topic_filter = cmd.ext_fields.get("topic") or None
+        topics = [topic_filter] if topic_filter else sorted(self.b.offsets.topics_of_group(group))
+        table: list[dict[str, Any]] = []
+        for topic in topics:
+            if self.b.topics.get(topic) is None:
+                continue
+            for q in self._queues(topic):
+                table.append({"topic": topic, "brokerName": self.b.config.broker_name, "queueId": q,
+                              "brokerOffset": self.b.store.max_offset(topic, q),
+                              "consumerOffset": max(self.b.offsets.query(group, topic, q), 0)})
+        return ok(cmd, body=dumps({"offsetTable": table, "consumeTps": 0}))
+
+    async def runtime_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        store = self.b.store
+        table = {
+            "brokerVersionDesc": "cometmq", "commitLogMinOffset": str(store.commitlog.min_offset),
+            "commitLogMaxOffset": str(store.commitlog.max_offset), "heldPullRequests": str(self.b.hold.held_count),
+            "topicCount": str(len(self.b.topics.topics)), "consumerGroupsOnline": str(len(self.b.consumers.groups)),
+        }
+        return ok(cmd, body=json.dumps({"table": table}).encode())

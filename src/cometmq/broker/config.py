@@ -1,0 +1,148 @@
+"""The broker's configuration: a frozen dataclass read from a RocketMQ-style broker.conf.
+
+``broker.conf`` uses RocketMQ's key names. Keys that belong to the store go to StoreConfig; a key no
+component knows is reported (``ConfigError``) rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cometmq.store.config import STORE_KEYS, ConfigError, StoreConfig, store_config_from_properties
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """"1s 5s 1m" -> (1000, 5000, 60000); level n is index n-1."""
+    levels = []
+    for item in text.split():
+        m = re.fullmatch(r"(\d+)([smhd])", item.strip())
+        if not m:
+            raise ConfigError(f"messageDelayLevel: bad level {item!r}")
+        levels.append(int(m.group(1)) * _UNITS_MS[m.group(2)])
+    if not levels:
+        raise ConfigError("messageDelayLevel is empty")
+    return tuple(levels)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    namesrv_addr: str = ""
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10911
+    #: the address clients and nameservers are given for this broker ("" = listen host:port)
+    broker_ip: str = ""
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 4
+    long_polling_enable: bool = True
+    short_polling_time_ms: int = 1000
+    #: the safety-net re-check of held pulls; wake-ups come from arrivals, not from this
+    hold_check_interval_ms: int = 5000
+    register_interval_ms: int = 30_000
+    channel_expired_ms: int = 120_000
+    max_reconsume_times: int = 16
+    message_delay_level: tuple[int, ...] = parse_delay_levels(DEFAULT_DELAY_LEVELS)
+    lock_max_live_time_ms: int = 60_000
+    consumer_offset_persist_interval_ms: int = 5000
+    enable_property_filter: bool = False
+    broker_permission: int = 6
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+    @property
+    def advertised_addr(self) -> str:
+        return f"{self.broker_ip or self.listen_host}:{self.listen_port}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
+
+    def replace(self, **changes: Any) -> BrokerConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+BROKER_KEYS: dict[str, tuple[str, Any]] = {
+    "brokerName": ("broker_name", str),
+    "brokerClusterName": ("broker_cluster_name", str),
+    "brokerId": ("broker_id", int),
+    "namesrvAddr": ("namesrv_addr", str),
+    "listenPort": ("listen_port", int),
+    "brokerIP1": ("broker_ip", str),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
+    "autoCreateSubscriptionGroup": ("auto_create_subscription_group", _bool),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+    "longPollingEnable": ("long_polling_enable", _bool),
+    "shortPollingTimeMills": ("short_polling_time_ms", int),
+    "registerBrokerInterval": ("register_interval_ms", int),
+    "channelExpiredTimeout": ("channel_expired_ms", int),
+    "maxReconsumeTimes": ("max_reconsume_times", int),
+    "messageDelayLevel": ("message_delay_level", parse_delay_levels),
+    "lockMaxLiveTime": ("lock_max_live_time_ms", int),
+    "flushConsumerOffsetInterval": ("consumer_offset_persist_interval_ms", int),
+    "enablePropertyFilter": ("enable_property_filter", _bool),
+    "brokerPermission": ("broker_permission", int),
+}
+#: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
+IGNORED_KEYS = frozenset({"brokerRole", "haListenPort", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
+                          "storePathCommitLog", "storePathConsumeQueue", "storePathIndex", "storeCheckpoint",
+                          "abortFile", "brokerIP2", "traceTopicEnable", "aclEnable"})
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties-style ``key=value`` lines; ``#`` and ``!`` start comments."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise ConfigError(f"line {number}: expected key=value, got {line!r}")
+        out[line[:sep].strip()] = line[sep + 1 :].strip()
+    return out
+
+
+def broker_config_from_properties(props: Mapping[str, str], base: BrokerConfig | None = None) -> BrokerConfig:
+    unknown = sorted(k for k in props if k not in BROKER_KEYS and k not in STORE_KEYS and k not in IGNORED_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
+    base = base or BrokerConfig()
+    changes: dict[str, Any] = {}
+    for key, raw in props.items():
+        spec = BROKER_KEYS.get(key)
+        if spec is None:
+            continue
+        name, convert = spec
+        try:
+            changes[name] = convert(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{key}={raw!r}: {exc}") from None
+    changes["store"] = store_config_from_properties(props, base.store)
+    return dataclasses.replace(base, **changes)
+
+
+def load_broker_conf(path: str | Path, base: BrokerConfig | None = None) -> BrokerConfig:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    return broker_config_from_properties(parse_properties(text), base)

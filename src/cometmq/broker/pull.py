@@ -1,0 +1,122 @@
+"""PULL_MESSAGE (11) with long polling."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from cometmq.broker.filters import tag_filter_for
+from cometmq.broker.long_polling import HeldPull
+from cometmq.net.connection import RemotingConnection
+from cometmq.protocol.codes import RemotingError, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import PullMessageRequestHeader
+from cometmq.protocol.remoting import RemotingCommand, make_response
+from cometmq.protocol.route import perm_readable
+from cometmq.store.status import GetResult, GetStatus
+
+if TYPE_CHECKING:
+    from cometmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# PullSysFlag bits
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+
+
+def _code_for(result: GetResult, request_offset: int) -> int:
+    status = result.status
+    if status is GetStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetStatus.MESSAGE_WAS_REMOVING, GetStatus.NO_MATCHED_MESSAGE):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+        return ResponseCode.PULL_OFFSET_MOVED if request_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if status in (GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_TOO_SMALL):
+        return ResponseCode.PULL_OFFSET_MOVED
+    return ResponseCode.PULL_NOT_FOUND  # OFFSET_FOUND_NULL, OFFSET_OVERFLOW_ONE
+
+
+class PullProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def pull(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
+        return self.process(conn, cmd, allow_suspend=True)
+
+    async def replay(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        """Run a held pull once more, suspending no longer, and send its answer."""
+        try:
+            response = self.process(conn, cmd, allow_suspend=False)
+        except RemotingError as exc:
+            response = make_response(cmd, exc.code, exc.remark)
+        except Exception as exc:  # an answer must go back, whatever happened
+            log.exception("replaying a held pull failed")
+            response = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if response is not None:
+            conn.send_response(response)
+
+    def process(self, conn: RemotingConnection, cmd: RemotingCommand, *, allow_suspend: bool) -> RemotingCommand | None:
+        try:
+            h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        broker = self.broker
+        if not perm_readable(broker.config.broker_permission):
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {broker.config.broker_name} is not readable")
+        group_cfg = broker.groups.find(h.consumer_group)
+        if group_cfg is None:
+            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group {h.consumer_group} does not exist")
+        if not group_cfg.consumeEnable:
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"group {h.consumer_group} may not consume")
+        topic_cfg = broker.topics.get(h.topic)
+        if topic_cfg is None:
+            raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist on this broker")
+        if not perm_readable(topic_cfg.perm):
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {h.topic} is not readable")
+        if h.queue_id < 0 or h.queue_id >= topic_cfg.read_queue_nums:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR,
+                                f"queueId {h.queue_id} is out of range: {h.topic} has {topic_cfg.read_queue_nums} "
+                                "read queues")
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            expression = h.subscription
+        else:
+            sub = broker.consumers.subscription(h.consumer_group, h.topic)
+            if sub is None:
+                raise RemotingError(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    f"group {h.consumer_group} has no subscription to {h.topic}")
+            expression = sub.sub_string
+        if h.expression_type not in (None, "", "TAG"):
+            raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                f"expression type {h.expression_type} is not supported here")
+        tag_filter = tag_filter_for(expression)
+
+        result = broker.store.get_messages(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter)
+        code = _code_for(result, h.queue_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
+            long_polling = broker.config.long_polling_enable
+            timeout_ms = h.suspend_timeout_millis if long_polling else broker.config.short_polling_time_ms
+            broker.hold.suspend(HeldPull(conn, cmd, h.topic, h.queue_id, h.queue_offset, tag_filter,
+                                         wake_on_arrival=long_polling), max(timeout_ms, 0) / 1000)
+            self._commit(h, allow_suspend)
+            return None
+        self._commit(h, allow_suspend)
+        next_offset = result.next_begin_offset
+        if code == ResponseCode.PULL_OFFSET_MOVED:
+            log.info("pull of %s-%d by %s at %d moved to %d (%s)", h.topic, h.queue_id, h.consumer_group,
+                     h.queue_offset, next_offset, result.status.value)
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_offset),
+               "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
+        if code == ResponseCode.SUCCESS:
+            body = b"".join(result.buffers)
+            return make_response(cmd, code, None, ext, body)
+        return make_response(cmd, code, result.status.value, ext)
+
+    def _commit(self, h: PullMessageRequestHeader, allow_suspend: bool) -> None:
+        # Only the first run of a request commits; a replay of a held pull must not commit again.
+        if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            self.broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)

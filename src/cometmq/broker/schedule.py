@@ -1,0 +1,164 @@
+"""4.x delay levels (RocketMQ's ScheduleMessageService).
+
+A message with the DELAY property is stored under SCHEDULE_TOPIC_XXXX, queue level-1, with its real
+topic and queue in REAL_TOPIC / REAL_QID. One task per level reads that queue in order: each message
+is due at its store time plus the level's delay (all messages of a level have the same delay, so the
+queue is in due order). Due messages are put back under their real topic with the same UNIQ_KEY. The
+progress per level is saved atomically after every delivered batch, so a restart re-delivers at most
+the batch that was being delivered when the process died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cometmq.broker.topics import SCHEDULE_TOPIC
+from cometmq.common.atomic_file import read_optional, write_atomic
+from cometmq.protocol.message import TRANSACTION_MASK, decode_record, pack_host
+from cometmq.protocol.properties import DELAY, REAL_QID, REAL_TOPIC, encode_properties
+from cometmq.store.message import DispatchRequest, MessageInner
+
+if TYPE_CHECKING:
+    from cometmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+BATCH = 64
+
+
+class ScheduleMessageService:
+    def __init__(self, broker: BrokerController, path: Path, clock: Callable[[], int]) -> None:
+        self.broker = broker
+        self.path = path
+        self.clock = clock
+        self.delays = broker.config.message_delay_level
+        #: level -> next offset to deliver in SCHEDULE_TOPIC queue level-1
+        self.offsets: dict[int, int] = {}
+        self._events: dict[int, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.delivered = 0
+
+    # -- on the send path -------------------------------------------------------------------------------
+    def rewrite_if_delayed(self, msg: MessageInner) -> None:
+        """Park a message with a DELAY level under the schedule topic (not transactional halves)."""
+        raw = msg.properties.get(DELAY)
+        if raw is None or msg.sys_flag & TRANSACTION_MASK:
+            return
+        try:
+            level = int(raw)
+        except ValueError:
+            return
+        if level <= 0:
+            return
+        level = min(level, len(self.delays))
+        props = msg.properties
+        props[DELAY] = str(level)
+        props[REAL_TOPIC] = msg.topic
+        props[REAL_QID] = str(msg.queue_id)
+        msg.topic = SCHEDULE_TOPIC
+        msg.queue_id = level - 1
+        msg.properties_raw = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def load(self) -> None:
+        raw = read_optional(self.path)
+        if raw:
+            try:
+                self.offsets = {int(k): int(v) for k, v in json.loads(raw)["offsetTable"].items()}
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.error("cannot read %s (%s); delay progress restarts from the queues' starts", self.path, exc)
+
+    def persist(self) -> None:
+        write_atomic(self.path, json.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+                     .encode())
+
+    async def start(self) -> None:
+        for level in range(1, len(self.delays) + 1):
+            self._events[level] = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._run_level(level), name=f"delay-level-{level}"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+        self._tasks.clear()
+        self.persist()
+
+    def on_arrival(self, req: DispatchRequest) -> None:
+        if req.topic == SCHEDULE_TOPIC:
+            event = self._events.get(req.queue_id + 1)
+            if event is not None:
+                event.set()
+
+    # -- delivery ---------------------------------------------------------------------------------------
+    async def _run_level(self, level: int) -> None:
+        delay = self.delays[level - 1]
+        queue_id = level - 1
+        event = self._events[level]
+        store = self.broker.store
+        while True:
+            event.clear()
+            offset = max(self.offsets.get(level, 0), store.min_offset(SCHEDULE_TOPIC, queue_id))
+            result = store.get_messages(SCHEDULE_TOPIC, queue_id, offset, BATCH, max_bytes=4 << 20)
+            wait_s: float | None = None
+            if result.buffers:
+                now = self.clock()
+                due: list[MessageInner] = []
+                next_offset = offset
+                for view, qoff in zip(result.buffers, result.queue_offsets, strict=True):
+                    rec, _ = decode_record(view)
+                    deliver_at = rec.store_timestamp + delay
+                    if deliver_at > now:
+                        wait_s = (deliver_at - now) / 1000
+                        break
+                    due.append(self._restore(rec))
+                    next_offset = qoff + 1
+                else:
+                    next_offset = result.next_begin_offset
+                if due:
+                    res = await self.broker.put_messages(due)
+                    if not res.ok:
+                        log.error("delay level %d: re-put failed (%s); retrying in 1 s", level, res.status.value)
+                        wait_s = 1.0
+                        next_offset = offset
+                    else:
+                        self.delivered += len(due)
+                if next_offset != offset:
+                    self.offsets[level] = next_offset
+                    self.persist()
+                    continue
+            elif result.next_begin_offset > offset and result.status.value != "OFFSET_OVERFLOW_ONE":
+                self.offsets[level] = result.next_begin_offset
+                continue
+            try:
+                if wait_s is None:
+                    await event.wait()
+                else:
+                    await asyncio.wait_for(event.wait(), min(wait_s, 3600))
+            except TimeoutError:
+                pass
+
+    def _restore(self, rec: object) -> MessageInner:
+        from cometmq.protocol.message import MessageRecord
+
+        assert isinstance(rec, MessageRecord)
+        props = dict(rec.properties)
+        topic = props.pop(REAL_TOPIC, rec.topic)
+        try:
+            queue_id = int(props.pop(REAL_QID, "0"))
+        except ValueError:
+            queue_id = 0
+        props.pop(DELAY, None)
+        return MessageInner(topic=topic, body=rec.body, queue_id=queue_id, properties=props,
+                            properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,
+                            born_timestamp=rec.born_timestamp, born_host=pack_host(*rec.born_host),
+                            reconsume_times=rec.reconsume_times)

@@ -1,0 +1,207 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import zlib
+from typing import TYPE_CHECKING
+
+from cometmq.broker.topics import RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, check_topic_name, dlq_topic, retry_topic
+from cometmq.net.connection import RemotingConnection
+from cometmq.protocol.batch import decode_batch
+from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader, send_header_from_v2
+from cometmq.protocol.message import SysFlag, decode_record, pack_host
+from cometmq.protocol.msgid import offset_msg_id
+from cometmq.protocol.properties import (
+    DELAY,
+    MAX_RECONSUME_TIMES,
+    ORIGIN_MESSAGE_ID,
+    REAL_QID,
+    REAL_TOPIC,
+    RETRY_TOPIC,
+    UNIQ_KEY,
+    decode_properties,
+    encode_properties,
+)
+from cometmq.protocol.remoting import RemotingCommand, make_response
+from cometmq.protocol.route import perm_writable
+from cometmq.store.message import MessageInner
+from cometmq.store.status import PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from cometmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+_PUT_STATUS_CODES = {
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutStatus.OS_ERROR: ResponseCode.SYSTEM_ERROR,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+
+
+def born_host_of(conn: RemotingConnection) -> bytes:
+    cached = conn.attributes.get("born_host")
+    if cached is None:
+        host, _, port = conn.remote_address.rpartition(":")
+        try:
+            cached = pack_host(host.strip("[]"), int(port))
+        except (ProtocolError, ValueError):
+            cached = b"\x7f\x00\x00\x01\x00\x00\x00\x00"  # an IPv6 peer: the v1 record has no room for it
+        conn.attributes["born_host"] = cached
+    return cached
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            if cmd.code == RequestCode.SEND_MESSAGE_V2:
+                header = send_header_from_v2(cmd.ext_fields)
+            else:
+                header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        broker = self.broker
+        if not perm_writable(broker.config.broker_permission):
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {broker.config.broker_name} is not writable")
+        topic_cfg = broker.topic_for_send(header.topic, header.default_topic, header.default_topic_queue_nums,
+                                          conn.remote_address)
+        if not perm_writable(topic_cfg.perm):
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {header.topic} is not writable")
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(topic_cfg.write_queue_nums)
+        elif queue_id >= topic_cfg.write_queue_nums:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR,
+                                f"queueId {queue_id} is out of range: {header.topic} has {topic_cfg.write_queue_nums}"
+                                " write queues")
+        born_host = born_host_of(conn)
+        batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        if batch:
+            msgs = self._batch_messages(header, cmd.body, queue_id, born_host)
+        else:
+            msgs = [self._single_message(header, cmd.body, queue_id, born_host)]
+        topic = header.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            for m in msgs:
+                self._retry_or_dlq(m, header)
+        for m in msgs:
+            broker.schedule.rewrite_if_delayed(m)
+        result = await broker.put_messages(msgs)
+        return self._response(cmd, result, queue_id)
+
+    def _single_message(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
+                        born_host: bytes) -> MessageInner:
+        try:
+            raw = header.properties.encode("utf-8")
+            props = decode_properties(raw)
+        except (ProtocolError, UnicodeEncodeError) as exc:
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad properties: {exc}") from None
+        return MessageInner(topic=header.topic, body=body, queue_id=queue_id, properties=props, properties_raw=raw,
+                            flag=header.flag, sys_flag=header.sys_flag, born_timestamp=header.born_timestamp,
+                            born_host=born_host, reconsume_times=header.reconsume_times)
+
+    def _batch_messages(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
+                        born_host: bytes) -> list[MessageInner]:
+        sys_flag = header.sys_flag
+        if sys_flag & SysFlag.COMPRESSED:
+            try:
+                body = zlib.decompress(body)
+            except zlib.error as exc:
+                raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"compressed batch does not inflate: {exc}") from None
+            sys_flag &= ~SysFlag.COMPRESSED
+        try:
+            items = decode_batch(body)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
+        if not items:
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        return [MessageInner(topic=header.topic, body=item.body, queue_id=queue_id, properties=dict(item.properties),
+                             flag=item.flag, sys_flag=sys_flag, born_timestamp=header.born_timestamp,
+                             born_host=born_host, reconsume_times=header.reconsume_times) for item in items]
+
+    def _retry_or_dlq(self, m: MessageInner, header: SendMessageRequestHeader) -> None:
+        """A client sending straight to a retry topic (Java's ``sendMessageBack`` fallback): past the
+        group's limit the message goes to the DLQ instead."""
+        group = m.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        cfg = self.broker.groups.find(group)
+        limit = header.max_reconsume_times if header.max_reconsume_times is not None else (
+            cfg.retryMaxTimes if cfg else self.broker.config.max_reconsume_times)
+        if m.reconsume_times >= limit:
+            dlq = dlq_topic(group)
+            self.broker.topics.create_system_topic(dlq, 1)
+            m.topic, m.queue_id = dlq, 0
+
+    def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
+        if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
+            code = ResponseCode.FLUSH_DISK_TIMEOUT
+        elif not result.ok:
+            raise RemotingError(_PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR),
+                                f"{result.status.value}: {result.remark}")
+        else:
+            code = ResponseCode.SUCCESS
+        store_host = self.broker.store.commitlog.store_host
+        ids = ",".join(offset_msg_id(store_host, r.phy_offset) for r in result.records)
+        first = result.records[0]
+        ext = {"msgId": ids, "queueId": str(queue_id),
+               "queueOffset": str(first.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        return make_response(cmd, code, None, ext)
+
+    # -- CONSUMER_SEND_MSG_BACK ---------------------------------------------------------------------------
+    async def send_back(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        broker = self.broker
+        cfg = broker.groups.find(header.group)
+        if cfg is None:
+            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group {header.group} does not exist")
+        view = broker.store.read_record(header.offset)
+        if view is None:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")
+        rec, _ = decode_record(view)
+        props = dict(rec.properties)
+        props.setdefault(RETRY_TOPIC, rec.topic)
+        origin = header.origin_msg_id or props.get(ORIGIN_MESSAGE_ID) or props.get(UNIQ_KEY) or offset_msg_id(
+            broker.store.commitlog.store_host, header.offset)
+        props[ORIGIN_MESSAGE_ID] = origin
+        max_times = header.max_reconsume_times if header.max_reconsume_times is not None else cfg.retryMaxTimes
+        delay_level = header.delay_level
+        if rec.reconsume_times >= max_times or delay_level < 0:
+            topic = dlq_topic(header.group)
+            broker.topics.create_system_topic(topic, 1)
+            queue_id = 0
+            props.pop(DELAY, None)
+        else:
+            topic = retry_topic(header.group)
+            retry_cfg = broker.topics.create_system_topic(topic, cfg.retryQueueNums)
+            queue_id = random.randrange(retry_cfg.write_queue_nums)
+            if delay_level == 0:
+                delay_level = 3 + rec.reconsume_times
+            props[DELAY] = str(min(delay_level, len(broker.config.message_delay_level)))
+        props.pop(REAL_TOPIC, None)
+        props.pop(REAL_QID, None)
+        props[MAX_RECONSUME_TIMES] = str(max_times)
+        msg = MessageInner(topic=topic, body=rec.body, queue_id=queue_id, properties=props,
+                           properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,
+                           born_timestamp=rec.born_timestamp, born_host=pack_host(*rec.born_host),
+                           reconsume_times=rec.reconsume_times + 1)
+        broker.schedule.rewrite_if_delayed(msg)
+        result = await broker.put_messages([msg])
+        if not result.ok:
+            raise RemotingError(_PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR), result.remark)
+        return make_response(cmd, ResponseCode.SUCCESS)
+
+
+__all__ = ["SCHEDULE_TOPIC", "SendProcessor", "born_host_of", "check_topic_name"]

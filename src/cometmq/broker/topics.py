@@ -1,0 +1,124 @@
+"""Topic configs: create, auto-create, delete, persist (config/topics.json, written atomically)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from cometmq.common.atomic_file import read_optional, write_atomic
+from cometmq.protocol.codes import RemotingError, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.route import PERM_INHERIT, PERM_READ_WRITE, TopicConfig
+
+log = logging.getLogger(__name__)
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TOPIC_NAME_MAX = 127
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def check_topic_name(topic: str) -> None:
+    """Raise RemotingError(MESSAGE_ILLEGAL) naming what is wrong with ``topic``."""
+    if not topic or not topic.strip():
+        raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "the topic name is empty")
+    if len(topic) > TOPIC_NAME_MAX:
+        raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"the topic name is longer than {TOPIC_NAME_MAX} characters")
+    if not _TOPIC_RE.match(topic):
+        raise RemotingError(ResponseCode.MESSAGE_ILLEGAL,
+                            f"the topic name {topic!r} may only contain letters, digits, %, |, - and _")
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+class TopicConfigManager:
+    def __init__(self, path: Path, *, default_queue_nums: int = 4, broker_perm: int = PERM_READ_WRITE,
+                 on_change: Callable[[], None] | None = None) -> None:
+        self.path = path
+        self.default_queue_nums = default_queue_nums
+        self.broker_perm = broker_perm
+        self.topics: dict[str, TopicConfig] = {}
+        self.on_change = on_change
+        self.data_version = 0
+
+    def load(self) -> None:
+        raw = read_optional(self.path)
+        if raw:
+            try:
+                table = json.loads(raw)["topicConfigTable"]
+                self.topics = {name: TopicConfig.from_json(cfg) for name, cfg in table.items()}
+            except (ValueError, KeyError, TypeError, ProtocolError) as exc:
+                bad = self.path.with_name(self.path.name + ".bad")
+                log.error("cannot read %s (%s); set aside as %s", self.path, exc, bad)
+                self.path.rename(bad)
+                self.topics = {}
+        # System topics RocketMQ clients expect to exist.
+        self._ensure(TopicConfig(AUTO_CREATE_TOPIC_KEY, 8, 8, PERM_READ_WRITE | PERM_INHERIT))
+        self._ensure(TopicConfig(SELF_TEST_TOPIC, 1, 1))
+        self._ensure(TopicConfig(SCHEDULE_TOPIC, 18, 18))
+
+    def _ensure(self, cfg: TopicConfig) -> None:
+        if cfg.topic_name not in self.topics:
+            self.topics[cfg.topic_name] = cfg
+
+    def persist(self) -> None:
+        body = {"topicConfigTable": {n: c.to_json() for n, c in sorted(self.topics.items())},
+                "dataVersion": {"timestamp": 0, "counter": self.data_version}}
+        write_atomic(self.path, json.dumps(body, indent=1).encode())
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def put(self, cfg: TopicConfig) -> TopicConfig:
+        check_topic_name(cfg.topic_name)
+        if cfg.read_queue_nums < 1 or cfg.write_queue_nums < 1 or cfg.read_queue_nums > 1024 \
+                or cfg.write_queue_nums > 1024:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
+        self.topics[cfg.topic_name] = cfg
+        self._changed()
+        return cfg
+
+    def delete(self, topic: str) -> bool:
+        if self.topics.pop(topic, None) is None:
+            return False
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        self.data_version += 1
+        self.persist()
+        if self.on_change is not None:
+            self.on_change()
+
+    def create_in_send(self, topic: str, default_topic: str, queue_nums: int, sys_flag: int = 0) -> TopicConfig | None:
+        """Auto-create ``topic`` from its default topic (TBW102) when that one allows it (INHERIT)."""
+        existing = self.topics.get(topic)
+        if existing is not None:
+            return existing
+        base = self.topics.get(default_topic)
+        if base is None or not (base.perm & PERM_INHERIT):
+            return None
+        nums = max(1, min(queue_nums, base.write_queue_nums))
+        return self.put(TopicConfig(topic, nums, nums, PERM_READ_WRITE, topic_sys_flag=sys_flag))
+
+    def create_system_topic(self, topic: str, queue_nums: int = 1, perm: int = PERM_READ_WRITE) -> TopicConfig:
+        """Retry, DLQ and other broker-made topics."""
+        existing = self.topics.get(topic)
+        if existing is not None:
+            return existing
+        return self.put(TopicConfig(topic, queue_nums, queue_nums, perm))
+
+    def all(self) -> list[TopicConfig]:
+        return list(self.topics.values())

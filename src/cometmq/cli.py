@@ -1,0 +1,151 @@
+"""The ``cometmq`` command: namesrv, broker, and serve (both in one process)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cometmq import __version__
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="cometmq: a RocketMQ-compatible message broker written in Python.")
+
+log = logging.getLogger("cometmq")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+async def _wait_for_signal() -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _run(main: object) -> None:
+    from cometmq.net.loop import run
+
+    try:
+        run(main)  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        pass
+
+
+def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | None, namesrv: str | None):  # type: ignore[no-untyped-def]
+    from cometmq.broker.config import BrokerConfig, load_broker_conf
+    from cometmq.store.config import ConfigError
+
+    try:
+        cfg = load_broker_conf(conf) if conf else BrokerConfig()
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="-c/--config") from None
+    changes: dict[str, object] = {"listen_host": host}
+    if port is not None:
+        changes["listen_port"] = port
+    if namesrv is not None:
+        changes["namesrv_addr"] = namesrv
+    if data is not None or conf is None:
+        changes["store"] = cfg.store.replace(store_path=(data or Path("data")).resolve())
+    return cfg.replace(**changes)
+
+
+@app.command()
+def namesrv(
+    port: Annotated[int, typer.Option(help="port to listen on")] = 9876,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+) -> None:
+    """Run a nameserver (route registry)."""
+    _setup_logging(log_level)
+    from cometmq.namesrv.server import NamesrvConfig, NamesrvController
+
+    async def main() -> None:
+        ctl = NamesrvController(NamesrvConfig(host=host, port=port))
+        await ctl.start()
+        print(f"cometmq namesrv listening on {host}:{ctl.port}", flush=True)
+        try:
+            await _wait_for_signal()
+        finally:
+            await ctl.stop()
+
+    _run(main())
+
+
+@app.command()
+def broker(
+    config: Annotated[Path | None, typer.Option("-c", "--config", help="a RocketMQ-style broker.conf")] = None,
+    data: Annotated[Path | None, typer.Option(help="data folder (storePathRootDir)")] = None,
+    port: Annotated[int | None, typer.Option(help="remoting port (listenPort)")] = None,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    namesrv: Annotated[str | None, typer.Option(help="nameservers, 'host:port;host:port'")] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+) -> None:
+    """Run a broker that registers with the given nameservers."""
+    _setup_logging(log_level)
+    from cometmq.broker.controller import BrokerController
+
+    cfg = _broker_config(config, data, host, port, namesrv)
+
+    async def main() -> None:
+        ctl = BrokerController(cfg)
+        await ctl.start()
+        print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}, data in {cfg.store.store_path}", flush=True)
+        try:
+            await _wait_for_signal()
+        finally:
+            await ctl.stop()
+
+    _run(main())
+
+
+@app.command()
+def serve(
+    data: Annotated[Path | None, typer.Option(help="data folder")] = None,
+    namesrv_port: Annotated[int, typer.Option(help="nameserver port")] = 9876,
+    broker_port: Annotated[int, typer.Option(help="broker remoting port")] = 10911,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    config: Annotated[Path | None, typer.Option("-c", "--config", help="a RocketMQ-style broker.conf")] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+) -> None:
+    """Run a nameserver and a broker in one process (development, tests, single machine)."""
+    _setup_logging(log_level)
+    from cometmq.broker.controller import BrokerController
+    from cometmq.namesrv.server import NamesrvConfig, NamesrvController
+
+    async def main() -> None:
+        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port))
+        await ns.start()
+        cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}")
+        ctl = BrokerController(cfg)
+        await ctl.start()
+        print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}, data in {cfg.store.store_path}",
+              flush=True)
+        try:
+            await _wait_for_signal()
+        finally:
+            await ctl.stop()
+            await ns.stop()
+
+    _run(main())
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

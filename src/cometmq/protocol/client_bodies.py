@@ -1,0 +1,204 @@
+"""JSON bodies exchanged between clients and brokers: heartbeats, queue locks, consumer lists."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cometmq.protocol.errors import ProtocolError
+
+# ConsumeType / MessageModel / ConsumeFromWhere are sent as ordinals by the C++ client and as names by Java.
+CONSUME_ACTIVELY = "CONSUME_ACTIVELY"
+CONSUME_PASSIVELY = "CONSUME_PASSIVELY"
+CONSUME_POP = "CONSUME_POP"
+BROADCASTING = "BROADCASTING"
+CLUSTERING = "CLUSTERING"
+_CONSUME_TYPES = [CONSUME_ACTIVELY, CONSUME_PASSIVELY, CONSUME_POP]
+_MODELS = [BROADCASTING, CLUSTERING]
+_FROM_WHERE = {0: "CONSUME_FROM_LAST_OFFSET", 1: "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+               2: "CONSUME_FROM_MIN_OFFSET", 3: "CONSUME_FROM_MAX_OFFSET", 4: "CONSUME_FROM_FIRST_OFFSET",
+               5: "CONSUME_FROM_TIMESTAMP"}
+
+
+def _enum(value: Any, names: list[str] | dict[int, str], what: str) -> str:
+    if isinstance(value, bool):
+        raise ProtocolError(f"{what} is a boolean")
+    if isinstance(value, int):
+        try:
+            return names[value]
+        except (IndexError, KeyError):
+            raise ProtocolError(f"{what} ordinal {value} is unknown") from None
+    if isinstance(value, str):
+        return value
+    raise ProtocolError(f"{what} has a bad value {value!r}")
+
+
+def loads_object(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{what} body is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{what} body is not a JSON object")
+    return raw
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = "*"
+    sub_version: int = 0
+    expression_type: str = "TAG"
+    tags: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SubscriptionData:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("topic"), str):
+            raise ProtocolError("subscription without a topic")
+        try:
+            version = int(raw.get("subVersion", 0) or 0)
+        except (TypeError, ValueError):
+            raise ProtocolError(f"bad subVersion {raw.get('subVersion')!r}") from None
+        sub = raw.get("subString", "*")
+        return cls(topic=raw["topic"], sub_string=str(sub if sub is not None else "*"), sub_version=version,
+                   expression_type=str(raw.get("expressionType") or "TAG"),
+                   tags=tuple(str(t) for t in raw.get("tagsSet") or ()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "subString": self.sub_string, "subVersion": self.sub_version,
+                "expressionType": self.expression_type, "tagsSet": list(self.tags), "codeSet": []}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerData:
+    group_name: str
+    consume_type: str = CONSUME_PASSIVELY
+    message_model: str = CLUSTERING
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscriptions: tuple[SubscriptionData, ...] = ()
+    unit_mode: bool = False
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ConsumerData:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("groupName"), str):
+            raise ProtocolError("consumer data without a groupName")
+        subs = raw.get("subscriptionDataSet") or []
+        if not isinstance(subs, list):
+            raise ProtocolError("subscriptionDataSet is not a list")
+        return cls(
+            group_name=raw["groupName"],
+            consume_type=_enum(raw.get("consumeType", 1), _CONSUME_TYPES, "consumeType"),
+            message_model=_enum(raw.get("messageModel", 1), _MODELS, "messageModel"),
+            consume_from_where=_enum(raw.get("consumeFromWhere", 0), _FROM_WHERE, "consumeFromWhere"),
+            subscriptions=tuple(SubscriptionData.from_json(s) for s in subs),
+            unit_mode=bool(raw.get("unitMode", False)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groupName": self.group_name, "consumeType": self.consume_type, "messageModel": self.message_model,
+                "consumeFromWhere": self.consume_from_where, "unitMode": self.unit_mode,
+                "subscriptionDataSet": [s.to_json() for s in self.subscriptions]}
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatData:
+    client_id: str
+    producer_groups: tuple[str, ...] = ()
+    consumers: tuple[ConsumerData, ...] = ()
+
+    @classmethod
+    def decode(cls, body: bytes) -> HeartbeatData:
+        raw = loads_object(body, "heartbeat")
+        client_id = raw.get("clientID")
+        if not isinstance(client_id, str) or not client_id:
+            raise ProtocolError("heartbeat without a clientID")
+        producers = raw.get("producerDataSet") or []
+        consumers = raw.get("consumerDataSet") or []
+        if not isinstance(producers, list) or not isinstance(consumers, list):
+            raise ProtocolError("heartbeat data sets are not lists")
+        groups = []
+        for p in producers:
+            if not isinstance(p, Mapping) or not isinstance(p.get("groupName"), str):
+                raise ProtocolError("producer data without a groupName")
+            groups.append(p["groupName"])
+        return cls(client_id, tuple(groups), tuple(ConsumerData.from_json(c) for c in consumers))
+
+    def encode(self) -> bytes:
+        return dumps({"clientID": self.client_id,
+                      "producerDataSet": [{"groupName": g} for g in self.producer_groups],
+                      "consumerDataSet": [c.to_json() for c in self.consumers]})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    @classmethod
+    def from_json(cls, raw: Any) -> MessageQueue:
+        if not isinstance(raw, Mapping):
+            raise ProtocolError("message queue is not an object")
+        try:
+            return cls(str(raw["topic"]), str(raw["brokerName"]), int(raw["queueId"]))
+        except (KeyError, TypeError, ValueError):
+            raise ProtocolError(f"bad message queue {raw!r}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchBody:
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ request body."""
+
+    consumer_group: str
+    client_id: str
+    mq_set: frozenset[MessageQueue] = field(default_factory=frozenset)
+    only_this_broker: bool = False
+
+    @classmethod
+    def decode(cls, body: bytes) -> LockBatchBody:
+        raw = loads_object(body, "lock batch")
+        group, client = raw.get("consumerGroup"), raw.get("clientId")
+        if not isinstance(group, str) or not isinstance(client, str):
+            raise ProtocolError("lock batch body needs consumerGroup and clientId")
+        mqs = raw.get("mqSet") or []
+        if not isinstance(mqs, list):
+            raise ProtocolError("mqSet is not a list")
+        return cls(group, client, frozenset(MessageQueue.from_json(m) for m in mqs), bool(raw.get("onlyThisBroker")))
+
+    def encode(self) -> bytes:
+        return dumps({"consumerGroup": self.consumer_group, "clientId": self.client_id,
+                      "onlyThisBroker": self.only_this_broker,
+                      "mqSet": [m.to_json() for m in sorted(self.mq_set)]})
+
+
+def encode_lock_ok(mqs: frozenset[MessageQueue] | set[MessageQueue]) -> bytes:
+    return dumps({"lockOKMQSet": [m.to_json() for m in sorted(mqs)]})
+
+
+def decode_lock_ok(body: bytes) -> frozenset[MessageQueue]:
+    raw = loads_object(body, "lock result")
+    items = raw.get("lockOKMQSet") or []
+    if not isinstance(items, list):
+        raise ProtocolError("lockOKMQSet is not a list")
+    return frozenset(MessageQueue.from_json(m) for m in items)
+
+
+def encode_consumer_list(client_ids: list[str]) -> bytes:
+    return dumps({"consumerIdList": client_ids})
+
+
+def decode_consumer_list(body: bytes) -> list[str]:
+    raw = loads_object(body, "consumer list")
+    ids = raw.get("consumerIdList") or []
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ProtocolError("consumerIdList is not a list of strings")
+    return list(ids)

@@ -1,0 +1,199 @@
+"""Offsets, heartbeats and membership, retries and dead letters, delay levels, locks, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from cometmq.net.client import RemotingClient
+from cometmq.protocol.client_bodies import (
+    ConsumerData,
+    HeartbeatData,
+    LockBatchBody,
+    MessageQueue,
+    SubscriptionData,
+    decode_consumer_list,
+    decode_lock_ok,
+)
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.message import iter_records
+from cometmq.protocol.remoting import RemotingCommand, make_request
+
+from .conftest import StartBroker, props, pull_request, send_request
+
+
+def heartbeat(client_id: str, group: str, topic: str) -> RemotingCommand:
+    data = HeartbeatData(client_id, (), (ConsumerData(group, subscriptions=(SubscriptionData(topic, "*"),)),))
+    return make_request(RequestCode.HEART_BEAT, {}, data.encode())
+
+
+async def pull_all(client: RemotingClient, addr: str, topic: str, queue_id: int = 0, group: str = "cg") -> list[bytes]:
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        r = await client.invoke(addr, pull_request(topic, offset, queue_id, group=group, sys_flag=4))
+        if r.code != ResponseCode.SUCCESS:
+            return out
+        out.extend(x.body for x in iter_records(r.body))
+        offset = int(r.ext_fields["nextBeginOffset"])
+
+
+async def test_consumer_offsets_persist(start_broker: StartBroker, client: RemotingClient, tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "b")
+    await client.invoke(b.addr, send_request("O", b"x"))
+    q = {"consumerGroup": "g", "topic": "O", "queueId": 0}
+    r = await client.invoke(b.addr, make_request(RequestCode.QUERY_CONSUMER_OFFSET, q))
+    assert r.code == ResponseCode.SUCCESS and r.ext_fields["offset"] == "0"  # a queue that starts at 0
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "1"}))
+    assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, make_request(RequestCode.QUERY_CONSUMER_OFFSET, q))
+    assert r.ext_fields["offset"] == "1"
+    # A pull with the commit flag commits too.
+    await client.invoke(b.addr, pull_request("O", 1, group="g2", sys_flag=5, commitOffset="1"))
+    assert b.offsets.query("g2", "O", 0) == 1
+    await b.stop()
+    b2 = await start_broker(tmp_path / "b")
+    r = await client.invoke(b2.addr, make_request(RequestCode.QUERY_CONSUMER_OFFSET, q))
+    assert r.ext_fields["offset"] == "1"
+    assert await pull_all(client, b2.addr, "O") == [b"x"]
+    for code in (RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET):
+        r = await client.invoke(b2.addr, make_request(code, {"topic": "O", "queueId": 0}))
+        assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b2.addr, make_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                                  {"topic": "O", "queueId": 0, "timestamp": "0"}))
+    assert r.ext_fields["offset"] == "0"
+
+
+async def test_heartbeat_membership_and_notify(start_broker: StartBroker) -> None:
+    b = await start_broker()
+    notified: list[str] = []
+
+    async def on_notify(conn: object, cmd: RemotingCommand) -> None:
+        notified.append(cmd.ext_fields["consumerGroup"])
+
+    c1 = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: on_notify})
+    c2 = RemotingClient()
+    try:
+        r = await c1.invoke(b.addr, heartbeat("client-1", "G", "T"))
+        assert r.code == ResponseCode.SUCCESS
+        assert b.topics.get("%RETRY%G") is not None
+        await c2.invoke(b.addr, heartbeat("client-2", "G", "T"))
+        for _ in range(100):
+            if len(notified) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert "G" in notified
+        r = await c1.invoke(b.addr, make_request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}))
+        assert decode_consumer_list(r.body) == ["client-1", "client-2"]
+        before = len(notified)
+        await c2.close()
+        for _ in range(200):
+            if b.consumers.client_ids("G") == ["client-1"] and len(notified) > before:
+                break
+            await asyncio.sleep(0.01)
+        assert b.consumers.client_ids("G") == ["client-1"]
+        assert len(notified) > before  # the leaving client made the broker notify the one that stayed
+        bad = make_request(RequestCode.HEART_BEAT, {}, b"{not json")
+        r = await c1.invoke(b.addr, bad)
+        assert r.code == ResponseCode.SYSTEM_ERROR and "heartbeat" in (r.remark or "")
+        r = await c1.invoke(b.addr, make_request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "none"}))
+        assert r.code == ResponseCode.SYSTEM_ERROR
+    finally:
+        await c1.close()
+
+
+async def test_send_back_goes_to_retry_then_dlq(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    r = await client.invoke(b.addr, send_request("R", b"payload", 0, props(UNIQ_KEY="ORIG1", TAGS="t")))
+    offset = 0
+    for sent_back in range(1, 4):
+        r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK,
+                                                     {"offset": str(offset), "group": "cg", "delayLevel": "1",
+                                                      "maxReconsumeTimes": "2"}))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        # The retry copy waits on delay level 1 (300 ms here), then lands in %RETRY%cg.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            got = await pull_all(client, b.addr, "%RETRY%cg")
+            dlq = await pull_all(client, b.addr, "%DLQ%cg")
+            if len(got) + len(dlq) >= sent_back:
+                break
+            await asyncio.sleep(0.05)
+        r2 = await client.invoke(b.addr, pull_request("%RETRY%cg", sent_back - 1, sys_flag=4))
+        if sent_back <= 2:
+            [rec] = list(iter_records(r2.body))
+            assert rec.body == b"payload" and rec.reconsume_times == sent_back
+            assert rec.properties["RETRY_TOPIC"] == "R" and rec.properties["ORIGIN_MESSAGE_ID"] == "ORIG1"
+            assert "REAL_TOPIC" not in rec.properties and "DELAY" not in rec.properties
+            offset = rec.physical_offset
+    dlq = await pull_all(client, b.addr, "%DLQ%cg")
+    assert dlq == [b"payload"]
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK,
+                                                 {"offset": "999999", "group": "cg", "delayLevel": "0"}))
+    assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_delay_levels_deliver_on_time_and_survive_restart(start_broker: StartBroker, client: RemotingClient,
+                                                                tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "d")
+    t0 = time.monotonic()
+    await client.invoke(b.addr, send_request("Delay", b"soon", 0, props(DELAY="1", UNIQ_KEY="D1")))
+    await client.invoke(b.addr, send_request("Delay", b"later", 0, props(DELAY="3", UNIQ_KEY="D3")))
+    assert await pull_all(client, b.addr, "Delay") == []
+    while not await pull_all(client, b.addr, "Delay"):
+        await asyncio.sleep(0.02)
+        assert time.monotonic() - t0 < 5
+    first = time.monotonic() - t0
+    assert first >= 0.25  # level 1 is 300 ms here
+    await b.stop()  # "later" (900 ms) is still waiting
+    b2 = await start_broker(tmp_path / "d")
+    while len(await pull_all(client, b2.addr, "Delay")) < 2:
+        await asyncio.sleep(0.02)
+        assert time.monotonic() - t0 < 10
+    r = await client.invoke(b2.addr, pull_request("Delay", 0, sys_flag=4))
+    recs = list(iter_records(r.body))
+    assert [x.body for x in recs] == [b"soon", b"later"]
+    assert [x.properties["UNIQ_KEY"] for x in recs] == ["D1", "D3"]
+    await asyncio.sleep(0.5)
+    assert len(await pull_all(client, b2.addr, "Delay")) == 2  # delivered once, not again after the restart
+
+
+async def test_queue_locks(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    mqs = frozenset(MessageQueue("T", "broker-a", i) for i in range(4))
+    r = await client.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
+                                                 LockBatchBody("G", "c1", mqs).encode()))
+    assert decode_lock_ok(r.body) == mqs
+    r = await client.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
+                                                 LockBatchBody("G", "c2", mqs).encode()))
+    assert decode_lock_ok(r.body) == frozenset()
+    half = frozenset(list(sorted(mqs))[:2])
+    await client.invoke(b.addr, make_request(RequestCode.UNLOCK_BATCH_MQ, {}, LockBatchBody("G", "c1", half).encode()))
+    r = await client.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
+                                                 LockBatchBody("G", "c2", mqs).encode()))
+    assert decode_lock_ok(r.body) == half
+    r = await client.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {}, b"[]"))
+    assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_admin_topics_and_message_queries(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker(auto_create_topic_enable=False)
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                                 {"topic": "Made", "readQueueNums": 2, "writeQueueNums": 2,
+                                                  "perm": 6}))
+    assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, send_request("Made", b"hi", 1, props(KEYS="order-7", UNIQ_KEY="UQ")))
+    assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, make_request(RequestCode.QUERY_MESSAGE, {"topic": "Made", "key": "order-7",
+                                                                               "maxNum": 10, "beginTimestamp": 0,
+                                                                               "endTimestamp": 2**62}))
+    assert [x.body for x in iter_records(r.body)] == [b"hi"]
+    r = await client.invoke(b.addr, make_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"}))
+    assert [x.body for x in iter_records(r.body)] == [b"hi"]
+    r = await client.invoke(b.addr, make_request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))
+    assert b'"Made"' in r.body
+    r = await client.invoke(b.addr, make_request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Made"}))
+    assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, send_request("Made", b"again", 0))
+    assert r.code == ResponseCode.TOPIC_NOT_EXIST

@@ -1,0 +1,153 @@
+"""Send and pull over real sockets, with the broker's answers for good and bad requests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+
+from cometmq.net.client import RemotingClient
+from cometmq.protocol.batch import encode_batch
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
+from cometmq.protocol.message import iter_records
+from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.remoting import make_request
+
+from .conftest import StartBroker, props, pull_request, send_request
+
+
+async def test_send_then_pull(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    r = await client.invoke(b.addr, send_request("T1", b"hello", 1, props(TAGS="a", UNIQ_KEY="U1", KEYS="k1")))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert r.ext_fields["queueId"] == "1" and r.ext_fields["queueOffset"] == "0"
+    mid = decode_offset_msg_id(r.ext_fields["msgId"])
+    assert (mid.host, mid.port, mid.offset) == ("127.0.0.1", int(b.addr.split(":")[1]), 0)
+    r = await client.invoke(b.addr, pull_request("T1", 0, 1))
+    assert r.code == ResponseCode.SUCCESS
+    assert (r.ext_fields["nextBeginOffset"], r.ext_fields["minOffset"], r.ext_fields["maxOffset"]) == ("1", "0", "1")
+    [rec] = list(iter_records(r.body, check_crc=True))
+    assert (rec.topic, rec.body, rec.queue_id, rec.queue_offset, rec.tags) == ("T1", b"hello", 1, 0, "a")
+    assert rec.store_host == ("127.0.0.1", int(b.addr.split(":")[1]))
+    assert rec.physical_offset == 0
+
+
+async def test_v2_header_and_batches(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    h = SendMessageRequestHeader(producer_group="pg", topic="T2", queue_id=0, properties=props(TAGS="v2"))
+    r = await client.invoke(b.addr, make_request(RequestCode.SEND_MESSAGE_V2, send_header_to_v2(h), b"v2-body"))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    body = encode_batch([(f"m{i}".encode(), {"UNIQ_KEY": f"B{i}", "TAGS": "bt"}, 0) for i in range(5)])
+    for flag in ("1", "true"):
+        r = await client.invoke(b.addr, send_request("T2", body, 0, batch=flag))
+        assert r.code == ResponseCode.SUCCESS and len(r.ext_fields["msgId"].split(",")) == 5
+    r = await client.invoke(b.addr, send_request("T2", zlib.compress(body), 0, batch="1", sysFlag=1))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    r = await client.invoke(b.addr, pull_request("T2", 0, 0))
+    recs = list(iter_records(r.body))
+    assert [x.body for x in recs] == [b"v2-body"] + [f"m{i}".encode() for i in range(5)] * 3
+    assert all(x.sys_flag & 1 == 0 for x in recs)
+    assert [x.queue_offset for x in recs] == list(range(16))
+
+
+async def test_bad_sends_are_refused_with_a_remark(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker(auto_create_topic_enable=False)
+    r = await client.invoke(b.addr, send_request("NoSuchTopic", b"x"))
+    assert r.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in (r.remark or "")
+    r = await client.invoke(b.addr, send_request("bad topic!", b"x"))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "topic" in (r.remark or "")
+    r = await client.invoke(b.addr, send_request("T", b"x", queueId="zero"))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "queueId" in (r.remark or "")
+    r = await client.invoke(b.addr, send_request("SELF_TEST_TOPIC", b"x", queue_id=7))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "out of range" in (r.remark or "")
+    r = await client.invoke(b.addr, send_request("SELF_TEST_TOPIC", b"x" * (256 * 1024 + 1)))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL
+    r = await client.invoke(b.addr, send_request("SELF_TEST_TOPIC", b"junk", batch="1"))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "batch" in (r.remark or "")
+    assert b.store.commitlog.max_offset == 0
+    # The server is still there and works.
+    r = await client.invoke(b.addr, send_request("SELF_TEST_TOPIC", b"fine"))
+    assert r.code == ResponseCode.SUCCESS
+
+
+async def test_pull_statuses(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    for i in range(3):
+        await client.invoke(b.addr, send_request("P", f"{i}".encode(), 0, props(TAGS="A" if i != 1 else "B")))
+    r = await client.invoke(b.addr, pull_request("P", 0, subscription="A"))
+    assert [x.body for x in iter_records(r.body)] == [b"0", b"2"]
+    r = await client.invoke(b.addr, pull_request("P", 1, subscription="B || C", sys_flag=4))
+    assert [x.body for x in iter_records(r.body)] == [b"1"]
+    r = await client.invoke(b.addr, pull_request("P", 3, sys_flag=4))
+    assert r.code == ResponseCode.PULL_NOT_FOUND and r.ext_fields["nextBeginOffset"] == "3"
+    r = await client.invoke(b.addr, pull_request("P", 100, sys_flag=4))
+    assert r.code == ResponseCode.PULL_OFFSET_MOVED and r.ext_fields["maxOffset"] == "3"
+    r = await client.invoke(b.addr, pull_request("Missing", 0, sys_flag=4))
+    assert r.code == ResponseCode.TOPIC_NOT_EXIST
+    r = await client.invoke(b.addr, pull_request("P", 0, queue_id=9, sys_flag=4))
+    assert r.code == ResponseCode.SYSTEM_ERROR
+    r = await client.invoke(b.addr, pull_request("P", 0, sys_flag=0))  # no subscription known for the group
+    assert r.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+
+
+async def test_long_poll_is_woken_by_the_arrival(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("L", b"first"))
+    held = asyncio.ensure_future(client.invoke(b.addr, pull_request("L", 1, suspend_ms=20_000), 30))
+    while b.hold.held_count == 0:
+        await asyncio.sleep(0.005)
+    t0 = time.perf_counter()
+    await client.invoke(b.addr, send_request("L", b"second"))
+    r = await asyncio.wait_for(held, 10)
+    waited = time.perf_counter() - t0
+    assert r.code == ResponseCode.SUCCESS and [x.body for x in iter_records(r.body)] == [b"second"]
+    assert waited < 2.0  # woken by the arrival, not by the 5 s re-check or the 20 s timeout
+    assert b.hold.woken_by_arrival == 1 and b.hold.woken_by_check == 0
+
+
+async def test_long_poll_ignores_non_matching_tags_and_times_out(start_broker: StartBroker,
+                                                                 client: RemotingClient) -> None:
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("F", b"x", 0, props(TAGS="A")))
+    held = asyncio.ensure_future(client.invoke(b.addr, pull_request("F", 1, subscription="B", suspend_ms=700), 10))
+    while b.hold.held_count == 0:
+        await asyncio.sleep(0.005)
+    await client.invoke(b.addr, send_request("F", b"y", 0, props(TAGS="A")))
+    await asyncio.sleep(0.1)
+    assert not held.done()
+    r = await asyncio.wait_for(held, 10)
+    assert r.code in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_NOT_FOUND)
+    assert r.ext_fields["nextBeginOffset"] == "2"
+    assert b.hold.woken_by_timeout == 1
+
+
+async def test_short_polling_answers_after_the_short_interval(start_broker: StartBroker,
+                                                              client: RemotingClient) -> None:
+    b = await start_broker(long_polling_enable=False, short_polling_time_ms=300)
+    await client.invoke(b.addr, send_request("S", b"x"))
+    t0 = time.perf_counter()
+    r = await client.invoke(b.addr, pull_request("S", 1, suspend_ms=15_000), 10)
+    elapsed = time.perf_counter() - t0
+    assert r.code == ResponseCode.PULL_NOT_FOUND
+    assert 0.25 < elapsed < 5
+
+
+async def test_held_pull_of_a_closed_connection_is_dropped(start_broker: StartBroker) -> None:
+    b = await start_broker()
+    c = RemotingClient()
+    await c.invoke(b.addr, send_request("D", b"x"))
+    fut = asyncio.ensure_future(c.invoke(b.addr, pull_request("D", 1, suspend_ms=20_000), 30))
+    while b.hold.held_count == 0:
+        await asyncio.sleep(0.005)
+    await c.close()
+    for _ in range(200):
+        if b.hold.held_count == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert b.hold.held_count == 0
+    fut.cancel()
+    client2 = RemotingClient()
+    r = await client2.invoke(b.addr, send_request("D", b"y"))
+    assert r.code == ResponseCode.SUCCESS
+    await client2.close()

@@ -237,9 +237,12 @@ def test_put_cut_short_by_a_crash(tmp_path: Path) -> None:
     index = service(tmp_path, slots=8, entries=16)
     assert index.max_phy_offset == 20
     assert index.query("T#a", 10, 0, 2**62) == [10]
-    index.put("T#a", 30, T0 + 1)
-    index.put("T#c", 40, T0 + 1)
-    assert index.query("T#a", 10, 0, 2**62) == [30, 10]
+    # The next put reuses entry 3 for another slot; T#a's slot must no longer lead there.
+    assert key_hash("T#c") % 8 != key_hash("T#a") % 8
+    index.put("T#c", 30, T0 + 1)
+    index.put("T#a", 40, T0 + 1)
+    assert index.query("T#a", 10, 0, 2**62) == [40, 10]
+    assert index.query("T#c", 10, 0, 2**62) == [30]
     index.close()
 
 

@@ -1,0 +1,360 @@
+"""One remoting connection over asyncio, shared by servers and clients.
+
+Bytes go through the sans-I/O ``FrameDecoder``; responses complete the future waiting on their opaque;
+requests run in their own task each (a held long poll must not stall the requests behind it on the same
+connection), and the handler's reply goes back whenever it is ready: peers match replies by opaque, not order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any, cast
+
+from cometmq.protocol.codes import RemotingError, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.remoting import (
+    DEFAULT_MAX_FRAME_SIZE,
+    ONEWAY_FLAG,
+    RESPONSE_FLAG,
+    FrameDecoder,
+    RemotingCommand,
+    encode_parts,
+    make_response,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]]
+"""Serves one request: returns the reply, or None to reply later through ``send_response`` (or never)."""
+Dispatcher = Mapping[int, Handler]
+ConnectionCallback = Callable[["RemotingConnection"], None]
+
+DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
+DEFAULT_WRITE_LOW_WATER = 1024 * 1024
+DEFAULT_MAX_INFLIGHT = 16384  # handlers running per connection before we stop reading (soft: a chunk in hand
+# is still dispatched)
+_WRITELINES_THRESHOLD = 64 * 1024  # below this, one joined write is cheaper than a vectored one
+_EMPTY_DISPATCHER: Dispatcher = {}
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection closed (or was closed) before the operation could complete."""
+
+
+class RemotingConnectError(ConnectionError):
+    """A connection to the peer could not be opened."""
+
+
+class RequestTimeoutError(TimeoutError):
+    """No reply arrived within the timeout."""
+
+
+def format_address(peer: Any) -> str:
+    """``host:port`` for a socket address tuple (``[v6]:port`` for IPv6); ``str(peer)`` otherwise."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return "?" if peer is None else str(peer)
+
+
+class RemotingConnection(asyncio.Protocol):
+    """An asyncio protocol that speaks remoting frames.
+
+    ``attributes`` is free for the layer above (e.g. the broker keeps the client id of the channel there).
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
+        write_low_water: int = DEFAULT_WRITE_LOW_WATER,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._dispatcher = _EMPTY_DISPATCHER if dispatcher is None else dispatcher
+        self._decoder = FrameDecoder(max_frame_size)
+        self._write_high_water = write_high_water
+        self._write_low_water = write_low_water
+        self._max_inflight = max_inflight
+        self._transport: asyncio.Transport | None = None
+        self._closed = False
+        self._made: asyncio.Future[None] = self._loop.create_future()
+        self._lost: asyncio.Future[None] = self._loop.create_future()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._write_paused = False
+        self._reading_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._close_callbacks: list[ConnectionCallback] = []
+        self.remote_address = "?"
+        self.local_address = "?"
+        self.attributes: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<RemotingConnection {self.local_address} -> {self.remote_address} {state}>"
+
+    # -- public API ----------------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pending_requests(self) -> int:
+        return len(self._pending)
+
+    @property
+    def active_handlers(self) -> int:
+        return len(self._tasks)
+
+    def add_close_callback(self, callback: ConnectionCallback) -> None:
+        """Run ``callback(conn)`` once when the connection closes (at once if it already has)."""
+        if self._closed:
+            self._run_callback(callback)
+        else:
+            self._close_callbacks.append(callback)
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for the reply with the same opaque."""
+        if cmd.flag & (RESPONSE_FLAG | ONEWAY_FLAG):
+            raise ValueError("request() needs a two-way request; use send_oneway() or send_response()")
+        if self._closed:
+            raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
+        opaque = cmd.opaque
+        if opaque in self._pending:
+            raise ValueError(f"opaque {opaque} is already waiting for a reply on this connection")
+        future: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        self._pending[opaque] = future
+        try:
+            self._write(cmd)
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no reply to request code {cmd.code} (opaque {opaque}) from {self.remote_address} "
+                f"within {timeout:g}s"
+            ) from None
+        finally:
+            self._pending.pop(opaque, None)
+
+    def send_oneway(self, cmd: RemotingCommand) -> None:
+        """Send a request that gets no reply (the oneway flag is set if missing)."""
+        if cmd.flag & RESPONSE_FLAG:
+            raise ValueError("send_oneway() needs a request, not a response")
+        if not cmd.flag & ONEWAY_FLAG:
+            cmd = replace(cmd, flag=cmd.flag | ONEWAY_FLAG)
+        if self._closed:
+            raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
+        self._write(cmd)
+
+    def send_response(self, cmd: RemotingCommand) -> bool:
+        """Send a reply; False (and nothing sent) if the peer has gone, which is normal for late replies."""
+        transport = self._transport
+        if self._closed or transport is None or transport.is_closing():
+            log.debug("dropping reply code %d opaque %d: %s is closed", cmd.code, cmd.opaque, self.remote_address)
+            return False
+        if not cmd.flag & RESPONSE_FLAG:
+            cmd = replace(cmd, flag=cmd.flag | RESPONSE_FLAG)
+        self._write(cmd)
+        return True
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below the low-water mark."""
+        if self._closed:
+            raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
+        if not self._write_paused:
+            return
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    def close(self) -> None:
+        """Close the connection: pending requests fail at once, queued writes are still flushed."""
+        if self._transport is not None:
+            self._transport.close()
+        self._finalize(ConnectionClosedError(f"connection to {self.remote_address} was closed locally"))
+
+    def abort(self) -> None:
+        """Close without flushing queued writes."""
+        if self._transport is not None:
+            self._transport.abort()
+        self._finalize(ConnectionClosedError(f"connection to {self.remote_address} was aborted"))
+
+    async def wait_connected(self) -> None:
+        """Wait for ``connection_made`` (uvloop may call it after ``create_connection`` has returned)."""
+        await asyncio.shield(self._made)
+
+    async def wait_closed(self) -> None:
+        """Wait until the transport has really gone (its socket is released)."""
+        await asyncio.shield(self._lost)
+
+    async def cancel_handlers(self, timeout: float = 5.0) -> None:
+        """Cancel the request handlers still running and wait (up to ``timeout``) for them to end."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport, so no isinstance check here.
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=self._write_high_water, low=self._write_low_water)
+        self.remote_address = format_address(transport.get_extra_info("peername"))
+        self.local_address = format_address(transport.get_extra_info("sockname"))
+        if not self._made.done():
+            self._made.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            commands = self._decoder.feed(data)
+        except ProtocolError as exc:
+            # The stream has lost framing: nothing later on it can be trusted. One line, no traceback.
+            log.warning("closing connection from %s: malformed frame: %s", self.remote_address, exc)
+            self.abort()
+            return
+        for cmd in commands:
+            if self._closed:  # a handler or callback closed us while we were dispatching this chunk
+                break
+            if cmd.flag & RESPONSE_FLAG:
+                self._complete(cmd)
+            else:
+                self._dispatch(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f": {exc}" if exc is not None else ""
+        self._finalize(ConnectionClosedError(f"connection to {self.remote_address} was lost{reason}"))
+        self._transport = None
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drainers(None)
+        self._update_reading()
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _write(self, cmd: RemotingCommand) -> None:
+        head, body = encode_parts(cmd)
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
+        if len(body) >= _WRITELINES_THRESHOLD:
+            transport.writelines((head, body))
+        else:
+            transport.write(head + body if body else head)
+
+    def _complete(self, cmd: RemotingCommand) -> None:
+        future = self._pending.pop(cmd.opaque, None)
+        if future is None or future.done():
+            log.debug(
+                "reply code %d opaque %d from %s has no waiter (timed out?)",
+                cmd.code,
+                cmd.opaque,
+                self.remote_address,
+            )
+            return
+        future.set_result(cmd)
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        handler = self._dispatcher.get(cmd.code)
+        if handler is None:
+            if cmd.flag & ONEWAY_FLAG:
+                log.debug(
+                    "ignoring oneway request code %d from %s: no handler", cmd.code, self.remote_address
+                )
+            else:
+                self.send_response(
+                    make_response(
+                        cmd,
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                        f"request code {cmd.code} is not supported",
+                    )
+                )
+            return
+        task = self._loop.create_task(self._serve(handler, cmd))
+        self._tasks.add(task)
+        task.add_done_callback(self._handler_done)
+        if len(self._tasks) >= self._max_inflight:
+            self._update_reading()
+
+    async def _serve(self, handler: Handler, cmd: RemotingCommand) -> None:
+        try:
+            reply = await handler(self, cmd)
+        except RemotingError as exc:
+            reply = make_response(cmd, exc.code, exc.remark)
+        except Exception as exc:
+            log.exception("handler for request code %d from %s failed", cmd.code, self.remote_address)
+            reply = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if reply is None or cmd.flag & ONEWAY_FLAG:
+            return
+        if reply.opaque != cmd.opaque or not reply.flag & RESPONSE_FLAG:
+            reply = replace(reply, opaque=cmd.opaque, flag=reply.flag | RESPONSE_FLAG)
+        try:
+            self.send_response(reply)
+        except ConnectionClosedError:
+            pass  # closed while we wrote: the peer is gone, nobody to tell
+        except Exception as exc:  # the handler built a reply that cannot be encoded
+            log.exception("cannot send reply to request code %d from %s", cmd.code, self.remote_address)
+            self.send_response(make_response(cmd, ResponseCode.SYSTEM_ERROR, f"bad reply: {exc}"))
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._reading_paused:
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        # Reading stops while the peer is not taking our writes or while too many of its requests are in
+        # progress; a peer that floods us then just sees TCP back-pressure.
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        want_paused = self._write_paused or len(self._tasks) >= self._max_inflight
+        if want_paused == self._reading_paused:
+            return
+        self._reading_paused = want_paused
+        if want_paused:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def _wake_drainers(self, exc: Exception | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                if exc is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(exc)
+
+    def _finalize(self, exc: ConnectionClosedError) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(exc)
+        self._wake_drainers(exc)
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
+            self._run_callback(callback)
+
+    def _run_callback(self, callback: ConnectionCallback) -> None:
+        try:
+            callback(self)
+        except Exception:
+            log.exception("close callback for %s failed", self.remote_address)

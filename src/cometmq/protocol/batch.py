@@ -1,0 +1,81 @@
+"""The body of a batch send (code 10 with ``batch`` "1"; remoting-protocol.md §4 "Batch body").
+
+Messages back to back, each big-endian::
+
+    TOTALSIZE(4) = 20 + n + 2 + p | MAGICCODE(4) = 0 | BODYCRC(4) = 0 | FLAG(4) | BODYLEN(4) BODY(n)
+    | PROPLEN(2) PROPS(p)
+
+Clients write 0 for MAGICCODE and BODYCRC; we ignore both on decode and give each item the CRC the
+store will record. The topic, queue and sys flag come from the request header. When the header's sys flag
+says compressed, the caller inflates the whole body before :func:`decode_batch`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.message import body_crc
+from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH, decode_properties, encode_properties
+
+#: TOTALSIZE MAGICCODE BODYCRC FLAG BODYLEN
+_HEAD = struct.Struct(">iiiii")
+_I16 = struct.Struct(">h")
+#: Bytes of an item besides its body and properties.
+ITEM_OVERHEAD = _HEAD.size + _I16.size  # 22
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    body_crc: int  # computed from the body; the wire field is 0
+
+
+def encode_batch(messages: Iterable[tuple[bytes | bytearray | memoryview, Mapping[str, str], int]]) -> bytes:
+    """Encode ``(body, properties, flag)`` triples as a client would."""
+    parts: list[bytes | bytearray | memoryview] = []
+    for body, properties, flag in messages:
+        props = encode_properties(properties)
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise ProtocolError(f"properties are {len(props)} bytes, at most {MAX_PROPERTIES_LENGTH}")
+        try:
+            parts.append(_HEAD.pack(ITEM_OVERHEAD + len(body) + len(props), 0, 0, flag, len(body)))
+        except struct.error as exc:
+            raise ProtocolError(f"batch item field out of range: {exc}") from None
+        parts.append(body)
+        parts.append(_I16.pack(len(props)))
+        parts.append(props)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
+    """Decode a whole batch body; any malformation raises ProtocolError. An empty body gives []."""
+    items: list[BatchItem] = []
+    end = len(data)
+    pos = 0
+    while pos < end:
+        if end - pos < ITEM_OVERHEAD:
+            raise ProtocolError(f"truncated batch item at {pos}: {end - pos} bytes left")
+        total, _magic, _crc, flag, body_len = _HEAD.unpack_from(data, pos)
+        # TOTALSIZE is checked against the buffer first so that a lying body length cannot make us
+        # slice past it; then the parts must add up to it exactly.
+        if total < ITEM_OVERHEAD or total > end - pos:
+            raise ProtocolError(f"batch item size {total} at {pos} does not fit the {end - pos} bytes left")
+        item_end = pos + total
+        p = pos + _HEAD.size
+        if body_len < 0 or p + body_len + _I16.size > item_end:
+            raise ProtocolError(f"batch body length {body_len} overruns the item at {pos}")
+        body = bytes(data[p : p + body_len])
+        p += body_len
+        (props_len,) = _I16.unpack_from(data, p)
+        p += _I16.size
+        if props_len < 0 or p + props_len != item_end:
+            raise ProtocolError(f"batch properties length {props_len} does not end the item at {pos}")
+        properties = decode_properties(data[p:item_end])
+        items.append(BatchItem(body, properties, flag, body_crc(body)))
+        pos = item_end
+    return items

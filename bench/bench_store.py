@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.protocol.properties import encode_properties
 from cometmq.store.config import FlushDiskType, StoreConfig
 from cometmq.store.message import MessageInner
 from cometmq.store.message_store import MessageStore
@@ -40,9 +41,15 @@ def workdir() -> Path:
 
 
 def make_messages(n: int, size: int, topic: str = "Bench", queues: int = 8) -> list[MessageInner]:
+    """Messages as the broker hands them to the store: properties parsed and also still encoded (the
+    producer's request carries them encoded; the broker parses them once for tags and keys)."""
     body = b"x" * size
-    return [MessageInner(topic=topic, body=body, queue_id=i % queues,
-                         properties={"UNIQ_KEY": f"{i:032X}", "TAGS": "T"}) for i in range(n)]
+    out = []
+    for i in range(n):
+        props = {"UNIQ_KEY": f"{i:032X}", "TAGS": "T"}
+        out.append(MessageInner(topic=topic, body=body, queue_id=i % queues, properties=props,
+                                properties_raw=encode_properties(props)))
+    return out
 
 
 def bench_append(total: int) -> None:
@@ -171,7 +178,7 @@ def bench_memory(counts: list[int]) -> None:
         while written < target:
             store.put_messages(msgs)
             written += 64
-        time.sleep(1.2)  # let the flush service flush and unmap what is behind the tail
+        time.sleep(1.5)  # let the flush services flush and unmap what is behind the tail
         report(bench="memory", records=written, log_bytes=store.commitlog.max_offset,
                rss_mib=round(proc.memory_info().rss / 2**20, 1))
     store.shutdown()

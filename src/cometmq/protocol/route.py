@@ -8,7 +8,7 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cometmq.protocol.errors import ProtocolError
 
@@ -110,6 +110,12 @@ def _obj(raw: object, what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise ProtocolError(f"{what} must be a JSON object, got {type(raw).__name__}")
     return raw
+
+
+def _member(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:
+    """The object under ``key``; absent or null reads as empty (fastjson leaves empty maps out)."""
+    value = obj.get(key)
+    return {} if value is None else _obj(value, what)
 
 
 def _list(raw: object, what: str) -> list[Any]:
@@ -214,7 +220,7 @@ class BrokerData:
     @classmethod
     def from_json(cls, raw: object) -> BrokerData:
         obj = _obj(raw, "broker data")
-        addrs_raw = _obj(obj.get("brokerAddrs") or {}, "broker data brokerAddrs")
+        addrs_raw = _member(obj, "brokerAddrs", "broker data brokerAddrs")
         addrs: dict[int, str] = {}
         for key, addr in addrs_raw.items():
             try:
@@ -258,7 +264,7 @@ class TopicRouteData:
         if order is not None and not isinstance(order, str):
             raise ProtocolError("topic route: 'orderTopicConf' must be a string")
         filters: dict[str, tuple[str, ...]] = {}
-        for addr, servers in _obj(obj.get("filterServerTable") or {}, "topic route filterServerTable").items():
+        for addr, servers in _member(obj, "filterServerTable", "topic route filterServerTable").items():
             filters[addr] = tuple(_str_list(servers, "topic route filter servers"))
         return cls(
             queue_datas=tuple(QueueData.from_json(qd) for qd in _list(obj.get("queueDatas"), "queueDatas")),
@@ -301,11 +307,11 @@ class ClusterInfo:
         obj = _obj(raw, "cluster info")
         brokers = {
             name: BrokerData.from_json(bd)
-            for name, bd in _obj(obj.get("brokerAddrTable") or {}, "cluster info brokerAddrTable").items()
+            for name, bd in _member(obj, "brokerAddrTable", "cluster info brokerAddrTable").items()
         }
         clusters = {
             cluster: tuple(_str_list(names, "cluster info broker names"))
-            for cluster, names in _obj(obj.get("clusterAddrTable") or {}, "cluster info clusterAddrTable").items()
+            for cluster, names in _member(obj, "clusterAddrTable", "cluster info clusterAddrTable").items()
         }
         return cls(brokers, clusters)
 
@@ -380,6 +386,18 @@ class DataVersion:
 _I32 = struct.Struct(">i")
 
 
+def body_crc32(body: bytes | bytearray | memoryview) -> int:
+    """REGISTER_BROKER's ``bodyCrc32`` header: CRC32 of the body as sent, masked to a non-negative Java int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+class RegisterBrokerResult(NamedTuple):
+    """REGISTER_BROKER's reply header: a replica's master address and its HA address (None for a master)."""
+
+    master_addr: str | None
+    ha_server_addr: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerBody:
     """REGISTER_BROKER's body: the broker's topics, their data version and its filter servers."""
@@ -400,14 +418,14 @@ class RegisterBrokerBody:
     @classmethod
     def from_json(cls, raw: object) -> RegisterBrokerBody:
         obj = _obj(raw, "register body")
-        wrapper = _obj(obj.get("topicConfigSerializeWrapper") or {}, "register body topicConfigSerializeWrapper")
-        table = _obj(wrapper.get("topicConfigTable") or {}, "register body topicConfigTable")
+        wrapper = _member(obj, "topicConfigSerializeWrapper", "register body topicConfigSerializeWrapper")
+        table = _member(wrapper, "topicConfigTable", "register body topicConfigTable")
         configs = []
         for name, raw_config in table.items():
             config_obj = dict(_obj(raw_config, f"topic config {name!r}"))
             if config_obj.get("topicName") is None:  # the table key names the topic when the value does not
                 config_obj["topicName"] = name
-            configs.append(_checked(TopicConfig.from_json(config_obj)))
+            configs.append(_checked(_topic_config(config_obj)))
         version = wrapper.get("dataVersion")
         return cls(
             topic_configs=tuple(configs),
@@ -456,6 +474,13 @@ class RegisterBrokerBody:
         return cls(tuple(configs), version, tuple(servers))
 
 
+def _topic_config(raw: Mapping[str, Any]) -> TopicConfig:
+    try:
+        return TopicConfig.from_json(raw)
+    except OverflowError:  # int() of a JSON infinity, which TopicConfig.from_json does not expect
+        raise ProtocolError(f"topic config {raw.get('topicName')!r:.80}: a number is out of range") from None
+
+
 def _checked(config: TopicConfig) -> TopicConfig:
     if not config.topic_name:
         raise ProtocolError("topic config: empty topic name")
@@ -486,7 +511,7 @@ def _compact_topic(line_bytes: bytes) -> TopicConfig:
         "topicFilterType": fields[4],
         "attributes": attrs if isinstance(attrs, dict) else {},
     }
-    return _checked(TopicConfig.from_json(raw))
+    return _checked(_topic_config(raw))
 
 
 def _framed(payload: bytes) -> bytes:

@@ -31,7 +31,6 @@ class _FlushBase(ServiceThread):
         self._listeners: list[FlushListener] = []
         self._cond = threading.Condition()
         self.flushed_offset = files.flushed_offset
-        self._released_to = 0
         self.flush_count = 0
         self.io_error: OSError | None = None
 
@@ -56,20 +55,9 @@ class _FlushBase(ServiceThread):
                 listener(flushed)
             except Exception:
                 log.exception("flush listener failed")
-        self._release_behind(flushed)
+        # Unmap flushed pages well behind the tail so the writer's RSS does not grow with the log.
+        self.files.release_flushed(RELEASE_LAG_BYTES)
         return flushed
-
-    def _release_behind(self, flushed: int) -> None:
-        """Unmap flushed pages well behind the tail so the writer's RSS does not grow with the log."""
-        target = flushed - RELEASE_LAG_BYTES
-        if target - self._released_to < RELEASE_LAG_BYTES:
-            return
-        for mf in list(self.files.files):
-            start = max(self._released_to, mf.file_from_offset)
-            end = min(target, mf.end_offset)
-            if end > start:
-                mf.release_pages(start - mf.file_from_offset, end - mf.file_from_offset)
-        self._released_to = target
 
     def wait_flushed(self, offset: int, timeout_s: float) -> bool:
         """Block until the log is flushed up to ``offset`` (for callers in threads)."""

@@ -64,7 +64,7 @@ class IndexFile:
     """One hash file. Header fields are mirrored in attributes so a put reads no header bytes."""
 
     __slots__ = ("anchor_ts", "begin_phy", "begin_ts", "count", "dirty", "end_phy", "end_ts", "entry_base",
-                 "fd", "hash_slots", "max_entries", "mm", "path", "used_slots")
+                 "fd", "hash_slots", "max_entries", "mm", "path", "released_entries", "used_slots")
 
     def __init__(self, path: Path, fd: int, mm: mmap.mmap, hash_slots: int, max_entries: int) -> None:
         self.path, self.fd, self.mm = path, fd, mm
@@ -74,6 +74,24 @@ class IndexFile:
         (_, _, _, _, self.anchor_ts, self.begin_ts, self.begin_phy, self.count, self.used_slots,
          self.end_ts, self.end_phy) = _HEADER.unpack_from(mm, 0)
         self.dirty = False
+        self.released_entries = 0
+
+    def release_flushed(self, full: bool) -> None:
+        """Drop this process's mapping of entries already on disk (the page cache keeps them), so RSS
+        stays bounded as the index grows. Slots are touched at random, so only a full file drops them."""
+        start = HEADER_SIZE + self.hash_slots * SLOT_SIZE if not full else 0
+        first = max(self.entry_base + (self.released_entries + 1) * ENTRY_SIZE, start)
+        end = self.entry_base + (self.count + 1) * ENTRY_SIZE - mmap.PAGESIZE
+        first -= first % mmap.PAGESIZE
+        end -= end % mmap.PAGESIZE
+        if full:
+            first, end = 0, len(self.mm) - len(self.mm) % mmap.PAGESIZE
+        if end > first:
+            try:
+                self.mm.madvise(mmap.MADV_DONTNEED, first, end - first)
+            except (OSError, ValueError):
+                return
+            self.released_entries = self.count
 
     @classmethod
     def create(cls, path: Path, hash_slots: int, max_entries: int) -> IndexFile:
@@ -321,12 +339,15 @@ class IndexService:
                 dirty = [f for f in self.files if f.dirty]
                 for f in dirty:
                     f.dirty = False
+            last = self.files[-1] if self.files else None
             for f in dirty:
                 try:
                     os.fsync(f.fd)
                 except OSError as exc:
                     f.dirty = True
                     log.error("index flush of %s failed: %s", f.path.name, exc)
+                    continue
+                f.release_flushed(full=f is not last)
 
     def delete_files_before(self, min_phy_offset: int) -> int:
         """Delete files that only point below ``min_phy_offset`` (never the last); returns how many."""

@@ -26,8 +26,8 @@ def segment_name(offset: int) -> str:
 class MappedFile:
     """One fixed-size segment file mapped into memory."""
 
-    __slots__ = ("_fd", "_view", "file_from_offset", "flushed_position", "mm", "path", "size",
-                 "wrote_position")
+    __slots__ = ("_fd", "_view", "file_from_offset", "flushed_position", "mm", "path", "released_position",
+                 "size", "wrote_position")
 
     def __init__(self, path: Path, size: int, *, preallocate: bool = True) -> None:
         self.path = path
@@ -58,6 +58,7 @@ class MappedFile:
         self._view = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
+        self.released_position = 0
 
     # -- positions -------------------------------------------------------------------------
     @property
@@ -100,6 +101,13 @@ class MappedFile:
 
     def dirty_pages(self) -> int:
         return (self.wrote_position // PAGE_SIZE) - (self.flushed_position // PAGE_SIZE)
+
+    def release_flushed(self, keep_bytes: int) -> None:
+        """Release flushed bytes older than the last ``keep_bytes`` (hot ones stay mapped)."""
+        end = self.flushed_position - keep_bytes if self.flushed_position < self.size else self.size
+        if end - self.released_position >= PAGE_SIZE:
+            self.release_pages(self.released_position, end)
+            self.released_position = end - end % PAGE_SIZE
 
     def release_pages(self, start: int, end: int) -> None:
         """Drop this process's mapping of a flushed range (the page cache keeps it): bounds RSS."""
@@ -258,6 +266,12 @@ class MappedFileQueue:
             if mf.flushed_position < mf.wrote_position:
                 mf.flush()
         return self.flushed_offset
+
+    def release_flushed(self, keep_bytes: int) -> None:
+        """Bound RSS: unmap flushed bytes behind the last ``keep_bytes`` of the queue."""
+        for mf in self.files:
+            if mf.released_position < mf.flushed_position:
+                mf.release_flushed(keep_bytes if mf is self.files[-1] else 0)
 
     def dirty_pages(self) -> int:
         return sum(mf.dirty_pages() for mf in self.files if mf.flushed_position < mf.wrote_position)

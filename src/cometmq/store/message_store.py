@@ -112,6 +112,7 @@ class MessageStore:
     def _flush_logic(self) -> None:
         for cq in list(self.queues.values()):
             cq.flush()
+            cq.files.release_flushed(4096)
         if self.index is not None:
             self.index.flush()
 

@@ -1,0 +1,1 @@
+"""The nameserver: the route registry brokers register with and clients ask for topic routes."""

@@ -1,0 +1,159 @@
+"""Request processors of the nameserver: they parse headers and bodies, ask the route table, and answer.
+
+A request a peer got wrong (missing or malformed header, undecodable body, bad checksum) is answered with
+INVALID_PARAMETER and a remark naming the problem; the route table is not touched.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cometmq.namesrv.route_info import RouteInfoManager
+from cometmq.net.client import split_address
+from cometmq.net.connection import Handler, RemotingConnection
+from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.remoting import RemotingCommand, make_response
+from cometmq.protocol.route import RegisterBrokerBody, TopicList, body_crc32
+
+log = logging.getLogger(__name__)
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _name(cmd: RemotingCommand) -> str:
+    try:
+        return RequestCode(cmd.code).name
+    except ValueError:
+        return str(cmd.code)
+
+
+def _field(cmd: RemotingCommand, key: str) -> str:
+    value = cmd.ext_fields.get(key)
+    if value is None:
+        raise RemotingError(ResponseCode.INVALID_PARAMETER, f"{_name(cmd)}: header field {key!r} is missing")
+    return value
+
+
+def _text(cmd: RemotingCommand, key: str) -> str:
+    value = _field(cmd, key)
+    if not value:
+        raise RemotingError(ResponseCode.INVALID_PARAMETER, f"{_name(cmd)}: header field {key!r} is empty")
+    return value
+
+
+def _int(cmd: RemotingCommand, key: str, default: int | None = None) -> int:
+    raw = cmd.ext_fields.get(key)
+    if raw is None and default is not None:
+        return default
+    raw = _field(cmd, key)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RemotingError(
+            ResponseCode.INVALID_PARAMETER, f"{_name(cmd)}: header field {key!r} = {raw[:40]!r} is not an integer"
+        ) from None
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise RemotingError(ResponseCode.INVALID_PARAMETER, f"{_name(cmd)}: header field {key!r} is out of range")
+    return value
+
+
+def _flag(cmd: RemotingCommand, key: str) -> bool:
+    # "1" as well as "true": the C++ client's habit for booleans (gotcha 5).
+    return cmd.ext_fields.get(key, "false").strip().lower() in ("true", "1")
+
+
+def _addr(cmd: RemotingCommand, key: str) -> str:
+    value = _text(cmd, key)
+    try:
+        split_address(value)
+    except ValueError:
+        raise RemotingError(
+            ResponseCode.INVALID_PARAMETER, f"{_name(cmd)}: header field {key!r} = {value[:60]!r} is not host:port"
+        ) from None
+    return value
+
+
+class NamesrvProcessors:
+    """The nameserver's handlers over one ``RouteInfoManager``; ``dispatcher()`` maps codes to them."""
+
+    def __init__(self, route_info: RouteInfoManager) -> None:
+        self.route_info = route_info
+
+    def dispatcher(self) -> dict[int, Handler]:
+        return {
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topics,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+        }
+
+    async def register_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        cluster = _text(cmd, "clusterName")
+        broker_name = _text(cmd, "brokerName")
+        broker_addr = _addr(cmd, "brokerAddr")
+        broker_id = _int(cmd, "brokerId")
+        if broker_id < 0:
+            raise RemotingError(ResponseCode.INVALID_PARAMETER, f"REGISTER_BROKER: brokerId {broker_id} is negative")
+        ha_addr = cmd.ext_fields.get("haServerAddr", "")
+        crc = _int(cmd, "bodyCrc32", 0)
+        if crc and crc != body_crc32(cmd.body):  # 0 means the broker did not compute one
+            raise RemotingError(ResponseCode.INVALID_PARAMETER, "REGISTER_BROKER: bodyCrc32 does not match the body")
+        # 5.x brokers may state their own expiry; otherwise the nameserver's default applies.
+        timeout_ms = _int(cmd, "heartbeatTimeoutMillis", 0)
+        try:
+            body = RegisterBrokerBody.decode(cmd.body, compressed=_flag(cmd, "compressed"))
+        except ProtocolError as exc:
+            log.warning("bad REGISTER_BROKER body from %s (%s): %s", conn.remote_address, broker_addr, exc)
+            raise RemotingError(ResponseCode.INVALID_PARAMETER, f"REGISTER_BROKER: bad body: {exc}") from None
+        result = self.route_info.register_broker(
+            cluster,
+            broker_name,
+            broker_addr,
+            broker_id,
+            ha_addr,
+            body.topic_configs,
+            body.data_version,
+            conn,
+            filter_servers=body.filter_server_list,
+            timeout_s=timeout_ms / 1000 if timeout_ms > 0 else None,
+        )
+        # Null fields are left out, as Java does: a replica must not take "" for its master's address.
+        ext = {
+            key: value
+            for key, value in (("masterAddr", result.master_addr), ("haServerAddr", result.ha_server_addr))
+            if value is not None
+        }
+        return make_response(cmd, ResponseCode.SUCCESS, None, ext)
+
+    async def unregister_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        self.route_info.unregister_broker(
+            _text(cmd, "clusterName"), _text(cmd, "brokerName"), _text(cmd, "brokerAddr"), _int(cmd, "brokerId")
+        )
+        return make_response(cmd)  # success either way: the broker is not registered afterwards
+
+    async def get_route_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _field(cmd, "topic")
+        route = self.route_info.pick_route(topic)
+        if route is None:
+            raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic[:200]!r} on this nameserver")
+        return make_response(cmd, body=route.encode())
+
+    async def get_cluster_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        return make_response(cmd, body=self.route_info.cluster_info().encode())
+
+    async def get_all_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        return make_response(cmd, body=TopicList(tuple(self.route_info.all_topics())).encode())
+
+    async def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _text(cmd, "topic")
+        cluster = cmd.ext_fields.get("clusterName") or None  # 5.x may limit the deletion to one cluster
+        self.route_info.delete_topic(topic, cluster)
+        return make_response(cmd)
+
+    async def get_topics_by_cluster(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        topics = self.route_info.topics_by_cluster(_text(cmd, "cluster"))
+        return make_response(cmd, body=TopicList(tuple(topics)).encode())

@@ -1,0 +1,292 @@
+"""The nameserver's route table: which brokers are alive, which topics they hold, and the routes built from that.
+
+Pure and synchronous: the processors call it from the event loop, so no lock is needed; time comes from an
+injected clock and connections are opaque hashable tokens, so tests need neither sockets nor sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from cometmq.protocol.route import (
+    MASTER_ID,
+    BrokerData,
+    ClusterInfo,
+    DataVersion,
+    QueueData,
+    RegisterBrokerResult,
+    TopicConfig,
+    TopicRouteData,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BROKER_EXPIRY_S = 120.0
+
+
+class ExpiredBroker(NamedTuple):
+    addr: str
+    conn: Hashable | None
+
+
+@dataclass(slots=True)
+class BrokerLiveInfo:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    last_update: float
+    data_version: DataVersion
+    ha_server_addr: str
+    conn: Hashable | None
+    timeout_s: float
+
+
+@dataclass(slots=True)
+class _BrokerGroup:
+    cluster: str
+    broker_name: str
+    addrs: dict[int, str]
+
+    def snapshot(self) -> BrokerData:
+        return BrokerData(self.cluster, self.broker_name, self.addrs)
+
+
+class RouteInfoManager:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, broker_expiry_s: float = DEFAULT_BROKER_EXPIRY_S
+    ) -> None:
+        self._clock = clock
+        self.broker_expiry_s = broker_expiry_s
+        self._topics: dict[str, dict[str, QueueData]] = {}  # topic -> broker name -> its queues
+        self._groups: dict[str, _BrokerGroup] = {}  # broker name -> cluster and addresses by id
+        self._clusters: dict[str, set[str]] = {}  # cluster -> broker names
+        self._live: dict[str, BrokerLiveInfo] = {}  # broker address -> liveness
+        self._filter_servers: dict[str, list[str]] = {}  # broker address -> filter servers
+        self._by_conn: dict[Hashable, set[str]] = {}  # connection -> broker addresses registered over it
+
+    # -- registration ------------------------------------------------------------------------------------
+    def register_broker(
+        self,
+        cluster: str,
+        broker_name: str,
+        broker_addr: str,
+        broker_id: int,
+        ha_addr: str,
+        topic_configs: Iterable[TopicConfig],
+        data_version: DataVersion,
+        conn: Hashable | None = None,
+        *,
+        filter_servers: Sequence[str] = (),
+        timeout_s: float | None = None,
+    ) -> RegisterBrokerResult:
+        prev = self._live.get(broker_addr)
+        if prev is not None and prev.broker_name != broker_name:
+            # The address now belongs to another broker group (renamed broker): forget its old membership.
+            self._remove_addr(broker_addr)
+            prev = None
+
+        group = self._groups.get(broker_name)
+        first = group is None
+        if group is None:
+            group = self._groups[broker_name] = _BrokerGroup(cluster, broker_name, {})
+        elif group.cluster != cluster:
+            self._leave_cluster(group.cluster, broker_name)
+            group.cluster = cluster
+        self._clusters.setdefault(cluster, set()).add(broker_name)
+
+        # A replica promoted in place re-registers its address under id 0: drop the address's other ids.
+        for other_id, addr in list(group.addrs.items()):
+            if addr == broker_addr and other_id != broker_id:
+                del group.addrs[other_id]
+        old_addr = group.addrs.get(broker_id)
+        group.addrs[broker_id] = broker_addr
+        if old_addr is not None and old_addr != broker_addr:
+            # Another machine took over this id; the old one no longer has a slot to be alive in.
+            log.info("broker %s id %d moved from %s to %s", broker_name, broker_id, old_addr, broker_addr)
+            self._forget_live(old_addr)
+        first = first or old_addr != broker_addr
+
+        # Only the master's topic table defines the queues. Topics it leaves out are kept, not removed: 5.x
+        # Java brokers register just the changed topics after creating one, under the current data version.
+        if broker_id == MASTER_ID and (first or prev is None or prev.data_version != data_version):
+            for config in topic_configs:
+                self._topics.setdefault(config.topic_name, {})[broker_name] = QueueData.from_topic_config(
+                    broker_name, config
+                )
+
+        if prev is not None and prev.conn is not conn:
+            self._unindex_conn(prev.conn, broker_addr)
+        self._live[broker_addr] = BrokerLiveInfo(
+            cluster,
+            broker_name,
+            broker_id,
+            self._clock(),
+            data_version,
+            ha_addr,
+            conn,
+            self.broker_expiry_s if timeout_s is None else timeout_s,
+        )
+        if conn is not None:
+            self._by_conn.setdefault(conn, set()).add(broker_addr)
+        if prev is None:
+            log.info("broker registered: %s %s id %d at %s", cluster, broker_name, broker_id, broker_addr)
+        if filter_servers:
+            self._filter_servers[broker_addr] = list(filter_servers)
+        else:
+            self._filter_servers.pop(broker_addr, None)
+
+        if broker_id != MASTER_ID:
+            master_addr = group.addrs.get(MASTER_ID)
+            master = self._live.get(master_addr) if master_addr is not None else None
+            if master_addr is not None and master is not None:
+                return RegisterBrokerResult(master_addr, master.ha_server_addr)
+        return RegisterBrokerResult(None, None)
+
+    def unregister_broker(self, cluster: str, broker_name: str, broker_addr: str, broker_id: int) -> bool:
+        """Remove one broker (a clean shutdown). False when no broker ``broker_id`` was at ``broker_addr``:
+        a late unregister from a replaced process must not evict its successor."""
+        group = self._groups.get(broker_name)
+        if group is None or group.addrs.get(broker_id) != broker_addr:
+            return False
+        del group.addrs[broker_id]
+        info = self._live.get(broker_addr)
+        if info is not None and info.broker_name == broker_name:
+            self._forget_live(broker_addr)
+        self._filter_servers.pop(broker_addr, None)
+        if not group.addrs:
+            self._drop_group(broker_name)
+        log.info("broker unregistered: %s %s id %d at %s", cluster, broker_name, broker_id, broker_addr)
+        return True
+
+    def scan_inactive(self, now: float | None = None) -> list[ExpiredBroker]:
+        """Remove brokers silent for longer than their timeout; returns them so the caller can close their
+        connections."""
+        now = self._clock() if now is None else now
+        expired = [
+            ExpiredBroker(addr, info.conn)
+            for addr, info in self._live.items()
+            if info.last_update + info.timeout_s < now
+        ]
+        for broker in expired:
+            log.warning("broker %s expired: no registration for %.0f s", broker.addr, self._live[broker.addr].timeout_s)
+            self._remove_addr(broker.addr)
+        return expired
+
+    def on_connection_closed(self, conn: Hashable) -> list[str]:
+        """Remove the brokers that registered over ``conn`` (their process is gone); returns their addresses."""
+        removed = []
+        for addr in sorted(self._by_conn.pop(conn, ())):
+            info = self._live.get(addr)
+            if info is not None and info.conn is conn:
+                log.info("broker %s disconnected; removing its routes", addr)
+                self._remove_addr(addr)
+                removed.append(addr)
+        return removed
+
+    def conn_in_use(self, conn: Hashable) -> bool:
+        """Whether any live broker registered over ``conn``."""
+        return bool(self._by_conn.get(conn))
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> bool:
+        """Forget ``topic`` (only its queues on ``cluster``'s brokers when given); its brokers' next
+        registration brings it back only if their data version changed."""
+        queues = self._topics.get(topic)
+        if queues is None:
+            return False
+        if cluster is None:
+            del self._topics[topic]
+            return True
+        names = self._clusters.get(cluster, set())
+        removed = [name for name in queues if name in names]
+        for name in removed:
+            del queues[name]
+        if not queues:
+            del self._topics[topic]
+        return bool(removed)
+
+    # -- queries -----------------------------------------------------------------------------------------
+    def pick_route(self, topic: str) -> TopicRouteData | None:
+        """The route of ``topic``, or None when no live broker holds it."""
+        queues = self._topics.get(topic)
+        if not queues:
+            return None
+        queue_datas: list[QueueData] = []
+        broker_datas: list[BrokerData] = []
+        filters: dict[str, tuple[str, ...]] = {}
+        for name in sorted(queues):
+            group = self._groups.get(name)
+            if group is None:  # a queue whose broker group is unknown would break clients (gotcha 6)
+                continue
+            queue_datas.append(queues[name])
+            broker_datas.append(group.snapshot())
+            for addr in group.addrs.values():
+                servers = self._filter_servers.get(addr)
+                if servers:
+                    filters[addr] = tuple(servers)
+        if not broker_datas:
+            return None
+        return TopicRouteData(tuple(queue_datas), tuple(broker_datas), "", filters)
+
+    def all_topics(self) -> list[str]:
+        return sorted(self._topics)
+
+    def topics_by_cluster(self, cluster: str) -> list[str]:
+        names = self._clusters.get(cluster, set())
+        return sorted(topic for topic, queues in self._topics.items() if not names.isdisjoint(queues))
+
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo(
+            {name: self._groups[name].snapshot() for name in sorted(self._groups)},
+            {cluster: tuple(sorted(names)) for cluster, names in sorted(self._clusters.items())},
+        )
+
+    def live_brokers(self) -> dict[str, BrokerLiveInfo]:
+        """A snapshot of the live table by broker address."""
+        return dict(self._live)
+
+    # -- internals ---------------------------------------------------------------------------------------
+    def _remove_addr(self, addr: str) -> None:
+        """Forget everything about the broker at ``addr`` (expired, disconnected or renamed)."""
+        self._forget_live(addr)
+        self._filter_servers.pop(addr, None)
+        for name, group in list(self._groups.items()):
+            for broker_id in [i for i, a in group.addrs.items() if a == addr]:
+                del group.addrs[broker_id]
+            if not group.addrs:
+                self._drop_group(name)
+
+    def _forget_live(self, addr: str) -> None:
+        info = self._live.pop(addr, None)
+        if info is not None:
+            self._unindex_conn(info.conn, addr)
+
+    def _unindex_conn(self, conn: Hashable | None, addr: str) -> None:
+        if conn is None:
+            return
+        addrs = self._by_conn.get(conn)
+        if addrs is not None:
+            addrs.discard(addr)
+            if not addrs:
+                del self._by_conn[conn]
+
+    def _drop_group(self, broker_name: str) -> None:
+        """The last address of a group is gone: the group, its cluster membership and its queues go too."""
+        group = self._groups.pop(broker_name, None)
+        if group is not None:
+            self._leave_cluster(group.cluster, broker_name)
+        for topic in [t for t, queues in self._topics.items() if broker_name in queues]:
+            queues = self._topics[topic]
+            del queues[broker_name]
+            if not queues:
+                del self._topics[topic]
+
+    def _leave_cluster(self, cluster: str, broker_name: str) -> None:
+        names = self._clusters.get(cluster)
+        if names is not None:
+            names.discard(broker_name)
+            if not names:
+                del self._clusters[cluster]

@@ -1,0 +1,97 @@
+"""The nameserver process: a remoting server over the route table, plus the scan that expires silent brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+
+from cometmq.namesrv.processors import NamesrvProcessors
+from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
+from cometmq.net.connection import RemotingConnection
+from cometmq.net.server import RemotingServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NamesrvConfig:
+    host: str = "127.0.0.1"
+    port: int = 9876
+    #: how often silent brokers are looked for (RocketMQ's scanNotActiveBroker period)
+    scan_interval_s: float = 5.0
+    #: a broker that has not registered for this long is dropped (brokers register every 30 s)
+    broker_expiry_s: float = DEFAULT_BROKER_EXPIRY_S
+
+
+class NamesrvController:
+    """Owns the route table, the remoting server and the expiry scan; ``start()`` / ``stop()`` them together."""
+
+    def __init__(self, config: NamesrvConfig | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config or NamesrvConfig()
+        self.route_info = RouteInfoManager(clock, self.config.broker_expiry_s)
+        self.processors = NamesrvProcessors(self.route_info)
+        self._server = RemotingServer(self.config.host, self.config.port, self.processors.dispatcher())
+        self._server.add_close_callback(self._connection_closed)
+        self._scan_task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when the config asked for 0)."""
+        return self._server.port
+
+    @property
+    def addr(self) -> str:
+        """``host:port`` to give brokers and clients."""
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._scan_task is not None:
+            raise RuntimeError("nameserver already started")
+        await self._server.start()
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="namesrv-scan")
+        log.info("nameserver serving on %s", self.addr)
+
+    async def stop(self) -> None:
+        task, self._scan_task = self._scan_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._server.stop()
+
+    async def __aenter__(self) -> NamesrvController:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def scan_once(self, now: float | None = None) -> list[ExpiredBroker]:
+        """Expire silent brokers and close their connections (unless another live broker still uses one)."""
+        expired = self.route_info.scan_inactive(now)
+        for broker in expired:
+            conn = broker.conn
+            if isinstance(conn, RemotingConnection) and not conn.closed and not self.route_info.conn_in_use(conn):
+                conn.close()  # as RocketMQ does: a broker that stopped talking gets a fresh connection
+        return expired
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.scan_interval_s)
+            try:
+                self.scan_once()
+            except Exception:  # the scan must survive one bad pass
+                log.exception("inactive-broker scan failed")
+
+    def _connection_closed(self, conn: RemotingConnection) -> None:
+        self.route_info.on_connection_closed(conn)

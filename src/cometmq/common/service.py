@@ -39,7 +39,10 @@ class ServiceThread:
         self._thread.start()
 
     def wakeup(self) -> None:
-        self._wake.set()
+        # Callers publish their work before waking us; the loop clears the flag before it runs, so
+        # a flag still set means a pass that will see that work is already due. Skip the costly set.
+        if not self._wake.is_set():
+            self._wake.set()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopped.set()

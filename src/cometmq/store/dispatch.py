@@ -19,6 +19,8 @@ from cometmq.store.message import DispatchRequest
 log = logging.getLogger(__name__)
 
 Dispatcher = Callable[[DispatchRequest], None]
+#: Built-in dispatchers take a whole batch, so a consumer of many records pays its per-call cost once.
+BatchDispatcher = Callable[[list[DispatchRequest]], None]
 #: A hook that may rewrite a decoded request's tag code (e.g. delivery time for scheduled topics).
 TagCodeHook = Callable[[DispatchRequest], None]
 
@@ -28,7 +30,7 @@ class ReputService:
         self.commitlog = commitlog
         self.reput_offset = 0
         #: built-in dispatchers (consume queue, index) run before listeners
-        self.dispatchers: list[Dispatcher] = []
+        self.dispatchers: list[BatchDispatcher] = []
         #: arrival listeners (long polling, POP, timer); they must be quick and must not append
         self.listeners: list[Dispatcher] = []
         self.pending: deque[DispatchRequest] = deque()
@@ -89,8 +91,7 @@ class ReputService:
 
     def _dispatch_all(self, requests: list[DispatchRequest], *, notify: bool = True) -> None:
         for dispatcher in self.dispatchers:
-            for req in requests:
-                dispatcher(req)
+            dispatcher(requests)
         last = requests[-1]
         self.reput_offset = last.phy_offset + last.size
         if notify:

@@ -17,6 +17,7 @@ from cometmq.store.consume_queue import CQ_UNIT, ConsumeQueue
 from cometmq.store.dispatch import Dispatcher, ReputService
 from cometmq.store.flush import AsyncFlushService, GroupCommitService, _FlushBase
 from cometmq.store.index import IndexService
+from cometmq.store.index_builder import IndexBuilder
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.recovery import recover
 from cometmq.store.retention import CleanService, MaintenanceService
@@ -46,8 +47,10 @@ class MessageStore:
         )
         self.reput = ReputService(self.commitlog)
         self.reput.dispatchers.append(self._dispatch_to_consume_queue)
+        self.index_builder: IndexBuilder | None = None
         if self.index is not None:
-            self.reput.dispatchers.append(self._dispatch_to_index)
+            self.index_builder = IndexBuilder(self.index)
+            self.reput.dispatchers.append(self.index_builder.submit)
         self.flush_service: _FlushBase = (
             GroupCommitService(self.commitlog.files)
             if config.flush_disk_type is FlushDiskType.SYNC_FLUSH
@@ -81,6 +84,8 @@ class MessageStore:
         self.abort_file.touch()
         self.flush_service.flushed_offset = self.commitlog.max_offset
         self.flush_service.start()
+        if self.index_builder is not None:
+            self.index_builder.start()
         self.maintenance.start()
         self.cleaner.start()
         self.running = True
@@ -93,6 +98,8 @@ class MessageStore:
         self.cleaner.stop()
         self.maintenance.stop()
         self.flush_service.stop()
+        if self.index_builder is not None:
+            self.index_builder.stop()
         with self.lock:
             self.commitlog.flush()
             self._flush_logic()
@@ -119,6 +126,8 @@ class MessageStore:
     def flush_and_checkpoint(self) -> None:
         """Flush consume queues and index, then record how far they are durable."""
         dispatched = self.reput.reput_offset
+        if self.index_builder is not None:
+            dispatched = self.index_builder.durable_point(dispatched)
         self._flush_logic()
         Checkpoint(self.flush_service.flushed_offset, dispatched, self.clock()).save(self.checkpoint_file)
 
@@ -163,24 +172,14 @@ class MessageStore:
         self.reput.listeners.append(listener)
 
     # -- dispatch ----------------------------------------------------------------------------
-    def _dispatch_to_consume_queue(self, req: DispatchRequest) -> None:
-        if req.goes_to_consume_queue:
-            self.consume_queue(req.topic, req.queue_id).put(req.queue_offset, req.phy_offset, req.size,
-                                                            req.tags_code)
-
-    def _dispatch_to_index(self, req: DispatchRequest) -> None:
-        index = self.index
-        assert index is not None
-        if req.phy_offset <= index.max_phy_offset:
-            return
-        uniq = req.uniq_key
-        if uniq:
-            index.put(f"{req.topic}#{uniq}", req.phy_offset, req.store_timestamp)
-        keys = req.keys
-        if keys:
-            for key in keys.split(" "):
-                if key:
-                    index.put(f"{req.topic}#{key}", req.phy_offset, req.store_timestamp)
+    def _dispatch_to_consume_queue(self, requests: list[DispatchRequest]) -> None:
+        queues = self.queues
+        for req in requests:
+            if req.goes_to_consume_queue:
+                cq = queues.get((req.topic, req.queue_id))
+                if cq is None:
+                    cq = self.consume_queue(req.topic, req.queue_id)
+                cq.put(req.queue_offset, req.phy_offset, req.size, req.tags_code)
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
@@ -214,6 +213,8 @@ class MessageStore:
             for cq in self.queues.values():
                 cq.truncate_from_phy(offset)
             if self.index is not None:
+                if self.index_builder is not None:
+                    self.index_builder.drain()
                 self.index.truncate_after(offset)
             self.reput.pending.clear()
             self.reput.reput_offset = min(self.reput.reput_offset, offset)
@@ -331,6 +332,9 @@ class MessageStore:
             return []
         from cometmq.store.commitlog import dispatch_request_from_record
 
+        if self.index_builder is not None:
+            # Read your writes: wait (briefly) until everything dispatched so far is indexed.
+            self.index_builder.wait_applied(self.reput.reput_offset, 2.0)
         end = end_ms if end_ms is not None else self.clock() + 1
         found: list[memoryview] = []
         for phy in self.index.query(f"{topic}#{key}", max_num * 2, begin_ms, end):

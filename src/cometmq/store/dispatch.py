@@ -65,6 +65,7 @@ class ReputService:
         """Decode and dispatch records from the reput offset up to ``until``; returns how many."""
         count = 0
         batch: list[DispatchRequest] = []
+        table = self.commitlog.queue_table
         for offset, view in self.commitlog.scan(self.reput_offset, until, check_crc=False):
             req = dispatch_request_from_record(offset, view)
             if req is None:
@@ -72,6 +73,12 @@ class ReputService:
                 break
             for hook in self.tag_code_hooks:
                 hook(req)
+            if req.goes_to_consume_queue:
+                # Records that came in as bytes (a replica) were numbered by another log: later local
+                # appends must continue from their queue offsets.
+                key = (req.topic, req.queue_id)
+                if table.get(key, 0) <= req.queue_offset:
+                    table[key] = req.queue_offset + 1
             batch.append(req)
             if len(batch) >= 1024:
                 self._dispatch_all(batch, notify=notify)

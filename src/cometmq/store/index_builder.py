@@ -86,6 +86,13 @@ class IndexBuilder(ServiceThread):
                     if key:
                         put(f"{req.topic}#{key}", req.phy_offset, req.store_timestamp)
 
+    def reset_to(self, offset: int) -> None:
+        """After truncating the log (and the index) to ``offset``: what was applied past it is gone."""
+        self.drain()
+        with self._cond:
+            self.applied_offset = min(self.applied_offset, offset)
+            self.submitted_offset = min(self.submitted_offset, offset)
+
     def durable_point(self, dispatched: int) -> int:
         """The highest offset a checkpoint may claim as indexed, given the dispatcher's offset."""
         if self._queue or self.applied_offset < self.submitted_offset:

@@ -216,6 +216,8 @@ class MessageStore:
                 if self.index_builder is not None:
                     self.index_builder.drain()
                 self.index.truncate_after(offset)
+                if self.index_builder is not None:
+                    self.index_builder.reset_to(offset)
             self.reput.pending.clear()
             self.reput.reput_offset = min(self.reput.reput_offset, offset)
             self.rebuild_queue_table()

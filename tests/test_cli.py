@@ -1,0 +1,85 @@
+"""The command line: configuration errors are reported, `serve` starts and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cometmq.broker.config import ConfigError, load_broker_conf, parse_properties
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cometmq(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cometmq.cli", *args]
+
+
+def test_unknown_broker_conf_key_is_reported(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=b1\nlistenPort=10911\nflushDiskTyp=SYNC_FLUSH\n")
+    out = subprocess.run(cometmq("broker", "-c", str(conf), "--data", str(tmp_path / "d")), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode != 0
+    assert "flushDiskTyp" in out.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_broker_conf_uses_rocketmq_names(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("# a comment\nbrokerName = b7\nbrokerClusterName=C\nnamesrvAddr=127.0.0.1:1;127.0.0.1:2\n"
+                    "flushDiskType=SYNC_FLUSH\nlongPollingEnable=false\nshortPollingTimeMills=250\n"
+                    f"storePathRootDir={tmp_path / 'store'}\nmessageDelayLevel=1s 2m 1h\nbrokerRole=ASYNC_MASTER\n")
+    cfg = load_broker_conf(conf)
+    assert (cfg.broker_name, cfg.broker_cluster_name) == ("b7", "C")
+    assert cfg.namesrv_addrs == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert cfg.store.flush_disk_type.value == "SYNC_FLUSH"
+    assert (cfg.long_polling_enable, cfg.short_polling_time_ms) == (False, 250)
+    assert cfg.store.store_path == tmp_path / "store"
+    assert cfg.message_delay_level == (1000, 120_000, 3_600_000)
+    with pytest.raises(ConfigError, match="messageDelayLevel"):
+        load_broker_conf_text(tmp_path, "messageDelayLevel=1x\n")
+    with pytest.raises(ConfigError, match="line 1"):
+        parse_properties("no separator here\n")
+
+
+def load_broker_conf_text(tmp_path: Path, text: str) -> object:
+    p = tmp_path / "x.conf"
+    p.write_text(text)
+    return load_broker_conf(p)
+
+
+def test_serve_starts_and_stops_cleanly(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    ns, bp = free_port(), free_port()
+    proc = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port", str(bp)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "cometmq serving" in line and f"127.0.0.1:{bp}" in line
+        assert (data / "abort").exists()
+        with socket.create_connection(("127.0.0.1", ns), timeout=5):
+            pass
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert not (data / "abort").exists()
+    checkpoint = json.loads((data / "checkpoint").read_text())
+    assert checkpoint["clean_end_offset"] >= 0
+    assert (data / "config" / "topics.json").exists()

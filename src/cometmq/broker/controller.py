@@ -23,7 +23,7 @@ from cometmq.net.client import RemotingClient
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
-from cometmq.protocol.route import PERM_INHERIT, TopicConfig
+from cometmq.protocol.route import TopicConfig
 from cometmq.store.message import MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult, PutStatus
@@ -80,10 +80,8 @@ class BrokerController:
         await asyncio.to_thread(self.store.start)
         self.topics.load()
         if not self.config.auto_create_topic_enable:
-            tbw = self.topics.get("TBW102")
-            if tbw is not None and tbw.perm & PERM_INHERIT:
-                self.topics.topics["TBW102"] = TopicConfig(tbw.topic_name, tbw.read_queue_nums,
-                                                           tbw.write_queue_nums, tbw.perm & ~PERM_INHERIT)
+            # As RocketMQ: without auto-creation there is no TBW102 route for clients to fall back on.
+            self.topics.topics.pop("TBW102", None)
         self.topics.persist()
         self.groups.load()
         self.offsets.load()

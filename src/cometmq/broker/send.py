@@ -64,7 +64,8 @@ class SendProcessor:
 
     async def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            if cmd.code == RequestCode.SEND_MESSAGE_V2:
+            # V2 (310, and 320 as Java sends batches) shortens keys to letters; accept either form on any code.
+            if cmd.code == RequestCode.SEND_MESSAGE_V2 or ("b" in cmd.ext_fields and "topic" not in cmd.ext_fields):
                 header = send_header_from_v2(cmd.ext_fields)
             else:
                 header = SendMessageRequestHeader.from_ext(cmd.ext_fields)

@@ -47,12 +47,11 @@ class Header:
 
     def to_ext(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name, key, kind, _required in _spec(type(self)):
+            value = getattr(self, name)
             if value is None:
                 continue
-            key = self.WIRE.get(f.name, _camel(f.name))
-            out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            out[key] = ("true" if value else "false") if kind == "bool" else str(value)
         return out
 
 

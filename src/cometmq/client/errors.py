@@ -1,0 +1,66 @@
+"""The SDK's exceptions: one hierarchy, mapped from response codes at one place."""
+
+from __future__ import annotations
+
+from cometmq.protocol.codes import RemotingError, ResponseCode, response_code_name
+
+
+class MQClientError(Exception):
+    """Base of every error the SDK raises."""
+
+    retriable = False
+
+
+class InvalidArgumentError(MQClientError, ValueError):
+    """A bad argument, rejected before any request was sent."""
+
+
+class ClientStateError(MQClientError):
+    """The client is not started, or already closed."""
+
+
+class NoRouteError(MQClientError):
+    """No nameserver knows a route for the topic."""
+
+    retriable = True
+
+
+class ClientConnectionError(MQClientError):
+    """Connecting to, or talking with, a server failed."""
+
+    retriable = True
+
+
+class ClientTimeoutError(MQClientError, TimeoutError):
+    """A request got no answer in time."""
+
+    retriable = True
+
+
+class BrokerError(MQClientError):
+    """A server answered with an error code."""
+
+    def __init__(self, code: int, remark: str, *, addr: str = "", context: str = "") -> None:
+        self.code = code
+        self.remark = remark
+        self.addr = addr
+        self.context = context
+        where = f" from {addr}" if addr else ""
+        what = f" ({context})" if context else ""
+        super().__init__(f"{response_code_name(code)}({code}){where}{what}: {remark or 'no remark'}")
+
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]
+        return RemotingError(self.code).retriable or self.code in _PRODUCER_RETRY
+
+    @property
+    def response_code(self) -> ResponseCode | int:
+        try:
+            return ResponseCode(self.code)
+        except ValueError:
+            return self.code
+
+
+#: codes a producer retries on another broker (RocketMQ's retryResponseCodes)
+_PRODUCER_RETRY = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+                   ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_BUSY}

@@ -1,0 +1,153 @@
+"""Messages as users write and read them."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cometmq.client.errors import InvalidArgumentError
+from cometmq.protocol.client_bodies import MessageQueue
+from cometmq.protocol.message import MessageRecord, SysFlag, pack_host
+from cometmq.protocol.msgid import offset_msg_id
+from cometmq.protocol.properties import (
+    DELAY,
+    KEYS,
+    RETRY_TOPIC,
+    TAGS,
+    TIMER_DELAY_MS,
+    TIMER_DELIVER_MS,
+    UNIQ_KEY,
+)
+
+__all__ = ["Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus"]
+
+_RESERVED = frozenset({TAGS, KEYS, UNIQ_KEY, DELAY, "WAIT", TIMER_DELIVER_MS, TIMER_DELAY_MS, "TIMER_DELAY_SEC"})
+
+
+@dataclass
+class Message:
+    """A message to send. ``keys`` index it for lookups; ``tags`` let consumers filter on the broker.
+
+    Scheduling: ``delay_level`` (4.x levels, 1 = 1 s … 18 = 2 h), or ``deliver_at`` (epoch ms) / ``delay``
+    (seconds) for RocketMQ 5 timer messages with any delay.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | Sequence[str] | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    deliver_at: int | None = None
+    delay: float | None = None
+    flag: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.body, str):
+            self.body = self.body.encode("utf-8")
+        if not isinstance(self.body, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"message body must be bytes, not {type(self.body).__name__}")
+
+    @property
+    def key_list(self) -> list[str]:
+        if self.keys is None:
+            return []
+        if isinstance(self.keys, str):
+            return [k for k in self.keys.split(" ") if k]
+        return [k for k in self.keys if k]
+
+    def wire_properties(self, uniq_key: str) -> dict[str, str]:
+        """The properties as sent: user properties plus TAGS, KEYS, UNIQ_KEY, WAIT and scheduling keys."""
+        props: dict[str, str] = {}
+        for k, v in self.properties.items():
+            if k in _RESERVED:
+                raise InvalidArgumentError(f"property {k!r} is reserved: use the Message field for it")
+            props[k] = str(v)
+        if self.tags:
+            props[TAGS] = self.tags
+        keys = self.key_list
+        if keys:
+            props[KEYS] = " ".join(keys)
+        props[UNIQ_KEY] = uniq_key
+        props["WAIT"] = "true"
+        if self.delay_level:
+            props[DELAY] = str(self.delay_level)
+        if self.deliver_at is not None:
+            props[TIMER_DELIVER_MS] = str(int(self.deliver_at))
+        elif self.delay is not None:
+            props[TIMER_DELIVER_MS] = str(int(time.time() * 1000 + self.delay * 1000))
+        return props
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status is SendStatus.SEND_OK
+
+
+@dataclass(frozen=True, slots=True)
+class MessageExt:
+    """A received message."""
+
+    topic: str
+    body: bytes
+    properties: Mapping[str, str]
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    commit_log_offset: int
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    sys_flag: int
+    flag: int
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(KEYS, "").split(" ") if k]
+
+    @classmethod
+    def from_record(cls, rec: MessageRecord, broker_name: str) -> MessageExt:
+        import zlib
+
+        body = rec.body
+        if rec.sys_flag & SysFlag.COMPRESSED:
+            try:
+                body = zlib.decompress(body)
+            except zlib.error:
+                pass  # leave it as stored; the flag tells the caller
+        topic = rec.topic
+        retry_of = rec.properties.get(RETRY_TOPIC)
+        if retry_of and topic.startswith("%RETRY%"):
+            topic = retry_of
+        offset_id = offset_msg_id(pack_host(*rec.store_host), rec.physical_offset)
+        return cls(topic=topic, body=body, properties=rec.properties,
+                   msg_id=rec.properties.get(UNIQ_KEY) or offset_id, offset_msg_id=offset_id,
+                   queue=MessageQueue(rec.topic, broker_name, rec.queue_id), queue_offset=rec.queue_offset,
+                   commit_log_offset=rec.physical_offset, born_timestamp=rec.born_timestamp,
+                   store_timestamp=rec.store_timestamp, born_host=f"{rec.born_host[0]}:{rec.born_host[1]}",
+                   store_host=f"{rec.store_host[0]}:{rec.store_host[1]}", reconsume_times=rec.reconsume_times,
+                   sys_flag=rec.sys_flag, flag=rec.flag)

@@ -1,0 +1,292 @@
+"""The producer: send (awaited), send_async with a callback, oneway, batches, queue selectors, ordered sends."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import zlib
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from cometmq.client.errors import (
+    BrokerError,
+    ClientStateError,
+    InvalidArgumentError,
+    MQClientError,
+    NoRouteError,
+)
+from cometmq.client.instance import ClientInstance
+from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus
+from cometmq.protocol.batch import encode_batch
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
+from cometmq.protocol.msgid import UniqKeyGenerator
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.remoting import make_request
+
+log = logging.getLogger(__name__)
+
+#: (queues, message, arg) -> the queue to send to
+MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+
+_STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+           ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+           ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+
+def select_by_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """The same argument always picks the same queue (stable across processes: no ``hash()``)."""
+    key = arg if isinstance(arg, int) else zlib.crc32(str(arg).encode())
+    return queues[abs(key) % len(queues)]
+
+
+_round_robin = itertools.count()
+
+
+def select_round_robin(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    return queues[next(_round_robin) % len(queues)]
+
+
+class Producer:
+    """An asyncio producer. Use ``async with Producer(namesrv=...) as p: await p.send(msg)``."""
+
+    def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv: str | None = None,
+                 instance: ClientInstance | None = None, send_timeout: float = 3.0, retries: int = 2,
+                 compress_over: int = 4096, compress_level: int = 5, max_message_size: int = 4 * 1024 * 1024,
+                 max_batch_bytes: int = 1024 * 1024) -> None:
+        if instance is None and namesrv is None:
+            raise InvalidArgumentError("a producer needs namesrv='host:port' or a ClientInstance")
+        if not group:
+            raise InvalidArgumentError("the producer group name is empty")
+        self.group = group
+        self._own_instance = instance is None
+        self.instance = instance or ClientInstance(namesrv or "")
+        self.send_timeout = send_timeout
+        self.retries = max(0, retries)
+        self.compress_over = compress_over
+        self.compress_level = compress_level
+        self.max_message_size = max_message_size
+        self.max_batch_bytes = max_batch_bytes
+        self._uniq = UniqKeyGenerator(self.instance.client_ip)
+        self._next_queue = itertools.count()
+        self._pending: set[asyncio.Task[Any]] = set()
+        self.started = False
+
+    async def start(self) -> None:
+        if self.started:
+            return
+        self.instance.register_producer(self.group)
+        await self.instance.start()
+        self.started = True
+
+    async def close(self) -> None:
+        if not self.started:
+            return
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        self.started = False
+        await self.instance.unregister(producer_group=self.group)
+        await self.instance.close()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # -- checks ---------------------------------------------------------------------------------------------
+    def _check(self, msg: Message) -> None:
+        if not self.started:
+            raise ClientStateError("the producer is not started")
+        if not isinstance(msg, Message):
+            raise InvalidArgumentError(f"expected a Message, got {type(msg).__name__}")
+        if not msg.topic or len(msg.topic) > 127 or not all(c.isalnum() or c in "%|-_" for c in msg.topic):
+            raise InvalidArgumentError(f"topic {msg.topic!r} is not a valid topic name")
+        if not msg.body:
+            raise InvalidArgumentError(f"the message body for {msg.topic} is empty")
+        if len(msg.body) > self.max_message_size:
+            raise InvalidArgumentError(f"the message body for {msg.topic} is {len(msg.body)} bytes, more than "
+                                       f"{self.max_message_size}")
+
+    # -- routes ---------------------------------------------------------------------------------------------
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues; an unknown topic is sent through the brokers' default route (TBW102)."""
+        queues = await self.instance.publish_queues(topic)
+        if queues:
+            return queues
+        default = await self.instance.publish_queues("TBW102")
+        if not default:
+            raise NoRouteError(f"no route for topic {topic}, and no broker allows auto-creating it")
+        # As RocketMQ: up to 4 queues per broker for an auto-created topic.
+        return [MessageQueue(topic, q.broker_name, q.queue_id) for q in default if q.queue_id < 4]
+
+    # -- send -----------------------------------------------------------------------------------------------
+    async def send(self, msg: Message, *, queue: MessageQueue | None = None,
+                   selector: MessageQueueSelector | None = None, arg: Any = None,
+                   timeout: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer. Retries on another queue (and broker) when the failure allows
+        it, unless a queue was chosen (``queue`` or ``selector``), where a failure is reported as it is."""
+        self._check(msg)
+        timeout = self.send_timeout if timeout is None else timeout
+        if queue is not None or selector is not None:
+            if queue is None:
+                assert selector is not None
+                queues = await self.queues(msg.topic)
+                queue = selector(queues, msg, arg)
+            return await self._send_to(queue, msg, timeout)
+        queues = await self.queues(msg.topic)
+        last_error: MQClientError | None = None
+        failed_broker: str | None = None
+        for _attempt in range(self.retries + 1):
+            candidates = [q for q in queues if q.broker_name != failed_broker] or queues
+            q = candidates[next(self._next_queue) % len(candidates)]
+            try:
+                return await self._send_to(q, msg, timeout)
+            except MQClientError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+                failed_broker = q.broker_name
+                log.info("send to %s failed (%s); retrying on another queue", q, exc)
+                if isinstance(exc, BrokerError) and exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                    queues = await self.queues(msg.topic)
+        assert last_error is not None
+        raise last_error
+
+    async def send_orderly(self, msg: Message, sharding_key: str | int, *, timeout: float | None = None) -> SendResult:
+        """Send to the queue that ``sharding_key`` selects, never another one: a failure is raised."""
+        return await self.send(msg, selector=select_by_hash, arg=sharding_key, timeout=timeout)
+
+    def send_async(self, msg: Message, callback: SendCallback | None = None, **kwargs: Any
+                   ) -> asyncio.Task[SendResult]:
+        """Start a send; ``callback(result, error)`` runs when it completes. Returns the task."""
+        task = asyncio.ensure_future(self.send(msg, **kwargs))
+        self._pending.add(task)
+
+        def done(t: asyncio.Task[SendResult]) -> None:
+            self._pending.discard(t)
+            if callback is None:
+                if not t.cancelled() and t.exception() is not None:
+                    log.warning("async send failed: %s", t.exception())
+                return
+            if t.cancelled():
+                callback(None, asyncio.CancelledError())
+            elif t.exception() is not None:
+                callback(None, t.exception())
+            else:
+                callback(t.result(), None)
+
+        task.add_done_callback(done)
+        return task
+
+    async def send_oneway(self, msg: Message) -> None:
+        """Send without waiting for an answer (nor knowing whether it arrived)."""
+        self._check(msg)
+        queues = await self.queues(msg.topic)
+        q = queues[next(self._next_queue) % len(queues)]
+        addr = await self._addr(q)
+        cmd, _ = self._request(q, msg, oneway=True)
+        self.instance.send_oneway(addr, cmd)
+
+    async def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
+                         timeout: float | None = None) -> list[SendResult]:
+        """Send many messages of one topic, packed into as few requests as ``max_batch_bytes`` allows."""
+        if not msgs:
+            return []
+        topic = msgs[0].topic
+        for m in msgs:
+            self._check(m)
+            if m.topic != topic:
+                raise InvalidArgumentError("a batch must hold messages of one topic")
+            if m.delay_level or m.deliver_at is not None or m.delay is not None:
+                raise InvalidArgumentError("scheduled messages cannot be sent in a batch")
+        if queue is None:
+            queues = await self.queues(topic)
+            queue = queues[next(self._next_queue) % len(queues)]
+        results: list[SendResult] = []
+        chunk: list[Message] = []
+        size = 0
+        for m in msgs:
+            est = len(m.body) + 200
+            if chunk and size + est > self.max_batch_bytes:
+                results.extend(await self._send_batch_to(queue, chunk, timeout))
+                chunk, size = [], 0
+            chunk.append(m)
+            size += est
+        if chunk:
+            results.extend(await self._send_batch_to(queue, chunk, timeout))
+        return results
+
+    # -- wire -----------------------------------------------------------------------------------------------
+    async def _addr(self, q: MessageQueue) -> str:
+        addr = self.instance.master_addr(q.broker_name)
+        if addr is None:
+            await self.queues(q.topic)  # learns the brokers of the topic's route (or of the default route)
+            addr = self.instance.master_addr(q.broker_name)
+        if addr is None:
+            raise NoRouteError(f"no master address for broker {q.broker_name}")
+        return addr
+
+    def _request(self, q: MessageQueue, msg: Message, *, oneway: bool = False) -> tuple[Any, str]:
+        uniq = self._uniq.new_key()
+        props = msg.wire_properties(uniq)
+        body = bytes(msg.body)
+        sys_flag = 0
+        if len(body) >= self.compress_over:
+            body = zlib.compress(body, self.compress_level)
+            sys_flag |= 1
+        header = SendMessageRequestHeader(
+            producer_group=self.group, topic=msg.topic, default_topic="TBW102", default_topic_queue_nums=4,
+            queue_id=q.queue_id, sys_flag=sys_flag, born_timestamp=_now_ms(), flag=msg.flag,
+            properties=encode_properties(props).decode("utf-8"), reconsume_times=0)
+        return make_request(RequestCode.SEND_MESSAGE_V2, send_header_to_v2(header), body, oneway=oneway), uniq
+
+    async def _send_to(self, q: MessageQueue, msg: Message, timeout: float) -> SendResult:
+        cmd, uniq = self._request(q, msg)
+        addr = await self._addr(q)
+        response = await self.instance.invoke(addr, cmd, timeout, context=f"send to {q.topic}/{q.queue_id}")
+        return self._result(response, q, uniq, addr)[0]
+
+    async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float | None) -> list[SendResult]:
+        items = []
+        uniqs = []
+        for m in msgs:
+            uniq = self._uniq.new_key()
+            uniqs.append(uniq)
+            items.append((bytes(m.body), m.wire_properties(uniq), m.flag))
+        header = SendMessageRequestHeader(
+            producer_group=self.group, topic=q.topic, queue_id=q.queue_id, born_timestamp=_now_ms(),
+            properties="", batch=True)
+        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), encode_batch(items))
+        addr = await self._addr(q)
+        response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
+                                              context=f"batch to {q.topic}/{q.queue_id}")
+        return self._result(response, q, ",".join(uniqs), addr)
+
+    @staticmethod
+    def _result(response: Any, q: MessageQueue, uniq: str, addr: str) -> list[SendResult]:
+        status = _STATUS.get(response.code)
+        if status is None:
+            raise BrokerError(response.code, response.remark or "", addr=addr, context=f"send to {q.topic}")
+        ext = response.ext_fields
+        try:
+            first_offset = int(ext.get("queueOffset", "-1"))
+            queue_id = int(ext.get("queueId", str(q.queue_id)))
+        except ValueError:
+            first_offset, queue_id = -1, q.queue_id
+        real_q = MessageQueue(q.topic, q.broker_name, queue_id)
+        offset_ids = ext.get("msgId", "").split(",")
+        uniqs = uniq.split(",")
+        return [SendResult(status, u, offset_ids[i] if i < len(offset_ids) else "", real_q, first_offset + i)
+                for i, u in enumerate(uniqs)]
+
+
+def _now_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000

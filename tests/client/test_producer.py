@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+import pytest
+
+from cometmq.client import (
+    BrokerError,
+    ClientStateError,
+    InvalidArgumentError,
+    Message,
+    MessageQueue,
+    NoRouteError,
+    Producer,
+    SendResult,
+)
+from cometmq.protocol.message import iter_records
+
+from .conftest import Cluster
+
+
+def stored(cluster: Cluster, topic: str, queue_id: int, broker: int = 0) -> list[object]:
+    store = cluster.brokers[broker].store
+    r = store.get_messages(topic, queue_id, 0, 1000, max_bytes=1 << 24)
+    return list(iter_records(b"".join(bytes(v) for v in r.buffers)))
+
+
+async def test_send_sets_tags_keys_and_unique_id(cluster: Cluster) -> None:
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        r = await p.send(Message("T", b"hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"}))
+    assert r.ok and len(r.msg_id) == 32 and len(r.offset_msg_id) == 32
+    [rec] = stored(cluster, "T", r.queue.queue_id)
+    assert rec.body == b"hello"  # type: ignore[attr-defined]
+    assert rec.properties["TAGS"] == "TagA" and rec.properties["KEYS"] == "k1 k2"  # type: ignore[attr-defined]
+    assert rec.properties["UNIQ_KEY"] == r.msg_id and rec.properties["color"] == "red"  # type: ignore[attr-defined]
+
+
+async def test_queues_round_robin_and_selectors(cluster: Cluster) -> None:
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        results = [await p.send(Message("RR", f"{i}".encode())) for i in range(8)]
+        assert sorted({r.queue.queue_id for r in results}) == [0, 1, 2, 3]
+        ordered = [await p.send_orderly(Message("RR", f"o{i}".encode()), "order-7") for i in range(5)]
+        assert len({r.queue for r in ordered}) == 1
+        assert [r.queue_offset for r in ordered] == sorted(r.queue_offset for r in ordered)
+        chosen = MessageQueue("RR", "broker-a", 3)
+        r = await p.send(Message("RR", b"chosen"), queue=chosen)
+        assert r.queue == chosen
+        r = await p.send(Message("RR", b"picked"), selector=lambda qs, m, arg: qs[arg], arg=2)
+        assert r.queue.queue_id == 2
+
+
+async def test_batch_async_oneway_and_compression(cluster: Cluster) -> None:
+    async with Producer("pg", namesrv=cluster.namesrv_addr, max_batch_bytes=2000) as p:
+        q = MessageQueue("B", "broker-a", 0)
+        results = await p.send_batch([Message("B", f"m{i}".encode() * 50) for i in range(20)], queue=q)
+        assert len(results) == 20 and [r.queue_offset for r in results] == list(range(20))
+        assert len({r.msg_id for r in results}) == 20
+        done: list[SendResult | None] = []
+        event = asyncio.Event()
+
+        def callback(result: SendResult | None, error: BaseException | None) -> None:
+            done.append(result)
+            event.set()
+
+        p.send_async(Message("B", b"async"), callback, queue=q)
+        await asyncio.wait_for(event.wait(), 10)
+        assert done[0] is not None and done[0].ok
+        await p.send_oneway(Message("B", b"oneway"))
+        big = b"0123456789" * 1000
+        assert (await p.send(Message("B", big), queue=q)).ok
+    recs = stored(cluster, "B", 0)
+    last = recs[-1]
+    assert last.sys_flag & 1 and zlib.decompress(last.body) == big  # type: ignore[attr-defined]
+    assert [x.body for x in recs[:20]] == [f"m{i}".encode() * 50 for i in range(20)]  # type: ignore[attr-defined]
+
+
+async def test_errors_are_clear_and_early(cluster: Cluster) -> None:
+    p = Producer("pg", namesrv=cluster.namesrv_addr)
+    with pytest.raises(ClientStateError):
+        await p.send(Message("T", b"x"))
+    async with p:
+        with pytest.raises(InvalidArgumentError, match="topic"):
+            await p.send(Message("bad topic", b"x"))
+        with pytest.raises(InvalidArgumentError, match="empty"):
+            await p.send(Message("T", b""))
+        with pytest.raises(InvalidArgumentError, match="reserved"):
+            await p.send(Message("T", b"x", properties={"UNIQ_KEY": "mine"}))
+        with pytest.raises(InvalidArgumentError, match="one topic"):
+            await p.send_batch([Message("T", b"x"), Message("U", b"y")])
+        with pytest.raises(BrokerError) as info:
+            await p.send(Message("T", b"x"), queue=MessageQueue("T", "broker-a", 99))
+        assert "queueId 99" in str(info.value) and info.value.addr == cluster.brokers[0].addr
+    with pytest.raises(InvalidArgumentError):
+        Producer("pg")
+
+
+async def test_no_route_without_auto_create(cluster: Cluster) -> None:
+    for b in cluster.brokers:
+        await b.stop()
+    cluster.brokers.clear()
+    await cluster.add_broker("strict", auto_create_topic_enable=False)
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        with pytest.raises(NoRouteError, match="Nowhere"):
+            await p.send(Message("Nowhere", b"x"))

@@ -197,3 +197,25 @@ async def test_admin_topics_and_message_queries(start_broker: StartBroker, clien
     assert r.code == ResponseCode.SUCCESS
     r = await client.invoke(b.addr, send_request("Made", b"again", 0))
     assert r.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_locks_of_a_departed_client_are_released(start_broker: StartBroker) -> None:
+    b = await start_broker()
+    mqs = frozenset(MessageQueue("T", "broker-a", i) for i in range(2))
+    leaving = RemotingClient()
+    staying = RemotingClient()
+    try:
+        await leaving.invoke(b.addr, heartbeat("c-leaving", "OG", "T"))
+        r = await leaving.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
+                                                      LockBatchBody("OG", "c-leaving", mqs).encode()))
+        assert decode_lock_ok(r.body) == mqs
+        await leaving.close()  # as a killed process would: no UNLOCK, no UNREGISTER
+        for _ in range(200):
+            if not b.locks.table:
+                break
+            await asyncio.sleep(0.01)
+        r = await staying.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
+                                                      LockBatchBody("OG", "c-staying", mqs).encode()))
+        assert decode_lock_ok(r.body) == mqs
+    finally:
+        await staying.close()

@@ -155,6 +155,14 @@ class BrokerController:
     def _connection_closed(self, conn: RemotingConnection) -> None:
         self.consumers.connection_closed(conn)
         self.producers.connection_closed(conn)
+        client_id = conn.attributes.get("client_id")
+        if client_id and not any(ch.client_id == client_id for info in self.consumers.groups.values()
+                                 for ch in info.channels.values()):
+            # The client is gone (closed or killed): free its queue locks now, so the orderly consumers that
+            # take over its queues need not wait for the lock lifetime (60 s) to pass.
+            released = self.locks.unlock_client(client_id)
+            if released:
+                log.info("released %d queue locks of departed client %s", released, client_id)
 
     def _topics_changed(self) -> None:
         registrar = self.registrar

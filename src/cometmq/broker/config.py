@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cometmq.store.config import STORE_KEYS, ConfigError, StoreConfig, store_config_from_properties
+from cometmq.store.config import (
+    STORE_KEYS,
+    ConfigError,
+    StoreConfig,
+    convert_keys,
+    store_config_from_properties,
+)
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -126,16 +132,7 @@ def broker_config_from_properties(props: Mapping[str, str], base: BrokerConfig |
     if unknown:
         raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
     base = base or BrokerConfig()
-    changes: dict[str, Any] = {}
-    for key, raw in props.items():
-        spec = BROKER_KEYS.get(key)
-        if spec is None:
-            continue
-        name, convert = spec
-        try:
-            changes[name] = convert(raw)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{key}={raw!r}: {exc}") from None
+    changes = convert_keys(props, BROKER_KEYS)
     changes["store"] = store_config_from_properties(props, base.store)
     return dataclasses.replace(base, **changes)
 

@@ -19,6 +19,7 @@ from cometmq.broker.pull import PullProcessor
 from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
 from cometmq.broker.topics import RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager, check_topic_name
+from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
@@ -119,13 +120,7 @@ class BrokerController:
         self.started = False
         if self.registrar is not None:
             await self.registrar.stop()  # type: ignore[attr-defined]
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._tasks)
         await self.schedule.stop()
         await self.hold.stop()
         if self.server is not None:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cometmq.broker.filters import TagFilter
+from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.remoting import RemotingCommand
 from cometmq.store.message import DispatchRequest
@@ -64,12 +65,7 @@ class PullRequestHoldService:
         self._task = asyncio.create_task(self._safety_net(), name="pull-hold-check")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait([self._task])
         for held_list in self._table.values():
             for held in held_list:
                 if held.timer is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from cometmq.broker.topics import SCHEDULE_TOPIC
 from cometmq.common.atomic_file import read_optional, write_atomic
+from cometmq.common.tasks import cancel_and_wait
 from cometmq.protocol.message import TRANSACTION_MASK, decode_record, pack_host
 from cometmq.protocol.properties import DELAY, REAL_QID, REAL_TOPIC, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
@@ -83,13 +84,7 @@ class ScheduleMessageService:
             self._tasks.append(asyncio.create_task(self._run_level(level), name=f"delay-level-{level}"))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         self.persist()
 

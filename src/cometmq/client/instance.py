@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError, InvalidArgumentError
+from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient, split_address
 from cometmq.net.connection import RemotingConnection, RequestTimeoutError
 from cometmq.protocol.client_bodies import ConsumerData, HeartbeatData, MessageQueue
@@ -86,13 +87,7 @@ class ClientInstance:
         if self._users > 0 or not self.started:
             return
         self.started = False
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._tasks)
         await self.remoting.close()
 
     # -- requests ---------------------------------------------------------------------------------------------

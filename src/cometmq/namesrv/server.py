@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
+from cometmq.common.tasks import cancel_and_wait
 from cometmq.namesrv.processors import NamesrvProcessors
 from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
 from cometmq.net.connection import RemotingConnection
@@ -58,10 +58,7 @@ class NamesrvController:
 
     async def stop(self) -> None:
         task, self._scan_task = self._scan_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])
         await self._server.stop()
 
     async def __aenter__(self) -> NamesrvController:

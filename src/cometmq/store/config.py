@@ -124,12 +124,11 @@ STORE_KEYS: dict[str, tuple[str, Any]] = {
 }
 
 
-def store_config_from_properties(props: Mapping[str, str], base: StoreConfig | None = None) -> StoreConfig:
-    """Build a StoreConfig from RocketMQ-named keys. Keys not about the store are ignored here;
-    the broker's config reader reports keys that no component knows."""
+def convert_keys(props: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]) -> dict[str, Any]:
+    """Field values for the RocketMQ-named keys of ``props`` that ``keys`` knows; a bad value names its key."""
     changes: dict[str, Any] = {}
     for key, raw in props.items():
-        spec = STORE_KEYS.get(key)
+        spec = keys.get(key)
         if spec is None:
             continue
         name, convert = spec
@@ -137,4 +136,10 @@ def store_config_from_properties(props: Mapping[str, str], base: StoreConfig | N
             changes[name] = convert(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{key}={raw!r}: {exc}") from None
-    return dataclasses.replace(base or StoreConfig(), **changes)
+    return changes
+
+
+def store_config_from_properties(props: Mapping[str, str], base: StoreConfig | None = None) -> StoreConfig:
+    """Build a StoreConfig from RocketMQ-named keys. Keys not about the store are ignored here;
+    the broker's config reader reports keys that no component knows."""
+    return dataclasses.replace(base or StoreConfig(), **convert_keys(props, STORE_KEYS))

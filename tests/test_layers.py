@@ -13,6 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "cometmq"
 FORBIDDEN = {
     "protocol": {"cometmq.store", "cometmq.net", "cometmq.broker", "cometmq.namesrv", "cometmq.client",
                  "asyncio", "socketserver", "selectors"},
+    "filter": {"cometmq.store", "cometmq.net", "cometmq.broker", "cometmq.namesrv", "cometmq.client", "asyncio"},
     "store": {"cometmq.net", "cometmq.broker", "cometmq.namesrv", "cometmq.client", "asyncio"},
     "common": {"cometmq.store", "cometmq.net", "cometmq.broker", "cometmq.namesrv", "cometmq.client"},
     "net": {"cometmq.store", "cometmq.broker", "cometmq.namesrv", "cometmq.client"},

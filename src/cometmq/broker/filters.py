@@ -1,14 +1,52 @@
-"""Message filters for pulls: tag expressions by hash code (and the client re-checks the tag text)."""
+"""Message filters for pulls: tag expressions by hash code (the client re-checks the tag text), and SQL92
+expressions on message properties, evaluated on the broker so non-matching messages never cross the network."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 
+from cometmq.filter import FilterSyntaxError, cached_filter
 from cometmq.protocol.codes import RemotingError, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.message import record_properties
 from cometmq.protocol.taghash import java_string_hash
 
 TagFilter = Callable[[int], bool]
+PropertyFilter = Callable[[Mapping[str, str]], bool]
+RecordFilter = Callable[[memoryview], bool]
+
+
+def property_filter_for(expression_type: str | None, expression: str | None,
+                        enabled: bool) -> PropertyFilter | None:
+    """A SQL92 filter on message properties, or None for tag subscriptions. Raises RemotingError when SQL92
+    filtering is off on this broker or the expression does not parse."""
+    if expression_type is None or expression_type.upper() in ("", "TAG"):
+        return None
+    if expression_type.upper() != "SQL92":
+        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {expression_type}")
+    if not enabled:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR,
+                            "the broker does not filter by SQL92: set enablePropertyFilter=true")
+    text = (expression or "").strip()
+    if not text or text == "*":
+        return None
+    try:
+        return cached_filter(text)
+    except FilterSyntaxError as exc:
+        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"bad SQL92 expression {text!r}: {exc}") from None
+
+
+def record_filter_for(prop_filter: PropertyFilter) -> RecordFilter:
+    """Apply a property filter to stored records, reading only their properties."""
+
+    def match(view: memoryview) -> bool:
+        try:
+            return prop_filter(record_properties(view))
+        except ProtocolError:
+            return False
+
+    return match
 
 
 def parse_tag_expression(expression: str | None) -> frozenset[str] | None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from cometmq.broker.filters import TagFilter
+from cometmq.broker.filters import PropertyFilter, TagFilter
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.remoting import RemotingCommand
@@ -36,6 +36,8 @@ class HeldPull:
     offset: int
     tag_filter: TagFilter | None
     wake_on_arrival: bool
+    #: a SQL92 filter: only arrivals whose properties match wake this pull
+    property_filter: PropertyFilter | None = None
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     done: bool = False
 
@@ -125,11 +127,12 @@ class PullRequestHoldService:
         if key not in self._table:
             return
         if threading.get_ident() != self._loop_thread and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._arrived, key, req.queue_offset, req.tags_code)
+            self._loop.call_soon_threadsafe(self._arrived, key, req.queue_offset, req.tags_code, req.properties)
         else:
-            self._arrived(key, req.queue_offset, req.tags_code)
+            self._arrived(key, req.queue_offset, req.tags_code, req.properties)
 
-    def _arrived(self, key: tuple[str, int], queue_offset: int, tags_code: int) -> None:
+    def _arrived(self, key: tuple[str, int], queue_offset: int, tags_code: int,
+                 properties: Mapping[str, str]) -> None:
         held_list = self._table.get(key)
         if not held_list:
             return
@@ -137,6 +140,8 @@ class PullRequestHoldService:
             if not held.wake_on_arrival or queue_offset < held.offset:
                 continue
             if held.tag_filter is not None and not held.tag_filter(tags_code):
+                continue
+            if held.property_filter is not None and not held.property_filter(properties):
                 continue
             self.woken_by_arrival += 1
             self._wake(held)

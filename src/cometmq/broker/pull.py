@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from cometmq.broker.filters import tag_filter_for
+from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
 from cometmq.broker.long_polling import HeldPull
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.codes import RemotingError, ResponseCode
@@ -83,25 +83,27 @@ class PullProcessor:
                                 f"queueId {h.queue_id} is out of range: {h.topic} has {topic_cfg.read_queue_nums} "
                                 "read queues")
         if h.sys_flag & FLAG_SUBSCRIPTION:
-            expression = h.subscription
+            expression, expression_type = h.subscription, h.expression_type
         else:
             sub = broker.consumers.subscription(h.consumer_group, h.topic)
             if sub is None:
                 raise RemotingError(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                     f"group {h.consumer_group} has no subscription to {h.topic}")
-            expression = sub.sub_string
-        if h.expression_type not in (None, "", "TAG"):
-            raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                f"expression type {h.expression_type} is not supported here")
-        tag_filter = tag_filter_for(expression)
+            expression, expression_type = sub.sub_string, sub.expression_type
+        prop_filter = property_filter_for(expression_type, expression, broker.config.enable_property_filter)
+        tag_filter = None if prop_filter is not None or (expression_type or "TAG").upper() != "TAG" \
+            else tag_filter_for(expression)
+        record_filter = record_filter_for(prop_filter) if prop_filter is not None else None
 
-        result = broker.store.get_messages(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter)
+        result = broker.store.get_messages(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter,
+                                           record_filter)
         code = _code_for(result, h.queue_offset)
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
             long_polling = broker.config.long_polling_enable
             timeout_ms = h.suspend_timeout_millis if long_polling else broker.config.short_polling_time_ms
             broker.hold.suspend(HeldPull(conn, cmd, h.topic, h.queue_id, h.queue_offset, tag_filter,
-                                         wake_on_arrival=long_polling), max(timeout_ms, 0) / 1000)
+                                         wake_on_arrival=long_polling, property_filter=prop_filter),
+                                max(timeout_ms, 0) / 1000)
             self._commit(h, allow_suspend)
             return None
         self._commit(h, allow_suspend)

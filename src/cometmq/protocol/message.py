@@ -292,3 +292,20 @@ def iter_records(buf: bytes | bytearray | memoryview, *, check_crc: bool = False
         rec, size = decode_record(buf, pos, check_crc=check_crc)
         yield rec
         pos += size
+
+
+def record_properties(view: bytes | bytearray | memoryview) -> dict[str, str]:
+    """Only the properties of a stored record (what a property filter needs), without decoding the rest."""
+    if len(view) < MIN_RECORD_SIZE:
+        raise ProtocolError("truncated record")
+    (body_len,) = _I32.unpack_from(view, HEADER_SIZE)
+    p = HEADER_SIZE + 4 + body_len
+    if body_len < 0 or p + 3 > len(view):
+        raise ProtocolError("body length overruns the record")
+    p += 1 + view[p]
+    if p + 2 > len(view):
+        raise ProtocolError("topic length overruns the record")
+    (props_len,) = _I16.unpack_from(view, p)
+    if props_len < 0 or p + 2 + props_len > len(view):
+        raise ProtocolError("properties length overruns the record")
+    return decode_properties(view[p + 2 : p + 2 + props_len])

@@ -1,0 +1,527 @@
+"""RocketMQ's SQL92 message-property filter: tokenizer, recursive-descent parser, closure compiler.
+
+Grammar (RocketMQ's JMS-selector subset; keywords case-insensitive; ``--`` line and ``/* */`` comments)::
+
+    expr       := or EOF
+    or         := and ( OR and )*
+    and        := equality ( AND equality )*
+    equality   := relational ( ('=' | '<>') relational | IS [NOT] NULL )*
+    relational := unary ( ('>' | '>=' | '<' | '<=') unary
+                        | [NOT] BETWEEN unary AND unary
+                        | [NOT] IN '(' STRING ( ',' STRING )* ')'
+                        | [NOT] (CONTAINS | STARTSWITH | ENDSWITH) STRING )*
+    unary      := ('+' | '-' | NOT) unary | primary
+    primary    := STRING | INTEGER | DECIMAL | TRUE | FALSE | NULL | IDENTIFIER | '(' or ')'
+
+As in RocketMQ, prefix NOT binds tighter than comparisons, so ``NOT a > 5`` is rejected (write
+``NOT (a > 5)``). Evaluation uses three-valued logic (``None`` = unknown); a message matches only
+when the whole expression is TRUE. Property values are strings, converted like RocketMQ does:
+against an integer literal with ``Long.valueOf`` rules, against a decimal with ``Double.valueOf``
+rules, against TRUE/FALSE with ``Boolean.valueOf``; ``>``/``<`` between two strings parses both as
+doubles. A missing property or a failed conversion makes the comparison unknown. Literal strings,
+booleans and NULL are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
+The package docstring (cometmq.filter) lists the few deliberate differences from RocketMQ.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Mapping
+from enum import Enum
+from functools import lru_cache
+from typing import Any, Final, NamedTuple
+
+__all__ = ["MAX_DEPTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92"]
+
+Value = str | int | float | bool | None
+Props = Mapping[str, str]
+Evaluator = Callable[[Props], Value]
+Predicate = Callable[[Props], bool]
+
+MAX_NESTING: Final = 50  # parentheses and prefix operators inside one another
+MAX_DEPTH: Final = 200  # depth of the compiled closure tree (bounds evaluation recursion)
+_LONG_MIN: Final = -(2**63)
+_LONG_MAX: Final = 2**63 - 1
+
+
+class FilterSyntaxError(ValueError):
+    """A malformed or ill-typed SQL92 expression; the broker answers SUBSCRIPTION_PARSE_FAILED."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} at position {position}")
+        self.message = message
+        self.position = position
+
+
+# ---------------------------------------------------------------------------------------------- tokens
+
+_KEYWORDS: Final = frozenset(
+    {"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH", "ENDSWITH"}
+)
+_TOKEN_RE: Final = re.compile(
+    r"""
+      (?P<SKIP>[ \t\n\r\f]+ | --[^\n\r]*(?:\r\n|\n|\r) | /\*.*?\*/)
+    | (?P<DECIMAL>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)? | \.[0-9]+(?:[eE][+-]?[0-9]+)? | [0-9]+[eE][+-]?[0-9]+)
+    | (?P<INTEGER>0|[1-9][0-9]*[lL]?)
+    | (?P<ID>[A-Za-z_$][A-Za-z0-9_$.]*)
+    | (?P<STRING>'[^']*(?:''[^']*)*')
+    | (?P<OP><>|<=|>=|[=<>(),+-])
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+class _Token(NamedTuple):
+    kind: str  # ID, STRING, INTEGER, DECIMAL, EOF, a keyword in upper case, or the operator text
+    text: str
+    pos: int
+
+
+def _tokenize(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    pos, end, match = 0, len(text), _TOKEN_RE.match
+    while pos < end:
+        m = match(text, pos)
+        if m is None:
+            if text[pos] == "'":
+                raise FilterSyntaxError("unterminated string literal", pos)
+            if text.startswith("/*", pos):
+                raise FilterSyntaxError("unterminated comment", pos)
+            raise FilterSyntaxError(f"unexpected character {text[pos]!r}", pos)
+        kind, word = m.lastgroup or "", m.group()
+        if kind == "ID" and word.upper() in _KEYWORDS:
+            kind = word.upper()
+        elif kind == "OP":
+            kind = word
+        if kind != "SKIP":
+            tokens.append(_Token(kind, word, pos))
+        pos = m.end()
+    tokens.append(_Token("EOF", "", end))
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------- values
+
+_LONG_RE: Final = re.compile(r"[+-]?[0-9]+")
+_DOUBLE_RE: Final = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
+_JAVA_TRIM: Final = "".join(map(chr, range(33)))  # String.trim() strips every char <= ' '
+
+
+def _to_long(s: str) -> int | None:
+    """``Long.valueOf`` on a property value; None when it would throw."""
+    if s.isdigit() and s.isascii() and len(s) < 19:
+        return int(s)
+    if _LONG_RE.fullmatch(s) is None:
+        return None
+    digits = s.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 19:  # also keeps int() clear of its 4300-digit limit
+        return None
+    n = -int(digits) if s[0] == "-" else int(digits)
+    return n if _LONG_MIN <= n <= _LONG_MAX else None
+
+
+def _to_double(s: str) -> float | None:
+    """``Double.valueOf`` on a property value (decimal forms, NaN, Infinity); None when it would throw."""
+    if s.isdigit() and s.isascii():
+        return float(s)
+    t = s.strip(_JAVA_TRIM)
+    if _DOUBLE_RE.fullmatch(t) is None:
+        return None
+    return float(t[:-1] if t[-1] in "fFdD" else t)
+
+
+def _convert(s: str, like: Value) -> Value:
+    if isinstance(like, bool):
+        return s.lower() == "true"
+    if isinstance(like, int):
+        return _to_long(s)
+    if isinstance(like, float):
+        return _to_double(s)
+    return s
+
+
+def _pair(lv: Value, rv: Value, relational: bool) -> tuple[Any, Any] | None:
+    """Bring two runtime values to comparable form as RocketMQ does; None means unknown."""
+    if lv is None or rv is None:
+        return None
+    if type(lv) is type(rv):
+        if relational and isinstance(lv, str) and isinstance(rv, str):
+            a, b = _to_double(lv), _to_double(rv)
+            return None if a is None or b is None else (a, b)
+        return lv, rv
+    if isinstance(lv, str):
+        c = _convert(lv, rv)
+        return None if c is None else (c, rv)
+    if isinstance(rv, str):
+        c = _convert(rv, lv)
+        return None if c is None else (lv, c)
+    if isinstance(lv, bool) or isinstance(rv, bool):
+        return 0, 1  # Boolean vs Number: RocketMQ's comparator answers -1
+    return lv, rv
+
+
+_OPS: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "=": operator.eq, "<>": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+}
+_MIRROR: Final = {"=": "=", "<>": "<>", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
+_STRING_OPS: Final[dict[str, Callable[[str, str], bool]]] = {
+    "CONTAINS": str.__contains__, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith,
+}
+
+
+# ---------------------------------------------------------------------------------------------- tree
+
+
+class _Kind(Enum):
+    PROP = "property"
+    CONST = "literal"  # string or number literal
+    BOOL = "boolean literal"  # TRUE, FALSE, NULL
+    PRED = "boolean expression"
+    VALUE = "negated value"
+
+
+class _Expr:
+    __slots__ = ("depth", "fn", "folded", "kind", "name", "pos", "value")
+
+    def __init__(self, kind: _Kind, fn: Evaluator, pos: int, depth: int = 1, *, value: Value = None,
+                 folded: bool = False, name: str = "") -> None:
+        if depth > MAX_DEPTH:
+            raise FilterSyntaxError("expression is too deeply nested", pos)
+        self.kind, self.fn, self.pos, self.depth = kind, fn, pos, depth
+        self.value, self.folded, self.name = value, folded, name
+
+
+def _constant(kind: _Kind, value: Value, pos: int, depth: int = 1) -> _Expr:
+    return _Expr(kind, lambda _p: value, pos, depth, value=value, folded=True)
+
+
+def _prop(name: str, pos: int) -> _Expr:
+    return _Expr(_Kind.PROP, lambda p: p.get(name), pos, name=name)
+
+
+def _boolean(e: _Expr) -> _Expr:
+    """RocketMQ's asBooleanExpression: a bare property casts to FALSE (present) or unknown (missing)."""
+    if e.kind in (_Kind.PRED, _Kind.BOOL):
+        return e
+    if e.kind is _Kind.PROP:
+        name = e.name
+        return _Expr(_Kind.PRED, lambda p: None if p.get(name) is None else False, e.pos, e.depth + 1)
+    raise FilterSyntaxError(f"expected a boolean expression, found a {e.kind.value}", e.pos)
+
+
+def _logic(parts: list[_Expr], is_and: bool, pos: int) -> _Expr:
+    fns = tuple(p.fn for p in parts)
+    stop = not is_and  # AND stops at FALSE, OR at TRUE
+
+    if len(fns) == 2:
+        f, g = fns
+
+        def two(p: Props) -> Value:
+            a = f(p)
+            if a is stop:
+                return stop
+            b = g(p)
+            if b is stop:
+                return stop
+            return None if a is None or b is None else is_and
+
+        fn: Evaluator = two
+    else:
+
+        def many(p: Props) -> Value:
+            unknown = False
+            for h in fns:
+                r = h(p)
+                if r is stop:
+                    return stop
+                if r is None:
+                    unknown = True
+            return None if unknown else is_and
+
+        fn = many
+    return _Expr(_Kind.PRED, fn, pos, max(p.depth for p in parts) + 1)
+
+
+def _not(e: _Expr, pos: int) -> _Expr:
+    f = e.fn
+    return _Expr(_Kind.PRED, lambda p: None if (r := f(p)) is None else not r, pos, e.depth + 1)
+
+
+def _negate(e: _Expr, pos: int) -> _Expr:
+    """Unary minus: numbers negate, anything else yields NULL (never a constant to the type checks)."""
+    if e.folded:
+        return _constant(_Kind.VALUE, _minus(e.value), pos, e.depth + 1)
+    f = e.fn
+    return _Expr(_Kind.VALUE, lambda p: _minus(f(p)), pos, e.depth + 1)
+
+
+def _minus(v: Value) -> Value:
+    return -v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _check_operand(e: _Expr, op: str) -> None:
+    if op in ("=", "<>"):
+        if e.kind in (_Kind.CONST, _Kind.BOOL) and e.value is None:
+            raise FilterSyntaxError(f"NULL cannot be compared with '{op}' (use IS NULL)", e.pos)
+    elif e.kind is _Kind.CONST and not isinstance(e.value, int | float):
+        raise FilterSyntaxError(f"a string literal cannot be compared with '{op}', only numbers can", e.pos)
+    elif e.kind is _Kind.BOOL:
+        raise FilterSyntaxError(f"a boolean literal or NULL cannot be compared with '{op}'", e.pos)
+    elif e.kind is _Kind.PRED:
+        raise FilterSyntaxError(f"a boolean expression cannot be compared with '{op}' (prefix NOT binds tighter "
+                                "than comparisons: write NOT (...))", e.pos)
+
+
+def _specialized(op: str, left: _Expr, right: _Expr) -> Evaluator | None:
+    """Fast closures for ``property <op> constant``."""
+    c = right.value
+    if left.kind is not _Kind.PROP or not right.folded or c is None:
+        return None
+    name = left.name
+    if isinstance(c, bool):
+        want = c if op == "=" else not c
+        return lambda p: None if (v := p.get(name)) is None else (v.lower() == "true") is want
+    if isinstance(c, str):
+        equal = op == "="  # only = and <> reach here: ordering a string literal is a compile error
+        return lambda p: None if (v := p.get(name)) is None else (v == c) is equal
+    conv = _to_long if isinstance(c, int) else _to_double
+    cmp = _OPS[op]
+
+    def number(p: Props) -> Value:
+        v = p.get(name)
+        if v is None:
+            return None
+        n = conv(v)
+        return None if n is None else cmp(n, c)
+
+    return number
+
+
+def _compare(op: str, left: _Expr, right: _Expr, pos: int) -> _Expr:
+    _check_operand(left, op)
+    _check_operand(right, op)
+    if op in ("=", "<>") and left.kind is _Kind.BOOL and right.kind is _Kind.CONST:
+        raise FilterSyntaxError(f"a boolean literal cannot be compared with a {right.kind.value}", pos)
+    fn = _specialized(op, left, right) or _specialized(_MIRROR[op], right, left)
+    if fn is None:
+        lf, rf, cmp, relational = left.fn, right.fn, _OPS[op], op not in ("=", "<>")
+
+        def generic(p: Props) -> Value:
+            pair = _pair(lf(p), rf(p), relational)
+            return None if pair is None else cmp(pair[0], pair[1])
+
+        fn = generic
+    return _Expr(_Kind.PRED, fn, pos, max(left.depth, right.depth) + 1)
+
+
+def _between(v: _Expr, low: _Expr, high: _Expr, negated: bool, pos: int) -> _Expr:
+    if negated:
+        return _logic([_compare("<", v, low, pos), _compare(">", v, high, pos)], False, pos)
+    parts = [_compare(">=", v, low, pos), _compare("<=", v, high, pos)]
+    if low.kind is _Kind.CONST and high.kind is _Kind.CONST and _OPS["<"](high.value, low.value):
+        raise FilterSyntaxError(f"BETWEEN lower bound {low.value} is greater than upper bound {high.value}", pos)
+    return _logic(parts, True, pos)
+
+
+def _in(v: _Expr, values: list[str], negated: bool, pos: int) -> _Expr:
+    if v.kind is not _Kind.PROP:
+        raise FilterSyntaxError(f"IN needs a property on its left, found a {v.kind.value}", v.pos)
+    name, members = v.name, frozenset(values)
+    return _Expr(_Kind.PRED, lambda p: None if (x := p.get(name)) is None else (x in members) is not negated,
+                 pos, v.depth + 1)
+
+
+def _string_op(kind: str, v: _Expr, search: str, negated: bool, pos: int) -> _Expr:
+    if not search:  # RocketMQ: an empty search string never matches, negated or not
+        return _constant(_Kind.PRED, False, pos, v.depth + 1)
+    f, test = v.fn, _STRING_OPS[kind]  # NULL and non-strings: FALSE, negated or not
+    return _Expr(_Kind.PRED, lambda p: isinstance(x := f(p), str) and test(x, search) is not negated,
+                 pos, v.depth + 1)
+
+
+def _is_null(e: _Expr, negated: bool, pos: int) -> _Expr:
+    f = e.fn
+    return _Expr(_Kind.PRED, lambda p: (f(p) is None) is not negated, pos, e.depth + 1)
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+_REL_OPS: Final = frozenset({">", ">=", "<", "<="})
+_NOT_FOLLOWERS: Final = frozenset({"BETWEEN", "IN", "CONTAINS", "STARTSWITH", "ENDSWITH"})
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens = _tokenize(text)
+        self.i = 0
+        self.nesting = 0
+
+    @property
+    def tok(self) -> _Token:
+        return self.tokens[self.i]
+
+    def advance(self) -> _Token:
+        tok = self.tokens[self.i]
+        self.i = min(self.i + 1, len(self.tokens) - 1)
+        return tok
+
+    def accept(self, kind: str) -> bool:
+        if self.tok.kind == kind:
+            self.advance()
+            return True
+        return False
+
+    def expect(self, kind: str, what: str) -> _Token:
+        if self.tok.kind != kind:
+            raise self.error(what)
+        return self.advance()
+
+    def error(self, what: str) -> FilterSyntaxError:
+        tok = self.tok
+        found = "end of expression" if tok.kind == "EOF" else repr(tok.text)
+        return FilterSyntaxError(f"expected {what}, found {found}", tok.pos)
+
+    def enter(self, pos: int) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise FilterSyntaxError(f"more than {MAX_NESTING} nested parentheses or prefix operators", pos)
+
+    def parse(self) -> _Expr:
+        e = _boolean(self.or_())
+        if self.tok.kind != "EOF":
+            raise self.error("an operator, AND, OR or end of expression")
+        return e
+
+    def or_(self) -> _Expr:
+        return self.logic(self.and_, "OR")
+
+    def and_(self) -> _Expr:
+        return self.logic(self.equality, "AND")
+
+    def logic(self, operand: Callable[[], _Expr], keyword: str) -> _Expr:
+        first = operand()
+        if self.tok.kind != keyword:
+            return first
+        pos, parts = self.tok.pos, [_boolean(first)]
+        while self.accept(keyword):
+            parts.append(_boolean(operand()))
+        return _logic(parts, keyword == "AND", pos)
+
+    def equality(self) -> _Expr:
+        left = self.relational()
+        while True:
+            tok = self.tok
+            if tok.kind in ("=", "<>"):
+                self.advance()
+                left = _compare(tok.kind, left, self.relational(), tok.pos)
+            elif tok.kind == "IS":
+                self.advance()
+                negated = self.accept("NOT")
+                self.expect("NULL", "NULL" if negated else "NULL or NOT NULL")
+                left = _is_null(left, negated, tok.pos)
+            else:
+                return left
+
+    def relational(self) -> _Expr:
+        left = self.unary()
+        while True:
+            tok = self.tok
+            if tok.kind in _REL_OPS:
+                self.advance()
+                left = _compare(tok.kind, left, self.unary(), tok.pos)
+                continue
+            negated = tok.kind == "NOT" and self.tokens[self.i + 1].kind in _NOT_FOLLOWERS
+            if negated:
+                self.advance()
+            elif tok.kind not in _NOT_FOLLOWERS:
+                return left
+            kind = self.advance().kind
+            if kind == "BETWEEN":
+                low = self.unary()
+                self.expect("AND", "AND")
+                left = _between(left, low, self.unary(), negated, tok.pos)
+            elif kind == "IN":
+                self.expect("(", "'(' after IN")
+                values = [self.string()]
+                while self.accept(","):
+                    values.append(self.string())
+                self.expect(")", "',' or ')'")
+                left = _in(left, values, negated, tok.pos)
+            else:
+                left = _string_op(kind, left, self.string(), negated, tok.pos)
+
+    def string(self) -> str:
+        return self.expect("STRING", "a string literal").text[1:-1].replace("''", "'")
+
+    def unary(self) -> _Expr:
+        tok = self.tok
+        if tok.kind not in ("+", "-", "NOT"):
+            return self.primary()
+        self.advance()
+        self.enter(tok.pos)
+        operand = self.unary()
+        self.nesting -= 1
+        if tok.kind == "+":
+            return operand
+        if tok.kind == "-":
+            return _negate(operand, tok.pos)
+        return _not(_boolean(operand), tok.pos)
+
+    def primary(self) -> _Expr:
+        tok = self.tok
+        kind = tok.kind
+        if kind == "ID":
+            self.advance()
+            return _prop(tok.text, tok.pos)
+        if kind == "STRING":
+            return _constant(_Kind.CONST, self.string(), tok.pos)
+        if kind == "INTEGER":
+            self.advance()
+            digits = tok.text.rstrip("lL")
+            if len(digits) > 19 or int(digits) > _LONG_MAX:
+                raise FilterSyntaxError(f"integer literal {tok.text} is out of the long range", tok.pos)
+            return _constant(_Kind.CONST, int(digits), tok.pos)
+        if kind == "DECIMAL":
+            self.advance()
+            value = float(tok.text)
+            if value == float("inf"):
+                raise FilterSyntaxError(f"decimal literal {tok.text[:40]} is out of the double range", tok.pos)
+            return _constant(_Kind.CONST, value, tok.pos)
+        if kind in ("TRUE", "FALSE", "NULL"):
+            self.advance()
+            return _constant(_Kind.BOOL, {"TRUE": True, "FALSE": False}.get(kind), tok.pos)
+        if kind == "(":
+            self.advance()
+            self.enter(tok.pos)
+            e = self.or_()
+            self.nesting -= 1
+            self.expect(")", "')'")
+            return e
+        raise self.error("a literal, a property name or '('")
+
+
+# ---------------------------------------------------------------------------------------------- API
+
+
+def compile_sql92(expr: str) -> Predicate:
+    """Compile a RocketMQ SQL92 filter into ``matches(properties) -> bool``.
+
+    Raises FilterSyntaxError (a ValueError) for any malformed or ill-typed expression.
+    The returned callable never raises for a mapping of str to str.
+    """
+    try:
+        fn = _Parser(expr).parse().fn
+    except RecursionError:  # only reachable when the caller's own stack is already deep
+        raise FilterSyntaxError("expression is too deeply nested", 0) from None
+
+    def matches(properties: Props) -> bool:
+        return fn(properties) is True
+
+    return matches
+
+
+@lru_cache(maxsize=1024)
+def cached_filter(expr: str) -> Predicate:
+    """compile_sql92 memoised per expression string (errors are not cached)."""
+    return compile_sql92(expr)

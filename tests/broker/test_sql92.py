@@ -1,0 +1,55 @@
+"""SQL92 property filters on the broker: only matching messages cross the network, and only matching
+arrivals wake a held pull."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cometmq.net.client import RemotingClient
+from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.message import iter_records
+
+from .conftest import StartBroker, props, pull_request, send_request
+
+
+async def test_sql92_pull_filters_on_properties(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker(enable_property_filter=True)
+    for i in range(10):
+        extra = {"a": str(i)} if i != 3 else {}
+        await client.invoke(b.addr, send_request("S", f"m{i}".encode(), 0, props(region="eu" if i % 2 else "us",
+                                                                                  **extra)))
+    r = await client.invoke(b.addr, pull_request("S", 0, subscription="a BETWEEN 2 AND 6 AND region = 'eu'",
+                                                 sys_flag=4, expressionType="SQL92"))
+    assert r.code == ResponseCode.SUCCESS
+    assert [x.body for x in iter_records(r.body)] == [b"m5"]  # m3 has no 'a': NULL never matches
+    r = await client.invoke(b.addr, pull_request("S", 0, subscription="a IS NULL", sys_flag=4,
+                                                 expressionType="SQL92"))
+    assert [x.body for x in iter_records(r.body)] == [b"m3"]
+    r = await client.invoke(b.addr, pull_request("S", 0, subscription="a > 100", sys_flag=4, expressionType="SQL92"))
+    assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY and r.ext_fields["nextBeginOffset"] == "10"
+    r = await client.invoke(b.addr, pull_request("S", 0, subscription="a >", sys_flag=4, expressionType="SQL92"))
+    assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "SQL92" in (r.remark or "")
+
+
+async def test_sql92_needs_the_broker_switch(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("S", b"x"))
+    r = await client.invoke(b.addr, pull_request("S", 0, subscription="a = 1", sys_flag=4, expressionType="SQL92"))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "enablePropertyFilter" in (r.remark or "")
+
+
+async def test_held_sql92_pull_wakes_only_for_matching_arrivals(start_broker: StartBroker,
+                                                                client: RemotingClient) -> None:
+    b = await start_broker(enable_property_filter=True)
+    await client.invoke(b.addr, send_request("W", b"first"))
+    held = asyncio.ensure_future(client.invoke(
+        b.addr, pull_request("W", 1, subscription="kind = 'wanted'", suspend_ms=20_000, expressionType="SQL92"), 30))
+    while b.hold.held_count == 0:
+        await asyncio.sleep(0.005)
+    await client.invoke(b.addr, send_request("W", b"other", 0, props(kind="other")))
+    await asyncio.sleep(0.1)
+    assert not held.done() and b.hold.woken_by_arrival == 0
+    await client.invoke(b.addr, send_request("W", b"match", 0, props(kind="wanted")))
+    r = await asyncio.wait_for(held, 10)
+    assert [x.body for x in iter_records(r.body)] == [b"match"]
+    assert b.hold.woken_by_arrival == 1

@@ -10,16 +10,21 @@
 * ``cpp_client``: ``cpp_client.run("produce", namesrv=..., topic=..., count=3)`` /
   ``cpp_client.start("push_consume", ...)`` bound to that env.
 * ``frame_recorder``: tests/interop/frame_recorder.py answering as name server + broker.
+* ``cometmq_server``: a factory starting a real ``cometmq serve`` subprocess
+  (:class:`tests.interop.cometmq_server.CometServer`: free ports, temporary data folder, broker.conf from
+  ``DEFAULT_CONF`` plus overrides, ``restart()`` on the same data and ports); every server it started is
+  stopped after the test.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.interop.cometmq_server import CometServer
 from tests.interop.harness import INTEROP_DIR, CppClientRunner, FrameRecorder, check_wheel, client_env
 
 
@@ -59,3 +64,20 @@ def frame_recorder(tmp_path: Path) -> Iterator[FrameRecorder]:
     """A fake name server + broker that records every frame (tmp_path/recorder/frames.jsonl)."""
     with FrameRecorder(tmp_path / "recorder", respond=True) as rec:
         yield rec
+
+
+@pytest.fixture
+def cometmq_server(tmp_path: Path) -> Iterator[Callable[..., CometServer]]:
+    """``cometmq_server(conf={...}, start=True)`` -> a running :class:`CometServer` (stopped at teardown)."""
+    servers: list[CometServer] = []
+
+    def make(conf: dict[str, str] | None = None, start: bool = True) -> CometServer:
+        server = CometServer(tmp_path / f"cometmq-{len(servers)}", conf)
+        servers.append(server)
+        if start:
+            server.start()
+        return server
+
+    yield make
+    for server in servers:
+        server.close()

@@ -151,3 +151,19 @@ async def test_held_pull_of_a_closed_connection_is_dropped(start_broker: StartBr
     r = await client2.invoke(b.addr, send_request("D", b"y"))
     assert r.code == ResponseCode.SUCCESS
     await client2.close()
+
+
+async def test_many_long_polls_on_one_connection_leave_nothing_behind(start_broker: StartBroker,
+                                                                      client: RemotingClient) -> None:
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("M", b"0"))
+    for i in range(1, 40):
+        held = asyncio.ensure_future(client.invoke(b.addr, pull_request("M", i, suspend_ms=20_000), 30))
+        while b.hold.held_count == 0:
+            await asyncio.sleep(0.002)
+        await client.invoke(b.addr, send_request("M", f"{i}".encode()))
+        r = await asyncio.wait_for(held, 10)
+        assert [x.body for x in iter_records(r.body)] == [f"{i}".encode()]
+    conn = next(iter(b.server.connections))  # type: ignore[union-attr]
+    assert len(conn._close_callbacks) < 5  # a fixed few, not one per held pull (39 here)
+    assert all(not held for held in b.hold._by_conn.values())

@@ -101,7 +101,8 @@ class AdminProcessor:
             cfg = b.groups.find(consumer.group_name)
             if cfg is not None and consumer.message_model == CLUSTERING:
                 b.topics.create_system_topic(retry_topic(consumer.group_name), cfg.retryQueueNums)
-            b.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer)
+            b.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer,
+                                 notify=cfg is None or cfg.notifyConsumerIdsChangedEnable)
         for group in data.producer_groups:
             b.producers.register(conn, data.client_id, cmd.language, cmd.version, group)
         return ok(cmd)

@@ -50,8 +50,9 @@ class ConsumerManager:
         self.listeners: list[Callable[[str, list[str]], None]] = []
 
     def register(self, conn: RemotingConnection, client_id: str, language: str, version: int,
-                 data: ConsumerData) -> bool:
-        """Record a heartbeat; returns True when membership or subscriptions changed (and notifies)."""
+                 data: ConsumerData, *, notify: bool = True) -> bool:
+        """Record a heartbeat; returns True when membership or subscriptions changed. Either change notifies
+        the group's clients (unless the group turned notifications off), as RocketMQ does."""
         info = self.groups.get(data.group_name)
         if info is None:
             info = self.groups[data.group_name] = ConsumerGroupInfo(
@@ -71,9 +72,10 @@ class ConsumerManager:
             t: (s.sub_string, s.expression_type) for t, s in info.subscriptions.items()}
         if subs_changed:
             info.subscriptions = new_subs
-        if members_changed:
+        changed = members_changed or subs_changed
+        if changed and notify:
             self._notify(info)
-        return members_changed or subs_changed
+        return changed
 
     def unregister(self, group: str, client_id: str) -> None:
         info = self.groups.get(group)

@@ -49,6 +49,8 @@ class PullRequestHoldService:
         self._replay = replay
         self._check_interval_s = check_interval_s
         self._table: dict[tuple[str, int], list[HeldPull]] = {}
+        #: held pulls per connection, so a closing connection drops its own (one close callback per connection)
+        self._by_conn: dict[RemotingConnection, set[HeldPull]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._task: asyncio.Task[None] | None = None
@@ -73,6 +75,7 @@ class PullRequestHoldService:
                 if held.timer is not None:
                     held.timer.cancel()
         self._table.clear()
+        self._by_conn.clear()
         for task in list(self._replays):
             task.cancel()
 
@@ -82,11 +85,19 @@ class PullRequestHoldService:
         key = (held.topic, held.queue_id)
         self._table.setdefault(key, []).append(held)
         held.timer = self._loop.call_later(timeout_s, self._timed_out, held)
-        held.conn.add_close_callback(lambda _c: self._drop(held))
+        by_conn = self._by_conn.get(held.conn)
+        if by_conn is None:
+            by_conn = self._by_conn[held.conn] = set()
+            held.conn.add_close_callback(self._connection_closed)
+        by_conn.add(held)
         # A message may have landed after the read that found nothing: look once more now.
         if held.wake_on_arrival and self._max_offset(held.topic, held.queue_id) > held.offset:
             self._wake(held)
             self.woken_by_arrival += 1
+
+    def _connection_closed(self, conn: RemotingConnection) -> None:
+        for held in list(self._by_conn.pop(conn, ())):
+            self._drop(held)
 
     def _drop(self, held: HeldPull) -> None:
         if held.done:
@@ -94,6 +105,9 @@ class PullRequestHoldService:
         held.done = True
         if held.timer is not None:
             held.timer.cancel()
+        by_conn = self._by_conn.get(held.conn)
+        if by_conn is not None:
+            by_conn.discard(held)
         lst = self._table.get((held.topic, held.queue_id))
         if lst is not None:
             try:

@@ -31,3 +31,29 @@ __all__ = [
     "select_by_hash",
     "select_round_robin",
 ]
+
+# -- push consumer ------------------------------------------------------------------------------------------
+from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from cometmq.client.push_consumer import ConsumerStats, ConsumeStatus, MessageListener, PushConsumer
+from cometmq.client.rebalance import (
+    AllocateAverage,
+    AllocateAverageByCircle,
+    AllocateByConfig,
+    AllocateConsistentHash,
+    AllocateStrategy,
+)
+
+__all__ += [
+    "AllocateAverage",
+    "AllocateAverageByCircle",
+    "AllocateByConfig",
+    "AllocateConsistentHash",
+    "AllocateStrategy",
+    "ConsumeStatus",
+    "ConsumerStats",
+    "LocalFileOffsetStore",
+    "MessageListener",
+    "OffsetStore",
+    "PushConsumer",
+    "RemoteBrokerOffsetStore",
+]

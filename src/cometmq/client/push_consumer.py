@@ -1,0 +1,740 @@
+"""The push consumer: long-poll pulls per assigned queue, a bounded pool of listener calls, rebalance, offsets.
+
+How it runs (RocketMQ's push consumer, in asyncio)::
+
+    Rebalancer ──assigns queues──▶ PullRequest per queue ──one long-poll PULL_MESSAGE in flight──▶ broker
+         ▲                              │  the answer re-issues the next pull (or delays it: flow control,
+    NOTIFY_CONSUMER_IDS_CHANGED         │  errors); new messages go into the queue's ProcessQueue
+    (and every 20 s)                    ▼
+                                consume workers ──listener(msgs)──▶ CONSUME_SUCCESS: offset moves on
+                                                                    RECONSUME_LATER: CONSUMER_SEND_MSG_BACK
+
+Usage::
+
+    async def handle(msgs: list[MessageExt]) -> ConsumeStatus:
+        ...
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async with PushConsumer("my-group", namesrv="127.0.0.1:9876", listener=handle) as consumer:
+        consumer.subscribe("Orders", "TagA || TagB")   # may also come before start()
+        await stop_event.wait()
+
+A plain ``def`` listener runs in a thread pool; an ``async def`` one runs as a task. Either way at most
+``max_concurrency`` calls run at once. Returning None counts as success; raising an exception counts as
+RECONSUME_LATER (and is logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import enum
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError
+from cometmq.client.instance import ClientInstance
+from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from cometmq.client.process_queue import ProcessQueue, PullRequest
+from cometmq.client.rebalance import AllocateAverage, AllocateStrategy, Rebalancer
+from cometmq.common.tasks import cancel_and_wait
+from cometmq.protocol.client_bodies import (
+    BROADCASTING,
+    CLUSTERING,
+    CONSUME_PASSIVELY,
+    ConsumerData,
+    SubscriptionData,
+)
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
+from cometmq.protocol.message import iter_records
+from cometmq.protocol.remoting import RemotingCommand, make_request
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ConsumeStatus", "ConsumerStats", "MessageListener", "PushConsumer", "Subscription"]
+
+RETRY_TOPIC_PREFIX = "%RETRY%"
+
+# PullSysFlag bits
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+_PULL_ANSWERS = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                           ResponseCode.PULL_OFFSET_MOVED})
+_FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET",
+               "timestamp": "CONSUME_FROM_TIMESTAMP"}
+
+
+class ConsumeStatus(enum.Enum):
+    """What a listener returns for its batch of messages."""
+
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    #: deliver these messages again later (through the group's retry topic; after ``max_reconsume_times``
+    #: redeliveries a message goes to the group's dead-letter topic ``%DLQ%<group>``)
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+#: ``listener(msgs)`` -> ConsumeStatus | None, or a coroutine function returning one
+MessageListener = Callable[[list[MessageExt]], Any]
+
+
+@dataclasses.dataclass
+class ConsumerStats:
+    """Counters of a push consumer (messages, not batches)."""
+
+    pulled: int = 0
+    consumed: int = 0
+    #: messages the listener asked to have again (RECONSUME_LATER or an exception)
+    failed: int = 0
+    #: messages sent back to the broker for redelivery
+    retried: int = 0
+    #: messages whose send-back failed: they are consumed again locally after a delay
+    send_back_failed: int = 0
+    #: messages the broker sent that the client-side tag check dropped
+    filtered: int = 0
+    #: pulls delayed because a queue held too many (or too large) unconsumed messages
+    flow_controlled: int = 0
+    pull_errors: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscription:
+    topic: str
+    expression: str = "*"
+    expression_type: str = "TAG"
+    #: for TAG subscriptions, the tags taken (None = every message); None for SQL92 (the broker filters)
+    tags: frozenset[str] | None = None
+    version: int = 0
+
+    @classmethod
+    def parse(cls, topic: str, expression: str | None, expression_type: str) -> Subscription:
+        kind = (expression_type or "TAG").upper()
+        text = (expression or "").strip()
+        if kind == "TAG":
+            if not text or text == "*":
+                return cls(topic, "*", kind, None, _now_ms())
+            tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+            if not tags:
+                raise InvalidArgumentError(f"tag expression {expression!r} for {topic} names no tag")
+            return cls(topic, text, kind, tags, _now_ms())
+        if kind == "SQL92":
+            if not text:
+                raise InvalidArgumentError(f"the SQL92 expression for {topic} is empty")
+            return cls(topic, text, kind, None, _now_ms())
+        raise InvalidArgumentError(f"expression_type must be 'TAG' or 'SQL92', not {expression_type!r}")
+
+    def matches(self, msg: MessageExt) -> bool:
+        """The client-side re-check: the broker filters tags by hash code, which may collide."""
+        return self.tags is None or msg.tags in self.tags
+
+    def data(self) -> SubscriptionData:
+        return SubscriptionData(self.topic, self.expression, self.version, self.expression_type,
+                                tuple(sorted(self.tags or ())))
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _ConsumeRequest:
+    req: PullRequest
+    msgs: list[MessageExt]
+
+
+class PushConsumer:
+    """An asyncio push consumer (RocketMQ's DefaultMQPushConsumer, concurrent listeners).
+
+    ``message_model`` is "CLUSTERING" (the group's consumers share the queues; offsets on the brokers) or
+    "BROADCASTING" (every consumer gets every message; offsets in ``offset_store_dir``).
+    ``consume_from`` says where a queue the group never committed an offset for starts: "last" (only
+    messages sent from now on), "first" (everything still stored), or a time (epoch ms or datetime).
+    """
+
+    #: delay before a pull is tried again after an error (doubling per consecutive error, up to the max)
+    pull_error_delay = 1.0
+    pull_error_delay_max = 3.0
+    #: delay of a pull held back by flow control
+    flow_control_delay = 0.05
+    #: flow control also holds pulls back while the offsets in flight in a queue span more than this: one slow
+    #: message pins the committable offset, and everything after it would be consumed again after a restart
+    consume_max_span = 2000
+    #: client-side timeout of a long-poll pull beyond the broker's suspend time
+    pull_timeout_margin = 5.0
+    #: when the send-back of a failed message fails too, consume it again locally after this delay
+    local_retry_delay = 1.0
+
+    def __init__(self, group: str, *, namesrv: str | None = None, instance: ClientInstance | None = None,
+                 listener: MessageListener | None = None, message_model: str = CLUSTERING,
+                 consume_from: str | int | datetime.datetime = "last", allocate: AllocateStrategy | None = None,
+                 max_concurrency: int = 20, batch_max_size: int = 1, pull_batch_size: int = 32,
+                 pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue_mib: int = 100,
+                 suspend_timeout_ms: int = 15_000, max_reconsume_times: int = 16, auto_commit_interval: float = 5.0,
+                 offset_store_dir: str | Path = "~/.cometmq_offsets", rebalance_interval: float = 20.0,
+                 close_timeout: float = 10.0) -> None:
+        if instance is None and namesrv is None:
+            raise InvalidArgumentError("a push consumer needs namesrv='host:port' or a ClientInstance")
+        if not group or not all(c.isalnum() or c in "%|-_" for c in group) or len(group) > 255:
+            raise InvalidArgumentError(f"consumer group {group!r} is not a valid group name")
+        model = message_model.upper() if isinstance(message_model, str) else ""
+        if model not in (CLUSTERING, BROADCASTING):
+            raise InvalidArgumentError(f"message_model must be 'CLUSTERING' or 'BROADCASTING', not {message_model!r}")
+        _positive(max_concurrency=max_concurrency, pull_threshold_for_queue=pull_threshold_for_queue,
+                  pull_threshold_size_for_queue_mib=pull_threshold_size_for_queue_mib,
+                  suspend_timeout_ms=suspend_timeout_ms, auto_commit_interval=auto_commit_interval,
+                  rebalance_interval=rebalance_interval)
+        if not 1 <= batch_max_size <= 1024:
+            raise InvalidArgumentError(f"batch_max_size must be within 1..1024, not {batch_max_size}")
+        if not 1 <= pull_batch_size <= 1024:
+            raise InvalidArgumentError(f"pull_batch_size must be within 1..1024, not {pull_batch_size}")
+        if max_reconsume_times < 0:
+            raise InvalidArgumentError(f"max_reconsume_times must not be negative, not {max_reconsume_times}")
+        self.group = group
+        self.message_model = model
+        self.consume_from, self.consume_timestamp = _parse_consume_from(consume_from)
+        self.allocate: AllocateStrategy = allocate if allocate is not None else AllocateAverage()
+        self.max_concurrency = max_concurrency
+        self.batch_max_size = batch_max_size
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue_mib = pull_threshold_size_for_queue_mib
+        self.suspend_timeout_ms = suspend_timeout_ms
+        self.max_reconsume_times = max_reconsume_times
+        self.auto_commit_interval = auto_commit_interval
+        self.close_timeout = close_timeout
+        self.instance = instance or ClientInstance(namesrv or "")
+        self.offset_store: OffsetStore
+        if model == CLUSTERING:
+            self.offset_store = RemoteBrokerOffsetStore(self.instance, group)
+        else:
+            self.offset_store = LocalFileOffsetStore(offset_store_dir, group)
+        self.stats = ConsumerStats()
+        self.started = False
+        self._closing = False
+        self._listener: MessageListener | None = None
+        self._listener_is_async = False
+        if listener is not None:
+            self.register_listener(listener)
+        self._subscriptions: dict[str, Subscription] = {}
+        self._requests: dict[MessageQueue, PullRequest] = {}
+        self._rebalancer = Rebalancer(self.instance, group, strategy=self.allocate, broadcasting=not self.clustering,
+                                      topics=lambda: list(self._subscriptions), apply=self._apply_assignment,
+                                      period=rebalance_interval)
+        self._consume_queue: asyncio.Queue[_ConsumeRequest | None] = asyncio.Queue()
+        self._workers: list[asyncio.Task[None]] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._commit_task: asyncio.Task[None] | None = None
+        self._retry_timers: set[asyncio.TimerHandle] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- configuration --------------------------------------------------------------------------------------
+    @property
+    def clustering(self) -> bool:
+        return self.message_model == CLUSTERING
+
+    @property
+    def retry_topic(self) -> str:
+        return RETRY_TOPIC_PREFIX + self.group
+
+    @property
+    def listener(self) -> MessageListener | None:
+        return self._listener
+
+    def register_listener(self, listener: MessageListener) -> MessageListener:
+        """Set the listener (usable as a decorator). Only before :meth:`start`."""
+        if self.started:
+            raise ClientStateError("the listener cannot change while the consumer runs")
+        if not callable(listener):
+            raise InvalidArgumentError(f"the listener must be callable, not {type(listener).__name__}")
+        self._listener = listener
+        self._listener_is_async = inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
+            type(listener).__call__)  # an object with an async __call__
+        return listener
+
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
+        """Take the topic's messages that match ``expression``: tags ("TagA || TagB", "*") or, with
+        ``expression_type="SQL92"``, a property filter the broker evaluates ("a > 5 AND b = 'x'")."""
+        if not topic or len(topic) > 127 or not all(c.isalnum() or c in "%|-_" for c in topic):
+            raise InvalidArgumentError(f"topic {topic!r} is not a valid topic name")
+        if topic.startswith(RETRY_TOPIC_PREFIX):
+            raise InvalidArgumentError(f"{topic} is a retry topic: the consumer subscribes to its own by itself")
+        self._subscriptions[topic] = Subscription.parse(topic, expression, expression_type)
+        if self.started:
+            self._spawn(self._subscriptions_changed())
+
+    async def unsubscribe(self, topic: str) -> None:
+        """Stop taking the topic's messages (its queues are committed and given up)."""
+        if self._subscriptions.pop(topic, None) is None:
+            return
+        if self.started:
+            await asyncio.gather(*(self._drop_queue(mq) for mq in list(self._requests) if mq.topic == topic))
+            await self.instance.heartbeat()
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        return {t: s for t, s in self._subscriptions.items() if not t.startswith(RETRY_TOPIC_PREFIX)}
+
+    @property
+    def assignment(self) -> frozenset[MessageQueue]:
+        """The queues this consumer pulls from now (retry queues included)."""
+        return frozenset(self._requests)
+
+    def in_flight(self, mq: MessageQueue) -> int:
+        """How many messages of the queue are pulled and not yet consumed."""
+        req = self._requests.get(mq)
+        return req.pq.count if req else 0
+
+    # -- ClientInstance's view of a consumer ---------------------------------------------------------------
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(group_name=self.group, consume_type=CONSUME_PASSIVELY, message_model=self.message_model,
+                            consume_from_where=_FROM_WHERE[self.consume_from],
+                            subscriptions=tuple(s.data() for s in self._subscriptions.values()))
+
+    def on_ids_changed(self) -> None:
+        """A broker says the group's consumers changed: rebalance now (a burst of notices makes one run)."""
+        if self.started:
+            log.debug("consumers of %s changed: rebalancing", self.group)
+            self._rebalancer.request()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.started:
+            return
+        if self._listener is None:
+            raise ClientStateError("the consumer has no listener: pass listener= or call register_listener()")
+        if not self._subscriptions:
+            raise ClientStateError("subscribe to at least one topic before start()")
+        self._loop = asyncio.get_running_loop()
+        self._closing = False
+        if self.clustering:
+            # Messages sent back for redelivery come through the group's retry topic (restored to their topic).
+            self._subscriptions.setdefault(self.retry_topic, Subscription(self.retry_topic, version=_now_ms()))
+        self.instance.register_consumer(self)
+        await self.instance.start()
+        try:
+            await self.offset_store.load()
+            if not self._listener_is_async:
+                self._executor = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"consume-{self.group}")
+            self._workers = [asyncio.create_task(self._worker(), name=f"consume-{self.group}-{i}")
+                             for i in range(self.max_concurrency)]
+            await self._learn_routes()
+            # The brokers must know this consumer before it asks them who the group's consumers are.
+            await self.instance.heartbeat()
+            self.started = True
+            await self._rebalancer.rebalance()
+            self._rebalancer.start()
+            self._commit_task = asyncio.create_task(self._auto_commit_loop(), name=f"commit-{self.group}")
+        except BaseException:
+            self.started = True
+            await self.close()
+            raise
+        log.info("push consumer %s (%s) started as %s: %s", self.group, self.message_model, self.instance.client_id,
+                 ", ".join(f"{s.topic} [{s.expression}]" for s in self.subscriptions.values()))
+
+    async def close(self) -> None:
+        """Stop pulling, let running listener calls finish (up to ``close_timeout``), commit, unregister."""
+        if not self.started:
+            return
+        self.started = False
+        self._closing = True
+        await self._rebalancer.stop()
+        await cancel_and_wait([self._commit_task, *self._background])
+        requests = list(self._requests.values())
+        for req in requests:
+            req.cancel()
+        await cancel_and_wait([req.task for req in requests])
+        for handle in self._retry_timers:
+            handle.cancel()
+        self._retry_timers.clear()
+        # Requests not started yet are dropped (their messages stay uncommitted and come again).
+        while not self._consume_queue.empty():
+            self._consume_queue.get_nowait()
+        for _ in self._workers:
+            self._consume_queue.put_nowait(None)
+        if self._workers:
+            _, stuck = await asyncio.wait(self._workers, timeout=self.close_timeout)
+            if stuck:
+                log.warning("%d listener calls of %s still running after %.1fs; closing anyway", len(stuck),
+                            self.group, self.close_timeout)
+                await cancel_and_wait(stuck)
+        self._workers = []
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        for req in requests:
+            req.pq.dropped = True
+        await self.offset_store.persist([req.mq for req in requests])
+        self._requests.clear()
+        await self.instance.unregister(consumer_group=self.group)
+        await self.instance.close()
+        log.info("push consumer %s closed (%s)", self.group, self.stats)
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _subscriptions_changed(self) -> None:
+        await self._learn_routes()
+        await self.instance.heartbeat()
+        self._rebalancer.request()
+
+    async def _learn_routes(self) -> None:
+        """Fetch the routes of the subscribed topics, so the instance knows (and heartbeats) their brokers."""
+        for topic in list(self._subscriptions):
+            try:
+                if await self.instance.route(topic) is None and not topic.startswith(RETRY_TOPIC_PREFIX):
+                    log.warning("no route for topic %s yet; consumer %s will pick it up when it appears", topic,
+                                self.group)
+            except Exception as exc:
+                log.warning("cannot fetch the route of %s: %s", topic, exc)
+
+    async def _auto_commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.auto_commit_interval)
+            try:
+                await self.offset_store.persist(list(self._requests))
+            except Exception:
+                log.exception("committing the offsets of %s failed", self.group)
+
+    async def commit(self) -> None:
+        """Commit the consumed offsets of every assigned queue now (also done every ``auto_commit_interval``)."""
+        await self.offset_store.persist(list(self._requests))
+
+    # -- rebalance ------------------------------------------------------------------------------------------
+    async def rebalance(self) -> bool:
+        """Run a rebalance now; True when every topic got its queues."""
+        return await self._rebalancer.rebalance()
+
+    async def _apply_assignment(self, topic: str, queues: list[MessageQueue]) -> bool:
+        if self._closing:
+            return True
+        wanted = set(queues)
+        removed = [mq for mq in self._requests if mq.topic == topic and mq not in wanted]
+        if removed:
+            await asyncio.gather(*(self._drop_queue(mq) for mq in removed))
+        added = sorted(mq for mq in wanted if mq not in self._requests)
+        if not added:
+            if removed:
+                log.info("%s gave up %d queues of %s", self.group, len(removed), topic)
+            return True
+        starts = await asyncio.gather(*(self._start_offset(mq) for mq in added), return_exceptions=True)
+        complete = True
+        taken = 0
+        for mq, start in zip(added, starts, strict=True):
+            if isinstance(start, BaseException):
+                if isinstance(start, asyncio.CancelledError):
+                    raise start
+                log.warning("cannot find where %s starts in %s/%s/%d: %s (trying again soon)", self.group, mq.topic,
+                            mq.broker_name, mq.queue_id, start)
+                complete = False
+                continue
+            if self._closing or mq in self._requests:
+                continue
+            self.offset_store.update(mq, start, increase_only=False)
+            req = PullRequest(mq, ProcessQueue(start), start)
+            self._requests[mq] = req
+            taken += 1
+            self._pull_now(req)
+        log.info("%s took %d queues of %s and gave up %d; it now has %d", self.group, taken, topic, len(removed),
+                 sum(1 for mq in self._requests if mq.topic == topic))
+        return complete
+
+    async def _drop_queue(self, mq: MessageQueue) -> None:
+        """Give a queue up: stop pulling, commit what was consumed, forget it."""
+        req = self._requests.pop(mq, None)
+        if req is None:
+            return
+        req.pq.dropped = True
+        req.cancel()
+        try:
+            await self.offset_store.persist([mq])
+        finally:
+            self.offset_store.remove(mq)
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        """The committed offset, or where ``consume_from`` says to start."""
+        stored = await self.offset_store.read_stored(mq)
+        if stored >= 0:
+            return stored
+        if mq.topic.startswith(RETRY_TOPIC_PREFIX):
+            return 0  # everything in the group's retry topic is meant for the group
+        if self.consume_from == "last":
+            return await self._broker_offset(mq, RequestCode.GET_MAX_OFFSET, {})
+        if self.consume_from == "first":
+            return await self._broker_offset(mq, RequestCode.GET_MIN_OFFSET, {})
+        return await self._broker_offset(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                         {"timestamp": str(self.consume_timestamp)})
+
+    async def _broker_offset(self, mq: MessageQueue, code: int, extra: dict[str, str]) -> int:
+        addr = await self._addr(mq, 0)
+        cmd = make_request(code, {"topic": mq.topic, "queueId": str(mq.queue_id), **extra})
+        response = await self.instance.invoke_ok(addr, cmd, context=f"offset lookup {code} of {mq.topic}/{mq.queue_id}")
+        try:
+            return max(0, int(response.ext_fields["offset"]))
+        except (KeyError, ValueError):
+            raise BrokerError(ResponseCode.SYSTEM_ERROR, "answer without a usable offset", addr=addr) from None
+
+    async def _addr(self, mq: MessageQueue, broker_id: int) -> str:
+        addr = self.instance.broker_addr(mq.broker_name, broker_id)
+        if addr is None:
+            await self.instance.route(mq.topic, refresh=True)
+            addr = self.instance.broker_addr(mq.broker_name, broker_id)
+        if addr is None:
+            raise NoRouteError(f"no address for broker {mq.broker_name} (queue {mq.topic}/{mq.queue_id})")
+        return addr
+
+    # -- pulling (PullMessageService) -------------------------------------------------------------------------
+    def _pull_now(self, req: PullRequest) -> None:
+        req.timer = None
+        if req.pq.dropped or self._closing:
+            return
+        assert self._loop is not None
+        req.task = self._loop.create_task(self._pull(req), name=f"pull-{req.mq.topic}-{req.mq.queue_id}")
+
+    def _pull_later(self, req: PullRequest, delay: float) -> None:
+        if req.pq.dropped or self._closing:
+            return
+        assert self._loop is not None
+        req.timer = self._loop.call_later(delay, self._pull_now, req)
+
+    async def _pull(self, req: PullRequest) -> None:
+        """One pull of one queue; its completion issues the next (at once, or after a delay)."""
+        pq = req.pq
+        if pq.count >= self.pull_threshold_for_queue or \
+                pq.size_bytes >= self.pull_threshold_size_for_queue_mib * 1024 * 1024:
+            self.stats.flow_controlled += 1
+            if self.stats.flow_controlled % 1000 == 1:
+                log.info("flow control: %s/%d of %s holds %d unconsumed messages (%d bytes); pulling later",
+                         req.mq.topic, req.mq.queue_id, self.group, pq.count, pq.size_bytes)
+            self._pull_later(req, self.flow_control_delay)
+            return
+        if pq.max_span > self.consume_max_span:
+            self.stats.flow_controlled += 1
+            if self.stats.flow_controlled % 1000 == 1:
+                log.info("flow control: offsets in flight in %s/%d of %s span %d (> %d); pulling later",
+                         req.mq.topic, req.mq.queue_id, self.group, pq.max_span, self.consume_max_span)
+            self._pull_later(req, self.flow_control_delay)
+            return
+        sub = self._subscriptions.get(req.mq.topic)
+        if sub is None:
+            self._pull_later(req, self.pull_error_delay_max)  # being unsubscribed; the queue goes soon
+            return
+        try:
+            await self._pull_once(req, sub)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            req.errors += 1
+            self.stats.pull_errors += 1
+            delay = min(self.pull_error_delay * 2 ** (req.errors - 1), self.pull_error_delay_max)
+            log.warning("pull of %s/%s/%d at %d for %s failed: %s; trying again in %.1fs", req.mq.topic,
+                        req.mq.broker_name, req.mq.queue_id, req.next_offset, self.group, exc, delay)
+            self._pull_later(req, delay)
+            return
+        req.errors = 0
+        self._pull_now(req)
+
+    async def _pull_once(self, req: PullRequest, sub: Subscription) -> None:
+        mq = req.mq
+        addr = await self._addr(mq, req.broker_id)
+        commit_offset = -1
+        if self.clustering and addr == self.instance.master_addr(mq.broker_name):
+            commit_offset = self.offset_store.read(mq)
+        sys_flag = FLAG_SUSPEND | FLAG_SUBSCRIPTION | (FLAG_COMMIT_OFFSET if commit_offset > 0 else 0)
+        header = PullMessageRequestHeader(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=req.next_offset,
+            max_msg_nums=self.pull_batch_size, sys_flag=sys_flag, commit_offset=max(commit_offset, 0),
+            suspend_timeout_millis=self.suspend_timeout_ms, subscription=sub.expression, sub_version=sub.version,
+            expression_type=sub.expression_type)
+        response = await self.instance.invoke(addr, make_request(RequestCode.PULL_MESSAGE, header.to_ext()),
+                                              self.suspend_timeout_ms / 1000 + self.pull_timeout_margin,
+                                              context=f"pull {mq.topic}/{mq.queue_id} at {req.next_offset}")
+        await self._on_pull_answer(req, sub, response, addr)
+
+    async def _on_pull_answer(self, req: PullRequest, sub: Subscription, response: RemotingCommand,
+                              addr: str) -> None:
+        mq, pq = req.mq, req.pq
+        code = response.code
+        if code not in _PULL_ANSWERS:
+            raise BrokerError(code, response.remark or "", addr=addr, context=f"pull {mq.topic}/{mq.queue_id}")
+        ext = response.ext_fields
+        try:
+            next_offset = int(ext["nextBeginOffset"])
+            suggested = int(ext.get("suggestWhichBrokerId", "0") or 0)
+        except (KeyError, ValueError):
+            raise BrokerError(ResponseCode.SYSTEM_ERROR, "pull answer without a usable nextBeginOffset",
+                              addr=addr) from None
+        req.broker_id = suggested if self.instance.broker_addr(mq.broker_name, suggested) else 0
+        if pq.dropped:
+            return
+        if code == ResponseCode.SUCCESS:
+            try:
+                records = list(iter_records(response.body))
+            except ProtocolError as exc:
+                raise BrokerError(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {exc}", addr=addr) from None
+            msgs = [MessageExt.from_record(rec, mq.broker_name) for rec in records]
+            self.stats.pulled += len(msgs)
+            kept = [m for m in msgs if sub.matches(m)]
+            self.stats.filtered += len(msgs) - len(kept)
+            added = pq.put(kept, next_offset)
+            req.next_offset = next_offset
+            if added:
+                self._submit(req, added)
+        elif code == ResponseCode.PULL_OFFSET_MOVED:
+            log.warning("offset of %s in %s/%s/%d moved from %d to %d", self.group, mq.topic, mq.broker_name,
+                        mq.queue_id, req.next_offset, next_offset)
+            req.next_offset = next_offset
+            pq.advance(next_offset)
+            self.offset_store.update(mq, next_offset, increase_only=False)
+            await self.offset_store.persist([mq])
+            return
+        else:  # PULL_NOT_FOUND (the long poll timed out), PULL_RETRY_IMMEDIATELY (nothing matched)
+            req.next_offset = next_offset
+            pq.advance(next_offset)
+        if pq.count == 0:
+            # Nothing in flight: everything up to the pull position is done (filtered messages included).
+            self.offset_store.update(mq, pq.committable)
+
+    # -- consuming ------------------------------------------------------------------------------------------
+    def _submit(self, req: PullRequest, msgs: list[MessageExt]) -> None:
+        n = self.batch_max_size
+        for i in range(0, len(msgs), n):
+            self._consume_queue.put_nowait(_ConsumeRequest(req, msgs[i:i + n]))
+
+    async def _worker(self) -> None:
+        while True:
+            creq = await self._consume_queue.get()
+            if creq is None:
+                return
+            try:
+                await self._consume(creq)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consuming %d messages of %s failed", len(creq.msgs), creq.req.mq)
+
+    async def _consume(self, creq: _ConsumeRequest) -> None:
+        req, msgs = creq.req, creq.msgs
+        pq = req.pq
+        if pq.dropped:
+            return  # the queue went to another consumer, which starts from the committed offset
+        status = await self._call_listener(msgs)
+        if status is ConsumeStatus.CONSUME_SUCCESS:
+            self.stats.consumed += len(msgs)
+            done = msgs
+        else:
+            self.stats.failed += len(msgs)
+            if pq.dropped:
+                return
+            if self.clustering:
+                sent = await asyncio.gather(*(self._send_back(m) for m in msgs))
+                done = [m for m, ok in zip(msgs, sent, strict=True) if ok]
+                self.stats.retried += len(done)
+                again = [dataclasses.replace(m, reconsume_times=m.reconsume_times + 1)
+                         for m, ok in zip(msgs, sent, strict=True) if not ok]
+                if again:
+                    self.stats.send_back_failed += len(again)
+                    self._consume_later(req, again)
+            else:
+                log.warning("broadcasting consumer %s dropped %d messages its listener asked to have again "
+                            "(broadcast messages are not redelivered)", self.group, len(msgs))
+                done = msgs
+        if not pq.dropped:
+            self.offset_store.update(req.mq, pq.remove(done))
+
+    async def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
+        listener = self._listener
+        assert listener is not None
+        try:
+            if self._listener_is_async:
+                result = await listener(list(msgs))
+            else:
+                assert self._loop is not None
+                result = await self._loop.run_in_executor(self._executor, listener, list(msgs))
+                if inspect.isawaitable(result):
+                    result = await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the listener of %s raised on %d messages (first %s); they will be consumed again",
+                          self.group, len(msgs), msgs[0].msg_id if msgs else "-")
+            return ConsumeStatus.RECONSUME_LATER
+        if result is None or result is ConsumeStatus.CONSUME_SUCCESS:
+            return ConsumeStatus.CONSUME_SUCCESS
+        if result is not ConsumeStatus.RECONSUME_LATER:
+            log.warning("the listener of %s returned %r, not a ConsumeStatus: taken as RECONSUME_LATER", self.group,
+                        result)
+        return ConsumeStatus.RECONSUME_LATER
+
+    async def _send_back(self, msg: MessageExt) -> bool:
+        """CONSUMER_SEND_MSG_BACK: the broker of the message's queue republishes it to the retry topic
+        (or, past ``max_reconsume_times``, to the dead-letter topic)."""
+        try:
+            addr = self.instance.master_addr(msg.queue.broker_name) or msg.store_host
+            header = ConsumerSendMsgBackRequestHeader(
+                offset=msg.commit_log_offset, group=self.group, delay_level=0, origin_msg_id=msg.msg_id,
+                origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
+            await self.instance.invoke_ok(addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext()),
+                                          context=f"send back {msg.msg_id} of {msg.topic}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("sending message %s back for redelivery failed: %s; consuming it again here in %.1fs",
+                        msg.msg_id, exc, self.local_retry_delay)
+            return False
+        return True
+
+    def _consume_later(self, req: PullRequest, msgs: list[MessageExt]) -> None:
+        assert self._loop is not None
+
+        def fire() -> None:
+            self._retry_timers.discard(handle)
+            if not req.pq.dropped and not self._closing:
+                self._submit(req, msgs)
+
+        handle = self._loop.call_later(self.local_retry_delay, fire)
+        self._retry_timers.add(handle)
+
+    def __repr__(self) -> str:
+        state = "running" if self.started else "stopped"
+        return f"<PushConsumer {self.group} {self.message_model} {state} queues={len(self._requests)}>"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise InvalidArgumentError(f"{name} must be positive, not {value}")
+
+
+def _parse_consume_from(value: str | int | datetime.datetime) -> tuple[str, int]:
+    if isinstance(value, str):
+        mode = value.strip().lower()
+        if mode in ("last", "first"):
+            return mode, 0
+        raise InvalidArgumentError(f"consume_from must be 'last', 'first', epoch ms or a datetime, not {value!r}")
+    if isinstance(value, datetime.datetime):
+        return "timestamp", int(value.timestamp() * 1000)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return "timestamp", value
+    raise InvalidArgumentError(f"consume_from must be 'last', 'first', epoch ms or a datetime, not {value!r}")

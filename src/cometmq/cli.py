@@ -22,12 +22,14 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-async def _wait_for_signal() -> None:
+def _stop_event() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM. Installed before anything starts, so a signal that arrives while
+    the servers start (or just after the ready line) still stops them cleanly."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 def _run(main: object) -> None:
@@ -68,11 +70,12 @@ def namesrv(
     from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 
     async def main() -> None:
+        stop = _stop_event()
         ctl = NamesrvController(NamesrvConfig(host=host, port=port))
         await ctl.start()
         print(f"cometmq namesrv listening on {host}:{ctl.port}", flush=True)
         try:
-            await _wait_for_signal()
+            await stop.wait()
         finally:
             await ctl.stop()
 
@@ -95,11 +98,12 @@ def broker(
     cfg = _broker_config(config, data, host, port, namesrv)
 
     async def main() -> None:
+        stop = _stop_event()
         ctl = BrokerController(cfg)
         await ctl.start()
         print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}, data in {cfg.store.store_path}", flush=True)
         try:
-            await _wait_for_signal()
+            await stop.wait()
         finally:
             await ctl.stop()
 
@@ -121,6 +125,7 @@ def serve(
     from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 
     async def main() -> None:
+        stop = _stop_event()
         ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port))
         await ns.start()
         cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}")
@@ -129,7 +134,7 @@ def serve(
         print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}, data in {cfg.store.store_path}",
               flush=True)
         try:
-            await _wait_for_signal()
+            await stop.wait()
         finally:
             await ctl.stop()
             await ns.stop()

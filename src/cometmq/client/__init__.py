@@ -57,3 +57,16 @@ __all__ += [
     "PushConsumer",
     "RemoteBrokerOffsetStore",
 ]
+
+# -- lite-pull consumer and admin client (the blocking twins are in cometmq.client.sync) ----------------------
+from cometmq.client.admin import Admin, ConsumeStats, OffsetReset, OffsetWrapper, TopicOffset  # noqa: E402
+from cometmq.client.lite_pull_consumer import LitePullConsumer  # noqa: E402
+
+__all__ += [
+    "Admin",
+    "ConsumeStats",
+    "LitePullConsumer",
+    "OffsetReset",
+    "OffsetWrapper",
+    "TopicOffset",
+]

@@ -1,0 +1,493 @@
+"""The synchronous facade: blocking twins of the asyncio clients, for code without an event loop.
+
+    from cometmq.client.sync import SyncProducer, SyncLitePullConsumer
+
+    with SyncProducer("pg", namesrv="127.0.0.1:9876") as producer:
+        producer.send(Message("TopicTest", b"hello"))
+
+    with SyncLitePullConsumer("cg", namesrv="127.0.0.1:9876", consume_from="first") as consumer:
+        consumer.subscribe("TopicTest")
+        for msg in consumer.poll(timeout=1.0):
+            ...
+
+Every facade object runs its asyncio twin (reachable as ``.aio``) on ONE event loop shared by the whole
+process, in a daemon thread started by the first facade object and stopped when the last one is closed (or
+garbage-collected). A call submits a coroutine to that loop with ``asyncio.run_coroutine_threadsafe`` and waits
+for it, at most ``timeout`` seconds (the object's ``call_timeout`` unless the call says otherwise); running out
+of time cancels the operation and raises :class:`ClientTimeoutError`. Calls may come from any number of
+threads, including threads that run an event loop of their own (the call blocks that loop meanwhile). They may
+not come from the facade's own loop thread, e.g. from a ``send_async`` callback or a push listener running on
+it: that would wait for itself forever, so it raises :class:`ClientStateError` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as _dt
+import logging
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from cometmq.client.admin import Admin, ConsumeStats, OffsetReset, TopicOffset
+from cometmq.client.errors import ClientStateError, ClientTimeoutError
+from cometmq.client.lite_pull_consumer import CommitCallback, ConsumeFrom, LitePullConsumer
+from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
+from cometmq.client.producer import MessageQueueSelector, Producer, SendCallback
+from cometmq.client.push_consumer import MessageListener, PushConsumer
+from cometmq.protocol.route import PERM_READ_WRITE, ClusterInfo, TopicRouteData
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SyncAdmin", "SyncLitePullConsumer", "SyncProducer", "SyncPushConsumer", "loop_thread_running"]
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+#: extra time a blocking call waits beyond the operation's own timeout (poll)
+_MARGIN = 30.0
+
+
+# -- the shared loop thread ----------------------------------------------------------------------------------------
+class _LoopThread:
+    def __init__(self) -> None:
+        from cometmq.net.loop import uvloop_factory
+
+        factory = uvloop_factory()
+        self.loop: asyncio.AbstractEventLoop = factory() if factory is not None else asyncio.new_event_loop()
+        self.users = 0
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="cometmq-sync-loop", daemon=True)
+        self.thread.start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        loop.call_soon(self._ready.set)
+        try:
+            loop.run_forever()
+            # Whatever a careless user left running is cancelled, not abandoned mid-flight.
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(30)
+
+
+_lock = threading.Lock()
+_shared: _LoopThread | None = None
+
+
+def _acquire() -> _LoopThread:
+    global _shared
+    with _lock:
+        if _shared is None:
+            _shared = _LoopThread()
+        _shared.users += 1
+        return _shared
+
+
+def _release(lt: _LoopThread) -> None:
+    global _shared
+    with _lock:
+        lt.users -= 1
+        if lt.users > 0:
+            return
+        if _shared is lt:
+            _shared = None
+    lt.stop()
+
+
+def loop_thread_running() -> bool:
+    """Whether the facade's shared loop thread runs now (it does while some facade object is open)."""
+    with _lock:
+        return _shared is not None and _shared.thread.is_alive()
+
+
+class _Lease:
+    """One facade object's hold on the loop thread, given back once (by close or by garbage collection)."""
+
+    def __init__(self) -> None:
+        self.lt = _acquire()
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            _release(self.lt)
+
+
+async def _call(fn: Callable[[], Awaitable[T]]) -> T:
+    return await fn()
+
+
+def _in_loop(fn: Callable[[], T]) -> Callable[[], Awaitable[T]]:
+    """A plain call made on the loop thread: the async objects' state is only ever touched there."""
+    async def call() -> T:
+        return fn()
+
+    return call
+
+
+class _Facade(Generic[A]):
+    """Runs an async client object on the shared loop thread and blocks for its results."""
+
+    _what = "client"
+
+    def __init__(self, make: Callable[[], A], call_timeout: float | None) -> None:
+        self.call_timeout = call_timeout
+        self._lease = _Lease()
+        self._finalizer = weakref.finalize(self, self._lease.release)
+        self._closed = False
+        try:
+            self._aio: A = self._run(self._construct(make), call_timeout)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    @staticmethod
+    def _construct(make: Callable[[], A]) -> Callable[[], Awaitable[A]]:
+        async def build() -> A:
+            return make()  # inside the loop thread: anything the object binds to is that loop's
+
+        return build
+
+    @property
+    def aio(self) -> A:
+        """The asyncio object behind this facade; use it only on the facade's loop (e.g. in callbacks)."""
+        return self._aio
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._lease.lt.loop
+
+    def _check_thread(self) -> None:
+        if self._lease.released:
+            raise ClientStateError(f"this sync {self._what} is closed")
+        if threading.current_thread() is self._lease.lt.thread:
+            raise ClientStateError(
+                f"a blocking call of the sync {self._what} came from the facade's own event-loop thread (a callback "
+                "or listener running there?); it would wait for itself forever. Use the asyncio object (.aio) "
+                "there, or hand the work to another thread")
+
+    def _submit(self, fn: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        self._check_thread()
+        return asyncio.run_coroutine_threadsafe(_call(fn), self._lease.lt.loop)
+
+    def _run(self, fn: Callable[[], Awaitable[T]], timeout: float | None = None) -> T:
+        future = self._submit(fn)
+        limit = self.call_timeout if timeout is None else timeout
+        try:
+            return future.result(limit)
+        except TimeoutError:
+            if future.done() and not future.cancelled():
+                raise  # the operation itself timed out: its own error, as it is
+            future.cancel()
+            raise ClientTimeoutError(f"the sync {self._what} call did not complete within {limit:g}s") from None
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt while waiting: do not leave the operation running
+            raise
+
+    def _close(self, close: Callable[[], Awaitable[None]], timeout: float | None) -> None:
+        if self._lease.released:
+            return
+        try:
+            self._run(close, timeout)
+        finally:
+            self._finalizer()
+
+
+# -- producer ----------------------------------------------------------------------------------------------------
+class SyncProducer(_Facade[Producer]):
+    """A blocking :class:`Producer`. ``send_async`` returns a ``concurrent.futures.Future``; its callback runs
+    on the facade's loop thread (keep it short, and make no blocking facade call in it)."""
+
+    _what = "producer"
+
+    def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv: str, send_timeout: float = 3.0,
+                 retries: int = 2, compress_over: int = 4096, compress_level: int = 5,
+                 max_message_size: int = 4 * 1024 * 1024, max_batch_bytes: int = 1024 * 1024,
+                 call_timeout: float | None = 60.0) -> None:
+        super().__init__(lambda: Producer(group, namesrv=namesrv, send_timeout=send_timeout, retries=retries,
+                                          compress_over=compress_over, compress_level=compress_level,
+                                          max_message_size=max_message_size, max_batch_bytes=max_batch_bytes),
+                         call_timeout)
+
+    def start(self, timeout: float | None = None) -> None:
+        self._run(self._aio.start, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self._close(self._aio.close, timeout)
+
+    def __enter__(self) -> SyncProducer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def send(self, msg: Message, *, queue: MessageQueue | None = None, selector: MessageQueueSelector | None = None,
+             arg: Any = None, timeout: float | None = None) -> SendResult:
+        return self._run(lambda: self._aio.send(msg, queue=queue, selector=selector, arg=arg, timeout=timeout))
+
+    def send_orderly(self, msg: Message, sharding_key: str | int, *, timeout: float | None = None) -> SendResult:
+        return self._run(lambda: self._aio.send_orderly(msg, sharding_key, timeout=timeout))
+
+    def send_async(self, msg: Message, callback: SendCallback | None = None, *, queue: MessageQueue | None = None,
+                   selector: MessageQueueSelector | None = None, arg: Any = None
+                   ) -> concurrent.futures.Future[SendResult]:
+        async def send() -> SendResult:
+            return await self._aio.send_async(msg, callback, queue=queue, selector=selector, arg=arg)
+
+        return self._submit(send)
+
+    def send_oneway(self, msg: Message) -> None:
+        self._run(lambda: self._aio.send_oneway(msg))
+
+    def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
+                   timeout: float | None = None) -> list[SendResult]:
+        return self._run(lambda: self._aio.send_batch(msgs, queue=queue, timeout=timeout))
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return self._run(lambda: self._aio.queues(topic))
+
+
+# -- lite-pull consumer --------------------------------------------------------------------------------------------
+class SyncLitePullConsumer(_Facade[LitePullConsumer]):
+    """A blocking :class:`LitePullConsumer`."""
+
+    _what = "lite-pull consumer"
+
+    def __init__(self, group: str, *, namesrv: str, pull_batch_size: int = 256, auto_commit: bool = True,
+                 auto_commit_interval: float = 5.0, consume_from: ConsumeFrom = "last",
+                 pull_threshold_for_all: int = 10_000, pull_threshold_for_queue: int = 1_000,
+                 long_poll_timeout: float = 15.0, error_backoff: float = 1.0, route_refresh_interval: float = 30.0,
+                 call_timeout: float | None = 60.0) -> None:
+        super().__init__(lambda: LitePullConsumer(
+            group, namesrv=namesrv, pull_batch_size=pull_batch_size, auto_commit=auto_commit,
+            auto_commit_interval=auto_commit_interval, consume_from=consume_from,
+            pull_threshold_for_all=pull_threshold_for_all, pull_threshold_for_queue=pull_threshold_for_queue,
+            long_poll_timeout=long_poll_timeout, error_backoff=error_backoff,
+            route_refresh_interval=route_refresh_interval), call_timeout)
+
+    def start(self, timeout: float | None = None) -> None:
+        self._run(self._aio.start, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self._close(self._aio.close, timeout)
+
+    def __enter__(self) -> SyncLitePullConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
+        self._run(lambda: self._aio.subscribe(topic, expression, expression_type=expression_type))
+
+    def unsubscribe(self, topic: str) -> None:
+        self._run(lambda: self._aio.unsubscribe(topic))
+
+    def assign(self, queues: Iterable[MessageQueue], expression: str = "*", *, expression_type: str = "TAG") -> None:
+        queues = list(queues)
+        self._run(lambda: self._aio.assign(queues, expression, expression_type=expression_type))
+
+    def assignment(self) -> list[MessageQueue]:
+        return self._run(_in_loop(self._aio.assignment))
+
+    def poll(self, timeout: float = 5.0, max_messages: int | None = None) -> list[MessageExt]:
+        return self._run(lambda: self._aio.poll(timeout, max_messages), timeout + _MARGIN)
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        self._run(lambda: self._aio.seek(queue, offset))
+
+    def seek_to_beginning(self, queue: MessageQueue | None = None) -> None:
+        self._run(lambda: self._aio.seek_to_beginning(queue))
+
+    def seek_to_end(self, queue: MessageQueue | None = None) -> None:
+        self._run(lambda: self._aio.seek_to_end(queue))
+
+    def seek_to_timestamp(self, queue: MessageQueue | None, timestamp: int | _dt.datetime) -> None:
+        self._run(lambda: self._aio.seek_to_timestamp(queue, timestamp))
+
+    def offset_for_timestamp(self, queue: MessageQueue, timestamp: int | _dt.datetime) -> int:
+        return self._run(lambda: self._aio.offset_for_timestamp(queue, timestamp))
+
+    def position(self, queue: MessageQueue) -> int | None:
+        return self._run(_in_loop(lambda: self._aio.position(queue)))
+
+    def committed(self, queue: MessageQueue) -> int | None:
+        return self._run(lambda: self._aio.committed(queue))
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        queues = list(queues)
+        self._run(_in_loop(lambda: self._aio.pause(queues)))
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        queues = list(queues)
+        self._run(_in_loop(lambda: self._aio.resume(queues)))
+
+    def commit(self, offsets: Mapping[MessageQueue, int] | None = None, *, timeout: float | None = None) -> None:
+        self._run(lambda: self._aio.commit(offsets), timeout)
+
+    def commit_async(self, callback: CommitCallback | None = None) -> concurrent.futures.Future[None]:
+        """Start a commit; ``callback(error or None)`` runs on the facade's loop thread when it ends."""
+        async def commit() -> None:
+            await self._aio.commit_async(callback)
+
+        return self._submit(commit)
+
+
+# -- push consumer ----------------------------------------------------------------------------------------------
+class SyncPushConsumer(_Facade[PushConsumer]):
+    """A blocking-lifecycle :class:`PushConsumer`. A plain ``def`` listener runs in the consumer's thread pool
+    (it may make blocking facade calls, e.g. send with a SyncProducer); an ``async def`` one runs on the
+    facade's loop thread. ``options`` are the PushConsumer's keyword arguments."""
+
+    _what = "push consumer"
+
+    def __init__(self, group: str, *, namesrv: str, listener: MessageListener | None = None,
+                 call_timeout: float | None = 60.0, **options: Any) -> None:
+        super().__init__(lambda: PushConsumer(group, namesrv=namesrv, listener=listener, **options), call_timeout)
+
+    def register_listener(self, listener: MessageListener) -> MessageListener:
+        return self._run(_in_loop(lambda: self._aio.register_listener(listener)))
+
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
+        self._run(_in_loop(
+            lambda: self._aio.subscribe(topic, expression, expression_type=expression_type)))
+
+    def unsubscribe(self, topic: str) -> None:
+        self._run(lambda: self._aio.unsubscribe(topic))
+
+    def start(self, timeout: float | None = None) -> None:
+        self._run(self._aio.start, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self._close(self._aio.close, timeout)
+
+    def __enter__(self) -> SyncPushConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def commit(self, timeout: float | None = None) -> None:
+        self._run(self._aio.commit, timeout)
+
+    def assignment(self) -> frozenset[MessageQueue]:
+        return self._run(_in_loop(lambda: self._aio.assignment))
+
+
+# -- admin ------------------------------------------------------------------------------------------------------
+class SyncAdmin(_Facade[Admin]):
+    """A blocking :class:`Admin`."""
+
+    _what = "admin client"
+
+    def __init__(self, *, namesrv: str, timeout: float = 3.0, call_timeout: float | None = 60.0) -> None:
+        super().__init__(lambda: Admin(namesrv=namesrv, timeout=timeout), call_timeout)
+
+    def start(self, timeout: float | None = None) -> None:
+        self._run(self._aio.start, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self._close(self._aio.close, timeout)
+
+    def __enter__(self) -> SyncAdmin:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def cluster_info(self) -> ClusterInfo:
+        return self._run(self._aio.cluster_info)
+
+    def list_topics(self) -> list[str]:
+        return self._run(self._aio.list_topics)
+
+    def topic_route(self, topic: str) -> TopicRouteData:
+        return self._run(lambda: self._aio.topic_route(topic))
+
+    def create_topic(self, topic: str, *, read_queues: int = 4, write_queues: int | None = None,
+                     perm: int = PERM_READ_WRITE, order: bool = False, message_type: str | None = None,
+                     cluster: str | None = None, broker: str | None = None, wait: float = 5.0) -> list[str]:
+        return self._run(lambda: self._aio.create_topic(
+            topic, read_queues=read_queues, write_queues=write_queues, perm=perm, order=order,
+            message_type=message_type, cluster=cluster, broker=broker, wait=wait))
+
+    update_topic = create_topic
+
+    def delete_topic(self, topic: str, *, cluster: str | None = None, wait: float = 5.0) -> list[str]:
+        return self._run(lambda: self._aio.delete_topic(topic, cluster=cluster, wait=wait))
+
+    def topic_stats(self, topic: str) -> dict[MessageQueue, TopicOffset]:
+        return self._run(lambda: self._aio.topic_stats(topic))
+
+    def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
+        return self._run(lambda: self._aio.consumer_progress(group, topic))
+
+    def reset_offset_by_timestamp(self, group: str, topic: str, timestamp: int | _dt.datetime, *,
+                                  force: bool = True) -> list[OffsetReset]:
+        return self._run(lambda: self._aio.reset_offset_by_timestamp(group, topic, timestamp, force=force))
+
+    def create_subscription_group(self, group: str, *, cluster: str | None = None, broker: str | None = None,
+                                  **config: Any) -> list[str]:
+        return self._run(lambda: self._aio.create_subscription_group(group, cluster=cluster, broker=broker,
+                                                                     **config))
+
+    def delete_subscription_group(self, group: str, *, cluster: str | None = None,
+                                  broker: str | None = None) -> list[str]:
+        return self._run(lambda: self._aio.delete_subscription_group(group, cluster=cluster, broker=broker))
+
+    def subscription_groups(self, broker: str) -> dict[str, dict[str, Any]]:
+        return self._run(lambda: self._aio.subscription_groups(broker))
+
+    def min_offset(self, queue: MessageQueue) -> int:
+        return self._run(lambda: self._aio.min_offset(queue))
+
+    def max_offset(self, queue: MessageQueue) -> int:
+        return self._run(lambda: self._aio.max_offset(queue))
+
+    def search_offset(self, queue: MessageQueue, timestamp: int | _dt.datetime) -> int:
+        return self._run(lambda: self._aio.search_offset(queue, timestamp))
+
+    def committed_offset(self, group: str, queue: MessageQueue) -> int | None:
+        return self._run(lambda: self._aio.committed_offset(group, queue))
+
+    def update_consumer_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
+        self._run(lambda: self._aio.update_consumer_offset(group, queue, offset))
+
+    def view_message(self, offset_msg_id: str) -> MessageExt:
+        return self._run(lambda: self._aio.view_message(offset_msg_id))
+
+    def query_messages_by_key(self, topic: str, key: str, *, max_num: int = 32, begin: int | _dt.datetime = 0,
+                              end: int | _dt.datetime | None = None) -> list[MessageExt]:
+        return self._run(lambda: self._aio.query_messages_by_key(topic, key, max_num=max_num, begin=begin, end=end))
+
+    def query_message_by_unique_key(self, topic: str, msg_id: str) -> MessageExt:
+        return self._run(lambda: self._aio.query_message_by_unique_key(topic, msg_id))
+
+    def query_message(self, topic: str, msg_id: str) -> MessageExt:
+        return self._run(lambda: self._aio.query_message(topic, msg_id))

@@ -45,9 +45,11 @@ class StoreConfig:
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
-    #: largest answer to one read, in bytes and records (RocketMQ maxTransfer*OnMessageInMemory)
+    #: largest answer to one read, in bytes and records (RocketMQ maxTransfer*OnMessageInMemory). RocketMQ caps
+    #: the count at 32; a read costs ~100 µs of fixed work here, so bulk readers (lite pull, Spark) asking
+    #: for more get up to 1024 (measured: 170-280k -> 400-600k msg/s on a 1M backlog). Push consumers ask 32.
     max_transfer_bytes: int = 256 * 1024
-    max_transfer_count: int = 32
+    max_transfer_count: int = 1024
     #: preallocate segment blocks so a full disk fails an append instead of faulting a mapped page
     preallocate: bool = True
 

@@ -260,6 +260,9 @@ class MessageStore:
         removed = 0
         qoff = offset
         read = self.commitlog.read
+        # Records of one read mostly sit in one segment: slice it directly while they do.
+        seg_view: memoryview | None = None
+        seg_start = seg_end = 0
         done = False
         while not done and scanned < scan_limit and qoff < max_off:
             units = cq.units(qoff, scan_limit - scanned)
@@ -273,7 +276,15 @@ class MessageStore:
                 if phy < log_min:
                     removed += 1
                 elif tag_filter is None or tag_filter(tags):
-                    view = read(phy, size)
+                    if seg_start <= phy and phy + size <= seg_end:
+                        view = seg_view[phy - seg_start : phy - seg_start + size]  # type: ignore[index]
+                    else:
+                        view = read(phy, size)
+                        mf = self.commitlog.files.find(phy) if view is not None else None
+                        if mf is not None:
+                            seg_start = mf.file_from_offset
+                            seg_end = seg_start + mf.wrote_position
+                            seg_view = mf.view(0, mf.wrote_position)
                     if view is None:
                         removed += 1
                     elif record_filter is None or record_filter(view):

@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.net.loop import run as run_loop
 from cometmq.protocol.properties import encode_properties
 from cometmq.store.config import FlushDiskType, StoreConfig
 from cometmq.store.message import MessageInner
@@ -96,7 +97,7 @@ def bench_sync(total: int) -> None:
         store = MessageStore(StoreConfig(store_path=path, flush_disk_type=FlushDiskType.SYNC_FLUSH))
         store.start()
         per = max(1, (total if writers > 1 else total // 20) // writers)
-        wall = asyncio.run(_sync_writers(store, writers, per, 100))
+        wall = run_loop(_sync_writers(store, writers, per, 100))  # uvloop, as the broker runs
         n = per * writers
         report(bench="sync_flush", writers=writers, body=100, records=n, acked_per_s=round(n / wall),
                fsyncs=store.flush_service.flush_count,

@@ -68,6 +68,8 @@ class CommitLog:
         self.lock = threading.Lock()
         #: (topic, queueId) -> next queue offset
         self.queue_table: dict[tuple[str, int], int] = {}
+        #: topic -> its encoded length byte + name, reused by every append to that topic
+        self._topic_parts: dict[str, bytes] = {}
 
     # -- offsets ---------------------------------------------------------------------------
     @property
@@ -86,7 +88,9 @@ class CommitLog:
         prepared: list[tuple[MessageInner, bytes, int]] = []
         total = 0
         max_body = self.config.max_message_size
-        topic_cache: dict[str, bytes] = {}
+        topic_cache = self._topic_parts
+        if len(topic_cache) > 4096:
+            topic_cache.clear()
         for m in msgs:
             topic_part = topic_cache.get(m.topic)
             if topic_part is None:
@@ -114,7 +118,10 @@ class CommitLog:
 
         with self.lock:
             try:
-                mf = self._file_with_room(total)
+                files = self.files.files
+                mf = files[-1] if files else None
+                if mf is None or total + 8 > mf.size - mf.wrote_position:
+                    mf = self._file_with_room(total)
             except OSError as exc:
                 log.error("cannot create a commit-log segment: %s", exc)
                 return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))

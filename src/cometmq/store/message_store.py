@@ -142,10 +142,11 @@ class MessageStore:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
         with self.lock:
             result = self.commitlog.append(msgs)
-            if result.ok:
+            ok = result.status is PutStatus.PUT_OK
+            if ok:
                 confirmed = result.end_offset if self._confirm_offset is None else self._confirm_offset
                 self.reput.submit(result.records, confirmed)
-        if result.ok:
+        if ok:
             self.flush_service.request(result.end_offset)
         return result
 

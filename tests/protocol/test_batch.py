@@ -27,7 +27,9 @@ def test_known_encoding() -> None:
         + b"K\x01v\x02"
     )
     assert data == expected
-    assert decode_batch(data) == [BatchItem(b"hi", {"K": "v"}, 3, zlib.crc32(b"hi") & 0x7FFFFFFF)]
+    [item] = decode_batch(data)
+    assert item == BatchItem(b"hi", {"K": "v"}, 3, b"K\x01v\x02")
+    assert item.body_crc == zlib.crc32(b"hi") & 0x7FFFFFFF
 
 
 def test_two_items_and_empty_batch() -> None:

@@ -32,7 +32,13 @@ class BatchItem:
     body: bytes
     properties: dict[str, str]
     flag: int
-    body_crc: int  # computed from the body; the wire field is 0
+    #: the properties as they came (the store keeps these bytes, so nothing is encoded twice)
+    properties_raw: bytes = b""
+
+    @property
+    def body_crc(self) -> int:
+        """Computed from the body on demand; the wire field is 0."""
+        return body_crc(self.body)
 
 
 def encode_batch(messages: Iterable[tuple[bytes | bytearray | memoryview, Mapping[str, str], int]]) -> bytes:
@@ -75,7 +81,7 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
         p += _I16.size
         if props_len < 0 or p + props_len != item_end:
             raise ProtocolError(f"batch properties length {props_len} does not end the item at {pos}")
-        properties = decode_properties(data[p:item_end])
-        items.append(BatchItem(body, properties, flag, body_crc(body)))
+        raw = bytes(data[p:item_end])
+        items.append(BatchItem(body, decode_properties(raw), flag, raw))
         pos = item_end
     return items

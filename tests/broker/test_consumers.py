@@ -219,3 +219,48 @@ async def test_locks_of_a_departed_client_are_released(start_broker: StartBroker
         assert decode_lock_ok(r.body) == mqs
     finally:
         await staying.close()
+
+
+async def test_topic_permissions_are_enforced(start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker()
+    for topic, perm in (("ReadOnly", 4), ("WriteOnly", 2)):
+        r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                                     {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1,
+                                                      "perm": perm}))
+        assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, send_request("ReadOnly", b"x"))
+    assert r.code == ResponseCode.NO_PERMISSION and "ReadOnly" in (r.remark or "")
+    r = await client.invoke(b.addr, send_request("WriteOnly", b"x"))
+    assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, pull_request("WriteOnly", 0, sys_flag=4))
+    assert r.code == ResponseCode.NO_PERMISSION and "WriteOnly" in (r.remark or "")
+
+
+def test_silent_consumers_expire() -> None:
+    from cometmq.broker.clients import ConsumerManager
+
+    class FakeConn:
+        closed = False
+
+        def __init__(self) -> None:
+            self.sent: list[RemotingCommand] = []
+            self.closed_calls = 0
+
+        def send_oneway(self, cmd: RemotingCommand) -> None:
+            self.sent.append(cmd)
+
+        def close(self) -> None:
+            self.closed_calls += 1
+
+    now = [0]
+    mgr = ConsumerManager(lambda: now[0], channel_expired_ms=120_000)
+    a, c = FakeConn(), FakeConn()
+    data = ConsumerData("G", subscriptions=(SubscriptionData("T"),))
+    mgr.register(a, "A", "PYTHON", 1, data)  # type: ignore[arg-type]
+    now[0] = 100_000
+    mgr.register(c, "C", "PYTHON", 1, data)  # type: ignore[arg-type]
+    now[0] = 150_000  # A silent for 150 s, C for 50 s
+    mgr.scan_expired()
+    assert mgr.client_ids("G") == ["C"]
+    assert a.closed_calls == 1 and c.closed_calls == 0
+    assert c.sent and c.sent[-1].ext_fields["consumerGroup"] == "G"  # the one left was told to rebalance

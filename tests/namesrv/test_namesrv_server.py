@@ -342,6 +342,7 @@ async def test_registrar_stop_cancels_a_round_in_flight(namesrv: NamesrvControll
             await reader.read()  # accepts requests, never answers, until the client hangs up
         finally:
             writer.close()
+            await writer.wait_closed()
             done.set()
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)

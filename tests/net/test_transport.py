@@ -272,12 +272,18 @@ async def test_drain_waits_for_a_slow_reader(client: RemotingClient) -> None:
     may_read = asyncio.Event()
     received = 0
 
+    finished = asyncio.Event()
+
     async def slow_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal received
-        await may_read.wait()
-        while data := await reader.read(1 << 20):
-            received += len(data)
-        writer.close()
+        try:
+            await may_read.wait()
+            while data := await reader.read(1 << 20):
+                received += len(data)
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            finished.set()
 
     raw = await asyncio.start_server(slow_peer, "127.0.0.1", 0)
     port = raw.sockets[0].getsockname()[1]
@@ -292,6 +298,8 @@ async def test_drain_waits_for_a_slow_reader(client: RemotingClient) -> None:
         await asyncio.wait_for(drained, 20)
     finally:
         await client.close()
+        # The server's handler must finish closing its side before the loop ends (or its socket leaks).
+        await asyncio.wait_for(finished.wait(), 10)
         raw.close()
         await raw.wait_closed()
 

@@ -34,7 +34,15 @@ __all__ = [
 
 # -- push consumer ------------------------------------------------------------------------------------------
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
-from cometmq.client.push_consumer import ConsumerStats, ConsumeStatus, MessageListener, PushConsumer
+from cometmq.client.push_consumer import (
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    ConsumerStats,
+    ConsumeStatus,
+    MessageListener,
+    OrderlyPushConsumer,
+    PushConsumer,
+)
 from cometmq.client.rebalance import (
     AllocateAverage,
     AllocateAverageByCircle,
@@ -49,11 +57,14 @@ __all__ += [
     "AllocateByConfig",
     "AllocateConsistentHash",
     "AllocateStrategy",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
     "ConsumeStatus",
     "ConsumerStats",
     "LocalFileOffsetStore",
     "MessageListener",
     "OffsetStore",
+    "OrderlyPushConsumer",
     "PushConsumer",
     "RemoteBrokerOffsetStore",
 ]

@@ -22,6 +22,9 @@ Usage::
 A plain ``def`` listener runs in a thread pool; an ``async def`` one runs as a task. Either way at most
 ``max_concurrency`` calls run at once. Returning None counts as success; raising an exception counts as
 RECONSUME_LATER (and is logged).
+
+``PushConsumer(..., orderly=True)`` (or :class:`OrderlyPushConsumer`) consumes each queue one batch at a time
+in offset order, only while it holds the queue's lock on the broker: see :mod:`cometmq.client.orderly`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgument
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from cometmq.client.orderly import GIVE_UP_POLICIES, ConsumeOrderlyContext, ConsumeOrderlyStatus, OrderlyService
 from cometmq.client.process_queue import ProcessQueue, PullRequest
 from cometmq.client.rebalance import AllocateAverage, AllocateStrategy, Rebalancer
 from cometmq.common.tasks import cancel_and_wait
@@ -61,7 +65,8 @@ from cometmq.protocol.remoting import RemotingCommand, make_request
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConsumeStatus", "ConsumerStats", "MessageListener", "PushConsumer", "Subscription"]
+__all__ = ["ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus", "ConsumerStats", "MessageListener",
+           "OrderlyPushConsumer", "PushConsumer", "Subscription"]
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
 
@@ -106,6 +111,12 @@ class ConsumerStats:
     #: pulls delayed because a queue held too many (or too large) unconsumed messages
     flow_controlled: int = 0
     pull_errors: int = 0
+    #: orderly: messages put back by a ROLLBACK
+    rolled_back: int = 0
+    #: orderly: messages still failing after ``max_reconsume_times`` local retries, sent to the DLQ (or retry topic)
+    given_up: int = 0
+    #: orderly: times a queue's lock was lost (not renewed, taken by another consumer, connection dropped)
+    locks_lost: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -150,12 +161,19 @@ class _ConsumeRequest:
 
 
 class PushConsumer:
-    """An asyncio push consumer (RocketMQ's DefaultMQPushConsumer, concurrent listeners).
+    """An asyncio push consumer (RocketMQ's DefaultMQPushConsumer, concurrent or orderly listeners).
 
     ``message_model`` is "CLUSTERING" (the group's consumers share the queues; offsets on the brokers) or
     "BROADCASTING" (every consumer gets every message; offsets in ``offset_store_dir``).
     ``consume_from`` says where a queue the group never committed an offset for starts: "last" (only
     messages sent from now on), "first" (everything still stored), or a time (epoch ms or datetime).
+
+    ``orderly=True``: consume each queue one batch at a time, in offset order, while holding its broker lock;
+    the listener returns a :class:`ConsumeOrderlyStatus` and may take a :class:`ConsumeOrderlyContext` as
+    second argument. ``auto_commit`` (orderly) commits after each successful batch; off, the listener commits
+    with COMMIT and rolls back with ROLLBACK. ``suspend_time_ms`` is the wait after
+    SUSPEND_CURRENT_QUEUE_A_MOMENT (doubled per retry of the same batch, up to 30 s); a message still failing
+    after ``max_reconsume_times`` retries goes where ``orderly_give_up`` says: "dlq", "retry" or "never".
     """
 
     #: delay before a pull is tried again after an error (doubling per consecutive error, up to the max)
@@ -178,7 +196,8 @@ class PushConsumer:
                  pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue_mib: int = 100,
                  suspend_timeout_ms: int = 15_000, max_reconsume_times: int = 16, auto_commit_interval: float = 5.0,
                  offset_store_dir: str | Path = "~/.cometmq_offsets", rebalance_interval: float = 20.0,
-                 close_timeout: float = 10.0) -> None:
+                 close_timeout: float = 10.0, orderly: bool = False, auto_commit: bool = True,
+                 suspend_time_ms: int = 1000, orderly_give_up: str = "dlq") -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a push consumer needs namesrv='host:port' or a ClientInstance")
         if not group or not all(c.isalnum() or c in "%|-_" for c in group) or len(group) > 255:
@@ -196,6 +215,10 @@ class PushConsumer:
             raise InvalidArgumentError(f"pull_batch_size must be within 1..1024, not {pull_batch_size}")
         if max_reconsume_times < 0:
             raise InvalidArgumentError(f"max_reconsume_times must not be negative, not {max_reconsume_times}")
+        if orderly_give_up not in GIVE_UP_POLICIES:
+            raise InvalidArgumentError(f"orderly_give_up must be one of {', '.join(GIVE_UP_POLICIES)}, "
+                                       f"not {orderly_give_up!r}")
+        _positive(suspend_time_ms=suspend_time_ms)
         self.group = group
         self.message_model = model
         self.consume_from, self.consume_timestamp = _parse_consume_from(consume_from)
@@ -209,6 +232,10 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.auto_commit_interval = auto_commit_interval
         self.close_timeout = close_timeout
+        self.orderly = orderly
+        self.auto_commit = auto_commit
+        self.suspend_time_ms = suspend_time_ms
+        self.orderly_give_up = orderly_give_up
         self.instance = instance or ClientInstance(namesrv or "")
         self.offset_store: OffsetStore
         if model == CLUSTERING:
@@ -234,6 +261,8 @@ class PushConsumer:
         self._retry_timers: set[asyncio.TimerHandle] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: the orderly consume service (lock keeper, one consume task per queue); None for concurrent listeners
+        self._orderly: OrderlyService | None = OrderlyService(self) if orderly else None
 
     # -- configuration --------------------------------------------------------------------------------------
     @property
@@ -287,6 +316,17 @@ class PushConsumer:
         """The queues this consumer pulls from now (retry queues included)."""
         return frozenset(self._requests)
 
+    @property
+    def locked_queues(self) -> frozenset[MessageQueue]:
+        """Orderly: the assigned queues whose lock this consumer holds and that it consumes now."""
+        if self._orderly is None:
+            return frozenset()
+        return self._orderly.consuming
+
+    @property
+    def orderly_service(self) -> OrderlyService | None:
+        return self._orderly
+
     def in_flight(self, mq: MessageQueue) -> int:
         """How many messages of the queue are pulled and not yet consumed."""
         req = self._requests.get(mq)
@@ -323,8 +363,11 @@ class PushConsumer:
             await self.offset_store.load()
             if not self._listener_is_async:
                 self._executor = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"consume-{self.group}")
-            self._workers = [asyncio.create_task(self._worker(), name=f"consume-{self.group}-{i}")
-                             for i in range(self.max_concurrency)]
+            if self._orderly is not None:
+                self._orderly.start()
+            else:
+                self._workers = [asyncio.create_task(self._worker(), name=f"consume-{self.group}-{i}")
+                                 for i in range(self.max_concurrency)]
             await self._learn_routes()
             # The brokers must know this consumer before it asks them who the group's consumers are.
             await self.instance.heartbeat()
@@ -348,6 +391,23 @@ class PushConsumer:
         await self._rebalancer.stop()
         await cancel_and_wait([self._commit_task, *self._background])
         requests = list(self._requests.values())
+        if self._orderly is not None:
+            # batches in the listener end, offsets are committed, every lock is released in one request per broker
+            await self._orderly.close()
+        else:
+            await self._stop_workers(requests)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        for req in requests:
+            req.pq.dropped = True
+        await self.offset_store.persist([req.mq for req in requests])
+        self._requests.clear()
+        await self.instance.unregister(consumer_group=self.group)
+        await self.instance.close()
+        log.info("push consumer %s closed (%s)", self.group, self.stats)
+
+    async def _stop_workers(self, requests: list[PullRequest]) -> None:
         for req in requests:
             req.cancel()
         await cancel_and_wait([req.task for req in requests])
@@ -366,16 +426,6 @@ class PushConsumer:
                             self.group, self.close_timeout)
                 await cancel_and_wait(stuck)
         self._workers = []
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-        for req in requests:
-            req.pq.dropped = True
-        await self.offset_store.persist([req.mq for req in requests])
-        self._requests.clear()
-        await self.instance.unregister(consumer_group=self.group)
-        await self.instance.close()
-        log.info("push consumer %s closed (%s)", self.group, self.stats)
 
     async def __aenter__(self) -> PushConsumer:
         await self.start()
@@ -409,13 +459,19 @@ class PushConsumer:
         while True:
             await asyncio.sleep(self.auto_commit_interval)
             try:
-                await self.offset_store.persist(list(self._requests))
+                await self.offset_store.persist(self._committable_queues())
             except Exception:
                 log.exception("committing the offsets of %s failed", self.group)
 
     async def commit(self) -> None:
         """Commit the consumed offsets of every assigned queue now (also done every ``auto_commit_interval``)."""
-        await self.offset_store.persist(list(self._requests))
+        await self.offset_store.persist(self._committable_queues())
+
+    def _committable_queues(self) -> list[MessageQueue]:
+        """The queues whose offsets this consumer may commit: all of them, or (orderly) those it holds locked."""
+        if self._orderly is None:
+            return list(self._requests)
+        return list(self._orderly.consuming)
 
     # -- rebalance ------------------------------------------------------------------------------------------
     async def rebalance(self) -> bool:
@@ -425,6 +481,8 @@ class PushConsumer:
     async def _apply_assignment(self, topic: str, queues: list[MessageQueue]) -> bool:
         if self._closing:
             return True
+        if self._orderly is not None:
+            return await self._orderly.apply(topic, queues)
         wanted = set(queues)
         removed = [mq for mq in self._requests if mq.topic == topic and mq not in wanted]
         if removed:
@@ -458,6 +516,9 @@ class PushConsumer:
 
     async def _drop_queue(self, mq: MessageQueue) -> None:
         """Give a queue up: stop pulling, commit what was consumed, forget it."""
+        if self._orderly is not None:
+            await self._orderly.drop(mq)  # ... and unlock it (once its batch in flight has ended)
+            return
         req = self._requests.pop(mq, None)
         if req is None:
             return
@@ -532,6 +593,9 @@ class PushConsumer:
                          req.mq.topic, req.mq.queue_id, self.group, pq.max_span, self.consume_max_span)
             self._pull_later(req, self.flow_control_delay)
             return
+        if self._orderly is not None and not self._orderly.lock_valid(pq):
+            self._pull_later(req, self._orderly.lock_retry_delay_max)  # not consumed now: no need for more
+            return
         sub = self._subscriptions.get(req.mq.topic)
         if sub is None:
             self._pull_later(req, self.pull_error_delay_max)  # being unsubscribed; the queue goes soon
@@ -555,7 +619,8 @@ class PushConsumer:
         mq = req.mq
         addr = await self._addr(mq, req.broker_id)
         commit_offset = -1
-        if self.clustering and addr == self.instance.master_addr(mq.broker_name):
+        if self.clustering and addr == self.instance.master_addr(mq.broker_name) and (
+                self._orderly is None or self._orderly.lock_valid(req.pq)):
             commit_offset = self.offset_store.read(mq)
         sys_flag = FLAG_SUSPEND | FLAG_SUBSCRIPTION | (FLAG_COMMIT_OFFSET if commit_offset > 0 else 0)
         header = PullMessageRequestHeader(
@@ -614,6 +679,9 @@ class PushConsumer:
 
     # -- consuming ------------------------------------------------------------------------------------------
     def _submit(self, req: PullRequest, msgs: list[MessageExt]) -> None:
+        if self._orderly is not None:
+            self._orderly.submit(req)  # the queue's own consume task takes them, in order
+            return
         n = self.batch_max_size
         for i in range(0, len(msgs), n):
             self._consume_queue.put_nowait(_ConsumeRequest(req, msgs[i:i + n]))
@@ -683,13 +751,13 @@ class PushConsumer:
                         result)
         return ConsumeStatus.RECONSUME_LATER
 
-    async def _send_back(self, msg: MessageExt) -> bool:
+    async def _send_back(self, msg: MessageExt, delay_level: int = 0) -> bool:
         """CONSUMER_SEND_MSG_BACK: the broker of the message's queue republishes it to the retry topic
-        (or, past ``max_reconsume_times``, to the dead-letter topic)."""
+        (or, past ``max_reconsume_times`` or with a negative ``delay_level``, to the dead-letter topic)."""
         try:
             addr = self.instance.master_addr(msg.queue.broker_name) or msg.store_host
             header = ConsumerSendMsgBackRequestHeader(
-                offset=msg.commit_log_offset, group=self.group, delay_level=0, origin_msg_id=msg.msg_id,
+                offset=msg.commit_log_offset, group=self.group, delay_level=delay_level, origin_msg_id=msg.msg_id,
                 origin_topic=msg.topic, max_reconsume_times=self.max_reconsume_times)
             await self.instance.invoke_ok(addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext()),
                                           context=f"send back {msg.msg_id} of {msg.topic}")
@@ -714,7 +782,16 @@ class PushConsumer:
 
     def __repr__(self) -> str:
         state = "running" if self.started else "stopped"
-        return f"<PushConsumer {self.group} {self.message_model} {state} queues={len(self._requests)}>"
+        kind = " orderly" if self.orderly else ""
+        return f"<PushConsumer {self.group} {self.message_model}{kind} {state} queues={len(self._requests)}>"
+
+
+class OrderlyPushConsumer(PushConsumer):
+    """``PushConsumer(..., orderly=True)``: see :mod:`cometmq.client.orderly`."""
+
+    def __init__(self, group: str, **kwargs: Any) -> None:
+        kwargs.setdefault("orderly", True)
+        super().__init__(group, **kwargs)
 
 
 def _now_ms() -> int:

@@ -1,0 +1,195 @@
+"""The broker's queue lock table (RebalanceLockManager) with a fake clock, and its requests on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cometmq.broker.config import broker_config_from_properties
+from cometmq.broker.locks import RebalanceLockManager
+from cometmq.net.client import RemotingClient
+from cometmq.protocol.client_bodies import (
+    ConsumerData,
+    HeartbeatData,
+    LockBatchBody,
+    MessageQueue,
+    decode_lock_ok,
+)
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.remoting import make_request
+
+from .conftest import StartBroker
+
+LIFE = 60_000
+
+
+class FakeClock:
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+def qs(*ids: int, topic: str = "T") -> set[MessageQueue]:
+    return {MessageQueue(topic, "broker-a", i) for i in ids}
+
+
+def manager(life: int = LIFE) -> tuple[RebalanceLockManager, FakeClock]:
+    clock = FakeClock()
+    return RebalanceLockManager(clock, life), clock
+
+
+def test_a_free_queue_is_locked_and_the_owner_renews_it_by_locking_again() -> None:
+    m, clock = manager()
+    assert m.try_lock_batch("G", qs(0), "c1") == qs(0)
+    clock.advance(50_000)
+    assert m.try_lock_batch("G", qs(0), "c2") == set()  # held
+    assert m.try_lock_batch("G", qs(0), "c1") == qs(0)  # renewed at 50 s
+    clock.advance(50_000)  # 100 s after the first lock, 50 s after the renewal: still c1's
+    assert m.try_lock_batch("G", qs(0), "c2") == set()
+    assert m.owner("G", *qs(0)) == "c1" and m.is_locked("G", *qs(0), "c1") and not m.is_locked("G", *qs(0), "c2")
+
+
+def test_a_lock_expires_after_lock_max_live_time_and_another_client_takes_it() -> None:
+    m, clock = manager(life=1500)
+    m.try_lock_batch("G", qs(0), "c1")
+    clock.advance(1500)
+    assert m.owner("G", *qs(0)) == "c1"  # exactly the lifetime: not yet expired
+    assert m.try_lock_batch("G", qs(0), "c2") == set()
+    clock.advance(1)
+    assert m.owner("G", *qs(0)) is None and not m.is_locked("G", *qs(0), "c1")
+    assert m.try_lock_batch("G", qs(0), "c2") == qs(0)
+    assert m.owner("G", *qs(0)) == "c2"
+    # the old owner's renewal now fails: the queue has a live owner again
+    assert m.try_lock_batch("G", qs(0), "c1") == set()
+    # and an expired owner may also simply renew its own lock if nobody took it
+    m.try_lock_batch("G", qs(1), "c1")
+    clock.advance(5000)
+    assert m.try_lock_batch("G", qs(1), "c1") == qs(1)
+
+
+def test_a_batch_returns_the_set_actually_locked() -> None:
+    m, clock = manager()
+    m.try_lock_batch("G", qs(0, 1), "c1")  # c1: 0 and 1
+    m.try_lock_batch("G", qs(2), "c2")  # c2: 2
+    clock.advance(LIFE + 1)
+    m.try_lock_batch("G", qs(1), "c1")  # c1 renews 1 only; 0 and 2 expire
+    m.try_lock_batch("G", qs(3), "c3")  # c3: 3 (fresh)
+    got = m.try_lock_batch("G", qs(0, 1, 2, 3, 4), "c2")
+    assert got == qs(0, 2, 4)  # expired (c1's), expired own, free — not c1's live 1 nor c3's 3
+    assert {q.queue_id: m.owner("G", q) for q in qs(0, 1, 2, 3, 4)} == {0: "c2", 1: "c1", 2: "c2", 3: "c3", 4: "c2"}
+    assert m.try_lock_batch("G", set(), "c2") == set()
+
+
+def test_unlock_only_by_the_owner() -> None:
+    m, _ = manager()
+    m.try_lock_batch("G", qs(0, 1), "c1")
+    m.unlock_batch("G", qs(0, 1), "c2")  # not c2's: nothing happens
+    assert m.owner("G", *qs(0)) == "c1" and m.owner("G", *qs(1)) == "c1"
+    m.unlock_batch("G", qs(0), "c1")
+    assert m.owner("G", *qs(0)) is None and m.owner("G", *qs(1)) == "c1"
+    assert m.try_lock_batch("G", qs(0, 1), "c2") == qs(0)
+    m.unlock_batch("G", qs(1), "c1")
+    m.unlock_batch("G", qs(0), "c2")
+    assert m.table == {}  # empty groups are dropped
+    m.unlock_batch("Nobody", qs(0), "c1")  # unknown group: fine
+
+
+def test_groups_are_separate_and_a_departed_client_loses_every_lock_at_once() -> None:
+    m, _ = manager()
+    m.try_lock_batch("G1", qs(0, 1), "c1")
+    m.try_lock_batch("G2", qs(0), "c1")
+    assert m.try_lock_batch("G2", qs(1), "c2") == qs(1)  # same queue, another group: independent
+    assert m.try_lock_batch("G1", qs(0), "c2") == set()
+    assert m.unlock_client("c1") == 3
+    assert m.owner("G1", *qs(0)) is None and m.owner("G2", *qs(0)) is None
+    assert m.owner("G2", *qs(1)) == "c2"
+    assert m.unlock_client("c1") == 0
+    assert m.try_lock_batch("G1", qs(0), "c2") == qs(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["lock", "unlock", "wait", "leave"]), st.sampled_from(["a", "b", "c"]),
+                          st.sets(st.integers(0, 3), max_size=4), st.integers(0, 2000)), max_size=40))
+def test_a_queue_never_has_two_live_owners(ops: list[tuple[str, str, set[int], int]]) -> None:
+    """Against a simple model: who holds each queue and since when."""
+    m, clock = manager(life=1000)
+    model: dict[int, tuple[str, int]] = {}
+    for op, client, ids, ms in ops:
+        if op == "wait":
+            clock.advance(ms)
+        elif op == "leave":
+            m.unlock_client(client)
+            model = {q: v for q, v in model.items() if v[0] != client}
+        elif op == "unlock":
+            m.unlock_batch("G", qs(*ids), client)
+            model = {q: v for q, v in model.items() if not (q in ids and v[0] == client)}
+        else:
+            got = m.try_lock_batch("G", qs(*ids), client)
+            expect = {q for q in ids if q not in model or model[q][0] == client or clock.now - model[q][1] > 1000}
+            assert got == qs(*expect)
+            for q in expect:
+                model[q] = (client, clock.now)
+        for q in range(4):
+            live = model.get(q)
+            want = live[0] if live is not None and clock.now - live[1] <= 1000 else None
+            assert m.owner("G", *qs(q)) == want
+
+
+# -- the broker ---------------------------------------------------------------------------------------------
+def test_lock_max_live_time_comes_from_broker_conf() -> None:
+    cfg = broker_config_from_properties({"lockMaxLiveTime": "1500"})
+    assert cfg.lock_max_live_time_ms == 1500
+
+
+async def lock(client: RemotingClient, addr: str, group: str, client_id: str, mqs: set[MessageQueue],
+               code: int = RequestCode.LOCK_BATCH_MQ) -> frozenset[MessageQueue]:
+    r = await client.invoke(addr, make_request(code, {}, LockBatchBody(group, client_id, frozenset(mqs)).encode()))
+    assert r.code == ResponseCode.SUCCESS
+    return decode_lock_ok(r.body) if code == RequestCode.LOCK_BATCH_MQ else frozenset()
+
+
+async def test_the_broker_uses_lock_max_live_time_and_frees_a_closed_clients_locks(start_broker: StartBroker,
+                                                                                    tmp_path: Path) -> None:
+    b = await start_broker(lock_max_live_time_ms=1500)
+    assert b.locks.lock_max_live_ms == 1500
+    clock = FakeClock()
+    b.locks.clock = clock
+    mqs = qs(0, 1, 2)
+    async with RemotingClient() as c1, RemotingClient() as c2:
+        assert await lock(c1, b.addr, "G", "id-1", mqs) == mqs
+        assert await lock(c2, b.addr, "G", "id-2", mqs) == set()
+        clock.advance(1000)
+        assert await lock(c1, b.addr, "G", "id-1", qs(0)) == qs(0)  # renew 0 only
+        clock.advance(600)  # 1 and 2 expired, 0 renewed 600 ms ago
+        assert await lock(c2, b.addr, "G", "id-2", mqs) == qs(1, 2)
+        await lock(c2, b.addr, "G", "id-2", qs(0), code=RequestCode.UNLOCK_BATCH_MQ)  # not id-2's
+        assert b.locks.owner("G", *qs(0)) == "id-1"
+
+        # A consumer's connection closes (closed or killed): its locks go at once, not after the lifetime.
+        hb = HeartbeatData("id-1", (), (ConsumerData("G"),)).encode()
+        r = await c1.invoke(b.addr, make_request(RequestCode.HEART_BEAT, {}, hb))
+        assert r.code == ResponseCode.SUCCESS
+    for _ in range(100):
+        if b.locks.owner("G", *qs(0)) is None:
+            break
+        await asyncio.sleep(0.01)
+    assert b.locks.owner("G", *qs(0)) is None
+    assert b.locks.owner("G", *qs(1)) == "id-2"
+
+
+async def test_unregister_frees_the_clients_locks(start_broker: StartBroker) -> None:
+    b = await start_broker()
+    async with RemotingClient() as c1:
+        assert await lock(c1, b.addr, "G", "id-1", qs(0, 1)) == qs(0, 1)
+        r = await c1.invoke(b.addr, make_request(RequestCode.UNREGISTER_CLIENT,
+                                                 {"clientID": "id-1", "consumerGroup": "G", "producerGroup": ""}))
+        assert r.code == ResponseCode.SUCCESS
+        assert b.locks.owner("G", *qs(0)) is None and b.locks.owner("G", *qs(1)) is None

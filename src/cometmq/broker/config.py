@@ -63,6 +63,15 @@ class BrokerConfig:
     consumer_offset_persist_interval_ms: int = 5000
     enable_property_filter: bool = False
     broker_permission: int = 6
+    #: timer messages (RocketMQ 5); see cometmq.timer.config for the measured defaults
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 100
+    timer_max_delay_sec: int = 90 * 86_400
+    #: 0: one day of slots
+    timer_roll_window_slot: int = 0
+    timer_flush_interval_ms: int = 1000
+    timer_log_file_size: int = 100 * 1024 * 1024
+    recall_message_enable: bool = True
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -106,6 +115,13 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "flushConsumerOffsetInterval": ("consumer_offset_persist_interval_ms", int),
     "enablePropertyFilter": ("enable_property_filter", _bool),
     "brokerPermission": ("broker_permission", int),
+    "timerWheelEnable": ("timer_wheel_enable", _bool),
+    "timerPrecisionMs": ("timer_precision_ms", int),
+    "timerMaxDelaySec": ("timer_max_delay_sec", int),
+    "timerRollWindowSlot": ("timer_roll_window_slot", int),
+    "timerFlushIntervalMs": ("timer_flush_interval_ms", int),
+    "mappedFileSizeTimerLog": ("timer_log_file_size", int),
+    "recallMessageEnable": ("recall_message_enable", _bool),
 }
 #: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
 IGNORED_KEYS = frozenset({"brokerRole", "haListenPort", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",

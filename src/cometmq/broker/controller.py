@@ -18,6 +18,7 @@ from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.pull import PullProcessor
 from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
+from cometmq.broker.timer_bridge import TimerBridge
 from cometmq.broker.topics import RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager, check_topic_name
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
@@ -54,6 +55,7 @@ class BrokerController:
         self.producers = ProducerManager(clock, config.channel_expired_ms)
         self.locks = RebalanceLockManager(clock, config.lock_max_live_time_ms)
         self.schedule = ScheduleMessageService(self, cfg_dir / "delayOffset.json", clock)
+        self.timer = TimerBridge(self)
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
         self.admin = AdminProcessor(self)
@@ -66,6 +68,7 @@ class BrokerController:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_processor.send_back,
             RequestCode.PULL_MESSAGE: self.pull_processor.pull,
             **self.admin.handlers(),
+            **self.timer.handlers(),
         }
         self.server: RemotingServer | None = None
         self.client: RemotingClient | None = None
@@ -91,8 +94,10 @@ class BrokerController:
         self.store.add_flush_listener(self.flush_waiter.on_flushed)
         self.store.add_arrival_listener(self.hold.on_arrival)
         self.store.add_arrival_listener(self.schedule.on_arrival)
+        self.store.add_arrival_listener(self.timer.on_arrival)
         await self.hold.start()
         await self.schedule.start()
+        await self.timer.start()
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port, self.dispatcher)
         self.server.add_close_callback(self._connection_closed)
         await self.server.start()
@@ -121,6 +126,7 @@ class BrokerController:
         if self.registrar is not None:
             await self.registrar.stop()  # type: ignore[attr-defined]
         await cancel_and_wait(self._tasks)
+        await self.timer.stop()
         await self.schedule.stop()
         await self.hold.stop()
         if self.server is not None:

@@ -97,8 +97,12 @@ class SendProcessor:
                 self._retry_or_dlq(m, header)
         for m in msgs:
             broker.schedule.rewrite_if_delayed(m)
+            broker.timer.rewrite_if_timer(m)
         result = await broker.put_messages(msgs)
-        return self._response(cmd, result, queue_id)
+        response = self._response(cmd, result, queue_id)
+        if not batch:
+            broker.timer.attach_recall_handle(msgs[0], response)
+        return response
 
     def _single_message(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
                         born_host: bytes) -> MessageInner:
@@ -126,9 +130,10 @@ class SendProcessor:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
         if not items:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-        return [MessageInner(topic=header.topic, body=item.body, queue_id=queue_id, properties=dict(item.properties),
-                             flag=item.flag, sys_flag=sys_flag, born_timestamp=header.born_timestamp,
-                             born_host=born_host, reconsume_times=header.reconsume_times) for item in items]
+        return [MessageInner(topic=header.topic, body=item.body, queue_id=queue_id, properties=item.properties,
+                             properties_raw=item.properties_raw, flag=item.flag, sys_flag=sys_flag,
+                             born_timestamp=header.born_timestamp, born_host=born_host,
+                             reconsume_times=header.reconsume_times) for item in items]
 
     def _retry_or_dlq(self, m: MessageInner, header: SendMessageRequestHeader) -> None:
         """A client sending straight to a retry topic (Java's ``sendMessageBack`` fallback): past the

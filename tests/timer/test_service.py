@@ -291,3 +291,22 @@ async def test_a_changed_precision_waits_until_nothing_is_pending(make_timer: Ma
     await settle(t3)
     await eventually(lambda: t3.uniq_keys() == ["G", "H"])
     assert clock.now > START_MS
+
+
+async def test_read_ahead_is_not_skipped_when_the_clock_moves_between_step_and_deadline(
+        make_timer: MakeTimer) -> None:
+    clock = FakeClock()
+    t: Timer = await make_timer(clock=clock)
+    svc = t.service
+    due = clock.now + 20_000
+    t.schedule_many([(f"P{i}", due) for i in range(10)])
+    await eventually(lambda: svc.enqueue_offset == 10)
+    await settle(t)
+    # One step 1 ms before the slot enters the read-ahead horizon, the deadline computed 1 ms later.
+    clock.now = due - svc.config.prefetch_ms - 1
+    assert svc._prefetch_step(clock.now) is False
+    clock.now += 1
+    deadline = svc._next_deadline()
+    assert deadline is not None and deadline <= clock.now  # read ahead now, not when the slot opens
+    await settle(t)
+    assert svc.metrics()["prefetched"] == 10

@@ -2,11 +2,13 @@
 
 Key names follow RocketMQ's MessageStoreConfig (``timerPrecisionMs``, ``timerRollWindowSlot``,
 ``timerMaxDelaySec``, ``timerWheelEnable``, ``timerFlushIntervalMs``, ``mappedFileSizeTimerLog``).
-Defaults differ where we measured better (see docs/benchmarks.md, "Timer"):
+Defaults differ where we measured better (``bench/bench_timer.py precision``):
 
-- ``precision_ms`` 100 (RocketMQ 1000). The slot width is the unit of indexing, prefetching and
-  claiming; delivery inside a slot is at each message's exact time, so lateness does not grow
-  with the slot width. A smaller slot makes the wheel file bigger for the same roll window.
+- ``precision_ms`` 100 (RocketMQ 1000). The slot width is the unit of indexing, reading ahead and
+  opening; inside a slot each message is put at its own exact time (never early), so lateness does
+  not grow with the slot width. Measured (50,000 messages over 10 s, 2 vCPUs): p99 lateness 20 ms
+  at 1000, 7 ms at 100, 2 ms at 20; delivery CPU 2.6 / 2.8 / 3.8 s; wheel file for a one-day
+  window 2.8 / 28 / 140 MiB; start-up 0.01 / 0.08 / 0.68 s. 100 costs about what 1000 does.
 - ``roll_window_slots`` 0 = one day of slots. Delays beyond the window are rolled: the message is
   put back into the timer topic when it comes nearer, so a delay may be far longer than the wheel.
 - ``max_delay_sec`` 90 days (RocketMQ 3 days, a known complaint).

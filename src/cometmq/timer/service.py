@@ -908,9 +908,12 @@ class TimerMessageService:
         if slot is not None:
             cands.append(slot * self.precision_ms)
             if self._prepared_count < self.config.prefetch_max_messages:
+                if self._pf_todo:
+                    cands.append(0)
+                # The next slot the read-ahead has not looked at, from its own frontier (not from a new
+                # reading of the clock, which may already be past the horizon the last step used).
                 wheel = self._wh()
-                horizon = (self.clock() + self.config.prefetch_ms) // self.precision_ms
-                ahead = wheel.next_occupied(max(horizon + 1, self.read_slot), self.read_slot + wheel.slots)
+                ahead = wheel.next_occupied(max(self._pf_frontier + 1, self.read_slot), self.read_slot + wheel.slots)
                 if ahead is not None:
                     cands.append(ahead * self.precision_ms - self.config.prefetch_ms)
         return min(cands) if cands else None

@@ -7,13 +7,14 @@ interval is only the longest it sleeps. ``stop()`` wakes it, lets it finish one 
 
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 
 log = logging.getLogger(__name__)
 
 
-class ServiceThread:
+class ServiceThread(abc.ABC):
     """Run ``run_once()`` every ``interval_s`` seconds or as soon as ``wakeup()`` is called."""
 
     def __init__(self, name: str, interval_s: float) -> None:
@@ -24,8 +25,9 @@ class ServiceThread:
         self._thread: threading.Thread | None = None
 
     # -- to override -------------------------------------------------------------------
+    @abc.abstractmethod
     def run_once(self) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must define run_once")
+        """One pass of the service's work."""
 
     def on_shutdown(self) -> None:
         """Called once in the service thread after the loop ends (default: one last pass)."""

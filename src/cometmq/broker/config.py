@@ -72,6 +72,9 @@ class BrokerConfig:
     timer_flush_interval_ms: int = 1000
     timer_log_file_size: int = 100 * 1024 * 1024
     recall_message_enable: bool = True
+    #: POP consumption: how often expired deliveries are looked for, and how often state is snapshotted
+    pop_revive_interval_ms: int = 100
+    pop_snapshot_interval_ms: int = 2000
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -122,6 +125,8 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "timerFlushIntervalMs": ("timer_flush_interval_ms", int),
     "mappedFileSizeTimerLog": ("timer_log_file_size", int),
     "recallMessageEnable": ("recall_message_enable", _bool),
+    "popReviveIntervalMs": ("pop_revive_interval_ms", int),
+    "popSnapshotIntervalMs": ("pop_snapshot_interval_ms", int),
 }
 #: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
 IGNORED_KEYS = frozenset({"brokerRole", "haListenPort", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",

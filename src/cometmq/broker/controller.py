@@ -15,6 +15,8 @@ from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.locks import RebalanceLockManager
 from cometmq.broker.long_polling import PullRequestHoldService
 from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.pop.processor import PopProcessor
+from cometmq.broker.pop.service import PopService
 from cometmq.broker.pull import PullProcessor
 from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
@@ -59,6 +61,8 @@ class BrokerController:
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
         self.admin = AdminProcessor(self)
+        self.pop = PopService(self)
+        self.pop_processor = PopProcessor(self, self.pop)
         self.hold = PullRequestHoldService(self.store.max_offset, self.pull_processor.replay,
                                            check_interval_s=config.hold_check_interval_ms / 1000)
         self.dispatcher: dict[int, Handler] = {
@@ -69,6 +73,7 @@ class BrokerController:
             RequestCode.PULL_MESSAGE: self.pull_processor.pull,
             **self.admin.handlers(),
             **self.timer.handlers(),
+            **self.pop_processor.handlers(),
         }
         self.server: RemotingServer | None = None
         self.client: RemotingClient | None = None
@@ -95,9 +100,12 @@ class BrokerController:
         self.store.add_arrival_listener(self.hold.on_arrival)
         self.store.add_arrival_listener(self.schedule.on_arrival)
         self.store.add_arrival_listener(self.timer.on_arrival)
+        self.store.add_arrival_listener(self.pop.on_arrival)
+        self.pop.load()
         await self.hold.start()
         await self.schedule.start()
         await self.timer.start()
+        await self.pop.start()
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port, self.dispatcher)
         self.server.add_close_callback(self._connection_closed)
         await self.server.start()
@@ -126,6 +134,7 @@ class BrokerController:
         if self.registrar is not None:
             await self.registrar.stop()  # type: ignore[attr-defined]
         await cancel_and_wait(self._tasks)
+        await self.pop.stop()
         await self.timer.stop()
         await self.schedule.stop()
         await self.hold.stop()

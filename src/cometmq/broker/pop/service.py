@@ -1,0 +1,346 @@
+"""PopService: the broker's POP state, its durability, redelivery ("revive") and POP long polling.
+
+Design (RocketMQ 5's POP, with an equivalent durable design — see ``log.py``):
+
+- Per (group, topic, queue) a ``QueueState``: a pop cursor, the offsets in flight with their invisible
+  time, and the committed offset below which everything is done. A message whose invisible time passes
+  without an ack is handed out again *from its own queue* with its reconsume count + 1 (no copy to a retry
+  topic), so ordered POP keeps its order and an ack of the current delivery always finds its message.
+- Every change is appended to the commit log (pop-log records) before it is applied and before the
+  client hears of it; snapshots bound the replay after a restart.
+- The revive tick (every ``pop_revive_interval_ms``) finds deliveries whose time is up, moves those past
+  the group's ``retryMaxTimes`` to ``%DLQ%<group>`` and wakes POP requests waiting for that topic.
+- A POP that finds nothing waits (``pollTime``) for an arrival on the topic, a redelivery, or — for ordered
+  groups — an ack that unblocks a queue. Ordered waiters are not woken by arrivals on a queue that is still
+  blocked for their group (no busy re-waking, RocketMQ #8592).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cometmq.broker.pop import log as poplog
+from cometmq.broker.pop.log import POP_LOG_TOPIC, QueueKey
+from cometmq.broker.pop.state import QueueState
+from cometmq.broker.topics import dlq_topic
+from cometmq.common.tasks import cancel_and_wait
+from cometmq.protocol.codes import RemotingError, ResponseCode
+from cometmq.protocol.message import decode_record, pack_host
+from cometmq.protocol.msgid import offset_msg_id
+from cometmq.protocol.pop import INIT_MODE_MIN
+from cometmq.protocol.properties import ORIGIN_MESSAGE_ID, UNIQ_KEY, encode_properties
+from cometmq.store.message import DispatchRequest, MessageInner
+from cometmq.store.status import PutResult
+
+if TYPE_CHECKING:
+    from cometmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+RECONSUME_TIMES_POS = 72
+_I32 = struct.Struct(">i")
+
+
+@dataclass(eq=False)
+class Waiter:
+    group: str
+    topic: str
+    queue_id: int  # -1: any
+    order: bool
+    future: asyncio.Future[None] = field(repr=False)
+
+
+@dataclass
+class PopMetrics:
+    popped: int = 0
+    redelivered: int = 0
+    acked: int = 0
+    stale_refused: int = 0
+    changed: int = 0
+    dlq: int = 0
+    woken_by_arrival: int = 0
+    woken_by_revive: int = 0
+    woken_by_ack: int = 0
+
+
+class PopService:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.states: dict[QueueKey, QueueState] = {}
+        self.snapshot_path = broker.config.store.config_dir / "popState.json"
+        self.metrics = PopMetrics()
+        self._waiters: dict[str, set[Waiter]] = {}
+        #: (visible_at, key): when to look at a queue for expired deliveries; lazily pruned
+        self._expiry: list[tuple[int, QueueKey]] = []
+        self._last_pop_time = 0
+        self._dirty = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        return self.broker.clock
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the snapshot and replay the pop log after it. Called after the store has started."""
+        try:
+            log_offset, states = poplog.load_snapshot(self.snapshot_path)
+        except poplog.PopLogError as exc:
+            bad = self.snapshot_path.with_name(self.snapshot_path.name + ".bad")
+            log.error("%s; set aside as %s, replaying the whole pop log", exc, bad)
+            self.snapshot_path.rename(bad)
+            log_offset, states = 0, {}
+        store = self.broker.store
+        offset = max(log_offset, store.min_offset(POP_LOG_TOPIC, 0))
+        end = store.max_offset(POP_LOG_TOPIC, 0)
+        replayed = 0
+        while offset < end:
+            result = store.get_messages(POP_LOG_TOPIC, 0, offset, 1024)
+            if not result.buffers:
+                offset = max(result.next_begin_offset, offset + 1)
+                continue
+            for view in result.buffers:
+                try:
+                    rec, _ = decode_record(view)
+                    poplog.apply(states, poplog.decode(rec.body))
+                    replayed += 1
+                except Exception as exc:  # one bad record must not stop the broker
+                    log.error("skipping an unreadable pop-log record: %s", exc)
+            offset = result.next_begin_offset
+        self.states = states
+        now = self.clock()
+        for key, qs in states.items():
+            nxt = qs.next_expiry()
+            if nxt is not None:
+                heapq.heappush(self._expiry, (nxt, key))
+            self._last_pop_time = max(self._last_pop_time, *(d.pop_time for d in qs.inflight.values()), 0)
+        if states:
+            inflight = sum(len(qs.inflight) for qs in states.values())
+            log.info("POP state: %d queues, %d messages in flight, %d log records replayed (now %d)",
+                     len(states), inflight, replayed, now)
+
+    async def start(self) -> None:
+        cfg = self.broker.config
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._tasks.append(asyncio.create_task(self._revive_loop(cfg.pop_revive_interval_ms / 1000),
+                                               name="pop-revive"))
+        self._tasks.append(asyncio.create_task(self._snapshot_loop(cfg.pop_snapshot_interval_ms / 1000),
+                                               name="pop-snapshot"))
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._tasks)
+        self._tasks.clear()
+        for waiters in self._waiters.values():
+            for w in waiters:
+                if not w.future.done():
+                    w.future.cancel()
+        self._waiters.clear()
+        self.snapshot()
+
+    def snapshot(self) -> None:
+        """Write the snapshot and publish committed offsets to the consumer offset table."""
+        offsets = self.broker.offsets
+        for (group, topic, qid), qs in self.states.items():
+            if offsets.query(group, topic, qid) != qs.committed:
+                offsets.commit(group, topic, qid, qs.committed)
+        poplog.save_snapshot(self.snapshot_path, self.broker.store.max_offset(POP_LOG_TOPIC, 0), self.states)
+        self._dirty = False
+
+    async def _snapshot_loop(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            if self._dirty:
+                try:
+                    self.snapshot()
+                except OSError as exc:
+                    log.error("cannot write the POP snapshot: %s", exc)
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def state(self, group: str, topic: str, queue_id: int, init_mode: int) -> QueueState:
+        key = (group, topic, queue_id)
+        qs = self.states.get(key)
+        if qs is None:
+            start = self.broker.offsets.query(group, topic, queue_id)
+            store = self.broker.store
+            min_off = store.min_offset(topic, queue_id)
+            if start < 0:
+                # A new group: MIN starts at the oldest message; MAX at the newest, except on a queue that
+                # still holds everything it ever had (RocketMQ's "still in memory" rule, simplified).
+                start = min_off if init_mode == INIT_MODE_MIN or min_off == 0 else store.max_offset(topic, queue_id)
+            start = max(start, min_off)
+            qs = self.states[key] = QueueState(committed=start, cursor=start)
+        return qs
+
+    def next_pop_time(self) -> int:
+        """A strictly increasing ms time: every delivery has its own pop time."""
+        t = max(self.clock(), self._last_pop_time + 1)
+        self._last_pop_time = t
+        return t
+
+    def append(self, bodies: list[bytes]) -> PutResult:
+        """Append pop-log records. Raises RemotingError when the store refuses them (state unchanged)."""
+        msgs = [MessageInner(topic=POP_LOG_TOPIC, body=b, queue_id=0) for b in bodies]
+        result = self.broker.store.put_messages(msgs)
+        if not result.ok:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"cannot log POP state: {result.status.value}")
+        self._dirty = True
+        return result
+
+    async def durable(self, result: PutResult) -> None:
+        """Under SYNC_FLUSH, wait until the records of ``result`` are on disk."""
+        broker = self.broker
+        if broker.store.sync_flush and broker.flush_waiter is not None:
+            ok = await broker.flush_waiter.wait(result.end_offset, broker.config.store.sync_flush_timeout_ms / 1000)
+            if not ok:
+                raise RemotingError(ResponseCode.FLUSH_DISK_TIMEOUT, "POP state was not flushed in time")
+
+    def track_expiry(self, key: QueueKey, visible_at: int) -> None:
+        heapq.heappush(self._expiry, (visible_at, key))
+
+    def max_retry(self, group: str) -> int:
+        cfg = self.broker.groups.find(group)
+        return cfg.retryMaxTimes if cfg is not None else self.broker.config.max_reconsume_times
+
+    @staticmethod
+    def with_attempts(view: memoryview, attempts: int) -> bytes | bytearray | memoryview:
+        """The record as a consumer sees it on this delivery: its reconsume count raised by ``attempts``."""
+        if attempts <= 0:
+            return view
+        buf = bytearray(view)
+        (stored,) = _I32.unpack_from(buf, RECONSUME_TIMES_POS)
+        _I32.pack_into(buf, RECONSUME_TIMES_POS, stored + attempts)
+        return buf
+
+    # -- revive ----------------------------------------------------------------------------------------------
+    async def _revive_loop(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.revive(self.clock())
+            except Exception:
+                log.exception("POP revive failed; retrying")
+
+    async def revive(self, now: int) -> None:
+        """Deliveries whose invisible time passed become available again; past the retry limit, to the DLQ."""
+        heap = self._expiry
+        keys: set[QueueKey] = set()
+        while heap and heap[0][0] <= now:
+            keys.add(heapq.heappop(heap)[1])
+        for key in keys:
+            qs = self.states.get(key)
+            if qs is None:
+                continue
+            group, topic, _qid = key
+            limit = self.max_retry(group)
+            due = qs.due(now)
+            over = [o for o in due if qs.inflight[o].attempts + 1 > limit]
+            if over:
+                await self.to_dlq(key, qs, over)
+            if len(over) < len(due):
+                self.wake(topic, group, reason="revive")
+            nxt = qs.next_expiry()
+            if nxt is not None and nxt > now:
+                heapq.heappush(heap, (nxt, key))
+
+    async def to_dlq(self, key: QueueKey, qs: QueueState, offsets: list[int]) -> None:
+        group, topic, qid = key
+        broker = self.broker
+        dlq = dlq_topic(group)
+        broker.topics.create_system_topic(dlq, 1)
+        msgs: list[MessageInner] = []
+        done: list[tuple[int, int]] = []
+        for off in offsets:
+            d = qs.inflight.get(off)
+            if d is None:
+                continue
+            done.append((off, d.pop_time))
+            got = broker.store.get_messages(topic, qid, off, 1)
+            if not got.buffers or got.queue_offsets[0] != off:
+                log.warning("POP %s: message %s-%d@%d is gone (retention); dropping it", group, topic, qid, off)
+                continue
+            rec, _ = decode_record(got.buffers[0])
+            props = dict(rec.properties)
+            props.setdefault(ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or offset_msg_id(
+                broker.store.commitlog.store_host, rec.physical_offset))
+            props["RETRY_TOPIC"] = topic
+            msgs.append(MessageInner(topic=dlq, body=rec.body, queue_id=0, properties=props,
+                                     properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,
+                                     born_timestamp=rec.born_timestamp, born_host=pack_host(*rec.born_host),
+                                     reconsume_times=rec.reconsume_times + d.attempts + 1))
+        if msgs:
+            result = await broker.put_messages(msgs)
+            if not result.ok:
+                log.error("POP %s: cannot write %d messages to %s (%s); will retry", group, len(msgs), dlq,
+                          result.status.value)
+                return
+        if not done:
+            return
+        self.append([poplog.encode_done(poplog.KIND_DLQ, key, qs.cursor, done)])
+        for off, pop_time in done:
+            qs.done(off, pop_time)
+        self.metrics.dlq += len(msgs)
+        log.warning("POP %s: %d messages of %s-%d passed %d retries; moved to %s", group, len(msgs), topic, qid,
+                    self.max_retry(group), dlq)
+        self.wake(topic, group, reason="ack", ordered_only=True)
+
+    # -- waiting ---------------------------------------------------------------------------------------------
+    def add_waiter(self, w: Waiter) -> None:
+        self._waiters.setdefault(w.topic, set()).add(w)
+
+    def remove_waiter(self, w: Waiter) -> None:
+        waiters = self._waiters.get(w.topic)
+        if waiters is not None:
+            waiters.discard(w)
+            if not waiters:
+                del self._waiters[w.topic]
+
+    def wake(self, topic: str, group: str | None = None, *, reason: str, ordered_only: bool = False) -> None:
+        waiters = self._waiters.get(topic)
+        if not waiters:
+            return
+        for w in list(waiters):
+            if (group is not None and w.group != group) or (ordered_only and not w.order):
+                continue
+            if not w.future.done():
+                w.future.set_result(None)
+                if reason == "revive":
+                    self.metrics.woken_by_revive += 1
+                else:
+                    self.metrics.woken_by_ack += 1
+
+    def on_arrival(self, req: DispatchRequest) -> None:
+        """The store's arrival listener. Cheap when nobody waits on the topic: one dict lookup."""
+        if req.topic not in self._waiters:
+            return
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self._arrived, req.topic, req.queue_id)
+        else:
+            self._arrived(req.topic, req.queue_id)
+
+    def _arrived(self, topic: str, queue_id: int) -> None:
+        waiters = self._waiters.get(topic)
+        if not waiters:
+            return
+        now = self.clock()
+        for w in list(waiters):
+            if w.future.done() or (w.queue_id >= 0 and w.queue_id != queue_id):
+                continue
+            if w.order:
+                qs = self.states.get((w.group, topic, queue_id))
+                if qs is not None and qs.blocked(now):
+                    continue  # that queue hands out nothing until its message is acked: don't wake for it
+            w.future.set_result(None)
+            self.metrics.woken_by_arrival += 1
+
+    def waiting(self) -> int:
+        return sum(len(w) for w in self._waiters.values())

@@ -1,0 +1,322 @@
+"""POP consumption end to end: the SDK's SimpleConsumer against a real broker (sockets, files, fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from cometmq.client import Message, Producer
+from cometmq.client.admin import Admin
+from cometmq.client.errors import InvalidArgumentError, NoRouteError
+from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer, StaleHandleError
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.remoting import make_request
+from tests.pop.conftest import PopCluster
+
+TOPIC = "PopTopic"
+GROUP = "pop-group"
+
+
+async def send(c: PopCluster, n: int, topic: str = TOPIC, *, tags: str | None = None) -> list[str]:
+    async with Producer("pop-producer", namesrv=c.namesrv_addr) as p:
+        results = await p.send_batch([Message(topic, f"m{i}".encode(), tags=tags) for i in range(n)])
+    return [r.msg_id for r in results]
+
+
+def consumer(c: PopCluster, **kw: object) -> SimpleConsumer:
+    sc = SimpleConsumer(kw.pop("group", GROUP), namesrv=c.namesrv_addr, consume_from="first", **kw)  # type: ignore[arg-type]
+    sc.subscribe(TOPIC)
+    return sc
+
+
+async def drain(sc: SimpleConsumer, *, ack: bool = True, batch: int = 32, wait: float = 0.2) -> list[ReceivedMessage]:
+    got: list[ReceivedMessage] = []
+    while True:
+        msgs = await sc.receive(batch, wait=wait)
+        if not msgs:
+            return got
+        got.extend(msgs)
+        if ack:
+            await sc.ack_many(msgs)
+
+
+async def committed(c: PopCluster, group: str = GROUP, topic: str = TOPIC) -> dict[int, int | None]:
+    c.broker.pop.snapshot()
+    async with Admin(namesrv=c.namesrv_addr) as admin:
+        route = await admin.topic_route(topic)
+        out = {}
+        for qd in route.queue_datas:
+            for qid in range(qd.read_queue_nums):
+                from cometmq.client.message import MessageQueue
+                out[qid] = await admin.committed_offset(group, MessageQueue(topic, qd.broker_name, qid))
+        return out
+
+
+async def test_receive_ack_and_nothing_more(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 2)
+    ids = await send(pop_cluster, 50)
+    async with consumer(pop_cluster) as sc:
+        got = await drain(sc)
+        assert sorted(m.msg_id for m in got) == sorted(ids)
+        assert all(m.reconsume_times == 0 and m.delivery_attempt == 1 for m in got)
+        pop_cluster.clock.advance(120)  # far past the invisible time: acked messages stay acked
+        await asyncio.sleep(0.1)
+        assert await sc.receive(32, wait=0.2) == []
+    offsets = await committed(pop_cluster)
+    assert sum(o or 0 for o in offsets.values()) == 50
+
+
+async def test_more_consumers_than_queues_share_the_load(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 2)
+    ids = await send(pop_cluster, 400)
+    consumers = [consumer(pop_cluster) for _ in range(5)]
+    for sc in consumers:
+        await sc.start()
+    try:
+        seen: dict[int, list[str]] = {i: [] for i in range(5)}
+
+        async def run(i: int, sc: SimpleConsumer) -> None:
+            while True:
+                msgs = await sc.receive(4, wait=0.3)
+                if not msgs:
+                    return
+                seen[i].extend(m.msg_id for m in msgs)
+                await asyncio.sleep(0.005)  # "work": lets the others in
+                await sc.ack_many(msgs)
+
+        await asyncio.gather(*(run(i, sc) for i, sc in enumerate(consumers)))
+    finally:
+        for sc in consumers:
+            await sc.close()
+    everything = [m for ms in seen.values() for m in ms]
+    assert sorted(everything) == sorted(ids)  # each message once: no duplicates, nothing missing
+    assert all(len(ms) >= 20 for ms in seen.values()), {i: len(ms) for i, ms in seen.items()}
+
+
+async def test_unacked_message_comes_back_after_invisible_time(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    [mid] = await send(pop_cluster, 1)
+    async with consumer(pop_cluster) as sc:
+        [first] = await sc.receive(1, invisible_duration=30, wait=1)
+        assert first.msg_id == mid and first.reconsume_times == 0
+        assert await sc.receive(1, wait=0.1) == []  # invisible
+        pop_cluster.clock.advance(31)
+        [again] = await sc.receive(1, wait=2)
+        assert again.msg_id == mid and again.reconsume_times == 1
+        with pytest.raises(StaleHandleError):
+            await sc.ack(first)  # the first delivery's handle is stale now
+        await sc.ack(again)
+        pop_cluster.clock.advance(31)
+        assert await sc.receive(1, wait=0.2) == []
+
+
+async def test_change_invisible_extends_and_old_handle_is_stale(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    await send(pop_cluster, 1)
+    async with consumer(pop_cluster) as sc:
+        [m] = await sc.receive(1, invisible_duration=10, wait=1)
+        old = m.handle
+        await sc.change_invisible_duration(m, 60)
+        assert m.handle.pop_time > old.pop_time and m.handle.invisible_time == 60_000
+        pop_cluster.clock.advance(20)  # past the first invisible time, not the new one
+        assert await sc.receive(1, wait=0.2) == []
+        stale = ReceivedMessage(m.message, old, m.group, m.broker_addr)
+        with pytest.raises(StaleHandleError):
+            await sc.ack(stale)
+        with pytest.raises(StaleHandleError):
+            await sc.change_invisible_duration(stale, 5)
+        await sc.ack(m)
+        await sc.ack(m)  # a repeated ack of a done message is harmless
+        pop_cluster.clock.advance(120)
+        assert await sc.receive(1, wait=0.2) == []
+
+
+async def test_dead_letter_after_max_reconsume_times(pop_cluster: PopCluster) -> None:
+    b = pop_cluster.broker
+    await b.stop()
+    pop_cluster.brokers.clear()
+    await pop_cluster.add_broker(max_reconsume_times=2)
+    await pop_cluster.create_topic(TOPIC, 1)
+    [mid] = await send(pop_cluster, 1)
+    attempts = []
+    async with consumer(pop_cluster) as sc:
+        for _ in range(3):
+            [m] = await sc.receive(1, invisible_duration=5, wait=2)
+            attempts.append(m.reconsume_times)
+            pop_cluster.clock.advance(6)
+        await asyncio.sleep(0.3)  # the revive tick moves it to the DLQ
+        assert await sc.receive(1, wait=0.3) == []
+    assert attempts == [0, 1, 2]
+    dlq = SimpleConsumer("dlq-reader", namesrv=pop_cluster.namesrv_addr, consume_from="first")
+    dlq.subscribe(f"%DLQ%{GROUP}")
+    async with dlq:
+        [dead] = await dlq.receive(1, wait=2)
+    assert dead.msg_id == mid and dead.body == b"m0"
+    assert pop_cluster.brokers[0].pop.metrics.dlq == 1
+
+
+async def test_revive_redelivers_exactly_the_unacked_ten_percent(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 4)
+    ids = await send(pop_cluster, 10_000)
+    rnd = random.Random(7)
+    keep = set(rnd.sample(ids, 1000))
+    async with consumer(pop_cluster, invisible_duration=60) as sc:
+        got: list[ReceivedMessage] = []
+        while len(got) < 10_000:
+            msgs = await sc.receive(256, wait=1)
+            assert msgs, f"only {len(got)} of 10000 received"
+            got.extend(msgs)
+            await sc.ack_many([m for m in msgs if m.msg_id not in keep])
+        assert sorted(m.msg_id for m in got) == sorted(ids)
+        pop_cluster.clock.advance(61)
+        again = await drain(sc, batch=256, wait=0.5)
+    assert sorted(m.msg_id for m in again) == sorted(keep)
+    assert all(m.reconsume_times == 1 for m in again)
+
+
+async def test_ordered_pop_keeps_queue_order_with_three_consumers(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 3)
+    async with Producer("pop-producer", namesrv=pop_cluster.namesrv_addr) as p:
+        for i in range(150):
+            await p.send_orderly(Message(TOPIC, f"{i % 3}:{i}".encode()), sharding_key=i % 3)
+    consumers = [consumer(pop_cluster, ordered=True, invisible_duration=2) for _ in range(3)]
+    log: list[tuple[int, int]] = []  # (queue, offset) in the order they were processed and acked
+    holding: dict[int, int] = {}  # queue -> consumer with unacked messages of it
+    abandoned: set[int] = set()  # queues with a dropped message: blocked until its invisible time passes
+    rnd = random.Random(3)
+    dropped: set[tuple[int, int]] = set()
+
+    async def run(i: int, sc: SimpleConsumer) -> None:
+        idle = 0
+        while idle < 3:
+            msgs = await sc.receive(5, wait=0.3)
+            if not msgs:
+                idle += 1
+                states = pop_cluster.broker.pop.states
+                if abandoned and all(not qs.inflight or k[2] in abandoned for k, qs in states.items()):
+                    # only dropped deliveries are out: let their invisible time pass so they come back
+                    pop_cluster.clock.advance(3)
+                    abandoned.clear()
+                continue
+            idle = 0
+            by_queue: dict[int, list[ReceivedMessage]] = {}
+            for m in msgs:
+                by_queue.setdefault(m.queue.queue_id, []).append(m)
+            for q in by_queue:
+                assert q not in abandoned, f"queue {q} handed out while its dropped message is invisible"
+                assert holding.get(q, i) == i, f"queue {q} handed to consumer {i} while {holding[q]} holds it"
+                holding[q] = i
+            for q, ms in by_queue.items():
+                for m in ms:
+                    key = (q, m.queue_offset)
+                    if key not in dropped and rnd.random() < 0.05:
+                        dropped.add(key)  # "crash" before acking: the rest of this queue's batch must wait
+                        abandoned.add(q)
+                        break
+                    log.append(key)
+                    await sc.ack(m)
+                holding.pop(q, None)
+            await asyncio.sleep(0)
+
+    for sc in consumers:
+        await sc.start()
+    try:
+        await asyncio.gather(*(run(i, sc) for i, sc in enumerate(consumers)))
+    finally:
+        for sc in consumers:
+            await sc.close()
+    per_queue: dict[int, list[int]] = {}
+    for q, off in log:
+        per_queue.setdefault(q, []).append(off)
+    assert sum(len(v) for v in per_queue.values()) == 150
+    for q, offs in per_queue.items():
+        assert offs == sorted(offs) == list(range(len(offs))), f"queue {q} out of order: {offs}"
+
+
+async def test_long_polling_pop_wakes_on_arrival(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 2)
+    async with consumer(pop_cluster) as sc:
+        task = asyncio.create_task(sc.receive(8, wait=20))
+        await asyncio.sleep(0.3)
+        assert not task.done()
+        assert pop_cluster.broker.pop.waiting() == 1
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await send(pop_cluster, 1)
+        msgs = await asyncio.wait_for(task, 10)
+        assert len(msgs) == 1
+        assert loop.time() - t0 < 5  # woken by the arrival, not by the 20 s timeout
+
+
+async def test_consumer_offset_advances_only_past_acked_messages(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    await send(pop_cluster, 10)
+    async with consumer(pop_cluster) as sc:
+        msgs = await sc.receive(10, wait=1)
+        assert [m.queue_offset for m in msgs] == list(range(10))
+        await sc.ack_many([m for m in msgs if m.queue_offset != 3])
+        assert (await committed(pop_cluster))[0] == 3
+        await sc.ack(msgs[3])
+        assert (await committed(pop_cluster))[0] == 10
+
+
+async def test_bad_requests_get_clear_errors(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    addr = pop_cluster.broker.addr
+    inst = SimpleConsumer(GROUP, namesrv=pop_cluster.namesrv_addr)
+    with pytest.raises(InvalidArgumentError):
+        inst.subscribe("bad topic!")
+    async with consumer(pop_cluster) as sc:
+        with pytest.raises(InvalidArgumentError):
+            await sc.receive(0)
+        with pytest.raises(InvalidArgumentError):
+            await sc.ack("not a message")  # type: ignore[arg-type]
+        cases = [
+            (RequestCode.POP_MESSAGE, {"consumerGroup": GROUP, "topic": TOPIC}, ResponseCode.MESSAGE_ILLEGAL),
+            (RequestCode.POP_MESSAGE, {"consumerGroup": GROUP, "topic": "Nope", "queueId": "-1", "maxMsgNums": "1",
+                                       "invisibleTime": "1000", "pollTime": "0", "bornTime": "0", "initMode": "0"},
+             ResponseCode.TOPIC_NOT_EXIST),
+            (RequestCode.POP_MESSAGE, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "maxMsgNums": "1",
+                                       "invisibleTime": "0", "pollTime": "0", "bornTime": "0", "initMode": "0"},
+             ResponseCode.MESSAGE_ILLEGAL),
+            (RequestCode.ACK_MESSAGE, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "offset": "0",
+                                       "extraInfo": "garbage"}, ResponseCode.MESSAGE_ILLEGAL),
+            (RequestCode.ACK_MESSAGE, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "9", "offset": "0",
+                                       "extraInfo": "0 1 2 0 0 broker-a 9 0"}, ResponseCode.MESSAGE_ILLEGAL),
+            (RequestCode.ACK_MESSAGE, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "offset": "5",
+                                       "extraInfo": "0 1 2 0 0 broker-a 0 5"}, ResponseCode.NO_MESSAGE),
+        ]
+        for code, ext, expected in cases:
+            r = await sc.instance.invoke(addr, make_request(code, ext))
+            assert r.code == expected, (ext, r.code, r.remark)
+            assert r.remark
+        r = await sc.instance.invoke(addr, make_request(RequestCode.BATCH_ACK_MESSAGE, {}, b"{not json"))
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL
+        # and the broker still works
+        await send(pop_cluster, 1)
+        assert len(await sc.receive(1, wait=1)) == 1
+    with pytest.raises(NoRouteError):
+        async with consumer(pop_cluster) as sc2:
+            sc2.subscribe("NoSuchTopicHere")
+            sc2.unsubscribe(TOPIC)
+            await sc2.receive(1, wait=0)
+
+
+async def test_acked_stay_acked_and_inflight_survive_a_clean_restart(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 2)
+    ids = await send(pop_cluster, 100)
+    async with consumer(pop_cluster, invisible_duration=30) as sc:
+        got = []
+        while len(got) < 100:
+            got.extend(await sc.receive(32, wait=1))
+        unacked = {m.msg_id for m in got[:10]}
+        await sc.ack_many(got[10:])
+    await pop_cluster.restart()
+    async with consumer(pop_cluster) as sc:
+        assert await sc.receive(32, wait=0.2) == []  # still invisible after the restart
+        pop_cluster.clock.advance(31)
+        again = await drain(sc, wait=0.5)
+    assert {m.msg_id for m in again} == unacked
+    assert len(ids) == 100

@@ -25,6 +25,9 @@ RECONSUME_LATER (and is logged).
 
 ``PushConsumer(..., orderly=True)`` (or :class:`OrderlyPushConsumer`) consumes each queue one batch at a time
 in offset order, only while it holds the queue's lock on the broker: see :mod:`cometmq.client.orderly`.
+
+``PushConsumer(..., pop=True)`` builds a :class:`~cometmq.client.pop_push_consumer.PopPushConsumer` instead:
+POP consumption, where the broker shares out single messages and invisible time is renewed automatically.
 """
 
 from __future__ import annotations
@@ -114,6 +117,14 @@ class PushConsumer:
     #: when the send-back of a failed message fails too, consume it again locally after this delay
     local_retry_delay = 1.0
 
+    def __new__(cls, group: str, *, pop: bool = False, **kwargs: Any) -> PushConsumer:
+        if pop:
+            # POP mode: the broker shares out messages; see cometmq.client.pop_push_consumer.
+            from cometmq.client.pop_push_consumer import PopPushConsumer
+
+            return PopPushConsumer(group, **kwargs)  # type: ignore[return-value]
+        return super().__new__(cls)
+
     def __init__(self, group: str, *, namesrv: str | None = None, instance: ClientInstance | None = None,
                  listener: MessageListener | None = None, message_model: str = CLUSTERING,
                  consume_from: str | int | datetime.datetime = "last", allocate: AllocateStrategy | None = None,
@@ -122,7 +133,7 @@ class PushConsumer:
                  suspend_timeout_ms: int = 15_000, max_reconsume_times: int = 16, auto_commit_interval: float = 5.0,
                  offset_store_dir: str | Path = "~/.cometmq_offsets", rebalance_interval: float = 20.0,
                  close_timeout: float = 10.0, orderly: bool = False, auto_commit: bool = True,
-                 suspend_time_ms: int = 1000, orderly_give_up: str = "dlq") -> None:
+                 suspend_time_ms: int = 1000, orderly_give_up: str = "dlq", pop: bool = False) -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a push consumer needs namesrv='host:port' or a ClientInstance")
         if not group or not all(c.isalnum() or c in "%|-_" for c in group) or len(group) > 255:

@@ -34,11 +34,11 @@ from cometmq.client.admin import check_group, check_topic
 from cometmq.client.consume_types import Subscription
 from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError
 from cometmq.client.instance import ClientInstance
+from cometmq.client.lite_pull_consumer import decode_pulled
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import iter_records
 from cometmq.protocol.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
@@ -50,7 +50,7 @@ from cometmq.protocol.pop import (
     PopMessageRequestHeader,
     PopMessageResponseHeader,
     encode_batch_ack_body,
-    extra_info_for,
+    parse_offset_info,
 )
 from cometmq.protocol.remoting import make_request
 
@@ -227,21 +227,47 @@ class SimpleConsumer:
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(response.code, response.remark or "", addr=addr, context=f"pop {sub.topic}")
         try:
-            rh = PopMessageResponseHeader.from_ext(response.ext_fields)
-            out: list[ReceivedMessage] = []
-            unwanted: list[ReceivedMessage] = []
-            for rec in iter_records(response.body):
-                msg = MessageExt.from_record(rec, broker_name)
-                info = extra_info_for(rh, rec.topic, rec.queue_id, rec.queue_offset, broker_name)
-                received = ReceivedMessage(msg, info, self.group, addr)
-                if sub.tags is not None and msg.tags not in sub.tags:
-                    unwanted.append(received)  # a tag-hash collision: the broker filters by hash only
-                else:
-                    out.append(received)
+            msgs = self._decode(response.body, PopMessageResponseHeader.from_ext(response.ext_fields), sub.topic,
+                                broker_name)
         except ProtocolError as exc:
             raise BrokerError(ResponseCode.SYSTEM_ERROR, f"unreadable POP answer: {exc}", addr=addr) from None
+        out: list[ReceivedMessage] = []
+        unwanted: list[ReceivedMessage] = []
+        group = self.group
+        tags = sub.tags
+        for msg, info in msgs:
+            received = ReceivedMessage(msg, info, group, addr)
+            if tags is not None and msg.tags not in tags:
+                unwanted.append(received)  # a tag-hash collision: the broker filters by hash only
+            else:
+                out.append(received)
         if unwanted:
             await self.ack_many(unwanted)
+        return out
+
+    @staticmethod
+    def _decode(body: bytes, rh: PopMessageResponseHeader, topic: str,
+                broker_name: str) -> list[tuple[MessageExt, ExtraInfo]]:
+        """The messages of a POP answer with their handles. The body holds the records queue by queue, in the
+        order of the header's msgOffsetInfo, so each queue's run of records is decoded as one pull body."""
+        starts = parse_offset_info(rh.start_offset_info)
+        out: list[tuple[MessageExt, ExtraInfo]] = []
+        pos = 0
+        for (flag, qid), offsets in parse_offset_info(rh.msg_offset_info).items():
+            begin = pos
+            for _ in offsets:
+                if pos + 4 > len(body):
+                    raise ProtocolError("a POP answer's body is shorter than its msgOffsetInfo says")
+                pos += int.from_bytes(body[pos:pos + 4], "big")
+            msgs = decode_pulled(body[begin:pos], MessageQueue(topic, broker_name, qid))
+            if len(msgs) != len(offsets):
+                raise ProtocolError("a POP answer's records do not match its msgOffsetInfo")
+            ck = starts.get((flag, qid), offsets[:1])[0]
+            pop_time, invisible, revive = rh.pop_time, rh.invisible_time, rh.revive_qid
+            out.extend((m, ExtraInfo(ck, pop_time, invisible, revive, flag, broker_name, qid, off))
+                       for m, off in zip(msgs, offsets, strict=True))
+        if pos != len(body):
+            raise ProtocolError("a POP answer's body holds more records than its msgOffsetInfo lists")
         return out
 
     async def _targets(self) -> list[tuple[Subscription, str, str]]:

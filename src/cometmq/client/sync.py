@@ -30,7 +30,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from cometmq.client.admin import Admin, ConsumeStats, OffsetReset, TopicOffset
 from cometmq.client.errors import ClientStateError, ClientTimeoutError
@@ -38,11 +38,13 @@ from cometmq.client.lite_pull_consumer import CommitCallback, ConsumeFrom, LiteP
 from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
 from cometmq.client.producer import MessageQueueSelector, Producer, SendCallback
 from cometmq.client.push_consumer import MessageListener, PushConsumer
+from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer
 from cometmq.protocol.route import PERM_READ_WRITE, ClusterInfo, TopicRouteData
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SyncAdmin", "SyncLitePullConsumer", "SyncProducer", "SyncPushConsumer", "loop_thread_running"]
+__all__ = ["SyncAdmin", "SyncLitePullConsumer", "SyncProducer", "SyncPushConsumer", "SyncSimpleConsumer",
+           "loop_thread_running"]
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -491,3 +493,48 @@ class SyncAdmin(_Facade[Admin]):
 
     def query_message(self, topic: str, msg_id: str) -> MessageExt:
         return self._run(lambda: self._aio.query_message(topic, msg_id))
+
+
+class SyncSimpleConsumer(_Facade[SimpleConsumer]):
+    """A blocking :class:`~cometmq.client.simple_consumer.SimpleConsumer` (POP consumption)."""
+
+    _what = "simple consumer"
+
+    def __init__(self, group: str, *, namesrv: str, invisible_duration: float = 30.0, await_duration: float = 20.0,
+                 ordered: bool = False, consume_from: Literal["last", "first"] = "last", request_timeout: float = 3.0,
+                 call_timeout: float | None = 60.0) -> None:
+        super().__init__(lambda: SimpleConsumer(
+            group, namesrv=namesrv, invisible_duration=invisible_duration, await_duration=await_duration,
+            ordered=ordered, consume_from=consume_from, request_timeout=request_timeout), call_timeout)
+
+    def start(self, timeout: float | None = None) -> None:
+        self._run(self._aio.start, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self._close(self._aio.close, timeout)
+
+    def __enter__(self) -> SyncSimpleConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
+        self._run(_in_loop(lambda: self._aio.subscribe(topic, expression, expression_type=expression_type)))
+
+    def receive(self, max_messages: int = 16, invisible_duration: float | None = None,
+                wait: float | None = None) -> list[ReceivedMessage]:
+        wait_s = self._aio.await_ms / 1000 if wait is None else wait
+        return self._run(lambda: self._aio.receive(max_messages, invisible_duration, wait), wait_s + _MARGIN)
+
+    def ack(self, msg: ReceivedMessage) -> None:
+        self._run(lambda: self._aio.ack(msg))
+
+    def ack_many(self, msgs: Iterable[ReceivedMessage]) -> None:
+        msgs = list(msgs)
+        self._run(lambda: self._aio.ack_many(msgs))
+
+    def change_invisible_duration(self, msg: ReceivedMessage, duration: float) -> ReceivedMessage:
+        return self._run(lambda: self._aio.change_invisible_duration(msg, duration))

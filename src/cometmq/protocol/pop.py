@@ -8,8 +8,9 @@ Extra info is RocketMQ's space-separated string::
 ``popTime`` names the delivery: a later delivery of the same message (after its invisible time, or after a
 change of invisible time) has a later pop time, so a handle from an earlier delivery is recognisably stale.
 A POP answer carries ``startOffsetInfo`` / ``msgOffsetInfo`` / ``orderCountInfo`` (``retryFlag queueId
-value`` items joined by ``;``) from which a client builds the extra info of each message, as RocketMQ's
-Java client does; cometmq's broker also puts it in each message's ``POP_CK`` property.
+value`` items joined by ``;``) from which a client builds the extra info of each message with
+:func:`extra_info_for`, as RocketMQ's Java client does. (The broker does not rewrite each record to add a
+``POP_CK`` property: the records go out exactly as stored, apart from the reconsume count of a redelivery.)
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import Header
@@ -116,9 +117,9 @@ class NotificationResponseHeader(Header):
 
 
 # -- extra info ------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ExtraInfo:
-    """One delivery of one message. ``str()`` gives the wire form; ``ExtraInfo.parse`` reads it back."""
+class ExtraInfo(NamedTuple):
+    """One delivery of one message. ``str()`` gives the wire form; ``ExtraInfo.parse`` reads it back.
+    (A named tuple: a POP answer makes one per message, and tuples are the cheapest to build.)"""
 
     ck_queue_offset: int
     pop_time: int
@@ -151,7 +152,7 @@ class ExtraInfo:
 
     def renewed(self, pop_time: int, invisible_time: int) -> ExtraInfo:
         """The handle after CHANGE_MESSAGE_INVISIBLETIME answered with this pop time and invisible time."""
-        return replace(self, pop_time=pop_time, invisible_time=invisible_time)
+        return self._replace(pop_time=pop_time, invisible_time=invisible_time)
 
 
 def retry_flag_of(topic: str) -> str:

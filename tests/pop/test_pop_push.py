@@ -1,0 +1,122 @@
+"""PushConsumer(pop=True): POP-based push consumption with automatic renewal of invisible time."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from cometmq.client import ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from cometmq.client.pop_push_consumer import PopPushConsumer
+from tests.pop.conftest import PopCluster
+
+TOPIC = "PopPush"
+GROUP = "pop-push"
+
+
+async def send(c: PopCluster, n: int) -> list[str]:
+    async with Producer("pp", namesrv=c.namesrv_addr) as p:
+        return [r.msg_id for r in await p.send_batch([Message(TOPIC, f"m{i}".encode()) for i in range(n)])]
+
+
+async def wait_for(cond: object, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_pop_push_consumers_share_a_topic(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 2)
+    seen: collections.Counter[str] = collections.Counter()
+    by_consumer: collections.Counter[int] = collections.Counter()
+
+    def listener_for(i: int):  # type: ignore[no-untyped-def]
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            for m in msgs:
+                seen[m.msg_id] += 1
+                by_consumer[i] += 1
+            await asyncio.sleep(0.002)
+            return ConsumeStatus.CONSUME_SUCCESS
+        return listener
+
+    consumers = [PushConsumer(GROUP, pop=True, namesrv=pop_cluster.namesrv_addr, listener=listener_for(i),
+                              consume_from="first", max_concurrency=8, long_polling_timeout=1) for i in range(3)]
+    assert all(isinstance(c, PopPushConsumer) for c in consumers)
+    for c in consumers:
+        c.subscribe(TOPIC)
+        await c.start()
+    try:
+        ids = await send(pop_cluster, 300)
+        await wait_for(lambda: len(seen) == 300)
+        await asyncio.sleep(0.5)
+    finally:
+        for c in consumers:
+            await c.close()
+    assert set(seen) == set(ids) and max(seen.values()) == 1
+    assert len(by_consumer) == 3  # three consumers on two queues all got work
+
+
+async def test_slow_listener_is_renewed_not_redelivered(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    calls: list[int] = []
+
+    async def slow(msgs: list[MessageExt]) -> None:
+        calls.append(msgs[0].reconsume_times)
+        await asyncio.sleep(1.5)  # longer than the invisible time
+
+    c = PushConsumer(GROUP, pop=True, namesrv=pop_cluster.namesrv_addr, listener=slow, consume_from="first",
+                     invisible_duration=0.6, long_polling_timeout=1)
+    c.subscribe(TOPIC)
+    async with c:
+        await send(pop_cluster, 1)
+        await wait_for(lambda: c.stats.consumed == 1)  # type: ignore[union-attr]
+        await asyncio.sleep(1.0)
+    assert calls == [0]
+    assert c.renewed >= 1  # type: ignore[union-attr]
+
+
+async def test_reconsume_later_comes_back_with_a_higher_count(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    attempts: list[int] = []
+
+    def flaky(msgs: list[MessageExt]) -> ConsumeStatus:
+        attempts.append(msgs[0].reconsume_times)
+        return ConsumeStatus.RECONSUME_LATER if len(attempts) == 1 else ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(GROUP, pop=True, namesrv=pop_cluster.namesrv_addr, listener=flaky, consume_from="first",
+                     long_polling_timeout=1)
+    c.subscribe(TOPIC)
+    async with c:
+        await send(pop_cluster, 1)
+        await wait_for(lambda: len(attempts) == 2)
+    assert attempts == [0, 1]
+
+
+async def test_ordered_pop_push_consumes_each_queue_in_order(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 2)
+    order: dict[int, list[int]] = collections.defaultdict(list)
+    failed_once: set[int] = set()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        m = msgs[0]
+        if m.queue_offset % 17 == 5 and m.queue_offset not in failed_once:
+            failed_once.add(m.queue_offset)
+            return ConsumeStatus.RECONSUME_LATER
+        order[m.queue.queue_id].append(m.queue_offset)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumers = [PushConsumer(GROUP, pop=True, ordered=True, namesrv=pop_cluster.namesrv_addr, listener=listener,
+                              consume_from="first", long_polling_timeout=1) for _ in range(2)]
+    async with Producer("pp", namesrv=pop_cluster.namesrv_addr) as p:
+        for i in range(60):
+            await p.send_orderly(Message(TOPIC, f"{i}".encode()), sharding_key=i % 2)
+    for c in consumers:
+        c.subscribe(TOPIC)
+        await c.start()
+    try:
+        await wait_for(lambda: sum(len(v) for v in order.values()) == 60, timeout=40)
+    finally:
+        for c in consumers:
+            await c.close()
+    for q, offs in order.items():
+        assert offs == list(range(30)), (q, offs)

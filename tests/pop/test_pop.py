@@ -320,3 +320,41 @@ async def test_acked_stay_acked_and_inflight_survive_a_clean_restart(pop_cluster
         again = await drain(sc, wait=0.5)
     assert {m.msg_id for m in again} == unacked
     assert len(ids) == 100
+
+
+async def test_ordered_waiter_is_not_woken_by_arrivals_on_a_blocked_queue(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    await send(pop_cluster, 1)
+    async with consumer(pop_cluster, ordered=True, invisible_duration=60) as holder, \
+            consumer(pop_cluster, ordered=True) as waiter:
+        [held] = await holder.receive(1, wait=1)
+        task = asyncio.create_task(waiter.receive(8, wait=1.5))
+        await asyncio.sleep(0.2)
+        metrics = pop_cluster.broker.pop.metrics
+        before = metrics.woken_by_arrival
+        await send(pop_cluster, 20)  # arrivals on the blocked queue
+        assert await task == []  # nothing may be handed out before `held` is acked
+        assert metrics.woken_by_arrival == before  # and the waiter was not woken for nothing
+        task = asyncio.create_task(waiter.receive(8, wait=5))
+        await asyncio.sleep(0.2)
+        await holder.ack(held)  # unblocks the queue: the waiter is woken at once
+        msgs = await asyncio.wait_for(task, 4)
+        assert [m.queue_offset for m in msgs] == list(range(1, 9))
+
+
+async def test_peek_and_notification(pop_cluster: PopCluster) -> None:
+    await pop_cluster.create_topic(TOPIC, 1)
+    addr = pop_cluster.broker.addr
+    async with consumer(pop_cluster) as sc:
+        note = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "pollTime": "3000", "bornTime": "0"}
+        task = asyncio.create_task(sc.instance.invoke(addr, make_request(RequestCode.NOTIFICATION, note), timeout=6))
+        await asyncio.sleep(0.2)
+        await send(pop_cluster, 3)
+        r = await asyncio.wait_for(task, 5)
+        assert r.code == ResponseCode.SUCCESS and r.ext_fields["hasMsg"] == "true"
+        peek = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "maxMsgNums": "10"}
+        r = await sc.instance.invoke(addr, make_request(RequestCode.PEEK_MESSAGE, peek))
+        assert r.code == ResponseCode.SUCCESS and r.body.count(b"m0") == 1 and r.body.count(b"m2") == 1
+        assert len(await sc.receive(10, wait=1)) == 3  # peeking took nothing
+        r = await sc.instance.invoke(addr, make_request(RequestCode.NOTIFICATION, {**note, "pollTime": "200"}))
+        assert r.ext_fields["hasMsg"] == "false"

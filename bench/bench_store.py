@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from cometmq.broker.append_batcher import AppendBatcher
 from cometmq.broker.flush_waiter import FlushWaiter
 from cometmq.net.loop import run as run_loop
 from cometmq.protocol.properties import encode_properties
@@ -76,15 +77,21 @@ def bench_append(total: int) -> None:
                 shutil.rmtree(path)
 
 
-async def _sync_writers(store: MessageStore, writers: int, per_writer: int, size: int) -> float:
-    waiter = FlushWaiter(asyncio.get_running_loop(), store.flushed_offset)
+async def _sync_writers(store: MessageStore, writers: int, per_writer: int, size: int, batcher: bool) -> float:
+    loop = asyncio.get_running_loop()
+    waiter = FlushWaiter(loop, store.flushed_offset)
     store.add_flush_listener(waiter.on_flushed)
     msg = make_messages(1, size)[0]
+    appender = AppendBatcher(loop, store.put_messages, wait_flushed=lambda end: waiter.wait(end, 5.0))
 
     async def writer() -> None:
         for _ in range(per_writer):
-            res = store.put_message(msg)
-            assert res.ok and await waiter.wait(res.end_offset, 5.0)
+            if batcher:
+                res = await appender.put([msg])  # resolves once flushed
+                assert res.ok
+            else:
+                res = store.put_message(msg)
+                assert res.ok and await waiter.wait(res.end_offset, 5.0)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(writer() for _ in range(writers)))
@@ -92,14 +99,17 @@ async def _sync_writers(store: MessageStore, writers: int, per_writer: int, size
 
 
 def bench_sync(total: int) -> None:
-    for writers in (1, 64):
+    """Each writer appends one record and waits for the fsync covering it. ``via``: "store" calls
+    ``store.put_message`` per record; "broker" goes through the broker's AppendBatcher, which coalesces the
+    appends that arrive in one event-loop turn into one batch append (what the broker's send path does)."""
+    for writers, via in ((1, "store"), (64, "store"), (64, "broker")):
         path = workdir()
         store = MessageStore(StoreConfig(store_path=path, flush_disk_type=FlushDiskType.SYNC_FLUSH))
         store.start()
         per = max(1, (total if writers > 1 else total // 20) // writers)
-        wall = run_loop(_sync_writers(store, writers, per, 100))  # uvloop, as the broker runs
+        wall = run_loop(_sync_writers(store, writers, per, 100, via == "broker"))  # uvloop, as the broker runs
         n = per * writers
-        report(bench="sync_flush", writers=writers, body=100, records=n, acked_per_s=round(n / wall),
+        report(bench="sync_flush", writers=writers, via=via, body=100, records=n, acked_per_s=round(n / wall),
                fsyncs=store.flush_service.flush_count,
                records_per_fsync=round(n / max(1, store.flush_service.flush_count), 1))
         store.shutdown()

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from cometmq.broker.admin import AdminProcessor
+from cometmq.broker.append_batcher import AppendBatcher
 from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.flush_waiter import FlushWaiter
@@ -79,6 +80,7 @@ class BrokerController:
         self.client: RemotingClient | None = None
         self.registrar: object | None = None
         self.flush_waiter: FlushWaiter | None = None
+        self.appender: AppendBatcher | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
@@ -97,6 +99,9 @@ class BrokerController:
         self.schedule.load()
         self.flush_waiter = FlushWaiter(loop, self.store.flushed_offset)
         self.store.add_flush_listener(self.flush_waiter.on_flushed)
+        waiter, timeout_s = self.flush_waiter, self.config.store.sync_flush_timeout_ms / 1000
+        self.appender = AppendBatcher(loop, self.store.put_messages, wait_flushed=(
+            (lambda end: waiter.wait(end, timeout_s)) if self.store.sync_flush else None))
         self.store.add_arrival_listener(self.hold.on_arrival)
         self.store.add_arrival_listener(self.schedule.on_arrival)
         self.store.add_arrival_listener(self.timer.on_arrival)
@@ -197,7 +202,10 @@ class BrokerController:
         return created
 
     async def put_messages(self, msgs: list[MessageInner]) -> PutResult:
-        """Store messages; under SYNC_FLUSH the answer waits for the group commit that covers them."""
+        """Store messages; under SYNC_FLUSH the answer waits for the group commit that covers them. Concurrent
+        requests' appends are coalesced into one batch per event-loop turn (broker/append_batcher.py)."""
+        if self.appender is not None:
+            return await self.appender.put(msgs)
         result = self.store.put_messages(msgs)
         if result.ok and self.store.sync_flush and self.flush_waiter is not None:
             flushed = await self.flush_waiter.wait(result.end_offset, self.config.store.sync_flush_timeout_ms / 1000)

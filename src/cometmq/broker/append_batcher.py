@@ -1,0 +1,105 @@
+"""Coalesce the appends of concurrent requests into one commit-log append per event-loop turn.
+
+Many producers sending at once each used to make their own ``store.put_messages`` call: a lock, a record
+encoding pass, a dispatch and a flush request per message. Here the requests that arrive in one turn of the
+event loop are appended together as one batch (the store's fast path: ~3 µs a record instead of ~13 µs),
+dispatched together and — under SYNC_FLUSH — covered by the same group commit, awaited once for the whole
+batch. Each caller still gets a ``PutResult`` of its own messages only.
+
+If the combined batch is refused (one request's message is too large, say), each request is appended on its own
+so that one bad message fails only its own request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from cometmq.store.message import MessageInner
+from cometmq.store.status import PutResult, PutStatus
+
+PutMessages = Callable[[list[MessageInner]], PutResult]
+#: SYNC_FLUSH: wait (on the loop) until the commit log is flushed to an offset; False on timeout
+WaitFlushed = Callable[[int], Awaitable[bool]]
+
+
+class AppendBatcher:
+    def __init__(self, loop: asyncio.AbstractEventLoop, put_messages: PutMessages, *, max_batch: int = 1024,
+                 max_bytes: int = 4 << 20, wait_flushed: WaitFlushed | None = None) -> None:
+        self._loop = loop
+        self._put = put_messages
+        #: with it, a request's future resolves only once its records are flushed (one wait per batch)
+        self._wait_flushed = wait_flushed
+        self._waits: set[asyncio.Task[None]] = set()
+        self._max_batch = max_batch
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._pending: list[tuple[list[MessageInner], asyncio.Future[PutResult]]] = []
+        self._count = 0
+        self._scheduled = False
+        #: appends made / requests served (their ratio is the coalescing achieved)
+        self.appends = 0
+        self.requests = 0
+
+    def put(self, msgs: list[MessageInner]) -> asyncio.Future[PutResult]:
+        fut: asyncio.Future[PutResult] = self._loop.create_future()
+        self._pending.append((msgs, fut))
+        self._count += len(msgs)
+        self._bytes += sum(len(m.body) for m in msgs)
+        if self._count >= self._max_batch or self._bytes >= self._max_bytes:
+            self._drain()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+        return fut
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        pending, self._pending, self._count, self._bytes = self._pending, [], 0, 0
+        if not pending:
+            return
+        self.requests += len(pending)
+        settled: list[tuple[asyncio.Future[PutResult], PutResult]]
+        if len(pending) == 1:
+            settled = [(pending[0][1], self._append(pending[0][0]))]
+        else:
+            everything = [m for msgs, _ in pending for m in msgs]
+            result = self._append(everything)
+            if not result.ok:  # isolate the request that made the batch fail
+                settled = [(fut, self._append(msgs)) for msgs, fut in pending]
+            else:
+                settled = []
+                records = result.records
+                i = 0
+                for msgs, fut in pending:
+                    mine = records[i:i + len(msgs)]
+                    i += len(msgs)
+                    last = mine[-1]
+                    settled.append((fut, PutResult(result.status, mine, result.remark,
+                                                   end_offset=last.phy_offset + last.size)))
+        if self._wait_flushed is None:
+            for fut, res in settled:
+                self._settle(fut, res)
+            return
+        end = max((res.end_offset for _, res in settled if res.ok), default=0)
+        task = self._loop.create_task(self._settle_when_flushed(end, settled))
+        self._waits.add(task)
+        task.add_done_callback(self._waits.discard)
+
+    async def _settle_when_flushed(self, end: int, settled: list[tuple[asyncio.Future[PutResult], PutResult]]
+                                   ) -> None:
+        assert self._wait_flushed is not None
+        flushed = await self._wait_flushed(end) if end else True
+        for fut, res in settled:
+            if res.ok and not flushed:
+                res.status = PutStatus.FLUSH_DISK_TIMEOUT
+            self._settle(fut, res)
+
+    def _append(self, msgs: list[MessageInner]) -> PutResult:
+        self.appends += 1
+        return self._put(msgs)
+
+    @staticmethod
+    def _settle(fut: asyncio.Future[PutResult], result: PutResult) -> None:
+        if not fut.done():
+            fut.set_result(result)

@@ -1,0 +1,68 @@
+"""AppendBatcher: concurrent requests' appends become one commit-log append, each request its own result."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cometmq.broker.append_batcher import AppendBatcher
+from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.store.message_store import MessageStore
+from cometmq.store.status import PutStatus
+from tests.store.conftest import SYNC, FakeClock, msg, small_config
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
+    stores: list[MessageStore] = []
+
+    def make(**changes: object) -> MessageStore:
+        store = MessageStore(small_config(tmp_path / f"store{len(stores)}", **changes), clock=FakeClock())
+        store.start()
+        stores.append(store)
+        return store
+
+    yield make
+    for s in stores:
+        s.shutdown()
+
+
+async def test_concurrent_requests_share_one_append(make_store: Callable[..., MessageStore]) -> None:
+    store = make_store()
+    b = AppendBatcher(asyncio.get_running_loop(), store.put_messages)
+    futs = [b.put([msg(body=f"r{i}-{j}".encode(), queue_id=i % 2) for j in range(i + 1)]) for i in range(10)]
+    results = await asyncio.gather(*futs)
+    assert b.appends == 1 and b.requests == 10
+    for i, r in enumerate(results):
+        assert r.ok and len(r.records) == i + 1
+        bodies = [store.get_messages("T", rec.queue_id, rec.queue_offset, 1).buffers[0] for rec in r.records]
+        assert all(f"r{i}-".encode() in bytes(v) for v in bodies)
+        assert r.end_offset == r.records[-1].phy_offset + r.records[-1].size
+    assert store.max_offset("T", 0) + store.max_offset("T", 1) == sum(range(1, 11))
+
+
+async def test_a_bad_request_fails_alone(make_store: Callable[..., MessageStore]) -> None:
+    store = make_store()
+    b = AppendBatcher(asyncio.get_running_loop(), store.put_messages)
+    good1 = b.put([msg(body=b"a")])
+    bad = b.put([msg(body=b"x" * (store.config.max_message_size + 1))])
+    good2 = b.put([msg(body=b"b")])
+    r1, rbad, r2 = await asyncio.gather(good1, bad, good2)
+    assert r1.ok and r2.ok and not rbad.ok
+    assert rbad.status is PutStatus.MESSAGE_ILLEGAL
+    assert store.max_offset("T", 0) == 2
+
+
+async def test_sync_flush_resolves_only_when_flushed(make_store: Callable[..., MessageStore]) -> None:
+    store = make_store(flush_disk_type=SYNC)
+    loop = asyncio.get_running_loop()
+    waiter = FlushWaiter(loop, store.flushed_offset)
+    store.add_flush_listener(waiter.on_flushed)
+    b = AppendBatcher(loop, store.put_messages, wait_flushed=lambda end: waiter.wait(end, 5.0))
+    results = await asyncio.gather(*(b.put([msg()]) for _ in range(64)))
+    assert all(r.ok for r in results)
+    assert store.flushed_offset >= max(r.end_offset for r in results)
+    assert b.appends == 1

@@ -28,354 +28,39 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-DRIVER = ROOT / "bench" / "cpp_bench_client.py"
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import harness  # noqa: E402  (tests/interop/harness.py: client_env)
-from cpp_bench_client import lat_stats, pct  # noqa: E402
-
-from cometmq.net.client import RemotingClient  # noqa: E402
-from cometmq.protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from cometmq.protocol.properties import encode_properties  # noqa: E402
-from cometmq.protocol.remoting import FrameDecoder, encode, make_request, make_response  # noqa: E402
-
-PY = sys.executable
-RESULTS: list[dict[str, Any]] = []
-_JSONL: Any = None
-
-
-def report(**fields: Any) -> dict[str, Any]:
-    RESULTS.append(fields)
-    line = json.dumps(fields)
-    print(line, flush=True)
-    if _JSONL is not None:
-        _JSONL.write(line + "\n")
-        _JSONL.flush()
-    return fields
-
-
-def log(msg: str) -> None:
-    print(f"# {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# ------------------------------------------------------------------------------------------------ machine
-
-
-def machine_info() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {}
-    for mod in ("uvloop", "psutil"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:
-            versions[mod] = None
-    try:
-        from importlib.metadata import version
-        versions["rocketmq_wheel"] = version("rocketmq")
-        versions["cometmq"] = version("cometmq")
-    except Exception:
-        pass
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=5).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no",
-                                     "src"], capture_output=True, text=True, timeout=5).stdout.strip())
-    except Exception:
-        commit, dirty = "", None
-    return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
-            "mem_gib": round(psutil.virtual_memory().total / 2**30, 1), "python": platform.python_version(),
-            "platform": platform.platform(), "git_commit": commit, "src_dirty": dirty, **versions}
-
-
-class HostSampler:
-    """Background thread: every ``period`` s, host busy CPUs (0..nproc) and the broker's CPUs over that slice.
-
-    The machine is shared (other test runs may be going on): these samples tell whether a latency outlier
-    coincided with a busy host."""
-
-    def __init__(self, broker: Broker, period: float = 0.05) -> None:
-        self.broker, self.period = broker, period
-        self.samples: list[tuple[float, float, float]] = []  # (wall end of slice, host busy CPUs, broker CPUs)
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def _busy() -> float:
-        t = psutil.cpu_times()
-        return float(t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0))
-
-    def _run(self) -> None:
-        prev = (time.time(), self._busy(), self.broker.cpu())
-        while not self._stop.wait(self.period):
-            cur = (time.time(), self._busy(), self.broker.cpu())
-            dt = cur[0] - prev[0]
-            if dt > 0:
-                self.samples.append((cur[0], (cur[1] - prev[1]) / dt, (cur[2] - prev[2]) / dt))
-            prev = cur
-
-    def __enter__(self) -> HostSampler:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join(2)
-
-    def around(self, wall: float, width: float = 0.1) -> dict[str, float] | None:
-        """Peak host / broker busy CPUs in the slices within ``width`` s of ``wall``."""
-        near = [s for s in self.samples if abs(s[0] - wall) <= width]
-        if not near:
-            return None
-        return {"host_cpus": round(max(s[1] for s in near), 2), "broker_cpus": round(max(s[2] for s in near), 2)}
-
-    def mean_host(self) -> float | None:
-        return round(sum(s[1] for s in self.samples) / len(self.samples), 3) if self.samples else None
-
-
-def foreign_load(exclude: set[int], interval: float = 0.5) -> dict[str, Any]:
-    """Other processes on this (shared) machine using CPU right now: total and the top three."""
-    procs = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        if proc.pid in exclude:
-            continue
-        try:
-            proc.cpu_percent(None)
-            procs.append(proc)
-        except psutil.Error:
-            pass
-    time.sleep(interval)
-    busy = []
-    for proc in procs:
-        try:
-            pcpu = proc.cpu_percent(None)
-        except psutil.Error:
-            continue
-        if pcpu >= 2:
-            cmd = " ".join(proc.info.get("cmdline") or [proc.info.get("name") or "?"])
-            busy.append((pcpu, cmd[:90]))
-    busy.sort(reverse=True)
-    return {"foreign_cpu_percent": round(sum(b[0] for b in busy)), "top": [f"{p:.0f}% {c}" for p, c in busy[:3]],
-            "loadavg_1m": round(os.getloadavg()[0], 2)}
-
-
-def our_pids(broker: Broker | None) -> set[int]:
-    me = psutil.Process()
-    pids = {me.pid} | {c.pid for c in me.children(recursive=True)}
-    if broker is not None:
-        pids.add(broker.pid)
-    return pids
-
-
-# ------------------------------------------------------------------------------------------------- broker
-
-
-class Broker:
-    def __init__(self, workdir: Path, conf: list[str] | None = None) -> None:
-        self.workdir = workdir
-        self.namesrv_port = free_port()
-        self.broker_port = free_port()
-        while self.broker_port == self.namesrv_port:
-            self.broker_port = free_port()
-        self.log_path = workdir / "serve.log"
-        self._log = open(self.log_path, "w")  # noqa: SIM115
-        cmd = [PY, "-m", "cometmq.cli", "serve", "--data", str(workdir / "data"), "--namesrv-port",
-               str(self.namesrv_port), "--broker-port", str(self.broker_port), "--log-level", "WARNING"]
-        if conf:
-            (workdir / "broker.conf").write_text("".join(f"{kv}\n" for kv in conf))
-            cmd += ["-c", str(workdir / "broker.conf")]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=workdir)
-        self.pid = self.proc.pid
-        line: list[str] = []
-        t = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        t.start()
-        t.join(30)
-        if not line or "cometmq serving" not in line[0]:
-            self.stop()
-            raise RuntimeError(f"broker did not start: {line!r}; log: {self.log_path.read_text()[-2000:]}")
-        if f":{self.broker_port}" not in line[0] or f":{self.namesrv_port}" not in line[0]:
-            self.stop()
-            raise RuntimeError(f"broker started on unexpected ports: {line[0]!r}")
-        threading.Thread(target=self._drain, daemon=True).start()
-        self.ps = psutil.Process(self.pid)
-        self.ready_line = line[0].strip()
-
-    def _drain(self) -> None:
-        for _ in self.proc.stdout:  # type: ignore[union-attr]
-            pass
-
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
-
-    def cpu(self) -> float:
-        t = self.ps.cpu_times()
-        return float(t.user + t.system)
-
-    def rss_mib(self) -> float:
-        return round(float(self.ps.memory_info().rss) / 2**20, 1)
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
-
-
-# -------------------------------------------------------------------------------------------- C++ clients
-
-
-class Client:
-    """One bench/cpp_bench_client.py process; stdout JSON lines collected by a thread."""
-
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.args = list(args)
-        self.proc = subprocess.Popen([PY, str(DRIVER), *args], env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: list[dict[str, Any]] = []
-        self.stderr: list[str] = []
-        self.cond = threading.Condition()
-        self._threads = [threading.Thread(target=self._read, daemon=True),
-                         threading.Thread(target=self._read_err, daemon=True)]
-        for t in self._threads:
-            t.start()
-
-    def _read(self) -> None:
-        for raw in self.proc.stdout:  # type: ignore[union-attr]
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            with self.cond:
-                self.lines.append(obj)
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    def _read_err(self) -> None:
-        for raw in self.proc.stderr:  # type: ignore[union-attr]
-            self.stderr.append(raw)
-
-    def event(self, name: str) -> dict[str, Any] | None:
-        with self.cond:
-            for ln in self.lines:
-                if ln.get("event") == name:
-                    return ln
-        return None
-
-    def wait_for(self, name: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for ln in self.lines:
-                    if ln.get("event") == name:
-                        return ln
-                if self.proc.poll() is not None and not self._threads[0].is_alive():
-                    raise RuntimeError(f"client exited rc={self.proc.returncode} before {name!r}: {self.describe()}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no {name!r} after {timeout}s: {self.describe()}")
-                self.cond.wait(min(left, 0.2))
-
-    def go(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-
-    def finish(self, timeout: float = 60) -> int | None:
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for t in self._threads:
-            t.join(5)
-        return self.proc.returncode
-
-    def describe(self) -> str:
-        return (f"args={self.args} rc={self.proc.returncode} lines={json.dumps(self.lines[-3:])[:1500]} "
-                f"stderr={''.join(self.stderr)[-1500:]}")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-# ------------------------------------------------------------------------------------------ admin helpers
-
-
-async def _create_topics(broker: Broker, topics: list[str], queues: int = 4) -> None:
-    async with RemotingClient() as cli:
-        for topic in topics:
-            req = make_request(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                               {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
-                                "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
-                                "topicSysFlag": 0, "order": "false"})
-            rep = await cli.invoke(broker.addr, req, 5)
-            if rep.code != ResponseCode.SUCCESS:
-                raise RuntimeError(f"create topic {topic}: {rep.code} {rep.remark}")
-        deadline = time.monotonic() + 35  # the route must be on the name server before clients look it up
-        for topic in topics:
-            while True:
-                rep = await cli.invoke(broker.namesrv, make_request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                                      {"topic": topic}), 5)
-                if rep.code == ResponseCode.SUCCESS and rep.body:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no route for {topic} on the name server")
-                await asyncio.sleep(0.1)
-
-
-async def _max_offsets(broker: Broker, topic: str, queues: int = 4) -> list[int]:
-    async with RemotingClient() as cli:
-        out = []
-        for q in range(queues):
-            rep = await cli.invoke(broker.addr, make_request(RequestCode.GET_MAX_OFFSET, {"topic": topic,
-                                                                                         "queueId": q}), 5)
-            out.append(int(rep.ext_fields.get("offset", "-1")))
-        return out
-
+from broker_bench_common import (  # noqa: E402
+    RESULTS,
+    Broker,
+    Client,
+    HostSampler,
+    _cpu,
+    _create_topics,
+    _max_offsets,
+    foreign_load,
+    log,
+    machine_info,
+    our_pids,
+    pin,
+    report,
+    set_jsonl,
+)
+from broker_bench_rtt import bench_rtt  # noqa: E402
+from cpp_bench_client import pct  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------- 1. send
 
@@ -559,207 +244,11 @@ def bench_latency(env: dict[str, str], broker: Broker, quick: bool) -> None:
            target_met=bool(ms) and pct(ms, 0.5) <= 2 and ms[-1] < 100)
 
 
-def _cpu(ps: psutil.Process) -> float:
-    t = ps.cpu_times()
-    return float(t.user + t.system)
 
 
 def _warm_count(cons: Client) -> int:
     with cons.cond:
         return sum(1 for ln in cons.lines if ln.get("event") == "warm")
-
-
-# ------------------------------------------------------------------------------------------------ 4. rtt
-
-
-class _EchoClient(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.buf = bytearray()
-        self.waiter: asyncio.Future[bytes] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.t = transport
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        if len(buf) >= 4:
-            n = int.from_bytes(buf[:4], "big")
-            if len(buf) >= 4 + n:
-                frame = bytes(buf[:4 + n])
-                del buf[:4 + n]
-                if self.waiter is not None and not self.waiter.done():
-                    self.waiter.set_result(frame)
-
-
-def _cpu_fn(ps: psutil.Process) -> Any:
-    return lambda: _cpu(ps)
-
-
-def _max_offset_req() -> Any:
-    return make_request(RequestCode.GET_MAX_OFFSET, {"topic": "BenchSend", "queueId": 0})
-
-
-def _send_req(i: int) -> Any:
-    """SEND_MESSAGE as the C++ client sends it: 100 B body, TAGS/UNIQ_KEY/WAIT properties, batch "0"."""
-    props = encode_properties({"TAGS": "TagA", "UNIQ_KEY": f"{os.getpid():08X}{i:024X}", "WAIT": "true"})
-    return make_request(RequestCode.SEND_MESSAGE, {
-        "producerGroup": "PG_bench_rtt", "topic": "BenchRtt", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
-        "queueId": i % 4, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
-        "properties": props.decode(), "reconsumeTimes": "0", "unitMode": "0", "batch": "0"}, b"x" * 100)
-
-
-def _client_codec_us(mk: Any, reply_ext: dict[str, str], reps: int = 5000) -> float:
-    """Our client's own codec work per round trip: encode the request + decode the reply (in-process)."""
-    t0 = time.perf_counter_ns()
-    for _ in range(reps):
-        req = mk()
-        encode(req)
-        FrameDecoder().feed(encode(make_response(req, 0, None, reply_ext)))
-    both = (time.perf_counter_ns() - t0) / reps / 1e3
-    req = mk()
-    t0 = time.perf_counter_ns()
-    for _ in range(reps):  # the reply's encoding is the broker's job: subtract it
-        encode(make_response(req, 0, None, reply_ext))
-    return both - (time.perf_counter_ns() - t0) / reps / 1e3
-
-
-async def _rtt(broker: Broker, echo_port: int, echo_ps: psutil.Process, n: int, rounds: int) -> dict[str, Any]:
-    """Interleaved rounds (echo block, GET_MAX_OFFSET block, SEND block) so that noise from other work on the
-    machine hits all three alike; per-round medians are kept for a paired comparison."""
-    loop = asyncio.get_running_loop()
-    frame = (196).to_bytes(4, "big") + b"r" * 196  # 200-byte frame: 4-byte length + 196 payload bytes
-    transport, proto = await loop.create_connection(_EchoClient, "127.0.0.1", echo_port)
-    sock = transport.get_extra_info("socket")
-    nodelay = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) if sock is not None else None
-    kinds = ("raw_tcp_echo", "get_max_offset", "send_message")
-    samples: dict[str, list[int]] = {k: [] for k in kinds}
-    round_p50: dict[str, list[float]] = {k: [] for k in kinds}
-    cpu: dict[str, float] = {k: 0.0 for k in kinds}
-    per = {"raw_tcp_echo": n // rounds, "get_max_offset": n // rounds, "send_message": n // 2 // rounds}
-    seq = 0
-
-    async def echo_once() -> int:
-        proto.waiter = loop.create_future()
-        t0 = time.perf_counter_ns()
-        transport.write(frame)
-        await proto.waiter
-        return time.perf_counter_ns() - t0
-
-    async with RemotingClient() as cli:
-        async def broker_once(kind: str) -> int:
-            nonlocal seq
-            seq += 1
-            req = _max_offset_req() if kind == "get_max_offset" else _send_req(seq)
-            t0 = time.perf_counter_ns()
-            rep = await cli.invoke(broker.addr, req, 5)
-            dt = time.perf_counter_ns() - t0
-            if rep.code != 0:
-                raise RuntimeError(f"{kind} failed: {rep.code} {rep.remark}")
-            return dt
-
-        async def max_once() -> int:
-            return await broker_once("get_max_offset")
-
-        async def send_once() -> int:
-            return await broker_once("send_message")
-
-        ops: dict[str, Callable[[], Awaitable[int]]] = {
-            "raw_tcp_echo": echo_once, "get_max_offset": max_once, "send_message": send_once}
-        sizes = {"raw_tcp_echo": 200, "get_max_offset": len(encode(_max_offset_req())),
-                 "send_message": len(encode(_send_req(0)))}
-        reply_sizes = {"get_max_offset": len(encode(await cli.invoke(broker.addr, _max_offset_req(), 5))),
-                       "send_message": len(encode(await cli.invoke(broker.addr, _send_req(0), 5)))}
-        for kind in kinds:  # warm-up
-            for _ in range(min(500, per[kind])):
-                await ops[kind]()
-        for _ in range(rounds):
-            for kind in kinds:
-                op = ops[kind]
-                block = []
-                server_cpu = _cpu_fn(echo_ps) if kind == "raw_tcp_echo" else broker.cpu
-                c0 = server_cpu()
-                for _ in range(per[kind]):
-                    block.append(await op())
-                cpu[kind] += server_cpu() - c0
-                samples[kind] += block
-                round_p50[kind].append(pct(sorted(block), 0.5) / 1e3)
-    transport.close()
-    return {"samples": samples, "round_p50": round_p50, "cpu": cpu, "sizes": sizes, "reply_sizes": reply_sizes,
-            "nodelay": nodelay}
-
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """CPU affinity of every thread of ``pid`` (Linux affinity is per thread)."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        tids = [pid]
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, cpus)
-        except OSError:
-            pass
-
-
-def bench_rtt(broker: Broker, quick: bool) -> None:
-    """Round trips, in two placements: client and server on one CPU (a wake-up is a context switch), and on
-    two CPUs (a wake-up crosses CPUs: on this VM that alone costs tens of µs). Unpinned runs land in either,
-    which makes raw TCP round trips bimodal (~14 µs vs ~100 µs here)."""
-    n = 5000 if quick else 30000
-    rounds = 5 if quick else 10
-    all_cpus = os.sched_getaffinity(0)
-    placements = [("same_cpu", {0}, {0})]
-    if len(all_cpus) >= 2:
-        a, b = sorted(all_cpus)[:2]
-        placements = [("same_cpu", {a}, {a}), ("cross_cpu", {a}, {b})]
-    echo = subprocess.Popen([PY, str(DRIVER), "echo-server", "--uvloop"], stdout=subprocess.PIPE, text=True)
-    codec = {"get_max_offset": _client_codec_us(_max_offset_req, {"offset": "12345"}),
-             "send_message": _client_codec_us(lambda: _send_req(1), {"msgId": "7F00000100002A9F0000000000001234",
-                                                                      "queueId": "1", "queueOffset": "42"})}
-    try:
-        info = json.loads(echo.stdout.readline())  # type: ignore[union-attr]
-        from cometmq.net.loop import run
-
-        for placement, client_cpus, server_cpus in placements:
-            os.sched_setaffinity(0, client_cpus)  # this (main) thread runs the client loop
-            pin(broker.pid, server_cpus)
-            pin(echo.pid, server_cpus)
-            try:
-                with HostSampler(broker, 0.1) as hs:
-                    res = run(_rtt(broker, info["port"], psutil.Process(echo.pid), n, rounds))
-                res["host_busy_cpus"] = hs.mean_host()
-            finally:
-                os.sched_setaffinity(0, all_cpus)
-                pin(broker.pid, all_cpus)
-            _report_rtt(res, placement, rounds, codec)
-    finally:
-        os.kill(echo.pid, signal.SIGTERM)
-        echo.wait(10)
-
-
-def _report_rtt(res: dict[str, Any], placement: str, rounds: int, codec: dict[str, float]) -> None:
-    raw_rounds = res["round_p50"]["raw_tcp_echo"]
-    raw_cpu = res["cpu"]["raw_tcp_echo"] / len(res["samples"]["raw_tcp_echo"]) * 1e6
-    for kind, samples in res["samples"].items():
-        row: dict[str, Any] = {"what": kind, "placement": placement, "round_trips": len(samples), "rounds": rounds,
-                               "request_bytes": res["sizes"][kind], **lat_stats(samples)}
-        if kind == "raw_tcp_echo":
-            row["client_nodelay"] = res["nodelay"]
-            row["loop"] = "uvloop both sides (as the broker)"
-            row["server_cpu_us_per_req"] = round(raw_cpu, 1)
-            row["host_busy_cpus"] = res.get("host_busy_cpus")  # includes this client and the servers (~1)
-        else:
-            diffs = sorted(b - r for b, r in zip(res["round_p50"][kind], raw_rounds, strict=True))
-            row.update({
-                "reply_bytes": res["reply_sizes"][kind],
-                "added_vs_raw_us_p50": round(row["p50"] - pct(sorted(res["samples"]["raw_tcp_echo"]), 0.5) / 1e3, 1),
-                "added_vs_raw_us_paired": round(pct(diffs, 0.5), 1),  # median over rounds of (p50 - raw p50)
-                "client_codec_us": round(codec[kind], 1),
-                "broker_cpu_us_per_req": round(res["cpu"][kind] / len(samples) * 1e6, 1)})
-            row["broker_cpu_minus_echo_server_us"] = round(row["broker_cpu_us_per_req"] - raw_cpu, 1)
-            row["added_minus_client_codec_us"] = round(row["added_vs_raw_us_paired"] - codec[kind], 1)
-        report(bench="rtt", **row)
 
 
 # ----------------------------------------------------------------------------------------------- summary
@@ -880,7 +369,6 @@ def summary_text(machine: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _JSONL
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller counts (< 1.5 minutes)")
     ap.add_argument("--only", action="append", choices=["send", "consume", "latency", "rtt"],
@@ -895,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     parts = args.only or ["send", "consume", "latency", "rtt"]
     if args.jsonl:
-        _JSONL = open(args.jsonl, "w")  # noqa: SIM115
+        jsonl = open(args.jsonl, "w")  # noqa: SIM115
+        set_jsonl(jsonl)
 
     t_begin = time.monotonic()
     machine = machine_info()
@@ -939,8 +428,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-        if _JSONL is not None:
-            _JSONL.close()
+        if args.jsonl:
+            set_jsonl(None)
+            jsonl.close()
     print("\n" + summary_text(machine), flush=True)
     if args.md:
         args.md.write_text(markdown(machine, list(argv if argv is not None else sys.argv[1:])) + "\n")

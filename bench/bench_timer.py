@@ -56,7 +56,34 @@ def now_ms() -> int:
 
 
 def rss_mib() -> float:
-    return round(psutil.Process().memory_info().rss / 2**20, 1)
+    return round(float(psutil.Process().memory_info().rss) / 2**20, 1)
+
+
+class GcPauses:
+    """Time spent in garbage collection per generation while installed (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.ms = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._t0 = 0.0
+
+    def _cb(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            gen = info["generation"]
+            self.ms[gen] += (time.perf_counter() - self._t0) * 1000
+            self.count[gen] += 1
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._cb)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._cb)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"gc_ms": [round(x, 1) for x in self.ms], "gc_collections": self.count}
 
 
 def workdir() -> Path:
@@ -134,6 +161,39 @@ class Bench:
         return out
 
 
+class BrokerBench(Bench):
+    """The store and timer inside a BrokerController (port 0, no nameserver): the broker's put path and every
+    arrival listener it registers (long polling, POP, delay levels, timer) run for each delivered record."""
+
+    def __init__(self, path: Path, index: bool, **timer_cfg: Any) -> None:
+        from cometmq.broker.config import BrokerConfig
+        from cometmq.broker.controller import BrokerController
+
+        self.path = path
+        changes = {"timer_precision_ms": timer_cfg.pop("precision_ms")} if "precision_ms" in timer_cfg else {}
+        if timer_cfg:
+            raise SystemExit(f"--broker takes no timer settings but the precision: {sorted(timer_cfg)}")
+        cfg = BrokerConfig(listen_port=0)
+        cfg = cfg.replace(store=cfg.store.replace(store_path=path, message_index_enable=index), **changes)
+        self.broker = BrokerController(cfg)
+        self.store = self.broker.store
+        assert self.broker.timer.service is not None
+        self.service = self.broker.timer.service
+        self.config = self.service.config
+
+    async def start(self) -> float:
+        started = time.monotonic()
+        await self.broker.start()
+        return time.monotonic() - started
+
+    async def stop(self) -> None:
+        await self.broker.stop()
+
+
+def make_bench(path: Path, index: bool, in_broker: bool, **timer_cfg: Any) -> Bench:
+    return BrokerBench(path, index, **timer_cfg) if in_broker else Bench(path, index, **timer_cfg)
+
+
 def _late_of(view: memoryview) -> int:
     store_ts = int.from_bytes(view[STORE_TIMESTAMP_POS:STORE_TIMESTAMP_POS + 8], "big")
     body_len = int.from_bytes(view[84:88], "big")
@@ -164,10 +224,11 @@ async def wait_delivered(b: Bench, total: int, timeout_s: float) -> None:
         await asyncio.sleep(0.05)
 
 
-async def spread(n: int, window_s: float, lead_s: float, index: bool, precision_ms: int, label: str) -> None:
+async def spread(n: int, window_s: float, lead_s: float, index: bool, precision_ms: int, label: str,
+                 in_broker: bool = False) -> None:
     path = workdir()
     try:
-        b = Bench(path, index, precision_ms=precision_ms)
+        b = make_bench(path, index, in_broker, precision_ms=precision_ms)
         load_s = await b.start()
         rss0 = rss_mib()
         t0 = now_ms() + int(lead_s * 1000)
@@ -185,7 +246,7 @@ async def spread(n: int, window_s: float, lead_s: float, index: bool, precision_
         lat = b.lateness()
         await b.stop()
         cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-        report(bench=label, messages=n, window_s=window_s, precision_ms=precision_ms, index=index,
+        report(bench=label, messages=n, window_s=window_s, precision_ms=precision_ms, index=index, in_broker=in_broker,
                schedule_put_per_s=round(n / put_s), enqueue_per_s=round(n / indexed_s),
                scheduling_overran_window_ms=late_start, load_s=round(load_s, 3),
                rss_before_mib=rss0, rss_end_of_scheduling_mib=scheduled_rss, rss_pending_mib=pending_rss,
@@ -235,10 +296,10 @@ async def enqueue_only(n: int, index: bool) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-async def burst(n: int, lead_s: float, index: bool, same_instant: bool) -> None:
+async def burst(n: int, lead_s: float, index: bool, same_instant: bool, in_broker: bool = False) -> None:
     path = workdir()
     try:
-        b = Bench(path, index)
+        b = make_bench(path, index, in_broker)
         await b.start()
         due = (now_ms() + int(lead_s * 1000)) // 1000 * 1000 + 1000
         dues = [due if same_instant else due + i * 1000 // n for i in range(n)]
@@ -248,15 +309,19 @@ async def burst(n: int, lead_s: float, index: bool, same_instant: bool) -> None:
         while now_ms() < due - 50:
             await asyncio.sleep(0.01)
         ready_at_due = b.service.metrics()["prefetched"]
-        await wait_delivered(b, n, lead_s + 120)
+        cpu0, proc0 = time.thread_time(), time.process_time()
+        with GcPauses() as pauses:
+            await wait_delivered(b, n, lead_s + 120)
         last = now_ms()
+        loop_cpu_ms, process_cpu_ms = (time.thread_time() - cpu0) * 1000, (time.process_time() - proc0) * 1000
         lat = b.lateness()
         await b.stop()
         within_1s = sum(1 for x in lat if x <= 1000)
-        report(bench="burst", messages=n, same_instant=same_instant, index=index,
+        report(bench="burst", messages=n, same_instant=same_instant, index=index, in_broker=in_broker,
                enqueue_per_s=round(n / indexed_s), read_ahead_at_due=ready_at_due, all_delivered_after_ms=last - due,
                delivered_within_1s=within_1s, fraction_within_1s=round(within_1s / n, 4),
                delivery_rate_per_s=round(n / max(0.001, (max(lat) + (0 if same_instant else 1000)) / 1000)),
+               loop_cpu_ms=round(loop_cpu_ms), process_cpu_ms=round(process_cpu_ms), **pauses.as_dict(),
                **quantiles(lat))
     finally:
         shutil.rmtree(path, ignore_errors=True)
@@ -265,7 +330,7 @@ async def burst(n: int, lead_s: float, index: bool, same_instant: bool) -> None:
 async def main_async(args: argparse.Namespace) -> None:
     quick = args.quick
     report(bench="env", python=sys.version.split()[0], platform=platform.platform(), cpus=os.cpu_count(),
-           quick=quick, index=args.index)
+           quick=quick, index=args.index, in_broker=args.broker)
     parts = ["enqueue", "spread", "burst", "precision"] if args.part == "all" else [args.part]
     if "enqueue" in parts:
         await enqueue_only(args.messages or (120_000 if quick else 600_000), args.index)
@@ -273,12 +338,13 @@ async def main_async(args: argparse.Namespace) -> None:
         n = args.messages or (100_000 if quick else 1_000_000)
         window = args.window or (20.0 if quick else 60.0)
         lead = args.lead or (n / 25_000 + 5)
-        await spread(n, window, lead, args.index, args.precision, "spread")
+        await spread(n, window, lead, args.index, args.precision, "spread", args.broker)
     if "burst" in parts:
         n = args.messages or (50_000 if quick else 200_000)
         lead = args.lead or (n / 15_000 + 7)  # scheduled, then read ahead (5 s) before they are due
-        await burst(n, lead, args.index, same_instant=True)
-        await burst(n, lead, args.index, same_instant=False)
+        await burst(n, lead, args.index, same_instant=True, in_broker=args.broker)
+        if not args.same_instant_only:
+            await burst(n, lead, args.index, same_instant=False, in_broker=args.broker)
     if "precision" in parts:
         n = 50_000 if quick else 200_000
         window = 10.0 if quick else 30.0
@@ -294,6 +360,10 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=0.0, help="seconds the due times are spread over")
     ap.add_argument("--lead", type=float, default=0.0, help="seconds from the start to the first due time")
     ap.add_argument("--precision", type=int, default=TimerConfig().precision_ms)
+    ap.add_argument("--same-instant-only", action="store_true",
+                    help="burst: only the case of every message due at the same millisecond")
+    ap.add_argument("--broker", action="store_true",
+                    help="spread/burst: run inside a BrokerController (its put path and arrival listeners)")
     ap.add_argument("--no-index", dest="index", action="store_false", help="messageIndexEnable=false")
     run(main_async(ap.parse_args()))
 

@@ -59,6 +59,58 @@ def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | 
     return cfg.replace(**changes)
 
 
+_GRPC_PORT_HELP = "gRPC (RocketMQ 5) endpoint port; 0 = off [default: 8081, skipped with a warning if busy]"
+_ACCESS_KEYS_HELP = "turn gRPC authentication on with these 'accessKey:secretKey,...' pairs"
+
+
+async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_keys: str | None) -> object | None:
+    """Start the embedded gRPC endpoint (a proxy over loopback remoting). Off when the port is 0, when the
+    ``grpc`` extra is missing, or (default port only) when the port is busy; an explicit port must bind."""
+    explicit = port is not None
+    if port == 0:
+        log.info("gRPC endpoint off (--grpc-port 0)")
+        return None
+    try:
+        from cometmq.grpc.config import DEFAULT_GRPC_PORT, ProxyConfig
+        from cometmq.grpc.server import GrpcProxy
+    except ImportError as exc:
+        log.warning("gRPC endpoint off: the grpc extra is not installed (pip install 'cometmq[grpc]'): %s", exc)
+        return None
+    if not namesrv:
+        log.warning("gRPC endpoint off: it needs a nameserver (namesrvAddr / --namesrv)")
+        return None
+    proxy = GrpcProxy(ProxyConfig(namesrv=namesrv, host=host, port=DEFAULT_GRPC_PORT if port is None else port,
+                                  **_auth_options(access_keys)))  # type: ignore[arg-type]
+    try:
+        await proxy.start()
+    except OSError as exc:
+        if explicit:
+            raise
+        log.warning("gRPC endpoint off: %s", exc)
+        return None
+    return proxy
+
+
+def _auth_options(access_keys: str | None) -> dict[str, object]:
+    if not access_keys:
+        return {}
+    from cometmq.grpc.auth import parse_access_keys
+
+    try:
+        return {"auth_enabled": True, "access_keys": parse_access_keys(access_keys)}
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--access-keys") from None
+
+
+def _grpc_note(proxy: object | None) -> str:
+    return f", gRPC {proxy.addr}" if proxy is not None else ""  # type: ignore[attr-defined]
+
+
+async def _stop_grpc(proxy: object | None) -> None:
+    if proxy is not None:
+        await proxy.stop()  # type: ignore[attr-defined]
+
+
 @app.command()
 def namesrv(
     port: Annotated[int, typer.Option(help="port to listen on")] = 9876,
@@ -90,6 +142,9 @@ def broker(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     namesrv: Annotated[str | None, typer.Option(help="nameservers, 'host:port;host:port'")] = None,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
+                                                  envvar="COMETMQ_GRPC_PORT")] = None,
+    access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
 ) -> None:
     """Run a broker that registers with the given nameservers."""
     _setup_logging(log_level)
@@ -101,10 +156,17 @@ def broker(
         stop = _stop_event()
         ctl = BrokerController(cfg)
         await ctl.start()
-        print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}, data in {cfg.store.store_path}", flush=True)
+        try:
+            proxy = await _start_grpc(grpc_port, cfg.namesrv_addr, host, access_keys)
+        except BaseException:
+            await ctl.stop()
+            raise
+        print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}{_grpc_note(proxy)}, "
+              f"data in {cfg.store.store_path}", flush=True)
         try:
             await stop.wait()
         finally:
+            await _stop_grpc(proxy)
             await ctl.stop()
 
     _run(main())
@@ -118,6 +180,9 @@ def serve(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     config: Annotated[Path | None, typer.Option("-c", "--config", help="a RocketMQ-style broker.conf")] = None,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
+                                                  envvar="COMETMQ_GRPC_PORT")] = None,
+    access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
 ) -> None:
     """Run a nameserver and a broker in one process (development, tests, single machine)."""
     _setup_logging(log_level)
@@ -131,16 +196,57 @@ def serve(
         cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}")
         ctl = BrokerController(cfg)
         await ctl.start()
-        print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}, data in {cfg.store.store_path}",
-              flush=True)
+        try:
+            proxy = await _start_grpc(grpc_port, f"{host}:{ns.port}", host, access_keys)
+        except BaseException:
+            await ctl.stop()
+            await ns.stop()
+            raise
+        print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}{_grpc_note(proxy)}, "
+              f"data in {cfg.store.store_path}", flush=True)
         try:
             await stop.wait()
         finally:
+            await _stop_grpc(proxy)
             await ctl.stop()
             await ns.stop()
 
     _run(main())
 
+
+@app.command()
+def proxy(
+    namesrv: Annotated[str, typer.Option(help="nameservers, 'host:port;host:port'")] = "127.0.0.1:9876",
+    grpc_port: Annotated[int, typer.Option(min=1, max=65535, help="gRPC port to listen on")] = 8081,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP)] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+) -> None:
+    """Serve the RocketMQ 5 gRPC protocol, talking remoting to the brokers found through the nameservers."""
+    _setup_logging(log_level)
+    try:
+        from cometmq.grpc.config import ProxyConfig
+        from cometmq.grpc.server import GrpcProxy
+    except ImportError as exc:
+        raise typer.BadParameter(f"the grpc extra is not installed (pip install 'cometmq[grpc]'): {exc}") from None
+    cfg = ProxyConfig(namesrv=namesrv, host=host, port=grpc_port, **_auth_options(access_keys))  # type: ignore[arg-type]
+
+    async def main() -> None:
+        stop = _stop_event()
+        gp = GrpcProxy(cfg)
+        await gp.start()
+        print(f"cometmq proxy listening on {gp.addr} (gRPC), nameservers {namesrv}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await gp.stop()
+
+    _run(main())
+
+
+from cometmq.cli_admin import admin_app  # noqa: E402 - the sub-app lives in its own module
+
+app.add_typer(admin_app, name="admin")
 
 bench_app = typer.Typer(no_args_is_help=True, help="Load tools against any nameserver (a JSON line of results).")
 app.add_typer(bench_app, name="bench")

@@ -68,6 +68,9 @@ class CometServer:
         self.starts = 0
         self.log_path: Path | None = None
         self._env = dict(os.environ if env is None else env)
+        # No gRPC endpoint unless a test asks for one (COMETMQ_GRPC_PORT in env): parallel servers must not all
+        # compete for the default port 8081.
+        self._env.setdefault("COMETMQ_GRPC_PORT", "0")
         workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(exist_ok=True)
         self.conf_path = workdir / "broker.conf"

@@ -75,6 +75,11 @@ class BrokerConfig:
     #: POP consumption: how often expired deliveries are looked for, and how often state is snapshotted
     pop_revive_interval_ms: int = 100
     pop_snapshot_interval_ms: int = 2000
+    #: transactions (RocketMQ's keys and defaults): first check-back this long after the half was stored, at
+    #: most this many checks, this long between two checks of one transaction (see docs/transactions.md)
+    transaction_timeout_ms: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval_ms: int = 30_000
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -127,6 +132,9 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "recallMessageEnable": ("recall_message_enable", _bool),
     "popReviveIntervalMs": ("pop_revive_interval_ms", int),
     "popSnapshotIntervalMs": ("pop_snapshot_interval_ms", int),
+    "transactionTimeOut": ("transaction_timeout_ms", int),
+    "transactionCheckMax": ("transaction_check_max", int),
+    "transactionCheckInterval": ("transaction_check_interval_ms", int),
 }
 #: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
 IGNORED_KEYS = frozenset({"brokerRole", "haListenPort", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",

@@ -23,6 +23,7 @@ from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
 from cometmq.broker.timer_bridge import TimerBridge
 from cometmq.broker.topics import RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager, check_topic_name
+from cometmq.broker.transaction import TransactionalMessageService
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import Handler, RemotingConnection
@@ -64,6 +65,7 @@ class BrokerController:
         self.admin = AdminProcessor(self)
         self.pop = PopService(self)
         self.pop_processor = PopProcessor(self, self.pop)
+        self.transactions = TransactionalMessageService(self)
         self.hold = PullRequestHoldService(self.store.max_offset, self.pull_processor.replay,
                                            check_interval_s=config.hold_check_interval_ms / 1000)
         self.dispatcher: dict[int, Handler] = {
@@ -75,6 +77,7 @@ class BrokerController:
             **self.admin.handlers(),
             **self.timer.handlers(),
             **self.pop_processor.handlers(),
+            **self.transactions.handlers(),
         }
         self.server: RemotingServer | None = None
         self.client: RemotingClient | None = None
@@ -107,10 +110,12 @@ class BrokerController:
         self.store.add_arrival_listener(self.timer.on_arrival)
         self.store.add_arrival_listener(self.pop.on_arrival)
         self.pop.load()
+        self.transactions.load()
         await self.hold.start()
         await self.schedule.start()
         await self.timer.start()
         await self.pop.start()
+        await self.transactions.start()
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port, self.dispatcher)
         self.server.add_close_callback(self._connection_closed)
         await self.server.start()
@@ -139,6 +144,7 @@ class BrokerController:
         if self.registrar is not None:
             await self.registrar.stop()  # type: ignore[attr-defined]
         await cancel_and_wait(self._tasks)
+        await self.transactions.stop()
         await self.pop.stop()
         await self.timer.stop()
         await self.schedule.stop()

@@ -95,10 +95,14 @@ class SendProcessor:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             for m in msgs:
                 self._retry_or_dlq(m, header)
-        for m in msgs:
-            broker.schedule.rewrite_if_delayed(m)
-            broker.timer.rewrite_if_timer(m)
-        result = await broker.put_messages(msgs)
+        if broker.transactions.is_half_send(msgs, batch):
+            # A transaction's half: stored out of sight until END_TRANSACTION (broker/transaction/).
+            result = await broker.transactions.put_half(msgs[0], header.producer_group)
+        else:
+            for m in msgs:
+                broker.schedule.rewrite_if_delayed(m)
+                broker.timer.rewrite_if_timer(m)
+            result = await broker.put_messages(msgs)
         response = self._response(cmd, result, queue_id)
         if not batch:
             broker.timer.attach_recall_handle(msgs[0], response)

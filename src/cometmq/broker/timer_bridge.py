@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cometmq.broker.send import born_host_of
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _no_timer(req: DispatchRequest) -> None:
+    pass
+
+
 def timer_config_of(broker: BrokerController) -> TimerConfig:
     c = broker.config
     return TimerConfig(enable=c.timer_wheel_enable, precision_ms=c.timer_precision_ms,
@@ -50,6 +55,9 @@ class TimerBridge:
             TimerMessageService(broker.store, self.config, broker.put_messages, clock=broker.clock)
             if self.config.enable else None
         )
+        #: the store's arrival listener, called for every record: bound straight to the service's
+        self.on_arrival: Callable[[DispatchRequest], None] = (
+            self.service.on_arrival if self.service is not None else _no_timer)
 
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.RECALL_MESSAGE: self.recall, RequestCode.GET_TIMER_METRICS: self.timer_metrics}
@@ -63,10 +71,6 @@ class TimerBridge:
     async def stop(self) -> None:
         if self.service is not None:
             await self.service.stop()
-
-    def on_arrival(self, req: DispatchRequest) -> None:
-        if self.service is not None:
-            self.service.on_arrival(req)
 
     # -- send path -----------------------------------------------------------------------------------
     def rewrite_if_timer(self, msg: MessageInner) -> None:

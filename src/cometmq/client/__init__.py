@@ -81,3 +81,13 @@ __all__ += [
     "OffsetWrapper",
     "TopicOffset",
 ]
+
+# -- transactional messages -------------------------------------------------------------------------------------
+from cometmq.client.transaction_producer import (  # noqa: E402
+    LocalTransactionState,
+    TransactionClientInstance,
+    TransactionProducer,
+    TransactionSendResult,
+)
+
+__all__ += ["LocalTransactionState", "TransactionClientInstance", "TransactionProducer", "TransactionSendResult"]

@@ -23,6 +23,7 @@ from cometmq.client.errors import (
     ClientStateError,
     ClientTimeoutError,
     InvalidArgumentError,
+    MQClientError,
     NoRouteError,
 )
 from cometmq.client.instance import ClientInstance
@@ -524,6 +525,31 @@ class Admin:
         if not isinstance(table, dict):
             raise BrokerError(ResponseCode.SYSTEM_ERROR, "subscriptionGroupTable is not an object", addr=addr)
         return table
+
+    # -- timer messages ---------------------------------------------------------------------------------------
+    async def timer_metrics(self, *, cluster: str | None = None, broker: str | None = None,
+                            addr: str | None = None) -> dict[str, dict[str, Any]]:
+        """Each master's timer backlog and lateness (GET_TIMER_METRICS, cometmq's JSON), by broker name.
+
+        ``broker`` may be a registered name or address; an address (``host:port``) no nameserver knows is
+        asked directly, as is ``addr`` (no nameserver at all); both are keyed by the address. A broker with
+        timers off answers ``{"enabled": False}``."""
+        inst = self._check()
+        if addr is not None:
+            masters = {addr: addr}
+        elif broker is not None and ":" in broker:
+            try:
+                masters = await self._masters(cluster=None, broker=broker)
+            except MQClientError:
+                masters = {broker: broker}  # not registered (or no nameserver): ask the address itself
+        else:
+            masters = await self._masters(cluster=cluster, broker=broker)
+
+        async def one(name: str, addr: str) -> tuple[str, dict[str, Any]]:
+            r = await inst.invoke_ok(addr, make_request(RequestCode.GET_TIMER_METRICS), context=f"timer of {name}")
+            return name, _json_object(r.body, f"timer metrics of {name}")
+
+        return dict(await asyncio.gather(*(one(n, a) for n, a in sorted(masters.items()))))
 
     # -- offsets of single queues -------------------------------------------------------------------------------
     async def min_offset(self, queue: MessageQueue) -> int:

@@ -13,22 +13,17 @@ then allocated among the group's consumers as the brokers list them, again whene
 the group changed (NOTIFY_CONSUMER_IDS_CHANGED) and every ``route_refresh_interval`` seconds. Or split the
 queues yourself with ``assign``.
 
-Messages are decoded lazily: a poll returns :class:`MessageExt` objects (of a private subclass) that hold
-the body and the record's raw header and properties bytes; properties, ids and host strings are worked out
-on first access. That keeps the per-message cost of a pull at one small ``struct`` unpack and three slices.
+Messages are decoded lazily (:mod:`cometmq.client.pulled`): a poll returns :class:`MessageExt` objects that
+hold the record's bytes and work out properties, ids and host strings on first access.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import datetime as _dt
 import logging
-import socket
-import struct
 import time
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal
@@ -54,13 +49,13 @@ from cometmq.client.errors import (
     NoRouteError,
 )
 from cometmq.client.instance import ClientInstance
+from cometmq.client.lite_pull_state import Batch, QueueState, Subscription
 from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.client.pulled import decode_pulled
 from cometmq.client.rebalance import AllocateStrategy
-from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData, SubscriptionData
+from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import MAGIC_CODE, MIN_RECORD_SIZE, SysFlag
-from cometmq.protocol.properties import RETRY_TOPIC, UNIQ_KEY, decode_properties
 from cometmq.protocol.remoting import make_request
 
 log = logging.getLogger(__name__)
@@ -75,207 +70,6 @@ _FLAG_SUSPEND = 0x2
 _FLAG_SUBSCRIPTION = 0x4
 #: broker answers that are passing conditions, not worth surfacing through poll()
 _TRANSIENT = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.FLOW_CONTROL})
-
-
-# -- lazy records -----------------------------------------------------------------------------------------------
-#: TOTALSIZE, MAGIC, SYSFLAG (at 36) and BODYLEN (at 84): all a pull needs to cut a record out of the body
-_CUT = struct.Struct(">iI28xi44xi")
-_BODY_AT = 88
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_HOST = struct.Struct(">4si")
-_RETRY_PREFIX = "%RETRY%"
-_COMPRESSED = int(SysFlag.COMPRESSED)  # a plain int: IntFlag's & costs microseconds
-_props_slot = MessageExt.__dict__["properties"]  # the base class's slot, used as the properties cache
-
-
-def _host(rec: bytes, at: int) -> str:
-    ip, port = _HOST.unpack_from(rec, at)
-    return f"{socket.inet_ntoa(ip)}:{port}"
-
-
-class _PulledMessage(MessageExt):
-    """A MessageExt made from a pulled record without decoding it: ``body`` and ``queue`` are set, ``_r`` keeps
-    the record's bytes, and the other fields are read from them when asked for (properties once, then cached).
-    Pickling and copying give a plain :class:`MessageExt`.
-    """
-
-    __slots__ = ("_r",)
-    _r: bytes
-
-    @property
-    def properties(self) -> Mapping[str, str]:
-        try:
-            return _props_slot.__get__(self, MessageExt)  # type: ignore[no-any-return]
-        except AttributeError:
-            rec = self._r
-            at = _BODY_AT + _I32.unpack_from(rec, 84)[0]
-            at += 1 + rec[at]
-            (n,) = _I16.unpack_from(rec, at)
-            props = decode_properties(rec[at + 2 : at + 2 + n])
-            _props_slot.__set__(self, props)
-            return props
-
-    @property
-    def topic(self) -> str:
-        topic: str = self.queue.topic
-        if topic.startswith(_RETRY_PREFIX):
-            return self.properties.get(RETRY_TOPIC) or topic
-        return topic
-
-    @property
-    def offset_msg_id(self) -> str:
-        rec = self._r
-        return f"{rec[64:72].hex().upper()}{_I64.unpack_from(rec, 28)[0] & 0xFFFFFFFFFFFFFFFF:016X}"
-
-    @property
-    def msg_id(self) -> str:
-        return self.properties.get(UNIQ_KEY) or self.offset_msg_id
-
-    @property
-    def flag(self) -> int:
-        return _I32.unpack_from(self._r, 16)[0]  # type: ignore[no-any-return]
-
-    @property
-    def queue_offset(self) -> int:
-        return _I64.unpack_from(self._r, 20)[0]  # type: ignore[no-any-return]
-
-    @property
-    def commit_log_offset(self) -> int:
-        return _I64.unpack_from(self._r, 28)[0]  # type: ignore[no-any-return]
-
-    @property
-    def sys_flag(self) -> int:
-        return _I32.unpack_from(self._r, 36)[0]  # type: ignore[no-any-return]
-
-    @property
-    def born_timestamp(self) -> int:
-        return _I64.unpack_from(self._r, 40)[0]  # type: ignore[no-any-return]
-
-    @property
-    def born_host(self) -> str:
-        return _host(self._r, 48)
-
-    @property
-    def store_timestamp(self) -> int:
-        return _I64.unpack_from(self._r, 56)[0]  # type: ignore[no-any-return]
-
-    @property
-    def store_host(self) -> str:
-        return _host(self._r, 64)
-
-    @property
-    def reconsume_times(self) -> int:
-        return _I32.unpack_from(self._r, 72)[0]  # type: ignore[no-any-return]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (MessageExt, tuple(getattr(self, f.name) for f in dataclasses.fields(MessageExt)))
-
-    def __repr__(self) -> str:
-        return "MessageExt" + MessageExt.__repr__(self)[len(type(self).__qualname__):]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MessageExt):
-            return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(MessageExt))
-
-    __hash__ = MessageExt.__hash__
-
-
-_new = object.__new__
-_set_r = _PulledMessage.__dict__["_r"].__set__
-_set_body = MessageExt.__dict__["body"].__set__
-_set_queue = MessageExt.__dict__["queue"].__set__
-
-
-def decode_pulled(body: bytes, queue: MessageQueue) -> list[MessageExt]:
-    """The records of a pull response body as lazy :class:`MessageExt` objects; ProtocolError when malformed.
-
-    Per record: one small unpack, two slices (the record, the body) and a bare object with three slots set.
-    """
-    out: list[MessageExt] = []
-    append = out.append
-    cut = _CUT.unpack_from
-    pos, end = 0, len(body)
-    while pos < end:
-        if end - pos < MIN_RECORD_SIZE:
-            raise ProtocolError(f"truncated record at {pos} of a pull of {queue_label(queue)}")
-        total, magic, sys_flag, body_len = cut(body, pos)
-        stop = pos + total
-        if magic != MAGIC_CODE or total < MIN_RECORD_SIZE or stop > end or body_len < 0 \
-                or body_len > total - MIN_RECORD_SIZE:
-            raise ProtocolError(f"malformed record at {pos} of a pull of {queue_label(queue)}")
-        m = _new(_PulledMessage)
-        _set_r(m, body[pos:stop])
-        _set_queue(m, queue)
-        payload = body[pos + _BODY_AT : pos + _BODY_AT + body_len]
-        if sys_flag & _COMPRESSED:
-            try:
-                payload = zlib.decompress(payload)
-            except zlib.error:
-                pass  # left as stored; sys_flag tells the caller
-        _set_body(m, payload)
-        append(m)
-        pos = stop
-    return out
-
-
-# -- consumer state ---------------------------------------------------------------------------------------------
-class _QueueState:
-    __slots__ = (
-        "blocked",
-        "buffered",
-        "committed",
-        "consumed",
-        "expression",
-        "expression_type",
-        "paused",
-        "pull_offset",
-        "queue",
-        "reported",
-        "sub_version",
-        "task",
-        "wake",
-    )
-
-    def __init__(self, queue: MessageQueue, expression: str, expression_type: str, sub_version: int) -> None:
-        self.queue = queue
-        self.expression = expression
-        self.expression_type = expression_type
-        self.sub_version = sub_version
-        self.pull_offset = -1  # next offset to pull; -1 = not known yet
-        self.consumed = -1  # offset after the last message poll returned (what a commit writes); -1 = none
-        self.committed = -1  # what the broker holds, as far as we know
-        self.buffered = 0
-        self.paused = False
-        self.blocked = False
-        self.reported: tuple[int, str] | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.wake = asyncio.Event()
-
-
-class _Batch:
-    __slots__ = ("msgs", "next_offset", "start", "state")
-
-    def __init__(self, state: _QueueState, msgs: list[MessageExt], next_offset: int) -> None:
-        self.state = state
-        self.msgs = msgs
-        self.start = 0
-        self.next_offset = next_offset
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Subscription:
-    topic: str
-    expression: str
-    expression_type: str
-    version: int
-
-    def data(self) -> SubscriptionData:
-        tags = () if self.expression.strip() in ("", "*") or self.expression_type != "TAG" else tuple(
-            t.strip() for t in self.expression.split("||") if t.strip())
-        return SubscriptionData(self.topic, self.expression, self.version, self.expression_type, tags)
 
 
 class LitePullConsumer:
@@ -326,11 +120,11 @@ class LitePullConsumer:
         self.allocate = allocate
         self._rebalance_task: asyncio.Task[None] | None = None
         self._mode: Literal["assign", "subscribe"] | None = None
-        self._subscriptions: dict[str, _Subscription] = {}
+        self._subscriptions: dict[str, Subscription] = {}
         self._assigned: list[MessageQueue] = []
         self._assign_expression = ("*", "TAG")
-        self._states: dict[MessageQueue, _QueueState] = {}
-        self._buffer: collections.deque[_Batch] = collections.deque()
+        self._states: dict[MessageQueue, QueueState] = {}
+        self._buffer: collections.deque[Batch] = collections.deque()
         self._buffered = 0
         self._data = asyncio.Event()
         self._errors: collections.deque[MQClientError] = collections.deque(maxlen=16)
@@ -402,7 +196,7 @@ class LitePullConsumer:
             subs = tuple(s.data() for s in self._subscriptions.values())
         else:
             expr, etype = self._assign_expression
-            subs = tuple(_Subscription(t, expr, etype, 0).data() for t in sorted({q.topic for q in self._assigned}))
+            subs = tuple(Subscription(t, expr, etype, 0).data() for t in sorted({q.topic for q in self._assigned}))
         where = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET"}.get(
             self.consume_from if isinstance(self.consume_from, str) else "", "CONSUME_FROM_TIMESTAMP")
         return ConsumerData(self.group, CONSUME_ACTIVELY, CLUSTERING, where, subs)
@@ -452,7 +246,7 @@ class LitePullConsumer:
             raise InvalidArgumentError("the subscription expression must be a string")
         self._mode = "subscribe"
         old = self._subscriptions.get(topic)
-        self._subscriptions[topic] = _Subscription(topic, expression.strip() or "*", expression_type.upper(),
+        self._subscriptions[topic] = Subscription(topic, expression.strip() or "*", expression_type.upper(),
                                                    int(time.time() * 1000))
         if self.started:
             try:
@@ -535,7 +329,7 @@ class LitePullConsumer:
                 st = self._states.get(q)
                 if st is not None and (st.expression, st.expression_type) == (expr, etype):
                     continue
-                new = _QueueState(q, expr, etype, version)
+                new = QueueState(q, expr, etype, version)
                 if st is not None:  # a changed expression: go on from where the old one stopped
                     new.pull_offset, new.consumed, new.committed = st.consumed, st.consumed, st.committed
                     new.paused = st.paused
@@ -552,17 +346,17 @@ class LitePullConsumer:
             except MQClientError as exc:
                 log.warning("committing %s of %s on release failed: %s", queue_label(q), self.group, exc)
 
-    async def _stop_queue(self, st: _QueueState) -> None:
+    async def _stop_queue(self, st: QueueState) -> None:
         task, st.task = st.task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self._purge(st)
 
-    def _start_queue(self, st: _QueueState) -> None:
+    def _start_queue(self, st: QueueState) -> None:
         st.task = asyncio.create_task(self._pull_loop(st), name=f"lite-pull-{queue_label(st.queue)}")
 
-    def _purge(self, st: _QueueState) -> None:
+    def _purge(self, st: QueueState) -> None:
         if st.buffered:
             self._buffer = collections.deque(b for b in self._buffer if b.state is not st)
             self._buffered -= st.buffered
@@ -570,7 +364,7 @@ class LitePullConsumer:
             self._wake_blocked()
 
     # -- pulling ---------------------------------------------------------------------------------------------
-    async def _initial_offset(self, st: _QueueState) -> int:
+    async def _initial_offset(self, st: QueueState) -> int:
         q = st.queue
         committed = await query_consumer_offset(self.instance, self.group, q)
         if committed is not None and committed >= 0:
@@ -583,7 +377,7 @@ class LitePullConsumer:
             return await min_offset(self.instance, q)
         return await search_offset(self.instance, q, to_millis(cf))
 
-    async def _pull_loop(self, st: _QueueState) -> None:
+    async def _pull_loop(self, st: QueueState) -> None:
         q = st.queue
         inst = self.instance
         group = self.group
@@ -619,7 +413,7 @@ class LitePullConsumer:
                     st.pull_offset = next_offset
                     st.reported = None
                     if msgs:
-                        self._buffer.append(_Batch(st, msgs, next_offset))
+                        self._buffer.append(Batch(st, msgs, next_offset))
                         n = len(msgs)
                         st.buffered += n
                         self._buffered += n
@@ -641,7 +435,7 @@ class LitePullConsumer:
                 self._pull_failed(st, exc)
                 await asyncio.sleep(self.error_backoff)
 
-    def _pull_failed(self, st: _QueueState, exc: Exception) -> None:
+    def _pull_failed(self, st: QueueState, exc: Exception) -> None:
         if isinstance(exc, BrokerError):
             key = (exc.code, exc.remark)
             if exc.code not in _TRANSIENT and st.reported != key:
@@ -729,7 +523,7 @@ class LitePullConsumer:
         return out
 
     # -- positions -------------------------------------------------------------------------------------------
-    def _state(self, queue: MessageQueue) -> _QueueState:
+    def _state(self, queue: MessageQueue) -> QueueState:
         self._check_started()
         st = self._states.get(queue)
         if st is None:
@@ -748,7 +542,7 @@ class LitePullConsumer:
             raise InvalidArgumentError(f"seek offset {offset} of {queue_label(queue)} is outside [{lo}, {hi}]")
         await self._seek(st, offset)
 
-    async def _seek(self, st: _QueueState, offset: int) -> None:
+    async def _seek(self, st: QueueState, offset: int) -> None:
         await self._stop_queue(st)
         if self._states.get(st.queue) is not st:  # dropped meanwhile
             return
@@ -777,7 +571,7 @@ class LitePullConsumer:
     async def offset_for_timestamp(self, queue: MessageQueue, timestamp: int | _dt.datetime) -> int:
         return await search_offset(self.instance, check_queue(queue), to_millis(timestamp))
 
-    def _targets(self, queue: MessageQueue | None) -> list[_QueueState]:
+    def _targets(self, queue: MessageQueue | None) -> list[QueueState]:
         if queue is None:
             self._check_started()
             return list(self._states.values())

@@ -95,6 +95,8 @@ class SendResult:
     offset_msg_id: str
     queue: MessageQueue
     queue_offset: int
+    #: a timer message's handle for ``Producer.recall`` (None for other messages)
+    recall_handle: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import itertools
 import logging
 import zlib
@@ -282,8 +284,48 @@ class Producer:
         real_q = MessageQueue(q.topic, q.broker_name, queue_id)
         offset_ids = ext.get("msgId", "").split(",")
         uniqs = uniq.split(",")
-        return [SendResult(status, u, offset_ids[i] if i < len(offset_ids) else "", real_q, first_offset + i)
+        recall = ext.get("recallHandle") or None  # a single timer message's (batches cannot hold timers)
+        return [SendResult(status, u, offset_ids[i] if i < len(offset_ids) else "", real_q, first_offset + i,
+                           recall if len(uniqs) == 1 else None)
                 for i, u in enumerate(uniqs)]
+
+    # -- recall ---------------------------------------------------------------------------------------------
+    async def recall(self, topic: str, recall_handle: str, *, timeout: float | None = None) -> str:
+        """Cancel a timer message before it is due (RocketMQ 5's RecallMessage) with the handle its send
+        returned (``SendResult.recall_handle``). Returns the message id. A malformed handle raises
+        :class:`InvalidArgumentError`; the broker's refusals (a handle of another topic, a message already
+        due or delivered: "timestamp invalid") raise :class:`BrokerError` (ILLEGAL_OPERATION)."""
+        if not self.started:
+            raise ClientStateError("the producer is not started")
+        if not topic or len(topic) > 127 or not all(c.isalnum() or c in "%|-_" for c in topic):
+            raise InvalidArgumentError(f"topic {topic!r} is not a valid topic name")
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            raise InvalidArgumentError("retry and dead-letter topics hold no recallable messages")
+        broker_name = recall_handle_broker(recall_handle)
+        await self.queues(topic)  # learns the route (a topic without one cannot be recalled from)
+        addr = self.instance.master_addr(broker_name)
+        if addr is None:
+            raise NoRouteError(f"the recall handle names broker {broker_name}, which has no master for {topic}")
+        cmd = make_request(RequestCode.RECALL_MESSAGE, {"producerGroup": self.group, "topic": topic,
+                                                        "recallHandle": recall_handle})
+        response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
+                                              context=f"recall in {topic}")
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark or "", addr=addr, context=f"recall in {topic}")
+        return response.ext_fields.get("msgId", "")
+
+
+def recall_handle_broker(handle: str) -> str:
+    """The broker a RocketMQ v1 recall handle names (``v1 topic brokerName timestamp msgId``, URL-safe
+    base64); :class:`InvalidArgumentError` when it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(handle.encode("ascii") + b"=" * (-len(handle) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        raw = ""
+    items = raw.split(" ")
+    if not handle or len(items) < 5 or items[0] != "v1" or not items[2]:
+        raise InvalidArgumentError("recall handle is invalid")
+    return items[2]
 
 
 def _now_ms() -> int:

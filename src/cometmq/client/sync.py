@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime as _dt
+import inspect
 import logging
 import threading
 import weakref
@@ -39,12 +40,19 @@ from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
 from cometmq.client.producer import MessageQueueSelector, Producer, SendCallback
 from cometmq.client.push_consumer import MessageListener, PushConsumer
 from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer
+from cometmq.client.transaction_producer import (
+    LocalTransactionState,
+    TransactionChecker,
+    TransactionProducer,
+    TransactionSendResult,
+    run_local_transaction,
+)
 from cometmq.protocol.route import PERM_READ_WRITE, ClusterInfo, TopicRouteData
 
 log = logging.getLogger(__name__)
 
 __all__ = ["SyncAdmin", "SyncLitePullConsumer", "SyncProducer", "SyncPushConsumer", "SyncSimpleConsumer",
-           "loop_thread_running"]
+           "SyncTransactionProducer", "loop_thread_running"]
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -261,12 +269,57 @@ class SyncProducer(_Facade[Producer]):
     def send_oneway(self, msg: Message) -> None:
         self._run(lambda: self._aio.send_oneway(msg))
 
+    def recall(self, topic: str, recall_handle: str, *, timeout: float | None = None) -> str:
+        """Cancel a timer message before it is due; see :meth:`Producer.recall`."""
+        return self._run(lambda: self._aio.recall(topic, recall_handle, timeout=timeout))
+
     def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
                    timeout: float | None = None) -> list[SendResult]:
         return self._run(lambda: self._aio.send_batch(msgs, queue=queue, timeout=timeout))
 
     def queues(self, topic: str) -> list[MessageQueue]:
         return self._run(lambda: self._aio.queues(topic))
+
+
+class SyncTransactionProducer(SyncProducer):
+    """A blocking :class:`TransactionProducer`. The local transaction runs in the calling thread; a blocking
+    ``checker`` runs in a worker thread (an ``async def`` one on the loop), so neither stalls the client."""
+
+    _what = "transaction producer"
+
+    def __init__(self, group: str, *, namesrv: str, checker: TransactionChecker | None = None,
+                 send_timeout: float = 3.0, retries: int = 2, call_timeout: float | None = 60.0) -> None:
+        aio_checker: TransactionChecker | None = checker
+        if checker is not None and not inspect.iscoroutinefunction(checker):
+            blocking = checker
+
+            async def in_thread(msg: MessageExt) -> LocalTransactionState:
+                return await asyncio.to_thread(blocking, msg)  # type: ignore[arg-type]
+
+            aio_checker = in_thread
+        _Facade.__init__(self, lambda: TransactionProducer(group, namesrv=namesrv, checker=aio_checker,
+                                                           send_timeout=send_timeout, retries=retries),
+                         call_timeout)
+
+    @property
+    def _tx(self) -> TransactionProducer:
+        return self._aio  # type: ignore[return-value]
+
+    def __enter__(self) -> SyncTransactionProducer:
+        self.start()
+        return self
+
+    def send_in_transaction(self, msg: Message, local_transaction: Callable[[Message, Any], object],
+                            arg: Any = None, *, timeout: float | None = None) -> TransactionSendResult:
+        """Send the half, run ``local_transaction(msg, arg)`` here, then commit or roll back as it says."""
+        result = self._run(lambda: self._tx.send_half(msg, timeout=timeout))
+        if result.ok:
+            state = run_local_transaction(lambda: local_transaction(msg, arg),
+                                          f"local transaction of {result.msg_id}")
+        else:
+            state = LocalTransactionState.ROLLBACK
+        self._run(lambda: self._tx.end_transaction(result, state))
+        return TransactionSendResult(result, state)
 
 
 # -- lite-pull consumer --------------------------------------------------------------------------------------------
@@ -493,6 +546,10 @@ class SyncAdmin(_Facade[Admin]):
 
     def query_message(self, topic: str, msg_id: str) -> MessageExt:
         return self._run(lambda: self._aio.query_message(topic, msg_id))
+
+    def timer_metrics(self, *, cluster: str | None = None, broker: str | None = None,
+                      addr: str | None = None) -> dict[str, dict[str, Any]]:
+        return self._run(lambda: self._aio.timer_metrics(cluster=cluster, broker=broker, addr=addr))
 
 
 class SyncSimpleConsumer(_Facade[SimpleConsumer]):

@@ -236,6 +236,20 @@ class EndTransactionRequestHeader(Header):
     from_transaction_check: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class CheckTransactionStateRequestHeader(Header):
+    """Broker -> producer (oneway); the body is the half message. ``topic`` and ``bname`` are RocketMQ 5's."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+    topic: str | None = None
+    broker_name: str | None = None
+    WIRE: ClassVar[dict[str, str]] = {"broker_name": "bname"}
+
+
 # -- admin ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CreateTopicRequestHeader(Header):

@@ -21,6 +21,8 @@ from cometmq.store.message import DispatchRequest
 log = logging.getLogger(__name__)
 
 WAKE_AFTER_BATCHES = 256
+#: the longest the builder stays deferred at a stretch (then it drains even during a burst)
+MAX_DEFER_S = 2.0
 
 
 class IndexBuilder(ServiceThread):
@@ -36,6 +38,9 @@ class IndexBuilder(ServiceThread):
         #: commit-log offset just past the last record handed over / indexed
         self.submitted_offset = 0
         self.applied_offset = 0
+        #: monotonic times: the builder's pass waits until ``_defer_until``; deferred since ``_defer_since``
+        self._defer_until = 0.0
+        self._defer_since = 0.0
 
     def start(self) -> None:
         self._running = True
@@ -58,7 +63,19 @@ class IndexBuilder(ServiceThread):
         elif len(self._queue) >= WAKE_AFTER_BATCHES:
             self.wakeup()
 
+    def defer(self, seconds: float) -> None:
+        """Leave the queue for up to ``seconds`` more: a burst of appends in the event loop (the timer
+        delivering many messages due together) gets the GIL instead of sharing it with this thread.
+        Lookups still drain the queue themselves, and after ``MAX_DEFER_S`` at a stretch it drains anyway."""
+        now = time.monotonic()
+        if self._defer_until <= now:
+            self._defer_since = now
+        self._defer_until = max(self._defer_until, now + seconds)
+
     def run_once(self) -> None:
+        now = time.monotonic()
+        if now < self._defer_until and now - self._defer_since < MAX_DEFER_S:
+            return
         self.drain()
 
     def drain(self) -> None:

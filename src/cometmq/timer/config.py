@@ -42,6 +42,10 @@ class TimerConfig:
     flush_interval_ms: int = 1000
     #: how far ahead of their slot due messages are read from the log and made ready to put
     prefetch_ms: int = 5000
+    #: a slot of this many messages is a burst: read ahead ``burst_prefetch_ms`` early (reading 200,000
+    #: takes seconds), and while this many are due the store's key index and the garbage collector wait
+    burst_messages: int = 8192
+    burst_prefetch_ms: int = 20_000
     #: at most this many messages are held ready (prefetched) at once: about 1.3 KB of memory each
     #: (100-byte bodies), so a burst of 200,000 due together is ready when it comes
     prefetch_max_messages: int = 250_000
@@ -53,6 +57,8 @@ class TimerConfig:
     #: records handled per dequeue pass (read, prepare) before yielding to the event loop
     dequeue_chunk: int = 2048
     preallocate: bool = True
+    #: hold the cyclic garbage collector off (at most 2 s) while thousands of due messages are put
+    burst_gc_pause: bool = True
 
     def __post_init__(self) -> None:
         if self.precision_ms < 1:
@@ -66,7 +72,7 @@ class TimerConfig:
         if self.timerlog_file_size < 4096:
             raise TimerConfigError("mappedFileSizeTimerLog must be at least 4096")
         if self.put_batch_messages < 1 or self.put_batch_bytes < 1 or self.enqueue_batch < 1 \
-                or self.dequeue_chunk < 1:
+                or self.dequeue_chunk < 1 or self.burst_messages < 1:
             raise TimerConfigError("timer batch sizes must be positive")
 
     @property

@@ -30,6 +30,7 @@ from cometmq.protocol.properties import (
     UNIQ_KEY,
     encode_properties,
 )
+from cometmq.protocol.taghash import tags_code
 from cometmq.store.message import TRANSACTION_PREPARED_TYPE, MessageInner
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -255,9 +256,11 @@ def delivery_message(rec: TimerRecord, src_phy: int) -> MessageInner | None:
     src = str(src_phy)
     props[TIMER_SRC_PHY] = src
     raw = _edit_properties(rec, drop, {TIMER_SRC_PHY: src})
+    # The tag code is worked out here, when the message is read ahead, not when it is put.
     return MessageInner(topic=topic, body=rec.body, queue_id=queue_id, properties=props, properties_raw=raw,
                         flag=rec.flag, sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,
-                        born_host=rec.born_host, reconsume_times=rec.reconsume_times)
+                        born_host=rec.born_host, reconsume_times=rec.reconsume_times,
+                        tags_code=tags_code(props.get(TAGS)))
 
 
 def roll_message(rec: TimerRecord, src_phy: int) -> MessageInner:

@@ -126,8 +126,9 @@ class TimerWheel:
         abs1, _, last1, _, _ = SLOT.unpack_from(self._buf, self._offset(slot))
         return last1 - 1 if abs1 == slot + 1 else -1
 
-    def link(self, slot: int, pos: int, *, delete: bool = False) -> None:
-        """Make the entry at ``pos`` the newest of ``slot`` (write the entry first, then link it)."""
+    def link(self, slot: int, pos: int, *, delete: bool = False) -> int:
+        """Make the entry at ``pos`` the newest of ``slot`` (write the entry first, then link it).
+        Returns how many messages (not delete markers) the slot now holds."""
         off = self._offset(slot)
         abs1, first1, last1, num, num_delete = SLOT.unpack_from(self._buf, off)
         if abs1 != slot + 1 or last1 <= 0:
@@ -138,6 +139,7 @@ class TimerWheel:
             num += 1
         SLOT.pack_into(self._buf, off, slot + 1, first1, pos + 1, num, num_delete)
         self.occupied[slot % self.slots] = 1
+        return int(num)
 
     def put_slot(self, record: Slot) -> None:
         SLOT.pack_into(self._buf, self._offset(record.slot), record.slot + 1, record.first_pos + 1,

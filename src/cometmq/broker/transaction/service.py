@@ -1,0 +1,407 @@
+"""TransactionalMessageService: half messages, END_TRANSACTION, check-back and restart recovery.
+
+The durable design is RocketMQ's (``messages.py``): halves and op records live in the commit log under two
+system topics, so the store's own recovery covers them. What differs, and why:
+
+- The unresolved transactions are kept in memory (``state.py``) and rebuilt from the two queues at start,
+  reading only from the persisted progress pair on. Checks are due-time driven (a heap), not a periodic scan:
+  the first check comes ``transactionTimeOut`` (or the producer's CHECK_IMMUNITY_TIME_IN_SECONDS) after the half
+  was stored, and further ones every ``transactionCheckInterval``.
+- A transaction is identified by its first half record, whichever copy an END_TRANSACTION names, and a commit
+  appends the delivered message and its op record in ONE contiguous append. So a commit is delivered once:
+  a second END (the producer's own plus a check's answer, a retried oneway, a restart in between) finds the
+  transaction resolved and only gets a SUCCESS with a remark; a crash can never keep one without the other.
+- The system topics RMQ_SYS_TRANS_HALF_TOPIC and RMQ_SYS_TRANS_OP_HALF_TOPIC get permission 0: no client can
+  read halves early or forge them by sending there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from cometmq.broker.transaction import messages as tm
+from cometmq.broker.transaction.messages import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from cometmq.broker.transaction.state import PendingHalf, TransactionTable
+from cometmq.common.atomic_file import read_optional, write_atomic
+from cometmq.common.tasks import cancel_and_wait
+from cometmq.net.connection import Handler, RemotingConnection
+from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader, parse_bool
+from cometmq.protocol.message import MessageRecord, decode_record, transaction_value
+from cometmq.protocol.msgid import offset_msg_id
+from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
+from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
+from cometmq.protocol.route import PERM_READ_WRITE
+from cometmq.store.config import ConfigError
+from cometmq.store.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageInner,
+)
+from cometmq.store.status import PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from cometmq.broker.clients import ClientChannel
+    from cometmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+#: how many due checks one pass sends before letting other work run
+_CHECK_BATCH = 256
+#: how often the restart progress is written when it changed (and the longest the check loop sleeps)
+_PERSIST_INTERVAL_S = 1.0
+_READ_BYTES = 4 << 20
+
+
+@dataclass
+class TransactionMetrics:
+    prepared: int = 0
+    committed: int = 0
+    rolled_back: int = 0
+    #: END_TRANSACTION with state 0 (the producer does not know yet): left for the next check
+    unknown: int = 0
+    #: END_TRANSACTION for a transaction already resolved: answered, nothing delivered
+    already_resolved: int = 0
+    refused: int = 0
+    checks_sent: int = 0
+    #: checks due while no producer of the group was connected (counted as checks, as RocketMQ does)
+    checks_without_producer: int = 0
+    #: halves moved to TRANS_CHECK_MAX_TIME_TOPIC after transactionCheckMax checks
+    discarded: int = 0
+    #: halves whose record had gone (retention) before they were resolved
+    lost: int = 0
+
+
+class TransactionalMessageService:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.timeout_ms = cfg.transaction_timeout_ms
+        self.check_max = cfg.transaction_check_max
+        self.check_interval_ms = cfg.transaction_check_interval_ms
+        if self.timeout_ms < 0 or self.check_max < 0 or self.check_interval_ms <= 0:
+            raise ConfigError("transactionTimeOut and transactionCheckMax must be >= 0 and transactionCheckInterval "
+                              f"> 0 (got {self.timeout_ms}, {self.check_max}, {self.check_interval_ms})")
+        self.table = TransactionTable()
+        self.metrics = TransactionMetrics()
+        self.progress_path = cfg.store.config_dir / "transactionProgress.json"
+        self._wake = asyncio.Event()
+        self._sleep_until: int | None = None
+        self._rr = itertools.count()
+        self._task: asyncio.Task[None] | None = None
+        self._persisted: tuple[int, int] | None = None
+        self._last_persist = 0.0
+
+    def handlers(self) -> dict[int, Handler]:
+        return {RequestCode.END_TRANSACTION: self.end_transaction}
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Create the system topics and rebuild the unresolved transactions from the half and op queues."""
+        topics = self.broker.topics
+        topics.create_system_topic(HALF_TOPIC, 1, perm=0)
+        topics.create_system_topic(OP_TOPIC, 1, perm=0)
+        half_from, op_from = self._read_progress()
+        store = self.broker.store
+        half_from = min(max(half_from, store.min_offset(HALF_TOPIC, 0)), store.max_offset(HALF_TOPIC, 0))
+        op_from = min(max(op_from, store.min_offset(OP_TOPIC, 0)), store.max_offset(OP_TOPIC, 0))
+        due: dict[int, int] = {}
+        halves = 0
+        for rec in self._records(HALF_TOPIC, half_from):
+            halves += 1
+            origin = tm.origin_of(rec.properties, rec.queue_offset)
+            times = tm.check_times_of(rec.properties)
+            due[origin] = rec.store_timestamp + (
+                tm.immunity_ms(rec.properties, self.timeout_ms) if times == 0 else self.check_interval_ms)
+            if self.table.get(origin) is None:
+                self.table.add(PendingHalf(origin, rec.queue_offset, rec.physical_offset,
+                                           rec.properties.get(PGROUP, ""), times, 0, op_from))
+            else:
+                self.table.record_appended(origin, rec.queue_offset, rec.physical_offset, times, op_from)
+        ops = 0
+        for rec in self._records(OP_TOPIC, op_from):
+            ops += 1
+            for offset in tm.parse_op_body(rec.body):
+                self.table.resolve(offset)
+        # Producers reconnect after a restart: give them one transactionTimeOut before the first check.
+        earliest = self.broker.clock() + self.timeout_ms
+        for half in list(self.table.pending.values()):
+            self.table.schedule(half, max(due[half.origin], earliest))
+        self._persisted = (half_from, op_from)
+        log.info("transactions: %d unresolved after reading %d half records from offset %d and %d op records "
+                 "from offset %d", len(self.table), halves, half_from, ops, op_from)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="transaction-check")
+
+    async def stop(self) -> None:
+        await cancel_and_wait([self._task])
+        self._task = None
+        self._persist_progress()
+
+    # -- the send path ----------------------------------------------------------------------------------------
+    @staticmethod
+    def is_half_send(msgs: list[MessageInner], batch: bool) -> bool:
+        """Whether a send is a transaction's half (TRAN_MSG=true, or the PREPARED sys flag); a batch may not be."""
+        wanted = any(_wants_transaction(m) for m in msgs
+                     if not m.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)))
+        if wanted and batch:
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "transactional messages cannot be sent in a batch")
+        return wanted
+
+    async def put_half(self, msg: MessageInner, producer_group: str) -> PutResult:
+        """Store ``msg`` as a half and start tracking it; the send's answer carries the half's offsets."""
+        tm.to_half(msg, producer_group)
+        store = self.broker.store
+        op_mark = store.max_offset(OP_TOPIC, 0)
+        result = store.put_messages([msg])
+        if result.ok:
+            r = result.records[0]
+            due = r.store_timestamp + tm.immunity_ms(msg.properties, self.timeout_ms)
+            self.table.add(PendingHalf(r.queue_offset, r.queue_offset, r.phy_offset, msg.properties[PGROUP], 0,
+                                       due, op_mark))
+            self.metrics.prepared += 1
+            if self._sleep_until is None or due < self._sleep_until:
+                self._wake.set()
+            result = await self._durable(result)
+        return result
+
+    # -- END_TRANSACTION (37) ------------------------------------------------------------------------------------
+    async def end_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        if self.broker.config.broker_id != 0:
+            raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION goes to the master broker")
+        state = h.commit_or_rollback
+        source = "check answer" if h.from_transaction_check else "producer"
+        if state == TRANSACTION_NOT_TYPE:
+            self.metrics.unknown += 1
+            log.debug("%s %s of %s: state unknown, left for the next check", source, h.msg_id, h.producer_group)
+            return make_response(cmd, ResponseCode.SUCCESS, "state unknown: the broker will check back")
+        if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            self.metrics.refused += 1
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} is not 0, 8 or 12")
+        rec = self._half_at(h)
+        origin = tm.origin_of(rec.properties, rec.queue_offset)
+        half = self.table.resolve(origin)
+        if half is None:
+            self.metrics.already_resolved += 1
+            return make_response(cmd, ResponseCode.SUCCESS, "the transaction is already resolved")
+        now = self.broker.clock()
+        ops = [tm.op_record([origin, rec.queue_offset], now)]
+        # One contiguous append: the delivered message never exists without the op record that resolves it.
+        msgs = [tm.committed(rec, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE else ops
+        result = self.broker.store.put_messages(msgs)
+        if not result.ok:
+            self.table.add(half)  # nothing was written: still unresolved
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
+        if state == TRANSACTION_COMMIT_TYPE:
+            self.metrics.committed += 1
+        else:
+            self.metrics.rolled_back += 1
+        result = await self._durable(result)
+        code = ResponseCode.FLUSH_DISK_TIMEOUT if result.status is PutStatus.FLUSH_DISK_TIMEOUT else 0
+        return make_response(cmd, code)
+
+    def _half_at(self, h: EndTransactionRequestHeader) -> MessageRecord:
+        """The half record the request names, checked as RocketMQ checks it (group, queue and log offsets)."""
+        view = self.broker.store.read_record(h.commit_log_offset)
+        rec: MessageRecord | None = None
+        if view is not None:
+            try:
+                rec = decode_record(view)[0]
+            except ProtocolError:
+                rec = None
+        if rec is None or rec.topic != HALF_TOPIC or rec.physical_offset != h.commit_log_offset:
+            self.metrics.refused += 1
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: no half "
+                                f"message at commit-log offset {h.commit_log_offset}")
+        if rec.properties.get(PGROUP, "") != h.producer_group:
+            self.metrics.refused += 1
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "The producer group wrong: the half message belongs to "
+                                f"{rec.properties.get(PGROUP, '')!r}, not {h.producer_group!r}")
+        if rec.queue_offset != h.tran_state_table_offset:
+            self.metrics.refused += 1
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong: "
+                                f"{h.tran_state_table_offset}, the half is at {rec.queue_offset}")
+        return rec
+
+    # -- check-back -------------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            now = self.broker.clock()
+            due = self.table.pop_due(now, _CHECK_BATCH)
+            for half in due:
+                try:
+                    self._check(half, now)
+                except Exception:
+                    log.exception("checking transaction %d failed", half.origin)
+                    self.table.schedule(half, now + self.check_interval_ms)
+            if len(due) == _CHECK_BATCH:
+                await asyncio.sleep(0)
+                continue
+            if time.monotonic() - self._last_persist >= _PERSIST_INTERVAL_S:
+                self._last_persist = time.monotonic()
+                progress = self._progress()
+                if progress != self._persisted:
+                    await asyncio.to_thread(self._write_progress, progress)
+            nxt = self.table.next_due()
+            wait_ms = _PERSIST_INTERVAL_S * 1000 if nxt is None else min(max(0, nxt - now),
+                                                                       _PERSIST_INTERVAL_S * 1000)
+            self._sleep_until = now + int(wait_ms)
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._sleep_until = None
+
+    def _check(self, half: PendingHalf, now: int) -> None:
+        store = self.broker.store
+        rec = self._read(half.latest_phy)
+        if rec is None or rec.topic != HALF_TOPIC:
+            self.table.resolve(half.origin)
+            self.metrics.lost += 1
+            log.error("transaction %d of %s: its half message is gone from the commit log (offset %d); dropped",
+                      half.origin, half.group, half.latest_phy)
+            return
+        if half.check_times >= self.check_max:
+            self._discard(half, rec, now)
+            return
+        times = half.check_times + 1
+        op_mark = store.max_offset(OP_TOPIC, 0)
+        result = store.put_messages([tm.copy_for_check(rec, half.origin, times)])
+        self.table.schedule(half, now + self.check_interval_ms)
+        if not result.ok:
+            log.warning("transaction %d: cannot re-append its half for check %d (%s); retrying later",
+                        half.origin, times, result.status.value)
+            return
+        r = result.records[0]
+        self.table.record_appended(half.origin, r.queue_offset, r.phy_offset, times, op_mark)
+        channel = self._pick_channel(half.group)
+        if channel is None:
+            self.metrics.checks_without_producer += 1
+            log.warning("transaction %d: no producer of group %s is connected for check %d of %d", half.origin,
+                        half.group, times, self.check_max)
+            return
+        copy = self._read(r.phy_offset)
+        if copy is None:
+            return
+        topic, _ = tm.real_destination(copy)
+        uniq = copy.properties.get(UNIQ_KEY)
+        header = CheckTransactionStateRequestHeader(
+            tran_state_table_offset=copy.queue_offset, commit_log_offset=copy.physical_offset, msg_id=uniq,
+            transaction_id=uniq, offset_msg_id=offset_msg_id(store.commitlog.store_host, copy.physical_offset),
+            topic=topic, broker_name=self.broker.config.broker_name)
+        request = make_request(RequestCode.CHECK_TRANSACTION_STATE, header.to_ext(), tm.check_request_body(copy),
+                               oneway=True)
+        try:
+            channel.conn.send_oneway(request)
+        except ConnectionError as exc:
+            log.warning("transaction %d: check to %s failed: %s", half.origin, channel.client_id, exc)
+            return
+        self.metrics.checks_sent += 1
+        log.debug("transaction %d (%s): check %d sent to %s", half.origin, uniq, times, channel.client_id)
+
+    def _discard(self, half: PendingHalf, rec: MessageRecord, now: int) -> None:
+        self.broker.topics.create_system_topic(CHECK_MAX_TOPIC, 1, PERM_READ_WRITE)
+        result = self.broker.store.put_messages(
+            [tm.discarded(rec), tm.op_record([half.origin, half.latest_offset], now)])
+        if not result.ok:
+            self.table.schedule(half, now + self.check_interval_ms)
+            log.error("transaction %d: cannot move it to %s (%s)", half.origin, CHECK_MAX_TOPIC, result.status.value)
+            return
+        self.table.resolve(half.origin)
+        self.metrics.discarded += 1
+        topic, _ = tm.real_destination(rec)
+        log.warning("transaction %s of %s (topic %s) checked %d times without a decision: moved to %s at queue "
+                    "offset %d", rec.properties.get(UNIQ_KEY), half.group, topic, half.check_times, CHECK_MAX_TOPIC,
+                    result.records[0].queue_offset)
+
+    def _pick_channel(self, group: str) -> ClientChannel | None:
+        """One live producer connection of the group, taking turns among them."""
+        live = [ch for ch in self.broker.producers.groups.get(group, {}).values() if not ch.conn.closed]
+        return live[next(self._rr) % len(live)] if live else None
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+    def _read(self, phy: int) -> MessageRecord | None:
+        view = self.broker.store.read_record(phy)
+        if view is None:
+            return None
+        try:
+            return decode_record(view)[0]
+        except ProtocolError:
+            return None
+
+    def _records(self, topic: str, start: int) -> Iterator[MessageRecord]:
+        store = self.broker.store
+        offset = start
+        while offset < store.max_offset(topic, 0):
+            got = store.get_messages(topic, 0, offset, 1024, max_bytes=_READ_BYTES)
+            for view in got.buffers:
+                try:
+                    yield decode_record(view)[0]
+                except ProtocolError as exc:
+                    log.error("unreadable record in %s: %s", topic, exc)
+            if got.next_begin_offset <= offset:
+                break
+            offset = got.next_begin_offset
+
+    async def _durable(self, result: PutResult) -> PutResult:
+        broker = self.broker
+        if result.ok and broker.store.sync_flush and broker.flush_waiter is not None:
+            limit = broker.config.store.sync_flush_timeout_ms / 1000
+            if not await broker.flush_waiter.wait(result.end_offset, limit):
+                result.status = PutStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    def _read_progress(self) -> tuple[int, int]:
+        raw = read_optional(self.progress_path)
+        if not raw:
+            return 0, 0
+        try:
+            data = json.loads(raw)
+            return int(data["halfOffset"]), int(data["opOffset"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("cannot read %s (%s): rebuilding transactions from the start of the queues",
+                      self.progress_path, exc)
+            return 0, 0
+
+    def _progress(self) -> tuple[int, int]:
+        store = self.broker.store
+        return self.table.progress(store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
+
+    def _write_progress(self, progress: tuple[int, int]) -> None:
+        write_atomic(self.progress_path, json.dumps({"halfOffset": progress[0], "opOffset": progress[1]}).encode())
+        self._persisted = progress
+
+    def _persist_progress(self) -> None:
+        progress = self._progress()
+        if progress != self._persisted:
+            self._write_progress(progress)
+
+    def stats(self) -> dict[str, int]:
+        return {**asdict(self.metrics), "pending": len(self.table)}
+
+
+def _wants_transaction(m: MessageInner) -> bool:
+    if transaction_value(m.sys_flag) == TRANSACTION_PREPARED_TYPE:
+        return True
+    try:
+        return parse_bool(m.properties.get(TRAN_MSG, ""))
+    except ValueError:
+        return False

@@ -1,0 +1,99 @@
+"""The unresolved transactions and when to check each one: a pure structure, time passed in as ``now``.
+
+One :class:`PendingHalf` per unresolved transaction, keyed by its *origin* (the half queue offset of its first
+half record). A heap of ``(due, origin)`` says which is checked next; stale heap items (a transaction resolved
+or rescheduled since) are skipped when they come up.
+
+Restart progress
+    The half and op records are in the commit log, so the table is rebuilt after a restart by reading the
+    half queue from ``half_offset`` and the op queue from ``op_offset`` (:meth:`TransactionTable.progress`):
+
+    - ``half_offset`` is the lowest queue offset of the *latest* half record of any pending transaction: every
+      pending transaction has its latest record at or past it (each check re-appends one).
+    - ``op_offset`` is what the op queue's end was when that record was appended. An op that resolves a
+      transaction is written after every half record of it, so ops for transactions with a record at or past
+      ``half_offset`` all lie at or past ``op_offset``. Older ops concern only older transactions.
+
+    Both only grow, so a stale persisted pair is merely a longer scan, never a wrong one.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class PendingHalf:
+    #: half queue offset of the first half record: the transaction's identity
+    origin: int
+    #: the latest half record (the origin itself until the first check re-appends it)
+    latest_offset: int
+    latest_phy: int
+    group: str
+    #: checks sent so far (the latest record's TRANSACTION_CHECK_TIMES)
+    check_times: int
+    next_check_ms: int
+    #: the op queue's end when the latest record was appended (see the module docstring)
+    op_mark: int
+
+
+class TransactionTable:
+    def __init__(self) -> None:
+        self.pending: dict[int, PendingHalf] = {}
+        self._heap: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def get(self, origin: int) -> PendingHalf | None:
+        return self.pending.get(origin)
+
+    def add(self, half: PendingHalf) -> None:
+        self.pending[half.origin] = half
+        heapq.heappush(self._heap, (half.next_check_ms, half.origin))
+
+    def record_appended(self, origin: int, queue_offset: int, phy: int, check_times: int, op_mark: int) -> None:
+        """A newer half record of a pending transaction was appended (a check's copy)."""
+        half = self.pending.get(origin)
+        if half is not None and queue_offset > half.latest_offset:
+            half.latest_offset, half.latest_phy = queue_offset, phy
+            half.check_times, half.op_mark = check_times, op_mark
+
+    def schedule(self, half: PendingHalf, due_ms: int) -> None:
+        half.next_check_ms = due_ms
+        heapq.heappush(self._heap, (due_ms, half.origin))
+
+    def resolve(self, origin: int) -> PendingHalf | None:
+        """Forget a transaction (committed, rolled back or discarded); None if it was not pending."""
+        return self.pending.pop(origin, None)
+
+    def pop_due(self, now_ms: int, limit: int) -> list[PendingHalf]:
+        """Up to ``limit`` pending transactions whose check is due, earliest first."""
+        out: list[PendingHalf] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms and len(out) < limit:
+            due, origin = heapq.heappop(heap)
+            half = self.pending.get(origin)
+            if half is not None and half.next_check_ms == due:
+                out.append(half)
+        return out
+
+    def next_due(self) -> int | None:
+        """When the earliest check is due (stale items are dropped on the way)."""
+        heap = self._heap
+        while heap:
+            due, origin = heap[0]
+            half = self.pending.get(origin)
+            if half is not None and half.next_check_ms == due:
+                return due
+            heapq.heappop(heap)
+        return None
+
+    def progress(self, half_end: int, op_end: int) -> tuple[int, int]:
+        """``(half_offset, op_offset)`` to rebuild from after a restart; the queues' ends when nothing is
+        pending."""
+        if not self.pending:
+            return half_end, op_end
+        oldest = min(self.pending.values(), key=lambda h: h.latest_offset)
+        return oldest.latest_offset, oldest.op_mark

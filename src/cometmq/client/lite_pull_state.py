@@ -1,0 +1,67 @@
+"""The lite-pull consumer's bookkeeping: one state per assigned queue, a pulled batch, a subscription."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.protocol.client_bodies import SubscriptionData
+
+__all__ = ["Batch", "QueueState", "Subscription"]
+
+
+class QueueState:
+    __slots__ = (
+        "blocked",
+        "buffered",
+        "committed",
+        "consumed",
+        "expression",
+        "expression_type",
+        "paused",
+        "pull_offset",
+        "queue",
+        "reported",
+        "sub_version",
+        "task",
+        "wake",
+    )
+
+    def __init__(self, queue: MessageQueue, expression: str, expression_type: str, sub_version: int) -> None:
+        self.queue = queue
+        self.expression = expression
+        self.expression_type = expression_type
+        self.sub_version = sub_version
+        self.pull_offset = -1  # next offset to pull; -1 = not known yet
+        self.consumed = -1  # offset after the last message poll returned (what a commit writes); -1 = none
+        self.committed = -1  # what the broker holds, as far as we know
+        self.buffered = 0
+        self.paused = False
+        self.blocked = False
+        self.reported: tuple[int, str] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.wake = asyncio.Event()
+
+
+class Batch:
+    __slots__ = ("msgs", "next_offset", "start", "state")
+
+    def __init__(self, state: QueueState, msgs: list[MessageExt], next_offset: int) -> None:
+        self.state = state
+        self.msgs = msgs
+        self.start = 0
+        self.next_offset = next_offset
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscription:
+    topic: str
+    expression: str
+    expression_type: str
+    version: int
+
+    def data(self) -> SubscriptionData:
+        tags = () if self.expression.strip() in ("", "*") or self.expression_type != "TAG" else tuple(
+            t.strip() for t in self.expression.split("||") if t.strip())
+        return SubscriptionData(self.topic, self.expression, self.version, self.expression_type, tags)

@@ -1,0 +1,293 @@
+"""TransactionProducer: send a half message, run a local transaction, commit or roll back; answer check-backs.
+
+    async def local_tx(msg: Message, arg: Any) -> LocalTransactionState:
+        await db.insert_order(arg)                     # the local transaction
+        return LocalTransactionState.COMMIT
+
+    def checker(msg: MessageExt) -> LocalTransactionState:   # the broker asks about an unresolved one
+        return LocalTransactionState.COMMIT if db.has_order(msg.keys[0]) else LocalTransactionState.ROLLBACK
+
+    async with TransactionProducer("tx-group", namesrv="127.0.0.1:9876", checker=checker) as producer:
+        result = await producer.send_in_transaction(Message("Orders", b"...", keys="order-1"), local_tx, order)
+
+The wire contract is RocketMQ's: the half is a SEND_MESSAGE with TRAN_MSG=true, PGROUP and the PREPARED sys flag;
+the decision is an END_TRANSACTION naming the half by its commit-log offset (from the send's offset msgId) and
+queue offset; the broker asks about undecided halves with a oneway CHECK_TRANSACTION_STATE on the connection
+this producer's group heartbeats on, answered with END_TRANSACTION ``fromTransactionCheck=true``.
+
+The check requests arrive on the producer's :class:`ClientInstance`, so a TransactionProducer runs on a
+:class:`TransactionClientInstance` (it makes one unless given one); several transaction producers of different
+groups may share it.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cometmq.client.errors import InvalidArgumentError, MQClientError
+from cometmq.client.instance import ClientInstance
+from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
+from cometmq.client.producer import Producer
+from cometmq.net.client import RemotingClient
+from cometmq.net.connection import RemotingConnection
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from cometmq.protocol.message import SysFlag, decode_record
+from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
+from cometmq.protocol.remoting import RemotingCommand, make_request
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LocalTransactionState", "TransactionClientInstance", "TransactionProducer", "TransactionSendResult"]
+
+
+class LocalTransactionState(enum.Enum):
+    """A local transaction's outcome; the values are END_TRANSACTION's ``commitOrRollback``."""
+
+    COMMIT_MESSAGE = 8
+    ROLLBACK_MESSAGE = 12
+    UNKNOW = 0  # RocketMQ's spelling
+    COMMIT = 8
+    ROLLBACK = 12
+    UNKNOWN = 0
+
+
+StateOrAwaitable = LocalTransactionState | Awaitable[LocalTransactionState]
+#: ``(message, arg) -> state``: runs the local transaction (sync or async)
+LocalTransaction = Callable[[Message, Any], StateOrAwaitable]
+#: ``(message) -> state``: tells the broker what became of an unresolved transaction (sync or async)
+TransactionChecker = Callable[[MessageExt], StateOrAwaitable]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSendResult:
+    send_result: SendResult
+    local_state: LocalTransactionState
+
+    @property
+    def msg_id(self) -> str:
+        """The message id consumers see (the UNIQ_KEY); it is also the transaction id."""
+        return self.send_result.msg_id
+
+    @property
+    def transaction_id(self) -> str:
+        return self.send_result.msg_id
+
+    @property
+    def ok(self) -> bool:
+        return self.send_result.ok
+
+
+def checked_state(state: object, what: str) -> LocalTransactionState:
+    """``state`` if it is a LocalTransactionState, else UNKNOW (logged): a wrong answer never commits."""
+    if isinstance(state, LocalTransactionState):
+        return state
+    log.error("%s returned %r, not a LocalTransactionState; counted as UNKNOW", what, state)
+    return LocalTransactionState.UNKNOW
+
+
+def run_local_transaction(call: Callable[[], object], what: str) -> LocalTransactionState:
+    """Run a blocking local transaction (the sync facade runs it in the caller's thread)."""
+    try:
+        return checked_state(call(), what)
+    except Exception:
+        log.exception("%s raised; counted as UNKNOW", what)
+        return LocalTransactionState.UNKNOW
+
+
+class TransactionClientInstance(ClientInstance):
+    """A :class:`ClientInstance` that also serves the brokers' CHECK_TRANSACTION_STATE requests."""
+
+    def __init__(self, namesrv: str | Iterable[str], **kwargs: Any) -> None:
+        super().__init__(namesrv, **kwargs)
+        #: producer group -> the transaction producer that answers for it
+        self.transaction_producers: dict[str, TransactionProducer] = {}
+        # No connection exists yet: serve the parent's requests plus the check on a client of our own.
+        self.remoting = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                                        RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction})
+
+    async def _on_check_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        try:
+            header = CheckTransactionStateRequestHeader.from_ext(cmd.ext_fields)
+            rec = decode_record(cmd.body)[0]
+        except ProtocolError as exc:
+            log.warning("malformed CHECK_TRANSACTION_STATE from %s: %s", conn.remote_address, exc)
+            return None
+        group = rec.properties.get(PGROUP, "")
+        producer = self.transaction_producers.get(group)
+        if producer is None:
+            log.warning("CHECK_TRANSACTION_STATE from %s for group %r, which has no transaction producer here",
+                        conn.remote_address, group)
+            return None
+        await producer.answer_check(conn, header, MessageExt.from_record(rec, header.broker_name or ""))
+        return None
+
+
+class TransactionProducer(Producer):
+    """A :class:`Producer` that also sends transactional messages. ``checker`` answers the broker's check-backs
+    of transactions left undecided (UNKNOW, or an END_TRANSACTION that never arrived)."""
+
+    def __init__(self, group: str, *, namesrv: str | None = None, checker: TransactionChecker | None = None,
+                 instance: TransactionClientInstance | None = None, **kwargs: Any) -> None:
+        if instance is not None and not isinstance(instance, TransactionClientInstance):
+            raise InvalidArgumentError("a TransactionProducer needs a TransactionClientInstance (it serves checks)")
+        if instance is None and namesrv is None:
+            raise InvalidArgumentError("a producer needs namesrv='host:port' or a TransactionClientInstance")
+        if checker is not None and not callable(checker):
+            raise InvalidArgumentError("checker must be callable: (MessageExt) -> LocalTransactionState")
+        tx_instance = instance or TransactionClientInstance(namesrv or "")
+        super().__init__(group, instance=tx_instance, **kwargs)
+        self._own_instance = instance is None
+        self.tx_instance = tx_instance
+        self.checker = checker
+        #: check-backs answered, by state
+        self.checks_answered: dict[LocalTransactionState, int] = {s: 0 for s in LocalTransactionState}
+        #: broker address -> the connection our group was last announced on (a new one needs a heartbeat)
+        self._announced: dict[str, RemotingConnection | None] = {}
+
+    async def start(self) -> None:
+        if self.started:
+            return
+        other = self.tx_instance.transaction_producers.get(self.group)
+        if other is not None and other is not self:
+            raise InvalidArgumentError(f"group {self.group} already has a transaction producer in this instance")
+        self.tx_instance.transaction_producers[self.group] = self
+        try:
+            await super().start()
+        except BaseException:
+            self.tx_instance.transaction_producers.pop(self.group, None)
+            raise
+        # Register with the brokers now: a check-back can only reach a producer the broker knows.
+        await self.instance.heartbeat()
+
+    async def close(self) -> None:
+        if not self.started:
+            return
+        await super().close()
+        if self.tx_instance.transaction_producers.get(self.group) is self:
+            del self.tx_instance.transaction_producers[self.group]
+
+    async def __aenter__(self) -> TransactionProducer:
+        await self.start()
+        return self
+
+    # -- sending ------------------------------------------------------------------------------------------------
+    async def send_in_transaction(self, msg: Message, local_transaction: LocalTransaction, arg: Any = None, *,
+                                  timeout: float | None = None) -> TransactionSendResult:
+        """Send ``msg`` as a half, run ``local_transaction(msg, arg)`` and tell the broker its outcome.
+
+        An exception from the local transaction counts as UNKNOW (the broker will ask the checker later). A half
+        the broker did not store with SEND_OK is rolled back without running the local transaction."""
+        if not callable(local_transaction):
+            raise InvalidArgumentError("local_transaction must be callable: (Message, arg) -> LocalTransactionState")
+        result = await self.send_half(msg, timeout=timeout)
+        if not result.ok:
+            state = LocalTransactionState.ROLLBACK
+        else:
+            state = await self._decide(lambda: local_transaction(msg, arg), f"local transaction of {result.msg_id}")
+        await self.end_transaction(result, state)
+        return TransactionSendResult(result, state)
+
+    async def send_half(self, msg: Message, *, timeout: float | None = None) -> SendResult:
+        """Only the first step: store ``msg`` as a half (invisible until :meth:`end_transaction`)."""
+        self._check(msg)
+        if msg.delay_level or msg.deliver_at is not None or msg.delay is not None:
+            raise InvalidArgumentError("a transactional message cannot be delayed or scheduled")
+        half = Message(msg.topic, msg.body, tags=msg.tags, keys=msg.keys,
+                       properties={**msg.properties, TRAN_MSG: "true", PGROUP: self.group}, flag=msg.flag)
+        result = await self.send(half, timeout=timeout)
+        await self._announce(result.queue)
+        return result
+
+    async def _announce(self, q: MessageQueue) -> None:
+        """Heartbeat when the half went over a connection the broker has not seen our group on (a first send to
+        that broker, or a reconnect after it restarted): its check-backs can only reach a registered producer."""
+        addr = self.instance.master_addr(q.broker_name)
+        if addr is None:
+            return
+        conn = self.instance.remoting.connections.get(addr)
+        if conn is not None and self._announced.get(addr) is conn:
+            return
+        await self.instance.heartbeat()
+        self._announced[addr] = conn
+
+    async def end_transaction(self, result: SendResult, state: LocalTransactionState,
+                              *, timeout: float | None = None) -> bool:
+        """Tell the broker the outcome of the half ``result`` names; False (logged) if it could not be told —
+        the broker then checks back, so this is never fatal."""
+        try:
+            offset = decode_offset_msg_id(result.offset_msg_id).offset
+        except ProtocolError as exc:
+            log.warning("cannot end transaction %s: bad offset msgId %r (%s)", result.msg_id, result.offset_msg_id,
+                        exc)
+            return False
+        header = EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=result.queue_offset, commit_log_offset=offset,
+            commit_or_rollback=state.value, msg_id=result.msg_id, transaction_id=result.msg_id,
+            from_transaction_check=False)
+        try:
+            addr = await self._addr(result.queue)
+            response = await self.instance.invoke(addr, make_request(RequestCode.END_TRANSACTION, header.to_ext()),
+                                                  self.send_timeout if timeout is None else timeout,
+                                                  context=f"end transaction {result.msg_id}")
+        except MQClientError as exc:
+            log.warning("END_TRANSACTION %s (%s) not delivered: %s; the broker will check back", result.msg_id,
+                        state.name, exc)
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            log.warning("END_TRANSACTION %s (%s) refused: code %d %s", result.msg_id, state.name, response.code,
+                        response.remark)
+            return False
+        return True
+
+    # -- check-back ------------------------------------------------------------------------------------------------
+    async def answer_check(self, conn: RemotingConnection, header: CheckTransactionStateRequestHeader,
+                           msg: MessageExt) -> None:
+        """Ask the checker about ``msg`` and send the answer (oneway) on the connection the check came on."""
+        checker = self.checker
+        if checker is None:
+            log.warning("transaction %s: the broker checks back but producer %s has no checker", msg.msg_id,
+                        self.group)
+            state = LocalTransactionState.UNKNOW
+        else:
+            state = await self._decide(lambda: checker(msg), f"check of transaction {msg.msg_id}")
+        self.checks_answered[state] += 1
+        end = EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=header.tran_state_table_offset,
+            commit_log_offset=header.commit_log_offset, commit_or_rollback=state.value,
+            msg_id=msg.properties.get(UNIQ_KEY) or header.msg_id, transaction_id=header.transaction_id,
+            from_transaction_check=True)
+        if conn.closed:
+            log.info("transaction %s: the broker went away before the check was answered", msg.msg_id)
+            return
+        try:
+            conn.send_oneway(make_request(RequestCode.END_TRANSACTION, end.to_ext(), oneway=True))
+        except ConnectionError as exc:
+            log.info("transaction %s: answering the check failed: %s", msg.msg_id, exc)
+
+    @staticmethod
+    async def _decide(call: Callable[[], StateOrAwaitable], what: str) -> LocalTransactionState:
+        try:
+            state = call()
+            if inspect.isawaitable(state):
+                state = await state
+        except Exception:
+            log.exception("%s raised; counted as UNKNOW", what)
+            return LocalTransactionState.UNKNOW
+        return checked_state(state, what)
+
+    # -- wire ------------------------------------------------------------------------------------------------------
+    def _request(self, q: MessageQueue, msg: Message, *, oneway: bool = False) -> tuple[Any, str]:
+        cmd, uniq = super()._request(q, msg, oneway=oneway)
+        if msg.properties.get(TRAN_MSG) == "true":
+            # RocketMQ's producers flag a half in the sys flag too ("f" is sysFlag in SEND_MESSAGE_V2).
+            ext = cmd.ext_fields
+            ext["f"] = str(int(ext.get("f", "0")) | SysFlag.TRANSACTION_PREPARED)
+        return cmd, uniq

@@ -1,0 +1,43 @@
+"""Configuration of the gRPC endpoint (one frozen dataclass; no gRPC imports, so the CLI can build it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+DEFAULT_GRPC_PORT = 8081
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    #: nameservers, ``host:port;host:port``
+    namesrv: str = "127.0.0.1:9876"
+    host: str = "127.0.0.1"
+    #: 0 lets the OS pick a free port (tests); the bound port is on ``GrpcProxy.port``
+    port: int = DEFAULT_GRPC_PORT
+    #: remoting request timeout towards brokers and nameservers
+    request_timeout_s: float = 3.0
+    #: publishing.max_body_size told to producers, and enforced on SendMessage
+    max_body_size: int = 4 * 1024 * 1024
+    #: invisible time of a ReceiveMessage without one (push consumers), RocketMQ's popInvisibleTime
+    default_invisible_ms: int = 60_000
+    #: long polling of a ReceiveMessage without one, and told to push consumers in their settings
+    long_polling_ms: int = 20_000
+    #: answer a long poll this long before the client's deadline
+    deadline_margin_ms: int = 1_000
+    #: access key -> secret key; authentication is on when ``auth_enabled``
+    access_keys: dict[str, str] = field(default_factory=dict)
+    auth_enabled: bool = False
+    #: allowed distance between x-mq-date-time and the server clock
+    max_clock_skew_s: float = 15 * 60
+    #: where new consumer groups start: "min" (the queue's first message) or "max" (new messages only)
+    init_mode: str = "min"
+    route_refresh_s: float = 10.0
+    heartbeat_s: float = 30.0
+
+    def replace(self, **changes: Any) -> ProxyConfig:
+        return replace(self, **changes)
+
+    @property
+    def bind_addr(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"

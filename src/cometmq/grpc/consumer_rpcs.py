@@ -1,0 +1,272 @@
+"""Consuming: by POP (QueryAssignment, ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue) and by offset (PullMessage, UpdateOffset, GetOffset, QueryOffset)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from cometmq.grpc import convert
+from cometmq.grpc.handles import ReceiptHandle
+from cometmq.grpc.producer_rpcs import ALL_TYPES, endpoints_for
+from cometmq.grpc.rpc import RpcBase, client_id_of, remaining_ms, streaming, unary
+from cometmq.grpc.status import OK_STATUS, GrpcError, from_remoting, status
+from cometmq.grpc.v2 import definition_pb2 as pb
+from cometmq.grpc.v2 import service_pb2 as spb
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    TopicQueueHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from cometmq.protocol.message import iter_records
+from cometmq.protocol.pop import (
+    INIT_MODE_MAX,
+    INIT_MODE_MIN,
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    ChangeInvisibleTimeResponseHeader,
+    PopMessageRequestHeader,
+    PopMessageResponseHeader,
+    extra_info_for,
+)
+from cometmq.protocol.remoting import RemotingCommand, make_request
+from cometmq.protocol.route import perm_readable
+
+MAX_BATCH = 1024
+#: PULL_MESSAGE sysFlag: suspend (long poll) + the request carries its subscription
+_PULL_SYS_FLAG = 0x2 | 0x4
+#: an invisible time longer than this is refused (RocketMQ's limit: 12 hours)
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+
+
+def _filter(expr: pb.FilterExpression) -> tuple[str, str]:
+    if expr.type == pb.SQL:
+        return "SQL92", expr.expression
+    return "TAG", expr.expression or "*"
+
+
+class ConsumerRpcs(RpcBase):
+    port: int
+
+    def _check(self, response: RemotingCommand, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        if response.code not in ok:
+            raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
+        return response
+
+    # -- assignment -----------------------------------------------------------------------------------------
+    @unary(spb.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
+        """One assignment per broker with readable queues, queue id -1: the broker's POP picks the queue (and
+        keeps per-queue order for FIFO groups), so every consumer of the group may ask every broker."""
+        topic = request.topic.name
+        route = await self.backend.route(topic)
+        endpoints = endpoints_for(request.endpoints, self.config.host, self.port)
+        masters = {bd.broker_name for bd in route.broker_datas if bd.master_addr is not None}
+        out = []
+        for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if qd.broker_name in masters and perm_readable(qd.perm) and qd.read_queue_nums > 0:
+                mq = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE,
+                                     broker=pb.Broker(name=qd.broker_name, id=0, endpoints=endpoints),
+                                     accept_message_types=ALL_TYPES)
+                out.append(pb.Assignment(message_queue=mq))
+        return spb.QueryAssignmentResponse(status=OK_STATUS, assignments=out)
+
+    # -- receive ----------------------------------------------------------------------------------------------
+    @streaming(spb.ReceiveMessageResponse)
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
+                             context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        group, mq = request.group.name, request.message_queue
+        topic = mq.topic.name
+        if not group:
+            raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, "ReceiveMessage names no consumer group")
+        if request.HasField("invisible_duration"):
+            invisible = convert.duration_ms(request.invisible_duration)
+            if not 0 < invisible <= MAX_INVISIBLE_MS:
+                raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
+        else:
+            invisible = self.config.default_invisible_ms
+        poll = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
+                else self.config.long_polling_ms)
+        left = remaining_ms(context)
+        if left is not None:  # answer before the client gives up
+            poll = min(poll, int(left - self.config.deadline_margin_ms - self.config.request_timeout_s * 1000 / 3))
+        poll = max(poll, 0)
+        batch = request.batch_size if request.batch_size > 0 else 32
+        if batch > MAX_BATCH:
+            raise GrpcError(pb.Code.BAD_REQUEST, f"batch size {batch} exceeds {MAX_BATCH}")
+        session = self.sessions.find(client_id_of(context))
+        fifo = bool(session and session.fifo and session.group == group)
+        exp_type, exp = _filter(request.filter_expression)
+        addr = await self.backend.broker_addr(topic, mq.broker.name)
+        header = PopMessageRequestHeader(
+            consumer_group=group, topic=topic, queue_id=-1, max_msg_nums=batch, invisible_time=invisible,
+            poll_time=poll, born_time=int(time.time() * 1000),
+            init_mode=INIT_MODE_MAX if self.config.init_mode == "max" else INIT_MODE_MIN,
+            exp_type=exp_type, exp=exp, order=fifo or None, attempt_id=request.attempt_id or None)
+        response = await self.backend.invoke(addr, make_request(RequestCode.POP_MESSAGE, header.to_ext()),
+                                             timeout=poll / 1000 + self.config.request_timeout_s)
+        if response.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT):
+            yield spb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        self._check(response)
+        rh = PopMessageResponseHeader.from_ext(response.ext_fields)
+        messages = []
+        for rec in iter_records(response.body or b""):
+            info = extra_info_for(rh, rec.topic, rec.queue_id, rec.queue_offset, mq.broker.name)
+            handle = ReceiptHandle(mq.broker.name, rec.topic, info, rec.physical_offset).encode()
+            messages.append(convert.record_to_message(rec, namespace=mq.topic.resource_namespace, topic=topic,
+                                                      receipt_handle=handle, invisible_ms=invisible))
+        if not messages:
+            yield spb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield spb.ReceiveMessageResponse(status=OK_STATUS)
+        # the clients measure delivery latency from this (the Python push consumer fails without it)
+        yield spb.ReceiveMessageResponse(delivery_timestamp=convert.to_timestamp(int(time.time() * 1000)))
+        for m in messages:
+            yield spb.ReceiveMessageResponse(message=m)
+
+    def _handle(self, text: str) -> ReceiptHandle:
+        try:
+            return ReceiptHandle.decode(text)
+        except ProtocolError as exc:
+            raise GrpcError(pb.Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+
+    # -- ack / change invisible time / DLQ ----------------------------------------------------------------------
+    @unary(spb.AckMessageResponse)
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+        group = request.group.name
+        results = await asyncio.gather(*(self._ack_one(group, e) for e in request.entries))
+        entries = [spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=s)
+                   for e, s in zip(request.entries, results, strict=True)]
+        codes = {s.code for s in results}
+        overall = (results[0] if len(codes) == 1 else status(pb.Code.MULTIPLE_RESULTS, "entries differ")) \
+            if results else OK_STATUS
+        return spb.AckMessageResponse(status=overall, entries=entries)
+
+    async def _ack_one(self, group: str, entry: spb.AckMessageEntry) -> pb.Status:
+        try:
+            h = self._handle(entry.receipt_handle)
+            addr = await self.backend.broker_addr(h.topic, h.broker_name)
+            header = AckMessageRequestHeader(consumer_group=group, topic=h.topic, queue_id=h.queue_id,
+                                             extra_info=str(h.extra_info), offset=h.offset)
+            self._check(await self.backend.invoke(addr, make_request(RequestCode.ACK_MESSAGE, header.to_ext())))
+            return OK_STATUS
+        except GrpcError as exc:
+            return status(exc.code, exc.message)
+
+    @unary(spb.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
+                                      context: Any) -> spb.ChangeInvisibleDurationResponse:
+        h = self._handle(request.receipt_handle)
+        invisible = convert.duration_ms(request.invisible_duration)
+        if not 0 <= invisible <= MAX_INVISIBLE_MS:
+            raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
+        addr = await self.backend.broker_addr(h.topic, h.broker_name)
+        header = ChangeInvisibleTimeRequestHeader(consumer_group=request.group.name, topic=h.topic,
+                                                  queue_id=h.queue_id, extra_info=str(h.extra_info), offset=h.offset,
+                                                  invisible_time=invisible)
+        response = self._check(await self.backend.invoke(addr, make_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                                                                            header.to_ext())))
+        rh = ChangeInvisibleTimeResponseHeader.from_ext(response.ext_fields)
+        return spb.ChangeInvisibleDurationResponse(status=OK_STATUS,
+                                                   receipt_handle=h.renewed(rh.pop_time, rh.invisible_time).encode())
+
+    @unary(spb.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
+                                              context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        """Copy the message to the group's DLQ (CONSUMER_SEND_MSG_BACK with delay level -1), then ack it."""
+        group = request.group.name
+        h = self._handle(request.receipt_handle)
+        addr = await self.backend.broker_addr(h.topic, h.broker_name)
+        back = ConsumerSendMsgBackRequestHeader(offset=h.commit_log_offset, group=group, delay_level=-1,
+                                                origin_msg_id=request.message_id or None, origin_topic=h.topic,
+                                                max_reconsume_times=request.max_delivery_attempts or None)
+        self._check(await self.backend.invoke(addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, back.to_ext())))
+        ack = AckMessageRequestHeader(consumer_group=group, topic=h.topic, queue_id=h.queue_id,
+                                      extra_info=str(h.extra_info), offset=h.offset)
+        self._check(await self.backend.invoke(addr, make_request(RequestCode.ACK_MESSAGE, ack.to_ext())))
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=OK_STATUS)
+
+    # -- by offset -------------------------------------------------------------------------------------------
+    @streaming(spb.PullMessageResponse)
+    async def PullMessage(self, request: spb.PullMessageRequest,
+                          context: Any) -> AsyncIterator[spb.PullMessageResponse]:
+        mq = request.message_queue
+        topic = mq.topic.name
+        addr = await self.backend.broker_addr(topic, mq.broker.name)
+        poll = convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+        left = remaining_ms(context)
+        if left is not None:
+            poll = min(poll, int(left - self.config.deadline_margin_ms - self.config.request_timeout_s * 1000 / 3))
+        poll = max(poll, 0)
+        exp_type, exp = _filter(request.filter_expression)
+        batch = request.batch_size if request.batch_size > 0 else 32
+        header = PullMessageRequestHeader(
+            consumer_group=request.group.name, topic=topic, queue_id=mq.id, queue_offset=request.offset,
+            max_msg_nums=min(batch, MAX_BATCH), sys_flag=_PULL_SYS_FLAG if poll > 0 else 0x4,
+            suspend_timeout_millis=poll, subscription=exp, expression_type=exp_type)
+        response = await self.backend.invoke(addr, make_request(RequestCode.PULL_MESSAGE, header.to_ext()),
+                                             timeout=poll / 1000 + self.config.request_timeout_s)
+        next_offset = int(response.ext_fields.get("nextBeginOffset", request.offset) or request.offset)
+        if response.code == ResponseCode.SUCCESS:
+            yield spb.PullMessageResponse(status=OK_STATUS)
+            for rec in iter_records(response.body or b""):
+                yield spb.PullMessageResponse(message=convert.record_to_message(
+                    rec, namespace=mq.topic.resource_namespace, topic=topic))
+        elif response.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            yield spb.PullMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+        elif response.code == ResponseCode.PULL_OFFSET_MOVED:
+            yield spb.PullMessageResponse(status=status(pb.Code.ILLEGAL_OFFSET, f"offset moved to {next_offset}"))
+        else:
+            self._check(response)
+        yield spb.PullMessageResponse(next_offset=next_offset)
+
+    @unary(spb.UpdateOffsetResponse)
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
+        mq = request.message_queue
+        if request.offset < 0:
+            raise GrpcError(pb.Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+        addr = await self.backend.broker_addr(mq.topic.name, mq.broker.name)
+        header = UpdateConsumerOffsetRequestHeader(consumer_group=request.group.name, topic=mq.topic.name,
+                                                   queue_id=mq.id, commit_offset=request.offset)
+        self._check(await self.backend.invoke(addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext())))
+        return spb.UpdateOffsetResponse(status=OK_STATUS)
+
+    @unary(spb.GetOffsetResponse)
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
+        mq = request.message_queue
+        addr = await self.backend.broker_addr(mq.topic.name, mq.broker.name)
+        header = QueryConsumerOffsetRequestHeader(consumer_group=request.group.name, topic=mq.topic.name,
+                                                  queue_id=mq.id)
+        response = await self.backend.invoke(addr, make_request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_ext()))
+        if response.code != ResponseCode.SUCCESS:
+            raise GrpcError(pb.Code.OFFSET_NOT_FOUND, response.remark or "the group has no offset for this queue")
+        return spb.GetOffsetResponse(status=OK_STATUS, offset=int(response.ext_fields.get("offset", "0")))
+
+    @unary(spb.QueryOffsetResponse)
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any) -> spb.QueryOffsetResponse:
+        mq = request.message_queue
+        addr = await self.backend.broker_addr(mq.topic.name, mq.broker.name)
+        if request.query_offset_policy == pb.TIMESTAMP:
+            if not request.HasField("timestamp"):
+                raise GrpcError(pb.Code.BAD_REQUEST, "policy TIMESTAMP needs a timestamp")
+            cmd = make_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, SearchOffsetRequestHeader(
+                topic=mq.topic.name, queue_id=mq.id, timestamp=convert.timestamp_ms(request.timestamp)).to_ext())
+        else:
+            code = RequestCode.GET_MIN_OFFSET if request.query_offset_policy == pb.BEGINNING \
+                else RequestCode.GET_MAX_OFFSET
+            cmd = make_request(code, TopicQueueHeader(topic=mq.topic.name, queue_id=mq.id).to_ext())
+        response = self._check(await self.backend.invoke(addr, cmd))
+        return spb.QueryOffsetResponse(status=OK_STATUS, offset=int(response.ext_fields.get("offset", "0")))
+
+    @unary(spb.SyncLiteSubscriptionResponse)
+    async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,
+                                   context: Any) -> spb.SyncLiteSubscriptionResponse:
+        raise GrpcError(pb.Code.UNSUPPORTED, "lite topics are not supported by cometmq")

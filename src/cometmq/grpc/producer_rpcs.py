@@ -1,0 +1,298 @@
+"""Routes, client lifecycle (Heartbeat, Telemetry, NotifyClientTermination) and producing (SendMessage,
+EndTransaction, RecallMessage, and the server-initiated transaction checks)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from cometmq.grpc import convert
+from cometmq.grpc.backend import PROXY_PRODUCER_GROUP
+from cometmq.grpc.handles import TransactionRef, recall_broker_name
+from cometmq.grpc.rpc import RpcBase, client_id_of, metadata_of, unary
+from cometmq.grpc.status import OK_STATUS, GrpcError, from_remoting, status
+from cometmq.grpc.v2 import definition_pb2 as pb
+from cometmq.grpc.v2 import service_pb2 as spb
+from cometmq.protocol import properties as P
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.headers import EndTransactionRequestHeader, SendMessageRequestHeader, send_header_to_v2
+from cometmq.protocol.message import SysFlag, decode_record
+from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.remoting import RemotingCommand, make_request
+from cometmq.protocol.route import TopicRouteData, perm_readable, perm_writable
+
+log = logging.getLogger("cometmq.grpc")
+
+ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+#: RocketMQ's retry delays of a concurrently consuming group (delay levels 3.. of the 4.x table), seconds
+RETRY_DELAYS_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0  # END_TRANSACTION's commitOrRollback (TRANSACTION_COMMIT/ROLLBACK_TYPE)
+
+
+def endpoints_for(request_endpoints: pb.Endpoints, host: str, port: int) -> pb.Endpoints:
+    """The address clients should use for every broker: the one they reached us at (cluster-mode proxy)."""
+    if request_endpoints.addresses:
+        return request_endpoints
+    return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)])
+
+
+def message_queues(route: TopicRouteData, topic: str, namespace: str, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
+    out: list[pb.MessageQueue] = []
+    masters = {bd.broker_name for bd in route.broker_datas if bd.master_addr is not None}
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if qd.broker_name not in masters:
+            continue
+        broker = pb.Broker(name=qd.broker_name, id=0, endpoints=endpoints)
+        for qid in range(max(qd.read_queue_nums, qd.write_queue_nums)):
+            r = perm_readable(qd.perm) and qid < qd.read_queue_nums
+            w = perm_writable(qd.perm) and qid < qd.write_queue_nums
+            perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
+            out.append(pb.MessageQueue(topic=pb.Resource(resource_namespace=namespace, name=topic), id=qid,
+                                       permission=perm, broker=broker, accept_message_types=ALL_TYPES))
+    return out
+
+
+class ProducerRpcs(RpcBase):
+    port: int
+    _rr = itertools.count()
+
+    # -- routes and lifecycle ---------------------------------------------------------------------------------
+    @unary(spb.QueryRouteResponse)
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+        topic = request.topic.name
+        route = await self.backend.route(topic)
+        endpoints = endpoints_for(request.endpoints, self.config.host, self.port)
+        queues = message_queues(route, topic, request.topic.resource_namespace, endpoints)
+        if not queues:
+            raise GrpcError(pb.Code.TOPIC_NOT_FOUND, f"topic {topic} has no queue on a broker with a master")
+        return spb.QueryRouteResponse(status=OK_STATUS, message_queues=queues)
+
+    @unary(spb.HeartbeatResponse)
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        client_id = client_id_of(context)
+        if not client_id:
+            raise GrpcError(pb.Code.CLIENT_ID_REQUIRED, "x-mq-client-id is missing")
+        s = self.sessions.get(client_id)
+        s.client_type = request.client_type
+        if request.HasField("group"):
+            s.group = request.group.name
+        return spb.HeartbeatResponse(status=OK_STATUS)
+
+    @unary(spb.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
+                                      context: Any) -> spb.NotifyClientTerminationResponse:
+        self.sessions.remove(client_id_of(context))
+        return spb.NotifyClientTerminationResponse(status=OK_STATUS)
+
+    async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
+                        context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[spb.TelemetryCommand]:
+        try:
+            self.check_auth(context)
+        except GrpcError as exc:
+            yield spb.TelemetryCommand(status=status(exc.code, exc.message))
+            return
+        client_id = metadata_of(context).get("x-mq-client-id", "")
+        if not client_id:
+            yield spb.TelemetryCommand(status=status(pb.Code.CLIENT_ID_REQUIRED, "x-mq-client-id is missing"))
+            return
+        session = self.sessions.get(client_id)
+        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        session.outbox = outbox
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.HasField("settings"):
+                        outbox.put_nowait(await self._settings_reply(session, cmd.settings))
+                    # thread stack traces and verify results are answers we never asked for: ignored
+            except Exception as exc:  # the client went away mid-stream
+                log.debug("telemetry stream of %s ended: %s", client_id, exc)
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            if session.outbox is outbox:
+                session.outbox = None
+                session.last_seen = time.monotonic()
+
+    async def _settings_reply(self, session: Any, settings: pb.Settings) -> spb.TelemetryCommand:
+        session.client_type = settings.client_type
+        reply = pb.Settings()
+        reply.CopyFrom(settings)
+        # Metrics on, pointed at this endpoint (which accepts and drops OTLP exports): the Python push consumer
+        # registers its gauges only with metrics on and otherwise stops reading the Telemetry stream.
+        reply.metric.on = True
+        if settings.HasField("access_point") and settings.access_point.addresses:
+            reply.metric.endpoints.CopyFrom(settings.access_point)
+        else:
+            reply.metric.endpoints.CopyFrom(endpoints_for(pb.Endpoints(), self.config.host, self.port))
+        if settings.HasField("publishing"):
+            session.topics = {r.name for r in settings.publishing.topics}
+            reply.publishing.max_body_size = self.config.max_body_size
+            reply.publishing.validate_message_type = False
+            if not settings.HasField("backoff_policy"):
+                reply.backoff_policy.CopyFrom(pb.RetryPolicy(max_attempts=3, exponential_backoff=pb.ExponentialBackoff(
+                    initial=convert.to_duration(10), max=convert.to_duration(1000), multiplier=2.0)))
+        elif settings.HasField("subscription"):
+            sub = settings.subscription
+            group = sub.group.name
+            session.group = group
+            topic = sub.subscriptions[0].topic.name if sub.subscriptions else ""
+            cfg = await self.backend.group_config(topic, group) if topic else {}
+            fifo = bool(cfg.get("consumeMessageOrderly", False))
+            retry_max = int(cfg.get("retryMaxTimes", 16))  # type: ignore[call-overload]
+            session.fifo = fifo
+            reply.subscription.fifo = fifo
+            if not sub.HasField("receive_batch_size"):
+                reply.subscription.receive_batch_size = 32
+            if not sub.HasField("long_polling_timeout"):
+                reply.subscription.long_polling_timeout.CopyFrom(convert.to_duration(self.config.long_polling_ms))
+            if fifo:
+                policy = pb.RetryPolicy(max_attempts=retry_max + 1, exponential_backoff=pb.ExponentialBackoff(
+                    initial=convert.to_duration(1000), max=convert.to_duration(60_000), multiplier=2.0))
+            else:
+                policy = pb.RetryPolicy(max_attempts=retry_max + 1, customized_backoff=pb.CustomizedBackoff(
+                    next=[convert.to_duration(s * 1000) for s in RETRY_DELAYS_S]))
+            reply.backoff_policy.CopyFrom(policy)
+        return spb.TelemetryCommand(status=OK_STATUS, settings=reply)
+
+    # -- producing ----------------------------------------------------------------------------------------------
+    @unary(spb.SendMessageResponse)
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
+        if not request.messages:
+            raise GrpcError(pb.Code.BAD_REQUEST, "SendMessage carries no message")
+        if len(request.messages) == 1:  # what the clients send: no task for a gather of one
+            entries = [await self._send_one(request.messages[0])]
+        else:
+            entries = list(await asyncio.gather(*(self._send_one(m) for m in request.messages)))
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            overall = entries[0].status
+        else:
+            overall = status(pb.Code.MULTIPLE_RESULTS, "the messages had different outcomes")
+        return spb.SendMessageResponse(status=overall, entries=entries)
+
+    async def _send_one(self, msg: pb.Message) -> spb.SendResultEntry:
+        try:
+            return await self._send(msg)
+        except GrpcError as exc:
+            return spb.SendResultEntry(status=status(exc.code, exc.message),
+                                       message_id=msg.system_properties.message_id)
+
+    async def _send(self, msg: pb.Message) -> spb.SendResultEntry:
+        topic = msg.topic.name
+        if not topic:
+            raise GrpcError(pb.Code.ILLEGAL_TOPIC, "the message names no topic")
+        props, body = convert.send_properties(msg, self.config.max_body_size)
+        mtype = convert.message_type_of(msg)
+        route = await self.backend.route(topic)
+        queues = self.backend.writable_queues(route, topic)
+        if not queues:
+            raise GrpcError(pb.Code.FORBIDDEN, f"topic {topic} has no writable queue")
+        group = msg.system_properties.message_group if msg.system_properties.HasField("message_group") else None
+        if group is not None:
+            mq = queues[zlib.crc32(group.encode()) % len(queues)]  # one group -> one queue, stable
+        else:
+            mq = queues[next(self._rr) % len(queues)]
+        sys_flag = 0
+        if mtype == pb.TRANSACTION:
+            props[P.TRAN_MSG] = "true"
+            props[P.PGROUP] = PROXY_PRODUCER_GROUP
+            sys_flag |= SysFlag.TRANSACTION_PREPARED
+            rec = msg.system_properties.orphaned_transaction_recovery_duration
+            if msg.system_properties.HasField("orphaned_transaction_recovery_duration") and rec.seconds > 0:
+                props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(rec.seconds)
+        born = msg.system_properties.born_timestamp
+        header = SendMessageRequestHeader(
+            producer_group=PROXY_PRODUCER_GROUP, topic=topic, queue_id=mq.queue_id, sys_flag=int(sys_flag),
+            born_timestamp=convert.timestamp_ms(born) if born.seconds else int(time.time() * 1000),
+            properties=encode_properties(props).decode("utf-8"))
+        addr = await self.backend.broker_addr(topic, mq.broker_name)
+        response = await self.backend.invoke(addr, make_request(RequestCode.SEND_MESSAGE_V2,
+                                                                send_header_to_v2(header), body))
+        if response.code != ResponseCode.SUCCESS:
+            raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
+        ext = response.ext_fields
+        entry = spb.SendResultEntry(status=OK_STATUS, message_id=msg.system_properties.message_id,
+                                    offset=int(ext.get("queueOffset", "0") or 0),
+                                    recall_handle=ext.get("recallHandle", ""))
+        if mtype == pb.TRANSACTION:
+            offset_id = ext.get("msgId", "")
+            try:
+                clo = decode_offset_msg_id(offset_id).offset
+            except ProtocolError:
+                raise GrpcError(pb.Code.INTERNAL_SERVER_ERROR, f"broker sent a bad msgId {offset_id!r}") from None
+            entry.transaction_id = TransactionRef(addr, clo, entry.offset, offset_id,
+                                                  ext.get("transactionId") or msg.system_properties.message_id,
+                                                  PROXY_PRODUCER_GROUP).encode()
+        return entry
+
+    @unary(spb.EndTransactionResponse)
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
+        try:
+            ref = TransactionRef.decode(request.transaction_id)
+        except ProtocolError as exc:
+            raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, str(exc)) from None
+        decision = {pb.COMMIT: COMMIT, pb.ROLLBACK: ROLLBACK}.get(request.resolution, UNKNOWN)
+        header = EndTransactionRequestHeader(
+            producer_group=ref.producer_group, tran_state_table_offset=ref.tran_state_table_offset,
+            commit_log_offset=ref.commit_log_offset, commit_or_rollback=decision, msg_id=ref.offset_msg_id,
+            transaction_id=ref.broker_transaction_id,
+            from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK)
+        response = await self.backend.invoke(ref.broker_addr, make_request(RequestCode.END_TRANSACTION,
+                                                                          header.to_ext()))
+        if response.code != ResponseCode.SUCCESS:
+            raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
+        return spb.EndTransactionResponse(status=OK_STATUS)
+
+    async def on_transaction_check(self, broker_addr: str, cmd: RemotingCommand) -> None:
+        """A broker asks about an unresolved half message: ask a producer of its topic over Telemetry."""
+        ext = cmd.ext_fields
+        rec, _ = decode_record(cmd.body or b"")
+        topic = rec.properties.get(P.REAL_TOPIC) or rec.topic
+        try:
+            ref = TransactionRef(broker_addr, int(ext.get("commitLogOffset", "-1")),
+                                 int(ext.get("tranStateTableOffset", "-1")),
+                                 ext.get("offsetMsgId") or ext.get("msgId", ""),
+                                 ext.get("transactionId") or rec.properties.get(P.UNIQ_KEY, ""),
+                                 rec.properties.get(P.PGROUP, PROXY_PRODUCER_GROUP))
+        except ValueError:
+            log.warning("transaction check from %s with bad offsets: %s", broker_addr, ext)
+            return
+        message = convert.record_to_message(rec, topic=topic)
+        command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+            message=message, transaction_id=ref.encode()))
+        if self.sessions.send_to_publisher(topic, command) is None:
+            log.info("transaction check for %s on %s: no producer of the topic is connected", topic, broker_addr)
+
+    @unary(spb.RecallMessageResponse)
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
+        topic = request.topic.name
+        try:
+            broker_name = recall_broker_name(request.recall_handle)
+        except ProtocolError as exc:
+            raise GrpcError(pb.Code.BAD_REQUEST, str(exc)) from None
+        addr = await self.backend.broker_addr(topic, broker_name)
+        response = await self.backend.invoke(addr, make_request(
+            RequestCode.RECALL_MESSAGE, {"topic": topic, "recallHandle": request.recall_handle,
+                                         "producerGroup": PROXY_PRODUCER_GROUP}))
+        if response.code != ResponseCode.SUCCESS:
+            raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
+        return spb.RecallMessageResponse(status=OK_STATUS, message_id=response.ext_fields.get("msgId", ""))

@@ -1,0 +1,89 @@
+"""The gRPC endpoint's lifecycle: a ``grpc.aio`` server serving ``apache.rocketmq.v2.MessagingService`` on top
+of a :class:`Backend` (remoting to the brokers found through the nameservers).
+
+Used the same way standalone (``cometmq proxy``) and embedded in ``cometmq serve`` / ``cometmq broker``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from cometmq.grpc.backend import Backend
+from cometmq.grpc.config import ProxyConfig
+from cometmq.grpc.consumer_rpcs import ConsumerRpcs
+from cometmq.grpc.producer_rpcs import ProducerRpcs
+from cometmq.grpc.sessions import Sessions
+from cometmq.grpc.v2 import service_pb2_grpc
+
+log = logging.getLogger("cometmq.grpc")
+
+
+class MessagingService(ProducerRpcs, ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer):
+    """Every RPC of the service; the base servicer's defaults (UNIMPLEMENTED) are all overridden."""
+
+    def __init__(self, backend: Backend, config: ProxyConfig, sessions: Sessions) -> None:
+        super().__init__(backend, config, sessions)
+        self.port = config.port
+
+
+#: the OTLP metrics service the 5.x clients export to when settings turn their metrics on
+OTLP_METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
+
+
+def _metrics_sink() -> grpc.GenericRpcHandler:
+    """Accept OTLP metric exports and drop them (an empty ExportMetricsServiceResponse is zero bytes)."""
+
+    async def export(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return b""
+
+    handler = grpc.unary_unary_rpc_method_handler(export, request_deserializer=None, response_serializer=None)
+    return grpc.method_handlers_generic_handler(OTLP_METRICS_SERVICE, {"Export": handler})
+
+
+class GrpcProxy:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.backend = Backend(config.namesrv, request_timeout=config.request_timeout_s,
+                               route_refresh_s=config.route_refresh_s, heartbeat_s=config.heartbeat_s)
+        self.sessions = Sessions()
+        self.service = MessagingService(self.backend, config, self.sessions)
+        self.backend.check_handler = self.service.on_transaction_check
+        self._server: grpc.aio.Server | None = None
+        self.port = config.port
+
+    @property
+    def addr(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.backend.start()
+        # frames carry a whole message (4 MiB by default) plus headers
+        limit = self.config.max_body_size + 1024 * 1024
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                          ("grpc.max_send_message_length", limit),
+                                          ("grpc.so_reuseport", 0)])
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        server.add_generic_rpc_handlers((_metrics_sink(),))
+        try:
+            port = server.add_insecure_port(self.config.bind_addr)
+        except RuntimeError as exc:
+            await self.backend.close()
+            raise OSError(f"cannot listen for gRPC on {self.config.bind_addr}: {exc}") from None
+        if port == 0:
+            await self.backend.close()
+            raise OSError(f"cannot listen for gRPC on {self.config.bind_addr}")
+        self.port = self.service.port = port
+        await server.start()
+        self._server = server
+        log.info("gRPC endpoint (apache.rocketmq.v2) listening on %s:%d, nameservers %s%s", self.config.host, port,
+                 self.config.namesrv, ", authentication on" if self.config.auth_enabled else "")
+
+    async def stop(self, grace: float = 1.0) -> None:
+        server, self._server = self._server, None
+        for cid in [s.client_id for s in list(self.sessions.publishers_all())]:
+            self.sessions.remove(cid)
+        if server is not None:
+            await server.stop(grace)
+        await self.backend.close()

@@ -1,0 +1,87 @@
+"""The pure parts of transactions: the pending table (time passed in) and the record builders."""
+
+from __future__ import annotations
+
+from cometmq.broker.transaction import messages as tm
+from cometmq.broker.transaction.state import PendingHalf, TransactionTable
+from cometmq.protocol.message import MessageRecord, decode_record
+from cometmq.store.message import MessageInner
+
+
+def half(origin: int, due: int, op_mark: int = 0) -> PendingHalf:
+    return PendingHalf(origin, origin, origin * 100, "g", 0, due, op_mark)
+
+
+def test_due_checks_come_out_in_time_order_and_stale_entries_are_skipped() -> None:
+    t = TransactionTable()
+    t.add(half(0, 500))
+    t.add(half(1, 100))
+    t.add(half(2, 300))
+    assert t.next_due() == 100
+    assert [h.origin for h in t.pop_due(99, 10)] == []
+    assert [h.origin for h in t.pop_due(300, 10)] == [1, 2]
+    t.resolve(0)  # resolved before its check: never comes out
+    assert t.next_due() is None and t.pop_due(10_000, 10) == []
+    h3 = half(3, 100)
+    t.add(h3)
+    t.schedule(h3, 900)  # rescheduled: the old heap item is stale
+    assert t.pop_due(800, 10) == [] and t.next_due() == 900
+    assert t.pop_due(900, 10) == [h3]
+
+
+def test_pop_due_honours_the_limit() -> None:
+    t = TransactionTable()
+    for i in range(5):
+        t.add(half(i, 10))
+    assert len(t.pop_due(10, 3)) == 3 and len(t.pop_due(10, 3)) == 2
+
+
+def test_progress_follows_the_oldest_latest_record() -> None:
+    t = TransactionTable()
+    assert t.progress(7, 4) == (7, 4)  # nothing pending: the queues' ends
+    t.add(half(2, 0, op_mark=1))
+    t.add(half(5, 0, op_mark=3))
+    assert t.progress(9, 6) == (2, 1)
+    # A check re-appended transaction 2 at half offset 8 (op queue at 5 then): 5 is now the oldest record.
+    t.record_appended(2, 8, 800, 1, 5)
+    assert t.progress(9, 6) == (5, 3)
+    t.record_appended(2, 6, 600, 9, 9)  # an older record never replaces a newer one
+    assert t.get(2).latest_offset == 8  # type: ignore[union-attr]
+    t.resolve(5)
+    assert t.progress(9, 6) == (8, 5)
+
+
+def test_record_builders_round_trip() -> None:
+    msg = MessageInner(topic="Orders", body=b"b", queue_id=3,
+                       properties={"UNIQ_KEY": "U", "KEYS": "k", "TRAN_MSG": "true", "x": "1",
+                                   "TRANSACTION_CHECK_TIMES": "9"}, sys_flag=0x4 | 0x1)
+    tm.to_half(msg, "pg")
+    assert (msg.topic, msg.queue_id, msg.sys_flag) == (tm.HALF_TOPIC, 0, 0x1)
+    assert msg.properties["REAL_TOPIC"] == "Orders" and msg.properties["REAL_QID"] == "3"
+    assert msg.properties["PGROUP"] == "pg" and "TRANSACTION_CHECK_TIMES" not in msg.properties
+    rec = MessageRecord(topic=tm.HALF_TOPIC, body=b"b", queue_offset=4, physical_offset=4000, sys_flag=0x1,
+                        properties=msg.properties)
+    assert tm.origin_of(rec.properties, 4) == 4
+    copy = tm.copy_for_check(rec, 4, 2)
+    assert copy.properties["TRAN_PREPARED_QUEUE_OFFSET"] == "4" and tm.check_times_of(copy.properties) == 2
+    assert tm.origin_of(copy.properties, 11) == 4
+    final = tm.committed(rec, 4000)
+    assert (final.topic, final.queue_id, final.sys_flag, final.prepared_transaction_offset) == ("Orders", 3, 0x9,
+                                                                                                4000)
+    assert set(final.properties) == {"UNIQ_KEY", "KEYS", "x", "PGROUP"}
+    shown, _ = decode_record(tm.check_request_body(rec))
+    assert (shown.topic, shown.queue_id, shown.queue_offset, shown.physical_offset) == ("Orders", 3, 4, 4000)
+    assert tm.discarded(rec).topic == tm.CHECK_MAX_TOPIC
+
+
+def test_op_bodies_and_immunity() -> None:
+    op = tm.op_record([5, 3, 5], 0)
+    assert op.body == b"3,5" and op.properties == {"TAGS": "d"} and op.topic == tm.OP_TOPIC
+    assert tm.parse_op_body(b"3,5") == [3, 5]
+    assert tm.parse_op_body(b"7") == [7]
+    assert tm.parse_op_body(b"x,,-1, 8 ") == [8]
+    assert tm.immunity_ms({}, 6000) == 6000
+    assert tm.immunity_ms({"CHECK_IMMUNITY_TIME_IN_SECONDS": "60"}, 6000) == 60_000
+    assert tm.immunity_ms({"CHECK_IMMUNITY_TIME_IN_SECONDS": "1"}, 6000) == 6000  # never shorter than the timeout
+    assert tm.immunity_ms({"CHECK_IMMUNITY_TIME_IN_SECONDS": "soon"}, 6000) == 6000
+    assert tm.check_times_of({"TRANSACTION_CHECK_TIMES": "-3"}) == 0

@@ -1,0 +1,69 @@
+"""Transactional messages through the endpoint: half messages, EndTransaction, and the broker's check-back
+delivered as recover_orphaned_transaction_command over the producer's Telemetry stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cometmq.grpc.handles import TransactionRef
+from cometmq.grpc.v2 import definition_pb2 as pb
+from cometmq.grpc.v2 import service_pb2 as spb
+from tests.grpc.kit import Endpoint, start_endpoint, stop_endpoint
+
+pytest.importorskip("cometmq.broker.transaction", reason="the broker side of transactions is not in this tree")
+
+
+@pytest.fixture
+async def tx_endpoint(tmp_path: Path) -> AsyncIterator[Endpoint]:
+    ep = await start_endpoint(tmp_path, broker_changes={"transaction_timeout_ms": 500,
+                                                        "transaction_check_interval_ms": 500})
+    yield ep
+    await stop_endpoint(ep)
+
+
+async def _end(ep: Endpoint, topic: str, entry: Any, resolution: int,
+               source: int = pb.SOURCE_CLIENT) -> spb.EndTransactionResponse:
+    r: spb.EndTransactionResponse = await ep.call("EndTransaction", spb.EndTransactionRequest(
+        topic=pb.Resource(name=topic), message_id=entry.message_id, transaction_id=entry.transaction_id,
+        resolution=resolution, source=source))  # type: ignore[arg-type]
+    return r
+
+
+async def test_commit_makes_the_half_visible_and_rollback_drops_it(tx_endpoint: Endpoint) -> None:
+    ep = tx_endpoint
+    await ep.create_topic("TxT", queues=1)
+    committed = (await ep.send("TxT", b"commit-me", mtype=pb.TRANSACTION)).entries[0]
+    rolled = (await ep.send("TxT", b"roll-me", mtype=pb.TRANSACTION)).entries[0]
+    assert committed.status.code == pb.Code.OK and committed.transaction_id
+    assert TransactionRef.decode(committed.transaction_id).producer_group == "CID_COMETMQ_GRPC_PROXY"
+    code, _ = await ep.receive("TxT", "G")
+    assert code == pb.Code.MESSAGE_NOT_FOUND  # halves are invisible
+    assert (await _end(ep, "TxT", committed, pb.COMMIT)).status.code == pb.Code.OK
+    assert (await _end(ep, "TxT", rolled, pb.ROLLBACK)).status.code == pb.Code.OK
+    code, msgs = await ep.receive("TxT", "G", poll_ms=3000)
+    assert code == pb.Code.OK and [m.body for m in msgs] == [b"commit-me"]
+    assert msgs[0].system_properties.message_id == committed.message_id
+
+
+async def test_unresolved_half_is_checked_through_telemetry(tx_endpoint: Endpoint) -> None:
+    ep = tx_endpoint
+    await ep.create_topic("TxCheck", queues=1)
+    call = ep.stub.Telemetry(metadata=ep.metadata(), timeout=30)
+    await call.write(spb.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="TxCheck")]))))
+    assert (await call.read()).status.code == pb.Code.OK
+    sent = (await ep.send("TxCheck", b"decide-later", mtype=pb.TRANSACTION)).entries[0]
+    command = await asyncio.wait_for(call.read(), 15)  # the broker's check, relayed by the endpoint
+    rec = command.recover_orphaned_transaction_command
+    assert rec.message.system_properties.message_id == sent.message_id
+    assert rec.message.topic.name == "TxCheck" and rec.message.body == b"decide-later"
+    answer = spb.SendResultEntry(message_id=sent.message_id, transaction_id=rec.transaction_id)
+    assert (await _end(ep, "TxCheck", answer, pb.COMMIT, pb.SOURCE_SERVER_CHECK)).status.code == pb.Code.OK
+    call.cancel()
+    code, msgs = await ep.receive("TxCheck", "G", poll_ms=3000)
+    assert code == pb.Code.OK and [m.body for m in msgs] == [b"decide-later"]

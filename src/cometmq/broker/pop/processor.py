@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 H = TypeVar("H", bound=Header)
+R = TypeVar("R")
 
 #: most messages one POP may ask for
 MAX_POP_NUMS = 1024
@@ -113,26 +114,33 @@ class PopProcessor:
             else tag_filter_for(h.exp)
         record_filter = record_filter_for(prop_filter) if prop_filter is not None else None
         queues = [h.queue_id] if h.queue_id >= 0 else self._rotated(topic_cfg.read_queue_nums)
+        response = await self._long_poll(h.consumer_group, h.topic, h.queue_id, bool(h.order), h.poll_time,
+                                         lambda: self._pop_once(cmd, h, queues, tag_filter, record_filter))
+        if response is not None:
+            return response
+        code = ResponseCode.POLLING_TIMEOUT if h.poll_time > 0 else ResponseCode.PULL_NOT_FOUND
+        header = PopMessageResponseHeader(pop_time=0, invisible_time=h.invisible_time, revive_qid=0, rest_num=0)
+        return make_response(cmd, code, "no new message", header.to_ext())
+
+    async def _long_poll(self, group: str, topic: str, queue_id: int, order: bool, poll_ms: int,
+                         attempt: Callable[[], Awaitable[R | None]]) -> R | None:
+        """Run ``attempt`` until it gives an answer, waiting (up to ``poll_ms``) between tries for an arrival on
+        the topic, a redelivery or an ack that unblocks an ordered queue; None when the time is up."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(h.poll_time, 0) / 1000
+        deadline = loop.time() + max(poll_ms, 0) / 1000
         while True:
-            response = await self._pop_once(cmd, h, queues, tag_filter, record_filter)
-            if response is not None:
-                return response
+            answer = await attempt()
             remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            w = Waiter(h.consumer_group, h.topic, h.queue_id, bool(h.order), loop.create_future())
+            if answer is not None or remaining <= 0:
+                return answer
+            w = Waiter(group, topic, queue_id, order, loop.create_future())
             self.svc.add_waiter(w)
             try:
                 await asyncio.wait_for(w.future, remaining)
             except TimeoutError:
-                break
+                return None
             finally:
                 self.svc.remove_waiter(w)
-        code = ResponseCode.POLLING_TIMEOUT if h.poll_time > 0 else ResponseCode.PULL_NOT_FOUND
-        header = PopMessageResponseHeader(pop_time=0, invisible_time=h.invisible_time, revive_qid=0, rest_num=0)
-        return make_response(cmd, code, "no new message", header.to_ext())
 
     def _rotated(self, n: int) -> list[int]:
         start = next(self._rotation) % n
@@ -364,23 +372,13 @@ class PopProcessor:
         h: NotificationRequestHeader = self._parse(NotificationRequestHeader, cmd)
         topic_cfg = self._check(h.consumer_group, h.topic, None if h.queue_id < 0 else h.queue_id)
         queues = [h.queue_id] if h.queue_id >= 0 else list(range(topic_cfg.read_queue_nums))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(h.poll_time, 0) / 1000
-        while True:
-            if self._has_message(h.consumer_group, h.topic, queues, bool(h.order)):
-                return make_response(cmd, ResponseCode.SUCCESS, None, NotificationResponseHeader(has_msg=True).to_ext())
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            w = Waiter(h.consumer_group, h.topic, h.queue_id, bool(h.order), loop.create_future())
-            self.svc.add_waiter(w)
-            try:
-                await asyncio.wait_for(w.future, remaining)
-            except TimeoutError:
-                break
-            finally:
-                self.svc.remove_waiter(w)
-        return make_response(cmd, ResponseCode.SUCCESS, None, NotificationResponseHeader(has_msg=False).to_ext())
+
+        async def attempt() -> bool | None:
+            return True if self._has_message(h.consumer_group, h.topic, queues, bool(h.order)) else None
+
+        found = await self._long_poll(h.consumer_group, h.topic, h.queue_id, bool(h.order), h.poll_time, attempt)
+        header = NotificationResponseHeader(has_msg=bool(found))
+        return make_response(cmd, ResponseCode.SUCCESS, None, header.to_ext())
 
     def _has_message(self, group: str, topic: str, queues: list[int], order: bool) -> bool:
         now = self.svc.clock()

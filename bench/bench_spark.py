@@ -1,0 +1,254 @@
+"""The cometmq Spark data source against its ceiling: batch reads into count() and Parquet, and a stream write.
+
+    .venv/bin/python bench/bench_spark.py                      # 1M messages of 100 B, 3 rounds
+    .venv/bin/python bench/bench_spark.py --messages 200000 --rounds 1      # quick
+
+Starts ``cometmq serve`` on free 127.0.0.1 ports with a temporary data folder, produces ``--messages``
+100-byte messages (tags, keys, one property) into ``--queues`` queues, and starts one SparkSession
+(local[2], UI off). Then, in each round, and alternating so both see the same machine:
+
+- ``cometmq``: ``spark.read.format("cometmq")`` of the whole topic into ``count()`` and into Parquet;
+- ``ceiling``: an in-memory synthetic Python data source (Arrow batches, same schema, same number of rows and
+  partitions, bodies of the same size; its batches are built once per worker process and reused, so it costs
+  Spark nothing but taking them) into the same ``count()`` and Parquet.
+
+Rows/s are rows over wall time; the ratio is cometmq / ceiling of the best round each. Last, a streaming query
+(availableNow) reads ``--stream-messages`` of the topic and writes them to a second topic with
+``writeStream.format("cometmq")``: the stream write rate. One JSON object on stdout (and in bench/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
+from tests.interop.cometmq_server import CometServer  # noqa: E402
+
+from cometmq.client import Message, Producer  # noqa: E402
+from cometmq.net.loop import run  # noqa: E402
+from cometmq.spark import read_schema, register  # noqa: E402
+from cometmq.spark.schema import arrow_schema  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"# {msg}", file=sys.stderr, flush=True)
+
+
+# -- the ceiling: a synthetic source of the same rows -----------------------------------------------------------
+class _Part(InputPartition):
+    def __init__(self, index: int, rows: int, body: int) -> None:
+        super().__init__(index)
+        self.index, self.rows, self.body = index, rows, body
+
+
+_CACHE: dict[tuple[int, int, int], list[pa.RecordBatch]] = {}
+
+
+def _synthetic_batches(p: _Part, schema: pa.Schema, per_batch: int = 15_000) -> list[pa.RecordBatch]:
+    key = (p.index, p.rows, p.body)
+    if key in _CACHE:
+        return _CACHE[key]
+    out = []
+    for first in range(0, p.rows, per_batch):
+        n = min(per_batch, p.rows - first)
+
+        def strings(values: list[str]) -> pa.Array:
+            return pa.array(values, pa.string())
+
+        body = pa.Array.from_buffers(pa.binary(), n, [
+            None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * p.body), pa.py_buffer(b"x" * (p.body * n))])
+        ts = pa.array(np.full(n, 1_790_000_000_000_000, dtype=np.int64), pa.timestamp("us", tz="UTC"))
+        cols = {
+            "topic": strings(["BenchSpark"] * n), "brokerName": strings(["broker-a"] * n),
+            "queueId": pa.array(np.full(n, p.index, dtype=np.int32)),
+            "queueOffset": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            "msgId": strings([f"7F00000100002A9F0000{p.index:04X}{i:08X}" for i in range(first, first + n)]),
+            "tags": strings(["TagA"] * n), "keys": strings([f"k{i}" for i in range(first, first + n)]),
+            "body": body,
+            "properties": pa.MapArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
+                                                  strings(["source"] * n), strings(["bench"] * n)),
+            "bornTimestamp": ts, "storeTimestamp": ts,
+            "reconsumeTimes": pa.array(np.zeros(n, dtype=np.int32)),
+        }
+        out.append(pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema))
+    _CACHE[key] = out
+    return out
+
+
+class _SyntheticReader(DataSourceReader):
+    def __init__(self, rows: int, parts: int, body: int, schema: StructType) -> None:
+        self.rows, self.parts, self.body = rows, parts, body
+        self.arrow = arrow_schema(schema)
+
+    def partitions(self) -> list[_Part]:
+        per, extra = divmod(self.rows, self.parts)
+        return [_Part(i, per + (1 if i < extra else 0), self.body) for i in range(self.parts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Part)
+        yield from _synthetic_batches(partition, self.arrow)
+
+
+class SyntheticSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "cometmq_synthetic"
+
+    def schema(self) -> StructType:
+        return read_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _SyntheticReader(int(self.options["rows"]), int(self.options["parts"]),
+                                int(self.options["body"]), schema)
+
+
+# -- setup ---------------------------------------------------------------------------------------------------------
+async def produce(namesrv: str, topic: str, total: int, body_size: int) -> float:
+    body = b"x" * body_size
+    t0 = time.perf_counter()
+    async with Producer("bench-spark-producer", namesrv=namesrv, max_batch_bytes=512 * 1024) as p:
+        qs = await p.queues(topic)
+        sem = asyncio.Semaphore(4)
+
+        async def one(i: int, first: int, n: int) -> None:
+            async with sem:
+                await p.send_batch([Message(topic, body, tags="TagA", keys=[f"k{first + j}"],
+                                            properties={"source": "bench"}) for j in range(n)],
+                                   queue=qs[i % len(qs)])
+
+        jobs, i, first = [], 0, 0
+        while first < total:
+            n = min(2000, total - first)
+            jobs.append(one(i, first, n))
+            first += n
+            i += 1
+        await asyncio.gather(*jobs)
+    return time.perf_counter() - t0
+
+
+def timed(fn: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--body-size", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stream-messages", type=int, default=200_000)
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (default: bench/results/)")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="cometmq-bench-spark-"))
+    server = CometServer(tmp / "server", {"mappedFileSizeCommitLog": str(256 << 20),
+                                          "mappedFileSizeConsumeQueue": str(20 * 300_000),
+                                          "maxHashSlotNum": "500000", "maxIndexNum": "2000000"})
+    spark = None
+    res: dict[str, Any] = {"bench": "spark_source", "python": platform.python_version(), "cpus": os.cpu_count(),
+                           "machine": platform.machine(), "messages": args.messages, "queues": args.queues,
+                           "body_size": args.body_size, "rounds": args.rounds}
+    try:
+        server.start()
+        topic, out_topic = "BenchSpark", "BenchSparkOut"
+        server.create_topic(topic, args.queues)
+        server.create_topic(out_topic, args.queues)
+        log(f"server pid {server.pid}; producing {args.messages} messages")
+        dt = run(produce(server.namesrv, topic, args.messages, args.body_size))
+        res["produce_msg_s"] = round(args.messages / dt)
+        log(f"produced at {res['produce_msg_s']} msg/s")
+
+        import pyspark
+
+        res["pyspark"] = pyspark.__version__
+        spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.driver.memory", "2g").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        spark.dataSource.register(SyntheticSource)
+        comet = (spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", topic).load())
+        ceiling = (spark.read.format("cometmq_synthetic").option("rows", str(args.messages))
+                   .option("parts", str(args.queues)).option("body", str(args.body_size)).load())
+        # Same rows? A quick look at both, and every message must be there.
+        assert comet.count() == args.messages, "the cometmq read lost or added messages"
+        assert ceiling.count() == args.messages
+        pq = tmp / "parquet"
+        runs: dict[str, list[float]] = {k: [] for k in ("cometmq_count", "ceiling_count", "cometmq_parquet",
+                                                        "ceiling_parquet")}
+        for r in range(args.rounds):
+            for name, df in (("ceiling", ceiling), ("cometmq", comet)):
+                dt, n = timed(df.count)
+                assert n == args.messages
+                runs[f"{name}_count"].append(dt)
+                shutil.rmtree(pq, ignore_errors=True)
+                dt, _ = timed(lambda df=df: df.write.parquet(str(pq)))
+                runs[f"{name}_parquet"].append(dt)
+                log(f"round {r + 1} {name}: count {runs[f'{name}_count'][-1]:.2f} s, "
+                    f"parquet {runs[f'{name}_parquet'][-1]:.2f} s")
+        res["seconds"] = {k: [round(x, 3) for x in v] for k, v in runs.items()}
+        for what in ("count", "parquet"):
+            c = args.messages / min(runs[f"cometmq_{what}"])
+            ceil = args.messages / min(runs[f"ceiling_{what}"])
+            res[f"cometmq_{what}_rows_s"] = round(c)
+            res[f"ceiling_{what}_rows_s"] = round(ceil)
+            res[f"{what}_ratio"] = round(c / ceil, 3)
+
+        # Stream write: an availableNow query copies a topic of --stream-messages into another topic.
+        n = min(args.stream_messages, args.messages)
+        stream_in = "BenchSparkStreamIn"
+        server.create_topic(stream_in, args.queues)
+        run(produce(server.namesrv, stream_in, n, args.body_size))
+        src = (spark.readStream.format("cometmq").option("namesrv", server.namesrv).option("subscribe", stream_in)
+               .option("startingOffsets", "earliest").load())
+        query = (src.select("body", "tags", "keys").writeStream.format("cometmq")
+                 .option("namesrv", server.namesrv).option("topic", out_topic)
+                 .option("checkpointLocation", str(tmp / "ckpt")).trigger(availableNow=True))
+        t0 = time.perf_counter()
+        q = query.start()
+        q.awaitTermination(600)
+        dt = time.perf_counter() - t0
+        written = spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", out_topic) \
+            .load().count()
+        res["stream_written"] = written
+        res["stream_write_s"] = round(dt, 3)
+        res["stream_write_rows_s"] = round(written / dt)
+    finally:
+        if spark is not None:
+            spark.stop()
+        server.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    line = json.dumps(res)
+    print(line)
+    out = args.out or ROOT / "bench" / "results" / f"spark-{time.strftime('%Y%m%d-%H%M')}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

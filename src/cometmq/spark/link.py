@@ -1,0 +1,151 @@
+"""Blocking access to cometmq from Spark's Python workers: one private event loop per link.
+
+Spark calls a data source's methods from plain threads, one call at a time, and a worker process may serve
+many queries in turn; so each :class:`Link` owns a private asyncio loop driven with ``run_until_complete`` and
+a :class:`ClientInstance` that is never started (no heartbeats, no route-refresh task: requests only). Nothing
+runs in the background between calls, and ``close()`` leaves nothing behind.
+
+The driver side uses it for routes, topic lists and queue offsets; executors use it to pull from the broker
+whose address their partition carries (see :mod:`cometmq.spark.reader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from cometmq.client.admin import max_offset, min_offset, search_offset, update_consumer_offset
+from cometmq.client.errors import BrokerError, NoRouteError
+from cometmq.client.instance import ClientInstance
+from cometmq.client.message import MessageQueue
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.remoting import make_request
+from cometmq.protocol.route import TopicList
+
+__all__ = ["Link", "is_system_topic"]
+
+T = TypeVar("T")
+
+#: topics the brokers keep for themselves; never matched by subscribePattern
+_SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest",
+                    "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+                    "RMQ_SYS_TRANS_HALF_TOPIC")
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic.startswith(_SYSTEM_PREFIXES)
+
+
+def _loop_factory() -> asyncio.AbstractEventLoop:
+    from cometmq.net.loop import uvloop_factory
+
+    factory = uvloop_factory()
+    return factory() if factory is not None else asyncio.new_event_loop()
+
+
+class Link:
+    """A blocking client for the Spark source and sink (not thread-safe: one caller at a time)."""
+
+    def __init__(self, namesrv: str, *, timeout: float = 10.0) -> None:
+        self.loop = _loop_factory()
+        self.instance = ClientInstance(namesrv, request_timeout=timeout)
+        self.timeout = timeout
+        self.closed = False
+
+    def run(self, aw: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(aw)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.loop.run_until_complete(self.instance.remoting.close())
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        finally:
+            self.loop.close()
+
+    def __enter__(self) -> Link:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- routes -------------------------------------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        """Every user topic the nameservers know, sorted (system topics left out)."""
+        async def go() -> list[str]:
+            r = await self.instance.namesrv_invoke(make_request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+                                                   "topic list")
+            if r.code != ResponseCode.SUCCESS:
+                raise BrokerError(r.code, r.remark or "", context="topic list")
+            try:
+                return sorted(TopicList.decode(r.body).topics)
+            except ProtocolError as exc:
+                raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad topic list: {exc}") from None
+
+        return [t for t in self.run(go()) if not is_system_topic(t)]
+
+    def queues(self, topics: Iterable[str], *, missing_ok: bool) -> dict[str, list[MessageQueue]]:
+        """The readable queues of each topic, fresh from the nameserver; an unknown topic raises NoRouteError
+        unless ``missing_ok`` (then it has no queues: it may be created later)."""
+        topics = list(topics)
+
+        async def go() -> list[list[MessageQueue]]:
+            return list(await asyncio.gather(*(self.instance.subscribe_queues(t, refresh=True) for t in topics)))
+
+        out = dict(zip(topics, self.run(go()), strict=True))
+        if not missing_ok:
+            unknown = [t for t, qs in out.items() if not qs]
+            if unknown:
+                raise NoRouteError(f"topic(s) {', '.join(unknown)} unknown to the nameserver "
+                                   f"{';'.join(self.instance.namesrv_addrs)}")
+        return out
+
+    def matching_topics(self, pattern: str) -> list[str]:
+        rx = re.compile(pattern)
+        return [t for t in self.topics() if rx.fullmatch(t)]
+
+    def broker_addr(self, broker_name: str) -> str:
+        addr = self.instance.master_addr(broker_name)
+        if addr is None:
+            raise NoRouteError(f"no master address known for broker {broker_name}")
+        return addr
+
+    def broker_addrs(self) -> dict[str, str]:
+        return {name: addrs[0] for name, addrs in self.instance.brokers.items() if 0 in addrs}
+
+    # -- offsets ------------------------------------------------------------------------------------------------
+    def _each(self, queues: list[MessageQueue], make: Any) -> dict[MessageQueue, int]:
+        async def go() -> list[int]:
+            return list(await asyncio.gather(*(make(q) for q in queues)))
+
+        return dict(zip(queues, self.run(go()), strict=True))
+
+    def min_offsets(self, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return self._each(queues, lambda q: min_offset(self.instance, q))
+
+    def max_offsets(self, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return self._each(queues, lambda q: max_offset(self.instance, q))
+
+    def offsets_for_time(self, queues: list[MessageQueue], timestamp_ms: int) -> dict[MessageQueue, int]:
+        """First offset stored at or after ``timestamp_ms`` per queue (SEARCH_OFFSET_BY_TIMESTAMP)."""
+        return self._each(queues, lambda q: search_offset(self.instance, q, timestamp_ms))
+
+    def commit(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
+        """Write ``group``'s offsets on the brokers (reporting only: Spark's checkpoint is the truth)."""
+        async def go() -> None:
+            await asyncio.gather(*(update_consumer_offset(self.instance, group, q, off)
+                                   for q, off in offsets.items()))
+
+        self.run(go())
+
+    # -- raw requests -------------------------------------------------------------------------------------------
+    def start(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Schedule ``coro`` and let it run until it waits (a request is then on the wire)."""
+        task = self.loop.create_task(coro)
+        self.loop.run_until_complete(asyncio.sleep(0))
+        return task

@@ -1,0 +1,161 @@
+"""The parts of the Spark source that need no Spark: options, offset planning, record decoding."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import pyarrow as pa
+import pytest
+
+from cometmq.client.message import MessageQueue
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.message import MessageRecord, SysFlag, encode_record
+from cometmq.spark.decode import decode_records
+from cometmq.spark.options import OptionError, parse_read, parse_write
+from cometmq.spark.planning import QueueRange, from_json, limit_rows, split_ranges, to_json
+from cometmq.spark.resolve import DataLossError, check_data_loss
+from cometmq.spark.schema import arrow_schema, read_schema
+
+NS = {"namesrv": "127.0.0.1:9876"}
+
+
+# -- options ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("options", "streaming", "needle"), [
+    ({"subscribe": "T"}, False, "namesrv is required"),
+    ({**NS}, False, "one of the options subscribe"),
+    ({**NS, "subscribe": "T", "assign": '{"T": [0]}'}, False, "subscribe and assign contradict"),
+    ({**NS, "subscribe": "T", "bogus": "1"}, False, "unknown cometmq read option 'bogus'"),
+    ({**NS, "subscribe": "T", "startingOffsets": "earliest", "startingTimestamp": "5"}, False,
+     "startingOffsets and startingTimestamp contradict"),
+    ({**NS, "subscribe": "T", "endingOffsets": "latest"}, True, "endingOffsets is for batch reads"),
+    ({**NS, "subscribe": "T", "maxOffsetsPerTrigger": "10"}, False, "maxOffsetsPerTrigger is for streaming"),
+    ({**NS, "subscribe": "T", "startingOffsets": "latest"}, False, "startingOffsets=latest makes no sense"),
+    ({**NS, "subscribe": "T", "endingOffsets": "earliest"}, False, "endingOffsets=earliest makes no sense"),
+    ({**NS, "subscribe": "T", "startingOffsets": '{"T": {"b:0": -1}}'}, False, "-1 (latest)"),
+    ({**NS, "subscribe": "T", "startingOffsets": '{"T": {"b0": 1}}'}, False, "brokerName:queueId"),
+    ({**NS, "subscribe": "T", "startingOffsets": '{"U": {"b:0": 1}}'}, False, "topics that are not read: U"),
+    ({**NS, "subscribe": "T", "startingOffsets": "{nope"}, False, "valid JSON"),
+    ({**NS, "subscribe": "T", "minPartitions": "0"}, False, "minPartitions='0' must be at least 1"),
+    ({**NS, "subscribe": "T", "failOnDataLoss": "maybe"}, False, "failOnDataLoss='maybe'"),
+    ({**NS, "subscribePattern": "("}, True, "not a regular expression"),
+    ({**NS, "subscribe": "bad topic"}, False, "not a valid topic name"),
+    ({**NS, "subscribe": "T", "expressionType": "SQL92"}, False, "SQL92 needs a subExpression"),
+    ({**NS, "subscribe": "T", "expressionType": "XPATH", "subExpression": "a"}, False, "TAG or SQL92"),
+    ({**NS, "assign": '{"T": []}'}, False, "non-empty list"),
+])
+def test_bad_read_options_name_the_option(options: dict[str, str], streaming: bool, needle: str) -> None:
+    with pytest.raises(OptionError, match=None) as info:
+        parse_read(options, streaming=streaming)
+    assert needle in str(info.value)
+
+
+def test_read_options_defaults_and_case() -> None:
+    batch = parse_read({"NAMESRV": "h:1", "Subscribe": "A, B,A", "STARTINGOFFSETS": '{"A": {"b:1": 5}}',
+                        "includeproperties": "false", "subexpression": "x || y"}, streaming=False)
+    assert batch.subscribe == ("A", "B")
+    assert batch.starting.kind == "offsets" and batch.starting.offsets == {"A": {"b:1": 5}}
+    assert batch.ending.kind == "latest" and not batch.include_properties and batch.filtered
+    stream = parse_read({**NS, "subscribePattern": "A.*", "commitToGroup": "g1", "maxOffsetsPerTrigger": "7"},
+                        streaming=True)
+    assert stream.starting.kind == "latest" and stream.group == "g1" and stream.max_offsets_per_trigger == 7
+    assert stream.topic_matches("Abc") and not stream.topic_matches("xA")
+    ts = parse_read({**NS, "assign": '{"T": [0, "b:3"]}', "startingTimestamp": "1000"}, streaming=False)
+    assert ts.assign == {"T": (0, "b:3")} and ts.starting.timestamp == 1000
+
+
+def test_write_options() -> None:
+    with pytest.raises(OptionError, match="unknown cometmq write option 'subscribe'"):
+        parse_write({**NS, "subscribe": "T"})
+    with pytest.raises(OptionError, match="batchSize"):
+        parse_write({**NS, "batchSize": "x"})
+    w = parse_write({**NS, "topic": "Out", "batchSize": "16", "checkpointLocation": "/tmp/x"})
+    assert (w.topic, w.batch_size, w.retries) == ("Out", 16, 2)
+
+
+# -- planning -----------------------------------------------------------------------------------------------------
+def q(i: int, topic: str = "T") -> MessageQueue:
+    return MessageQueue(topic, "b", i)
+
+
+def test_offsets_json_round_trip_is_sorted() -> None:
+    offsets = {q(2): 5, q(0, "A"): 1, q(1): 3}
+    data = to_json(offsets)
+    assert list(data) == ["A", "T"] and list(data["T"]) == ["b:1", "b:2"]
+    assert from_json(data) == offsets
+    with pytest.raises(OptionError):
+        from_json({"T": {"b:1": "x"}})
+
+
+def test_split_ranges_covers_every_offset_once() -> None:
+    ranges = [QueueRange(q(0), 0, 1000), QueueRange(q(1), 10, 20), QueueRange(q(2), 5, 5)]
+    assert [r.queue for r in split_ranges(ranges, None)] == [q(0), q(1)]
+    pieces = split_ranges(ranges, 8)
+    assert len(pieces) >= 8
+    for queue, (lo, hi) in ((q(0), (0, 1000)), (q(1), (10, 20))):
+        mine = [r for r in pieces if r.queue == queue]
+        assert mine[0].start == lo and mine[-1].end == hi
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
+    assert split_ranges(ranges, 8) == pieces  # deterministic
+
+
+def test_limit_rows_shares_by_backlog() -> None:
+    start = {q(0): 0, q(1): 100, q(2): 7}
+    latest = {q(0): 300, q(1): 200, q(2): 7}
+    end = limit_rows(start, latest, 100)
+    assert sum(end[x] - start[x] for x in start) == 100
+    assert (end[q(0)], end[q(1)], end[q(2)]) == (75, 125, 7)  # 300 and 100 waiting: 3 to 1
+    assert limit_rows(start, latest, 10_000) == latest
+    assert limit_rows(start, latest, 1) in ({**start, q(0): 1}, {**start, q(1): 101})
+
+
+def test_data_loss_check() -> None:
+    starts, mins = {q(0): 0, q(1): 50}, {q(0): 40, q(1): 10}
+    with pytest.raises(DataLossError, match=r"T b:0: offsets 0\.\.39"):
+        check_data_loss(starts, mins, fail=True)
+    assert check_data_loss(starts, mins, fail=False) == {q(0): 40, q(1): 50}
+
+
+# -- decoding -------------------------------------------------------------------------------------------------------
+def record(offset: int, body: bytes, props: dict[str, str], sys_flag: int = 0) -> bytes:
+    return encode_record(MessageRecord(topic="T", body=body, queue_id=3, queue_offset=offset,
+                                       physical_offset=1000 + offset, sys_flag=sys_flag,
+                                       born_timestamp=1_700_000_000_123, store_timestamp=1_700_000_000_456,
+                                       store_host=("10.0.0.1", 10911), reconsume_times=offset % 2,
+                                       properties=props))
+
+
+def test_decode_records_to_arrow() -> None:
+    buf = b"".join([
+        record(7, b"hello", {"TAGS": "A", "KEYS": "k1 k2", "UNIQ_KEY": "U7", "WAIT": "true", "color": "red"}),
+        record(8, zlib.compress(b"z" * 50), {"UNIQ_KEY": "U8"}, int(SysFlag.COMPRESSED)),
+        record(9, b"", {}),
+    ])
+    schema = arrow_schema(read_schema())
+    batch = decode_records(buf, "T", "broker-x", schema)
+    assert batch.schema.equals(schema)
+    rows = batch.to_pylist()
+    assert [r["queueOffset"] for r in rows] == [7, 8, 9]
+    assert rows[0]["body"] == b"hello" and rows[1]["body"] == b"z" * 50 and rows[2]["body"] == b""
+    assert (rows[0]["tags"], rows[0]["keys"], rows[0]["msgId"]) == ("A", "k1 k2", "U7")
+    assert rows[0]["properties"] == [("color", "red")] and rows[1]["properties"] == []
+    assert rows[1]["tags"] is None and rows[1]["msgId"] == "U8"
+    assert rows[2]["msgId"] == "0A00000100002A9F" + f"{1009:016X}"  # no UNIQ_KEY: the offset id
+    assert rows[0]["brokerName"] == "broker-x" and rows[0]["queueId"] == 3 and rows[1]["reconsumeTimes"] == 0
+    assert rows[0]["storeTimestamp"].timestamp() == pytest.approx(1_700_000_000.456)
+    lean = decode_records(buf, "T", "b", arrow_schema(read_schema(include_properties=False)))
+    assert "properties" not in lean.schema.names and lean.num_rows == 3
+
+
+@pytest.mark.parametrize("cut", [1, 50, 95])
+def test_decode_refuses_truncated_or_corrupt_answers(cut: int) -> None:
+    buf = record(1, b"x" * 20, {"UNIQ_KEY": "u"}) * 2
+    schema = arrow_schema(read_schema())
+    with pytest.raises(ProtocolError):
+        decode_records(buf[:-cut], "T", "b", schema)
+    bad = bytearray(buf)
+    bad[len(buf) // 2 + 4] ^= 0xFF  # the second record's magic code
+    with pytest.raises(ProtocolError, match="magic"):
+        decode_records(bytes(bad), "T", "b", schema)
+    assert decode_records(b"", "T", "b", schema).num_rows == 0
+    assert isinstance(decode_records(buf, "T", "b", schema), pa.RecordBatch)

@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_timer.py all --quick    # every part, scaled down (about 2 minutes)
     .venv/bin/python bench/bench_timer.py spread         # 1,000,000 messages due over 60 s (100-byte bodies)
     .venv/bin/python bench/bench_timer.py burst          # 200,000 messages due in the same second
+    .venv/bin/python bench/bench_timer.py burst --same-instant-only --broker   # all at one ms, in a broker
     .venv/bin/python bench/bench_timer.py precision      # lateness and cost for several timerPrecisionMs
     .venv/bin/python bench/bench_timer.py enqueue        # the enqueue pipeline alone (TimerLog + wheel)
 
@@ -10,6 +11,9 @@ The store and the timer service run in one process on one event loop (uvloop), a
 producer is that loop too, putting batches of 64 through the broker's send-path rewrite, so the
 enqueue rate includes sharing the loop with the sends. Lateness is read back from the delivered
 records: store time minus TIMER_OUT_MS (never negative: nothing is delivered early).
+With ``--broker`` the store and timer run inside a BrokerController instead (its put path and all its
+arrival listeners). The burst lines also give the event loop's CPU time for the delivery, the garbage
+collections during it, and how many CPUs other processes kept busy meanwhile.
 Prints one JSON object per measurement. Data goes to a temporary folder (BENCH_DIR to choose).
 """
 
@@ -204,6 +208,12 @@ def _late_of(view: memoryview) -> int:
     return store_ts - int(props[TIMER_OUT_MS])
 
 
+def _host_busy_s() -> float:
+    """CPU seconds every process on the machine has used (all CPUs, idle and iowait excluded)."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+
 def quantiles(values: list[int]) -> dict[str, float]:
     if not values:
         return {}
@@ -309,11 +319,13 @@ async def burst(n: int, lead_s: float, index: bool, same_instant: bool, in_broke
         while now_ms() < due - 50:
             await asyncio.sleep(0.01)
         ready_at_due = b.service.metrics()["prefetched"]
-        cpu0, proc0 = time.thread_time(), time.process_time()
+        cpu0, proc0, host0, wall0 = time.thread_time(), time.process_time(), _host_busy_s(), time.monotonic()
         with GcPauses() as pauses:
             await wait_delivered(b, n, lead_s + 120)
         last = now_ms()
         loop_cpu_ms, process_cpu_ms = (time.thread_time() - cpu0) * 1000, (time.process_time() - proc0) * 1000
+        # CPUs kept busy by other processes meanwhile (the machine is shared): 0 = an idle machine
+        others_busy_cpus = (_host_busy_s() - host0 - process_cpu_ms / 1000) / max(1e-3, time.monotonic() - wall0)
         lat = b.lateness()
         await b.stop()
         within_1s = sum(1 for x in lat if x <= 1000)
@@ -321,7 +333,8 @@ async def burst(n: int, lead_s: float, index: bool, same_instant: bool, in_broke
                enqueue_per_s=round(n / indexed_s), read_ahead_at_due=ready_at_due, all_delivered_after_ms=last - due,
                delivered_within_1s=within_1s, fraction_within_1s=round(within_1s / n, 4),
                delivery_rate_per_s=round(n / max(0.001, (max(lat) + (0 if same_instant else 1000)) / 1000)),
-               loop_cpu_ms=round(loop_cpu_ms), process_cpu_ms=round(process_cpu_ms), **pauses.as_dict(),
+               loop_cpu_ms=round(loop_cpu_ms), process_cpu_ms=round(process_cpu_ms),
+               others_busy_cpus=round(max(0.0, others_busy_cpus), 2), **pauses.as_dict(),
                **quantiles(lat))
     finally:
         shutil.rmtree(path, ignore_errors=True)

@@ -41,6 +41,10 @@ def test_gc_pause_holds_the_collector_off_and_gives_it_back(gc_restored: None) -
     assert gc.isenabled() and not pause.active
     pause.release()  # releasing twice is harmless
     assert gc.isenabled()
+    pause.hold()  # a burst right after another may hold it again at once
+    assert not gc.isenabled() and pause.pauses == 2
+    pause.release()
+    assert gc.isenabled()
 
 
 def test_gc_pause_is_bounded_and_leaves_a_collector_others_turned_off_alone(gc_restored: None) -> None:

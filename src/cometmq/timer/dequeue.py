@@ -14,7 +14,8 @@ from cometmq.timer.timerlog import TimerEntry
 #: put results after which the messages are in the log (a flush timeout still stored them)
 _STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
 _UNPUTTABLE = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
-#: while burst_messages or more are due, the store's index builder is deferred this long (rolling)
+#: while the open slot has burst_messages or more to put, the store's index builder is deferred this long
+#: (rolling)
 _BURST_DEFER_S = 0.25
 
 
@@ -37,6 +38,9 @@ class TimerDequeue(TimerServiceBase):
             if did:
                 await asyncio.sleep(0)
                 continue
+            cur = self._cur
+            if self._gc_pause.active and (cur is None or not cur.remaining()):
+                self._gc_pause.release()  # the burst is out: collect while idle, not in the middle of it
             await self._wait(ev, self._next_deadline())
 
     async def _dequeue_step(self) -> bool:
@@ -127,7 +131,6 @@ class TimerDequeue(TimerServiceBase):
         self._next_occ_valid = False
 
     def _close(self, cur: SlotWork) -> None:
-        self._gc_pause.release()
         self._wh().mark_done(cur.slot)
         self._closed.append(ClosedSlot(cur.slot, cur.commit_start, cur.put_end))
         self._cur = None
@@ -249,7 +252,7 @@ class TimerDequeue(TimerServiceBase):
         return PutItem(max(entry.due_ms, slot_start), entry.due_ms, entry.offset_py, msg_, False, nbytes)
 
     async def _deliver_due(self, cur: SlotWork) -> None:
-        if len(cur.due) - cur.due_pos >= self.config.burst_messages:
+        if cur.remaining() >= self.config.burst_messages:
             # Many due at once: the store's key index waits (briefly) rather than halve the puts' CPU,
             # and so does the cyclic garbage collector.
             builder = self.store.index_builder
@@ -309,5 +312,3 @@ class TimerDequeue(TimerServiceBase):
             cur.put_end = result.end_offset
         if not cur.due:
             cur.drop_spent()
-            if self._gc_pause.active:
-                self._gc_pause.release()  # the burst is out: collect now, not in the middle of it

@@ -125,6 +125,10 @@ class SlotWork:
             cands.append(self.late[0][0])
         return min(cands) if cands else None
 
+    def remaining(self) -> int:
+        """Messages of the open slot still to put (due now or later in the slot)."""
+        return len(self.due) - self.due_pos + len(self.sched) - self.sched_pos + len(self.late)
+
     def waiting(self) -> list[PutItem]:
         return self.due[self.due_pos:] + self.sched[self.sched_pos:] + [x[2] for x in self.late]
 
@@ -150,9 +154,9 @@ class BurstGcPause:
 
     Putting 200,000 messages allocates as many dispatch records, and the collections they trigger
     walk every object the broker holds (a full one took 100-200 ms in the burst benchmark). Reference
-    counting still frees everything acyclic; cycles wait until the burst is over. The pause lasts at
-    most ``max_s``, then the collector runs for at least as long before it may pause again; it never
-    touches a collector someone else turned off."""
+    counting still frees everything acyclic; cycles wait until the burst is over. A pause lasts at
+    most ``max_s`` (bursts in a row included), then the collector runs for at least as long before it may
+    pause again; it never touches a collector someone else turned off."""
 
     def __init__(self, max_s: float) -> None:
         self.max_s = max_s
@@ -172,12 +176,14 @@ class BurstGcPause:
                 self._since = now
                 self.pauses += 1
         elif now - self._since > self.max_s:
-            self.release()
+            self.release(forced=True)
 
-    def release(self) -> None:
+    def release(self, *, forced: bool = False) -> None:
+        """Give the collector back; ``forced`` (held too long): not to be held again for as long."""
         if self._since is not None:
             now = time.monotonic()
-            self._not_before = now + (now - self._since)
+            if forced:
+                self._not_before = now + (now - self._since)
             self._since = None
             gc.enable()
 

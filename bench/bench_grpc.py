@@ -14,7 +14,12 @@ messages to every ReceiveMessage, OK to every ack. What the client does is the s
 
 Cost ratio = echo rate / endpoint rate (the endpoint's time per message over the floor's); the target is <= 1.5.
 The rounds alternate endpoint and echo so that machine noise hits both. Prints one JSON line per measurement
-and a summary, and appends them to ``--out`` (bench/results/grpc-<time>.jsonl).
+and a summary (min / median / max per target, and the cost ratio per round), and appends them to ``--out``
+(bench/results/grpc-<time>.jsonl).
+
+``--compare-src DIR`` adds a third server to every round: ``cometmq serve`` run from another source tree (e.g.
+``git archive <commit> src | tar -x -C /tmp/base`` then ``--compare-src /tmp/base/src``), reported as target
+``baseline``, so a change is measured against its predecessor under the same machine noise.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -173,12 +179,32 @@ def run_driver(endpoints: str, sends: int, receives: int, group: str, home: Path
     return result
 
 
+def summarize(rows: list[dict[str, Any]], servers: list[str]) -> dict[str, Any]:
+    """Per target and metric: rates as [min, median, max]; per server: the cost ratio (echo rate / server rate)
+    of each round, and the ratio of the medians."""
+    summary: dict[str, Any] = {"bench": "grpc-summary", "machine": f"{platform.machine()} {os.cpu_count()} cpu",
+                               "python": platform.python_version(), "rounds": len({r["round"] for r in rows})}
+    for key in ("send_rate", "receive_ack_rate"):
+        for target in [*servers, "echo"]:
+            rates = [float(r[key]) for r in rows if r["target"] == target]
+            summary[f"{target}_{key}"] = [min(rates), round(statistics.median(rates), 1), max(rates)]
+        echo = {r["round"]: float(r[key]) for r in rows if r["target"] == "echo"}
+        for target in servers:
+            per_round = [round(echo[r["round"]] / float(r[key]), 2) for r in rows if r["target"] == target]
+            summary[f"cost_ratio_{target}_{key}_per_round"] = per_round
+            summary[f"cost_ratio_{target}_{key}_of_medians"] = round(
+                summary[f"echo_{key}"][1] / summary[f"{target}_{key}"][1], 2)
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sends", type=int, default=2000)
     ap.add_argument("--receives", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--compare-src", type=Path, metavar="DIR",
+                    help="also measure `cometmq serve` run from this source tree (its src/ folder), as 'baseline'")
     ap.add_argument("--driver", metavar="ENDPOINTS", help=argparse.SUPPRESS)
     ap.add_argument("--echo", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--group", default=GROUP, help=argparse.SUPPRESS)
@@ -200,18 +226,29 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
         work = Path(tmp)
-        grpc_port, echo_port = free_port(), free_port()
-        server = CometServer(work / "server", {"flushDiskType": "ASYNC_FLUSH"},
-                             env={**os.environ, "COMETMQ_GRPC_PORT": str(grpc_port)})
-        server.start()
+        echo_port = free_port()
+        servers: list[tuple[str, CometServer, int]] = []
+        trees: list[tuple[str, Path | None]] = [("endpoint", None)]
+        if args.compare_src is not None:
+            trees.append(("baseline", args.compare_src.resolve()))
         echo = subprocess.Popen([sys.executable, __file__, "--echo", str(echo_port)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
-            server.create_topic(TOPIC, queues=4)
+            for target, src in trees:
+                grpc_port = free_port()
+                env = {**os.environ, "COMETMQ_GRPC_PORT": str(grpc_port)}
+                if src is not None:
+                    env["PYTHONPATH"] = str(src)
+                server = CometServer(work / target, {"flushDiskType": "ASYNC_FLUSH"}, env=env)
+                servers.append((target, server, grpc_port))
+                server.start()
+                server.create_topic(TOPIC, queues=4)
             wait_port(echo_port)
+            targets = [(t, port) for t, _, port in servers] + [("echo", echo_port)]
             for rnd in range(args.rounds):
-                for target, endpoints in (("endpoint", f"127.0.0.1:{grpc_port}"), ("echo", f"127.0.0.1:{echo_port}")):
-                    r = run_driver(endpoints, args.sends, args.receives, f"{GROUP}{rnd}", work / f"home-{target}")
+                for target, port in targets[rnd % len(targets):] + targets[:rnd % len(targets)]:  # rotate the order
+                    r = run_driver(f"127.0.0.1:{port}", args.sends, args.receives, f"{GROUP}{rnd}",
+                                   work / f"home-{target}")
                     row = {"bench": "grpc", "target": target, "round": rnd, "sends": args.sends,
                            "receives": args.receives, **{k: round(v, 1) for k, v in r.items()}}
                     rows.append(row)
@@ -219,17 +256,9 @@ def main() -> None:
         finally:
             echo.terminate()
             echo.wait(10)
-            server.close()
-
-    def best(target: str, key: str) -> float:
-        return float(max(r[key] for r in rows if r["target"] == target))
-
-    summary: dict[str, Any] = {"bench": "grpc-summary", "machine": f"{platform.machine()} {os.cpu_count()} cpu",
-               "python": platform.python_version()}
-    for key in ("send_rate", "receive_ack_rate"):
-        summary[f"endpoint_{key}"] = best("endpoint", key)
-        summary[f"echo_{key}"] = best("echo", key)
-        summary[f"cost_ratio_{key}"] = round(best("echo", key) / best("endpoint", key), 2)
+            for _, server, _ in servers:
+                server.close()
+    summary = summarize(rows, [t for t, _ in trees])
     print(json.dumps(summary), flush=True)
     with out.open("a") as f:
         for row in [*rows, summary]:

@@ -6,11 +6,14 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cometmq import __version__
+
+if TYPE_CHECKING:
+    from cometmq.broker.controller import BrokerController
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="cometmq: a RocketMQ-compatible message broker written in Python.")
@@ -63,9 +66,11 @@ _GRPC_PORT_HELP = "gRPC (RocketMQ 5) endpoint port; 0 = off [default: 8081, skip
 _ACCESS_KEYS_HELP = "turn gRPC authentication on with these 'accessKey:secretKey,...' pairs"
 
 
-async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_keys: str | None) -> object | None:
-    """Start the embedded gRPC endpoint (a proxy over loopback remoting). Off when the port is 0, when the
-    ``grpc`` extra is missing, or (default port only) when the port is busy; an explicit port must bind."""
+async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_keys: str | None,
+                      broker: BrokerController | None = None) -> object | None:
+    """Start the embedded gRPC endpoint (a proxy over remoting; ``broker``, the BrokerController of this process,
+    is reached in process instead of over loopback TCP). Off when the port is 0, when the ``grpc`` extra is
+    missing, or (default port only) when the port is busy; an explicit port must bind."""
     explicit = port is not None
     if port == 0:
         log.info("gRPC endpoint off (--grpc-port 0)")
@@ -79,8 +84,13 @@ async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_k
     if not namesrv:
         log.warning("gRPC endpoint off: it needs a nameserver (namesrvAddr / --namesrv)")
         return None
+    local = {}
+    if broker is not None and broker.server is not None:
+        from cometmq.net.local import local_connector
+
+        local[broker.addr] = local_connector(broker.server, broker.addr)
     proxy = GrpcProxy(ProxyConfig(namesrv=namesrv, host=host, port=DEFAULT_GRPC_PORT if port is None else port,
-                                  **_auth_options(access_keys)))  # type: ignore[arg-type]
+                                  **_auth_options(access_keys)), local=local)  # type: ignore[arg-type]
     try:
         await proxy.start()
     except OSError as exc:
@@ -157,7 +167,7 @@ def broker(
         ctl = BrokerController(cfg)
         await ctl.start()
         try:
-            proxy = await _start_grpc(grpc_port, cfg.namesrv_addr, host, access_keys)
+            proxy = await _start_grpc(grpc_port, cfg.namesrv_addr, host, access_keys, ctl)
         except BaseException:
             await ctl.stop()
             raise
@@ -197,7 +207,7 @@ def serve(
         ctl = BrokerController(cfg)
         await ctl.start()
         try:
-            proxy = await _start_grpc(grpc_port, f"{host}:{ns.port}", host, access_keys)
+            proxy = await _start_grpc(grpc_port, f"{host}:{ns.port}", host, access_keys, ctl)
         except BaseException:
             await ctl.stop()
             await ns.stop()

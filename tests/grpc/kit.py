@@ -1,5 +1,6 @@
 """The endpoint test kit: an in-process nameserver + broker + gRPC endpoint, and a client stub generated
-from cometmq's own protos.
+from cometmq's own protos. The ``endpoint`` fixture runs every test twice: with the endpoint reaching the broker
+in process (``cometmq.net.local``, as ``cometmq serve`` embeds it) and over loopback TCP (as ``cometmq proxy``).
 
 Real sockets on free 127.0.0.1 ports, data in a temporary folder. The stub calls carry the metadata the 5.x
 clients send (client id, date-time, and a signature when ``Endpoint.credentials`` is set).
@@ -28,6 +29,7 @@ from cometmq.grpc.v2 import service_pb2 as spb
 from cometmq.grpc.v2 import service_pb2_grpc
 from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 from cometmq.net.client import RemotingClient
+from cometmq.net.local import local_connector
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
@@ -122,7 +124,13 @@ class Endpoint:
         return response
 
 
-async def start_endpoint(tmp: Path, broker_changes: dict[str, Any] | None = None, **proxy_changes: Any) -> Endpoint:
+#: how the endpoint reaches its broker: "local" (in process, as embedded in ``cometmq serve``) or "tcp" (loopback
+#: remoting, as ``cometmq proxy`` in front of a cluster)
+TRANSPORTS = ("local", "tcp")
+
+
+async def start_endpoint(tmp: Path, broker_changes: dict[str, Any] | None = None, *, transport: str = "local",
+                         **proxy_changes: Any) -> Endpoint:
     ns = NamesrvController(NamesrvConfig(port=0))
     await ns.start()
     cfg = BrokerConfig(listen_port=0, broker_name="broker-a", namesrv_addr=f"127.0.0.1:{ns.port}",
@@ -131,7 +139,10 @@ async def start_endpoint(tmp: Path, broker_changes: dict[str, Any] | None = None
                               consume_queue_units_per_file=10_000, max_hash_slot_num=4096, max_index_num=65536)
     broker = BrokerController(cfg.replace(store=store))
     await broker.start()
-    proxy = GrpcProxy(ProxyConfig(namesrv=f"127.0.0.1:{ns.port}", port=0, **proxy_changes))
+    assert transport in TRANSPORTS, transport
+    assert broker.server is not None
+    local = {broker.addr: local_connector(broker.server, broker.addr)} if transport == "local" else None
+    proxy = GrpcProxy(ProxyConfig(namesrv=f"127.0.0.1:{ns.port}", port=0, **proxy_changes), local=local)
     await proxy.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{proxy.port}")
     return Endpoint(ns, broker, proxy, channel, service_pb2_grpc.MessagingServiceStub(channel))  # type: ignore[no-untyped-call]
@@ -144,8 +155,8 @@ async def stop_endpoint(ep: Endpoint) -> None:
     await ep.namesrv.stop()
 
 
-@pytest.fixture
-async def endpoint(tmp_path: Path) -> AsyncIterator[Endpoint]:
-    ep = await start_endpoint(tmp_path)
+@pytest.fixture(params=TRANSPORTS)
+async def endpoint(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Endpoint]:
+    ep = await start_endpoint(tmp_path, transport=request.param)
     yield ep
     await stop_endpoint(ep)

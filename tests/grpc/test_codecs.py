@@ -133,3 +133,16 @@ def test_remoting_codes_map_to_grpc_codes() -> None:
     assert from_remoting(ResponseCode.NO_MESSAGE) == pb.Code.INVALID_RECEIPT_HANDLE
     assert from_remoting(ResponseCode.SYSTEM_BUSY) == pb.Code.TOO_MANY_REQUESTS
     assert from_remoting(99999) == pb.Code.INTERNAL_SERVER_ERROR
+
+
+def test_send_v2_fields_match_the_header_codec() -> None:
+    """The endpoint builds SEND_MESSAGE_V2's header by hand (hot path); it must be what the codec would make."""
+    from cometmq.grpc.backend import PROXY_PRODUCER_GROUP
+    from cometmq.grpc.producer_rpcs import send_v2_fields
+    from cometmq.protocol.headers import SendMessageRequestHeader, send_header_from_v2, send_header_to_v2
+
+    header = SendMessageRequestHeader(producer_group=PROXY_PRODUCER_GROUP, topic="T", queue_id=3, sys_flag=4,
+                                      born_timestamp=1_700_000_000_123, properties="UNIQ_KEY\x01x\x02")
+    fields = send_v2_fields("T", 3, 4, 1_700_000_000_123, "UNIQ_KEY\x01x\x02")
+    assert fields == send_header_to_v2(header)
+    assert send_header_from_v2(fields) == header

@@ -51,7 +51,7 @@ async def test_telemetry_settings_handshake_for_producer_and_consumer(endpoint: 
     assert prod.settings.publishing.max_body_size == 4 * 1024 * 1024
     assert [t.name for t in prod.settings.publishing.topics] == ["T"]
     assert prod.settings.backoff_policy.max_attempts >= 1
-    assert prod.settings.metric.on
+    assert not prod.settings.metric.on  # metrics cost the client time per call: on for push consumers only
     cons = await one(pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(
         group=pb.Resource(name="G"), subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="T"))])))
     assert cons.status.code == OK
@@ -60,6 +60,11 @@ async def test_telemetry_settings_handshake_for_producer_and_consumer(endpoint: 
     assert sub.long_polling_timeout.seconds > 0
     assert cons.settings.backoff_policy.max_attempts == 17  # retryMaxTimes 16 + the first delivery
     assert len(cons.settings.backoff_policy.customized_backoff.next) > 0
+    assert cons.settings.metric.on and cons.settings.metric.endpoints.addresses  # the Python push consumer needs it
+    simple = await one(pb.Settings(client_type=pb.SIMPLE_CONSUMER, metric=pb.Metric(on=True),
+                                   subscription=pb.Subscription(group=pb.Resource(name="G"), subscriptions=[
+                                       pb.SubscriptionEntry(topic=pb.Resource(name="T"))])))
+    assert simple.status.code == OK and not simple.settings.metric.on
 
 
 async def test_send_receive_ack_round_trip(endpoint: Endpoint) -> None:

@@ -13,15 +13,16 @@ import pytest
 from cometmq.grpc.handles import TransactionRef
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
-from tests.grpc.kit import Endpoint, start_endpoint, stop_endpoint
+from tests.grpc.kit import TRANSPORTS, Endpoint, start_endpoint, stop_endpoint
 
 pytest.importorskip("cometmq.broker.transaction", reason="the broker side of transactions is not in this tree")
 
 
-@pytest.fixture
-async def tx_endpoint(tmp_path: Path) -> AsyncIterator[Endpoint]:
+@pytest.fixture(params=TRANSPORTS)
+async def tx_endpoint(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Endpoint]:
     ep = await start_endpoint(tmp_path, broker_changes={"transaction_timeout_ms": 500,
-                                                        "transaction_check_interval_ms": 500})
+                                                        "transaction_check_interval_ms": 500},
+                              transport=request.param)
     yield ep
     await stop_endpoint(ep)
 

@@ -3,7 +3,9 @@ registration as a producer so brokers can ask it to check transactions (RocketMQ
 
 One :class:`Backend` per endpoint. It reuses the SDK's :class:`ClientInstance` (nameserver failover, route
 cache and refresh, heartbeats) with a remoting client whose dispatcher also serves the brokers'
-CHECK_TRANSACTION_STATE requests.
+CHECK_TRANSACTION_STATE requests. Brokers that live in the same process (``cometmq serve``, ``cometmq broker``)
+can be given as ``local`` connectors: the same remoting requests then go through an in-process connection
+(``cometmq.net.local``) instead of loopback TCP.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError
 from cometmq.client.instance import ClientInstance
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
-from cometmq.net.client import RemotingClient
+from cometmq.net.client import LocalConnector, RemotingClient
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.client_bodies import MessageQueue
 from cometmq.protocol.codes import RequestCode
@@ -35,11 +37,12 @@ CheckHandler = Callable[[str, RemotingCommand], Awaitable[None]]
 
 class Backend:
     def __init__(self, namesrv: str, *, request_timeout: float = 3.0, route_refresh_s: float = 10.0,
-                 heartbeat_s: float = 30.0) -> None:
+                 heartbeat_s: float = 30.0, local: Mapping[str, LocalConnector] | None = None) -> None:
         self.instance = ClientInstance(namesrv, instance_name=f"cometmq-grpc-proxy-{id(self):x}",
                                        request_timeout=request_timeout, poll_namesrv_interval=route_refresh_s,
                                        heartbeat_interval=heartbeat_s)
-        self.instance.remoting = RemotingClient({RequestCode.CHECK_TRANSACTION_STATE: self._on_check})
+        # ``local``: brokers in this process (the embedded endpoint's own) are reached without TCP
+        self.instance.remoting = RemotingClient({RequestCode.CHECK_TRANSACTION_STATE: self._on_check}, local=local)
         self.instance.register_producer(PROXY_PRODUCER_GROUP)
         self.request_timeout = request_timeout
         self.check_handler: CheckHandler | None = None

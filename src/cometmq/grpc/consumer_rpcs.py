@@ -142,7 +142,10 @@ class ConsumerRpcs(RpcBase):
     @unary(spb.AckMessageResponse)
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
         group = request.group.name
-        results = await asyncio.gather(*(self._ack_one(group, e) for e in request.entries))
+        if len(request.entries) == 1:  # what the clients send: no task for a gather of one
+            results = [await self._ack_one(group, request.entries[0])]
+        else:
+            results = list(await asyncio.gather(*(self._ack_one(group, e) for e in request.entries)))
         entries = [spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=s)
                    for e, s in zip(request.entries, results, strict=True)]
         codes = {s.code for s in results}

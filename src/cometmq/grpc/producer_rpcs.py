@@ -23,7 +23,7 @@ from cometmq.grpc.v2 import service_pb2 as spb
 from cometmq.protocol import properties as P
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.headers import EndTransactionRequestHeader, SendMessageRequestHeader, send_header_to_v2
+from cometmq.protocol.headers import EndTransactionRequestHeader
 from cometmq.protocol.message import SysFlag, decode_record
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.properties import encode_properties
@@ -59,6 +59,13 @@ def message_queues(route: TopicRouteData, topic: str, namespace: str, endpoints:
             out.append(pb.MessageQueue(topic=pb.Resource(resource_namespace=namespace, name=topic), id=qid,
                                        permission=perm, broker=broker, accept_message_types=ALL_TYPES))
     return out
+
+
+def send_v2_fields(topic: str, queue_id: int, sys_flag: int, born_ms: int, properties: str) -> dict[str, str]:
+    """SEND_MESSAGE_V2's one-letter header of an endpoint send (what ``send_header_to_v2`` makes of a
+    ``SendMessageRequestHeader`` with these fields and the defaults; built directly: it is on every send)."""
+    return {"a": PROXY_PRODUCER_GROUP, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag),
+            "g": str(born_ms), "h": "0", "i": properties, "j": "0", "k": "false", "m": "false"}
 
 
 class ProducerRpcs(RpcBase):
@@ -136,13 +143,19 @@ class ProducerRpcs(RpcBase):
         session.client_type = settings.client_type
         reply = pb.Settings()
         reply.CopyFrom(settings)
-        # Metrics on, pointed at this endpoint (which accepts and drops OTLP exports): the Python push consumer
-        # registers its gauges only with metrics on and otherwise stops reading the Telemetry stream.
-        reply.metric.on = True
-        if settings.HasField("access_point") and settings.access_point.addresses:
-            reply.metric.endpoints.CopyFrom(settings.access_point)
+        # Metrics on for push consumers only, pointed at this endpoint (which accepts and drops OTLP exports): the
+        # Python push consumer registers its gauges only with metrics on and otherwise stops reading the Telemetry
+        # stream. Everyone else gets them off (as RocketMQ's proxy does by default): a client with metrics on
+        # records a histogram sample per send or receive, which costs it time on every call.
+        if settings.client_type == pb.PUSH_CONSUMER:
+            reply.metric.on = True
+            if settings.HasField("access_point") and settings.access_point.addresses:
+                reply.metric.endpoints.CopyFrom(settings.access_point)
+            else:
+                reply.metric.endpoints.CopyFrom(endpoints_for(pb.Endpoints(), self.config.host, self.port))
         else:
-            reply.metric.endpoints.CopyFrom(endpoints_for(pb.Endpoints(), self.config.host, self.port))
+            reply.metric.on = False
+            reply.metric.ClearField("endpoints")
         if settings.HasField("publishing"):
             session.topics = {r.name for r in settings.publishing.topics}
             reply.publishing.max_body_size = self.config.max_body_size
@@ -220,13 +233,11 @@ class ProducerRpcs(RpcBase):
             if msg.system_properties.HasField("orphaned_transaction_recovery_duration") and rec.seconds > 0:
                 props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(rec.seconds)
         born = msg.system_properties.born_timestamp
-        header = SendMessageRequestHeader(
-            producer_group=PROXY_PRODUCER_GROUP, topic=topic, queue_id=mq.queue_id, sys_flag=int(sys_flag),
-            born_timestamp=convert.timestamp_ms(born) if born.seconds else int(time.time() * 1000),
-            properties=encode_properties(props).decode("utf-8"))
+        header = send_v2_fields(topic, mq.queue_id, int(sys_flag),
+                                convert.timestamp_ms(born) if born.seconds else int(time.time() * 1000),
+                                encode_properties(props).decode("utf-8"))
         addr = await self.backend.broker_addr(topic, mq.broker_name)
-        response = await self.backend.invoke(addr, make_request(RequestCode.SEND_MESSAGE_V2,
-                                                                send_header_to_v2(header), body))
+        response = await self.backend.invoke(addr, make_request(RequestCode.SEND_MESSAGE_V2, header, body))
         if response.code != ResponseCode.SUCCESS:
             raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
         ext = response.ext_fields

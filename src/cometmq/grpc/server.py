@@ -7,6 +7,7 @@ Used the same way standalone (``cometmq proxy``) and embedded in ``cometmq serve
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import grpc
 
@@ -16,6 +17,7 @@ from cometmq.grpc.consumer_rpcs import ConsumerRpcs
 from cometmq.grpc.producer_rpcs import ProducerRpcs
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.v2 import service_pb2_grpc
+from cometmq.net.client import LocalConnector
 
 log = logging.getLogger("cometmq.grpc")
 
@@ -43,10 +45,13 @@ def _metrics_sink() -> grpc.GenericRpcHandler:
 
 
 class GrpcProxy:
-    def __init__(self, config: ProxyConfig) -> None:
+    """``local``: broker address -> in-process connector, for the brokers of this process (the embedded
+    endpoint); every other broker, and the nameservers, are reached over TCP."""
+
+    def __init__(self, config: ProxyConfig, *, local: Mapping[str, LocalConnector] | None = None) -> None:
         self.config = config
         self.backend = Backend(config.namesrv, request_timeout=config.request_timeout_s,
-                               route_refresh_s=config.route_refresh_s, heartbeat_s=config.heartbeat_s)
+                               route_refresh_s=config.route_refresh_s, heartbeat_s=config.heartbeat_s, local=local)
         self.sessions = Sessions()
         self.service = MessagingService(self.backend, config, self.sessions)
         self.backend.check_handler = self.service.on_transaction_check

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from cometmq.net.connection import (
@@ -35,7 +36,14 @@ def split_address(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
+LocalConnector = Callable[[Dispatcher | None], RemotingConnection]
+"""Opens an in-process connection (``cometmq.net.local``); its argument serves what the other end sends back."""
+
+
 class RemotingClient:
+    """``local`` maps addresses served in this process to a connector used instead of TCP (same requests, same
+    replies, no socket): the embedded gRPC endpoint reaches its own broker that way."""
+
     def __init__(
         self,
         dispatcher: Dispatcher | None = None,
@@ -45,8 +53,10 @@ class RemotingClient:
         write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
         write_low_water: int = DEFAULT_WRITE_LOW_WATER,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        local: Mapping[str, LocalConnector] | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self._local: dict[str, LocalConnector] = dict(local or {})
         self.connect_timeout = connect_timeout
         self._max_frame_size = max_frame_size
         self._write_high_water = write_high_water
@@ -132,12 +142,16 @@ class RemotingClient:
         await self.close()
 
     async def _connect(self, addr: str) -> RemotingConnection:
-        host, port = split_address(addr)
-        loop = asyncio.get_running_loop()
-        try:
-            _, conn = await loop.create_connection(self._new_connection, host, port)
-        except OSError as exc:
-            raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
+        connector = self._local.get(addr)
+        if connector is not None:
+            conn = connector(self._dispatcher)
+        else:
+            host, port = split_address(addr)
+            loop = asyncio.get_running_loop()
+            try:
+                _, conn = await loop.create_connection(self._new_connection, host, port)
+            except OSError as exc:
+                raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
         await conn.wait_connected()
         if self._closed:  # close() ran while we were connecting
             conn.close()

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from cometmq.broker.filters import PropertyFilter, TagFilter
 from cometmq.common.tasks import cancel_and_wait
@@ -24,7 +25,9 @@ from cometmq.store.message import DispatchRequest
 
 log = logging.getLogger(__name__)
 
-Replay = Callable[[RemotingConnection, RemotingCommand], Awaitable[None]]
+#: ``replay(conn, request[, parsed header])`` runs a held pull again and answers it: synchronous (run at once),
+#: or a coroutine (run as a task); the header argument is passed only when the held pull carries one
+Replay = Callable[..., Awaitable[None] | None]
 
 
 @dataclass(eq=False)
@@ -40,6 +43,8 @@ class HeldPull:
     property_filter: PropertyFilter | None = None
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     done: bool = False
+    #: the request's parsed header, handed to the replay (which then need not parse it again)
+    header: Any = field(default=None, repr=False)
 
 
 class PullRequestHoldService:
@@ -123,7 +128,15 @@ class PullRequestHoldService:
         self._drop(held)
         if held.conn.closed:
             return
-        task = asyncio.ensure_future(self._replay(held.conn, held.request))
+        # A synchronous replay answers now, inside the arrival's dispatch (the store's reads take no lock):
+        # the answer leaves in the same loop turn as the append, with no task to create and schedule.
+        if held.header is None:
+            pending = self._replay(held.conn, held.request)
+        else:
+            pending = self._replay(held.conn, held.request, held.header)
+        if pending is None:
+            return
+        task = asyncio.ensure_future(pending)
         self._replays.add(task)
         task.add_done_callback(self._replays.discard)
 

@@ -47,10 +47,13 @@ class PullProcessor:
     async def pull(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         return self.process(conn, cmd, allow_suspend=True)
 
-    async def replay(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
-        """Run a held pull once more, suspending no longer, and send its answer."""
+    def replay(self, conn: RemotingConnection, cmd: RemotingCommand,
+               header: PullMessageRequestHeader | None = None) -> None:
+        """Run a held pull once more, suspending no longer, and send its answer. Synchronous (a read of the
+        store and a write), so the hold service runs it at once when an arrival wakes the pull, rather than a
+        loop turn later as a task."""
         try:
-            response = self.process(conn, cmd, allow_suspend=False)
+            response = self.process(conn, cmd, allow_suspend=False, header=header)
         except RemotingError as exc:
             response = make_response(cmd, exc.code, exc.remark)
         except Exception as exc:  # an answer must go back, whatever happened
@@ -59,11 +62,16 @@ class PullProcessor:
         if response is not None:
             conn.send_response(response)
 
-    def process(self, conn: RemotingConnection, cmd: RemotingCommand, *, allow_suspend: bool) -> RemotingCommand | None:
-        try:
-            h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    def process(self, conn: RemotingConnection, cmd: RemotingCommand, *, allow_suspend: bool,
+                header: PullMessageRequestHeader | None = None) -> RemotingCommand | None:
+        """Answer a pull (``header``: ``cmd``'s, parsed already). Returns None when the pull was held."""
+        if header is not None:
+            h = header
+        else:
+            try:
+                h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+            except ProtocolError as exc:
+                raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         broker = self.broker
         if not perm_readable(broker.config.broker_permission):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {broker.config.broker_name} is not readable")
@@ -102,7 +110,7 @@ class PullProcessor:
             long_polling = broker.config.long_polling_enable
             timeout_ms = h.suspend_timeout_millis if long_polling else broker.config.short_polling_time_ms
             broker.hold.suspend(HeldPull(conn, cmd, h.topic, h.queue_id, h.queue_offset, tag_filter,
-                                         wake_on_arrival=long_polling, property_filter=prop_filter),
+                                         wake_on_arrival=long_polling, property_filter=prop_filter, header=h),
                                 max(timeout_ms, 0) / 1000)
             self._commit(h, allow_suspend)
             return None

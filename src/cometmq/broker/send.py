@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 import random
 import zlib
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from cometmq.broker.topics import RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, check_topic_name, dlq_topic, retry_topic
 from cometmq.net.connection import RemotingConnection
-from cometmq.protocol.batch import decode_batch
+from cometmq.protocol.batch import decode_batch_raw
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader, send_header_from_v2
-from cometmq.protocol.message import SysFlag, decode_record, pack_host
+from cometmq.protocol.message import TRANSACTION_MASK, SysFlag, decode_record, pack_host
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import (
     DELAY,
@@ -30,6 +31,7 @@ from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import perm_writable
 from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult, PutStatus
+from cometmq.timer.message import TIMER_TOPIC
 
 if TYPE_CHECKING:
     from cometmq.broker.controller import BrokerController
@@ -44,6 +46,17 @@ _PUT_STATUS_CODES = {
     PutStatus.OS_ERROR: ResponseCode.SYSTEM_ERROR,
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
+
+#: Property names (with the name/value separator where a longer name could end in them) whose presence needs
+#: the per-message delay (DELAY), timer (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_OUT_MS)
+#: and transaction (TRAN_MSG) checks of a send.
+_SPECIAL_MARKERS = (b"DELAY\x01", b"TIMER_", b"TRAN_MSG\x01")
+_SPECIAL_MARKERS_STR = tuple(m.decode("ascii") for m in _SPECIAL_MARKERS)
+_SPECIAL_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
+# _single_message and _batch_messages build MessageInner positionally: fail at import if its fields ever move.
+if [f.name for f in fields(MessageInner)][:10] != ["topic", "body", "queue_id", "properties", "properties_raw", "flag",
+                                                   "sys_flag", "born_timestamp", "born_host", "reconsume_times"]:
+    raise RuntimeError("MessageInner's fields changed: update SendProcessor._batch_messages")
 
 
 def born_host_of(conn: RemotingConnection) -> bytes:
@@ -61,6 +74,8 @@ def born_host_of(conn: RemotingConnection) -> bytes:
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self._id_host: bytes | None = None
+        self._id_prefix: str | None = None
 
     async def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         try:
@@ -88,13 +103,20 @@ class SendProcessor:
         born_host = born_host_of(conn)
         batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         if batch:
-            msgs = self._batch_messages(header, cmd.body, queue_id, born_host)
+            msgs, plain = self._batch_messages(header, cmd.body, queue_id, born_host)
         else:
             msgs = [self._single_message(header, cmd.body, queue_id, born_host)]
+            props = header.properties
+            plain = header.sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS and not any(
+                marker in props for marker in _SPECIAL_MARKERS_STR)
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             for m in msgs:
                 self._retry_or_dlq(m, header)
+        if plain:
+            # No message names a delay, timer or transaction property, the send is no prepared half and goes to
+            # no schedule or timer topic: the per-message checks below could not change anything.
+            return self._response(cmd, await broker.put_messages(msgs), queue_id)
         if broker.transactions.is_half_send(msgs, batch):
             # A transaction's half: stored out of sight until END_TRANSACTION (broker/transaction/).
             result = await broker.transactions.put_half(msgs[0], header.producer_group)
@@ -115,12 +137,14 @@ class SendProcessor:
             props = decode_properties(raw)
         except (ProtocolError, UnicodeEncodeError) as exc:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad properties: {exc}") from None
-        return MessageInner(topic=header.topic, body=body, queue_id=queue_id, properties=props, properties_raw=raw,
-                            flag=header.flag, sys_flag=header.sys_flag, born_timestamp=header.born_timestamp,
-                            born_host=born_host, reconsume_times=header.reconsume_times)
+        return MessageInner(header.topic, body, queue_id, props, raw, header.flag, header.sys_flag,
+                            header.born_timestamp, born_host, header.reconsume_times)
 
     def _batch_messages(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
-                        born_host: bytes) -> list[MessageInner]:
+                        born_host: bytes) -> tuple[list[MessageInner], bool]:
+        """The batch's messages, and whether it is plain: no delay, timer or transaction property in any
+        of them (a byte search of the whole body for the property names: a hit in a body only costs the
+        full per-message checks) and not a prepared transaction."""
         sys_flag = header.sys_flag
         if sys_flag & SysFlag.COMPRESSED:
             try:
@@ -128,16 +152,21 @@ class SendProcessor:
             except zlib.error as exc:
                 raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"compressed batch does not inflate: {exc}") from None
             sys_flag &= ~SysFlag.COMPRESSED
+        if type(body) is not bytes:
+            body = bytes(body)
         try:
-            items = decode_batch(body)
+            items = decode_batch_raw(body)
+            topic, born_ts, born_at, reconsume = header.topic, header.born_timestamp, born_host, header.reconsume_times
+            # Positional arguments (checked against MessageInner's fields at import): half the cost of keywords.
+            msgs = [MessageInner(topic, item_body, queue_id, decode_properties(raw), raw, flag, sys_flag, born_ts,
+                                 born_at, reconsume) for item_body, raw, flag in items]
         except ProtocolError as exc:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
-        if not items:
+        if not msgs:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-        return [MessageInner(topic=header.topic, body=item.body, queue_id=queue_id, properties=item.properties,
-                             properties_raw=item.properties_raw, flag=item.flag, sys_flag=sys_flag,
-                             born_timestamp=header.born_timestamp, born_host=born_host,
-                             reconsume_times=header.reconsume_times) for item in items]
+        plain = sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS and not any(
+            marker in body for marker in _SPECIAL_MARKERS)
+        return msgs, plain
 
     def _retry_or_dlq(self, m: MessageInner, header: SendMessageRequestHeader) -> None:
         """A client sending straight to a retry topic (Java's ``sendMessageBack`` fallback): past the
@@ -160,7 +189,12 @@ class SendProcessor:
         else:
             code = ResponseCode.SUCCESS
         store_host = self.broker.store.commitlog.store_host
-        ids = ",".join(offset_msg_id(store_host, r.phy_offset) for r in result.records)
+        prefix = self._id_prefix
+        if prefix is None or self._id_host != store_host:
+            self._id_host, prefix = store_host, offset_msg_id(store_host, 0)[:16]
+            self._id_prefix = prefix
+        # offset_msg_id's layout (host hex + 16 hex digits of the offset); commit-log offsets are never negative
+        ids = ",".join([f"{prefix}{r.phy_offset:016X}" for r in result.records])
         first = result.records[0]
         ext = {"msgId": ids, "queueId": str(queue_id),
                "queueOffset": str(first.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}

@@ -20,13 +20,14 @@ from cometmq.client.errors import (
     NoRouteError,
 )
 from cometmq.client.instance import ClientInstance
-from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus
-from cometmq.protocol.batch import encode_batch
+from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, send_results
+from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from cometmq.protocol.msgid import UniqKeyGenerator
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.remoting import make_request
+from cometmq.protocol.route import TopicRouteData
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,23 @@ SendCallback = Callable[[SendResult | None, BaseException | None], None]
 _STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+
+def _v2_key(field: str, **values: Any) -> str:
+    """The SEND_MESSAGE_V2 key of a header field: where a probe header's distinctive value lands."""
+    probe = send_header_to_v2(SendMessageRequestHeader(**{"producer_group": "\x00group", "topic": "\x00topic",
+                                                          **values}))
+    [key] = [k for k, v in probe.items() if v == str(values[field])]
+    return key
+
+
+_V2_GROUP = _v2_key("producer_group", producer_group="\x00probe")
+_V2_TOPIC = _v2_key("topic", topic="\x00probe")
+_V2_QUEUE_ID = _v2_key("queue_id", queue_id=424242)
+_V2_SYS_FLAG = _v2_key("sys_flag", sys_flag=434343)
+_V2_BORN_TIMESTAMP = _v2_key("born_timestamp", born_timestamp=454545)
+_V2_FLAG = _v2_key("flag", flag=464646)
+_V2_PROPERTIES = _v2_key("properties", properties="\x00probe")
 
 
 def select_by_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
@@ -75,6 +93,10 @@ class Producer:
         self._uniq = UniqKeyGenerator(self.instance.client_ip)
         self._next_queue = itertools.count()
         self._pending: set[asyncio.Task[Any]] = set()
+        #: topic names _check found valid (str only: a subclass could compare equal and differ)
+        self._valid_topics: set[str] = set()
+        self._v2_template: dict[str, str] | None = None
+        self._queue_cache: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
         self.started = False
 
     async def start(self) -> None:
@@ -107,17 +129,54 @@ class Producer:
             raise ClientStateError("the producer is not started")
         if not isinstance(msg, Message):
             raise InvalidArgumentError(f"expected a Message, got {type(msg).__name__}")
-        if not msg.topic or len(msg.topic) > 127 or not all(c.isalnum() or c in "%|-_" for c in msg.topic):
-            raise InvalidArgumentError(f"topic {msg.topic!r} is not a valid topic name")
+        topic = msg.topic
+        if type(topic) is not str or topic not in self._valid_topics:
+            if not topic or len(topic) > 127 or not all(c.isalnum() or c in "%|-_" for c in topic):
+                raise InvalidArgumentError(f"topic {topic!r} is not a valid topic name")
+            if type(topic) is str:
+                if len(self._valid_topics) >= 1024:
+                    self._valid_topics.clear()
+                self._valid_topics.add(topic)
         if not msg.body:
             raise InvalidArgumentError(f"the message body for {msg.topic} is empty")
         if len(msg.body) > self.max_message_size:
             raise InvalidArgumentError(f"the message body for {msg.topic} is {len(msg.body)} bytes, more than "
                                        f"{self.max_message_size}")
 
+    def _check_batch(self, msgs: Sequence[Message]) -> None:
+        """:meth:`_check` of every message (the same errors, in the same order), plus the batch's own rules,
+        with the per-message part cut to what can differ once the first message passed."""
+        first = msgs[0]
+        self._check(first)
+        topic = first.topic
+        max_size = self.max_message_size
+        for m in msgs:
+            if type(m) is not Message or m.topic != topic or not m.body or len(m.body) > max_size:
+                self._check(m)
+                if m.topic != topic:
+                    raise InvalidArgumentError("a batch must hold messages of one topic")
+            if m.delay_level or m.deliver_at is not None or m.delay is not None:
+                raise InvalidArgumentError("scheduled messages cannot be sent in a batch")
+
     # -- routes ---------------------------------------------------------------------------------------------
     async def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues; an unknown topic is sent through the brokers' default route (TBW102)."""
+        return list(await self._queues(topic))
+
+    async def _queues(self, topic: str) -> list[MessageQueue]:
+        """:meth:`queues`, shared: computed once per route object the client instance holds (a refreshed route
+        is a new object), not on every send. Callers must not change the list."""
+        route = self.instance.routes.get(topic)
+        if route is not None:
+            cached = self._queue_cache.get(topic)
+            if cached is not None and cached[0] is route:
+                return cached[1]
+            queues = self.instance.queues_of(route, topic, writable=True)
+            if queues:
+                if len(self._queue_cache) >= 1024:
+                    self._queue_cache.clear()
+                self._queue_cache[topic] = (route, queues)
+                return queues
         queues = await self.instance.publish_queues(topic)
         if queues:
             return queues
@@ -141,7 +200,7 @@ class Producer:
                 queues = await self.queues(msg.topic)
                 queue = selector(queues, msg, arg)
             return await self._send_to(queue, msg, timeout)
-        queues = await self.queues(msg.topic)
+        queues = await self._queues(msg.topic)
         last_error: MQClientError | None = None
         failed_broker: str | None = None
         for _attempt in range(self.retries + 1):
@@ -156,7 +215,7 @@ class Producer:
                 failed_broker = q.broker_name
                 log.info("send to %s failed (%s); retrying on another queue", q, exc)
                 if isinstance(exc, BrokerError) and exc.code == ResponseCode.TOPIC_NOT_EXIST:
-                    queues = await self.queues(msg.topic)
+                    queues = await self._queues(msg.topic)
         assert last_error is not None
         raise last_error
 
@@ -200,15 +259,10 @@ class Producer:
         """Send many messages of one topic, packed into as few requests as ``max_batch_bytes`` allows."""
         if not msgs:
             return []
+        self._check_batch(msgs)
         topic = msgs[0].topic
-        for m in msgs:
-            self._check(m)
-            if m.topic != topic:
-                raise InvalidArgumentError("a batch must hold messages of one topic")
-            if m.delay_level or m.deliver_at is not None or m.delay is not None:
-                raise InvalidArgumentError("scheduled messages cannot be sent in a batch")
         if queue is None:
-            queues = await self.queues(topic)
+            queues = await self._queues(topic)
             queue = queues[next(self._next_queue) % len(queues)]
         results: list[SendResult] = []
         chunk: list[Message] = []
@@ -242,11 +296,21 @@ class Producer:
         if len(body) >= self.compress_over:
             body = zlib.compress(body, self.compress_level)
             sys_flag |= 1
-        header = SendMessageRequestHeader(
-            producer_group=self.group, topic=msg.topic, default_topic="TBW102", default_topic_queue_nums=4,
-            queue_id=q.queue_id, sys_flag=sys_flag, born_timestamp=_now_ms(), flag=msg.flag,
-            properties=encode_properties(props).decode("utf-8"), reconsume_times=0)
-        return make_request(RequestCode.SEND_MESSAGE_V2, send_header_to_v2(header), body, oneway=oneway), uniq
+        # send_header_to_v2(SendMessageRequestHeader(...)) of this send, filled into a copy of this producer's
+        # template instead of building and converting the header dataclass each time.
+        template = self._v2_template
+        if template is None or template[_V2_GROUP] != self.group:
+            template = self._v2_template = send_header_to_v2(SendMessageRequestHeader(
+                producer_group=self.group, topic="", default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
+                sys_flag=0, born_timestamp=0, flag=0, properties="", reconsume_times=0))
+        ext = template.copy()
+        ext[_V2_TOPIC] = msg.topic
+        ext[_V2_QUEUE_ID] = str(q.queue_id)
+        ext[_V2_SYS_FLAG] = str(sys_flag)
+        ext[_V2_BORN_TIMESTAMP] = str(_now_ms())
+        ext[_V2_FLAG] = str(msg.flag)
+        ext[_V2_PROPERTIES] = encode_properties(props).decode("utf-8")
+        return make_request(RequestCode.SEND_MESSAGE_V2, ext, body, oneway=oneway), uniq
 
     async def _send_to(self, q: MessageQueue, msg: Message, timeout: float) -> SendResult:
         cmd, uniq = self._request(q, msg)
@@ -254,21 +318,42 @@ class Producer:
         response = await self.instance.invoke(addr, cmd, timeout, context=f"send to {q.topic}/{q.queue_id}")
         return self._result(response, q, uniq, addr)[0]
 
-    async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float | None) -> list[SendResult]:
-        items = []
-        uniqs = []
-        for m in msgs:
-            uniq = self._uniq.new_key()
-            uniqs.append(uniq)
-            items.append((bytes(m.body), m.wire_properties(uniq), m.flag))
+    def _batch_request(self, q: MessageQueue, msgs: list[Message]) -> tuple[Any, list[str]]:
+        uniqs = self._uniq.new_keys(len(msgs))
+        # Each item's properties are encode_properties(m.wire_properties(key)): the part before UNIQ_KEY (most
+        # often empty), then UNIQ_KEY and WAIT, written straight to bytes (the keys are hex).
+        items = [(m.body if type(m.body) is bytes else bytes(m.body),
+                  m.batch_properties_head() + f"UNIQ_KEY\x01{key}\x02WAIT\x01true\x02".encode("ascii"), m.flag)
+                 for m, key in zip(msgs, uniqs, strict=True)]
         header = SendMessageRequestHeader(
             producer_group=self.group, topic=q.topic, queue_id=q.queue_id, born_timestamp=_now_ms(),
             properties="", batch=True)
-        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), encode_batch(items))
+        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), encode_batch_raw(items))
+        return cmd, uniqs
+
+    async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float | None) -> list[SendResult]:
+        cmd, uniqs = self._batch_request(q, msgs)
         addr = await self._addr(q)
         response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
                                               context=f"batch to {q.topic}/{q.queue_id}")
-        return self._result(response, q, ",".join(uniqs), addr)
+        return self._batch_result(response, q, uniqs, addr)
+
+    @staticmethod
+    def _batch_result(response: Any, q: MessageQueue, uniqs: list[str], addr: str) -> list[SendResult]:
+        """As :meth:`_result` for a batch (which holds no timer message, so no recall handle)."""
+        if len(uniqs) == 1:
+            return Producer._result(response, q, uniqs[0], addr)
+        status = _STATUS.get(response.code)
+        if status is None:
+            raise BrokerError(response.code, response.remark or "", addr=addr, context=f"send to {q.topic}")
+        ext = response.ext_fields
+        try:
+            first_offset = int(ext.get("queueOffset", "-1"))
+            queue_id = int(ext.get("queueId", str(q.queue_id)))
+        except ValueError:
+            first_offset, queue_id = -1, q.queue_id
+        real_q = MessageQueue(q.topic, q.broker_name, queue_id)
+        return send_results(status, uniqs, ext.get("msgId", "").split(","), real_q, first_offset)
 
     @staticmethod
     def _result(response: Any, q: MessageQueue, uniq: str, addr: str) -> list[SendResult]:

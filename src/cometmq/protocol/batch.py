@@ -43,45 +43,61 @@ class BatchItem:
 
 def encode_batch(messages: Iterable[tuple[bytes | bytearray | memoryview, Mapping[str, str], int]]) -> bytes:
     """Encode ``(body, properties, flag)`` triples as a client would."""
+    return encode_batch_raw([(body, encode_properties(properties), flag) for body, properties, flag in messages])
+
+
+def encode_batch_raw(messages: Iterable[tuple[bytes | bytearray | memoryview, bytes, int]]) -> bytes:
+    """Encode ``(body, encoded properties, flag)`` triples (properties as :func:`encode_properties` gives)."""
     parts: list[bytes | bytearray | memoryview] = []
-    for body, properties, flag in messages:
-        props = encode_properties(properties)
-        if len(props) > MAX_PROPERTIES_LENGTH:
-            raise ProtocolError(f"properties are {len(props)} bytes, at most {MAX_PROPERTIES_LENGTH}")
-        try:
-            parts.append(_HEAD.pack(ITEM_OVERHEAD + len(body) + len(props), 0, 0, flag, len(body)))
-        except struct.error as exc:
-            raise ProtocolError(f"batch item field out of range: {exc}") from None
-        parts.append(body)
-        parts.append(_I16.pack(len(props)))
-        parts.append(props)
+    add = parts.append
+    head = _HEAD.pack
+    i16 = _I16.pack
+    try:
+        for body, props, flag in messages:
+            n = len(props)
+            if n > MAX_PROPERTIES_LENGTH:
+                raise ProtocolError(f"properties are {n} bytes, at most {MAX_PROPERTIES_LENGTH}")
+            add(head(ITEM_OVERHEAD + len(body) + n, 0, 0, flag, len(body)))
+            add(body)
+            add(i16(n))
+            add(props)
+    except struct.error as exc:
+        raise ProtocolError(f"batch item field out of range: {exc}") from None
     return b"".join(parts)
 
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
     """Decode a whole batch body; any malformation raises ProtocolError. An empty body gives []."""
-    items: list[BatchItem] = []
+    return [BatchItem(body, decode_properties(raw), flag, raw) for body, raw, flag in decode_batch_raw(data)]
+
+
+def decode_batch_raw(data: bytes | bytearray | memoryview) -> list[tuple[bytes, bytes, int]]:
+    """:func:`decode_batch` without decoding the properties: ``(body, properties bytes, flag)`` per item,
+    checked as strictly (any malformation raises ProtocolError)."""
+    if type(data) is not bytes:
+        data = bytes(data)
+    items: list[tuple[bytes, bytes, int]] = []
+    add = items.append
+    unpack_head = _HEAD.unpack_from
+    unpack_i16 = _I16.unpack_from
     end = len(data)
     pos = 0
     while pos < end:
         if end - pos < ITEM_OVERHEAD:
             raise ProtocolError(f"truncated batch item at {pos}: {end - pos} bytes left")
-        total, _magic, _crc, flag, body_len = _HEAD.unpack_from(data, pos)
+        total, _magic, _crc, flag, body_len = unpack_head(data, pos)
         # TOTALSIZE is checked against the buffer first so that a lying body length cannot make us
         # slice past it; then the parts must add up to it exactly.
         if total < ITEM_OVERHEAD or total > end - pos:
             raise ProtocolError(f"batch item size {total} at {pos} does not fit the {end - pos} bytes left")
         item_end = pos + total
-        p = pos + _HEAD.size
-        if body_len < 0 or p + body_len + _I16.size > item_end:
+        p = pos + 20  # _HEAD.size
+        body_end = p + body_len
+        if body_len < 0 or body_end + 2 > item_end:
             raise ProtocolError(f"batch body length {body_len} overruns the item at {pos}")
-        body = bytes(data[p : p + body_len])
-        p += body_len
-        (props_len,) = _I16.unpack_from(data, p)
-        p += _I16.size
-        if props_len < 0 or p + props_len != item_end:
+        (props_len,) = unpack_i16(data, body_end)
+        if props_len < 0 or body_end + 2 + props_len != item_end:
             raise ProtocolError(f"batch properties length {props_len} does not end the item at {pos}")
-        raw = bytes(data[p:item_end])
-        items.append(BatchItem(body, decode_properties(raw), flag, raw))
+        add((data[p:body_end], data[body_end + 2:item_end], flag))
         pos = item_end
     return items

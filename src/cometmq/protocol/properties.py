@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import methodcaller
 
 from cometmq.protocol.errors import ProtocolError
 
@@ -53,16 +54,35 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
         raise ProtocolError("properties cannot be encoded as UTF-8") from None
 
 
+_split_pair = methodcaller("split", NAME_VALUE_SEPARATOR, 1)
+
+
 def decode_properties(data: bytes | bytearray | memoryview) -> dict[str, str]:
     """Decode stored properties. Pairs without a name/value separator are ignored, as RocketMQ does."""
     if not data:
         return {}
     try:
-        text = bytes(data).decode("utf-8")
+        text = (data if type(data) is bytes else bytes(data)).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"properties are not valid UTF-8: {exc}") from None
+    # Fast path (this runs once per message on the send and pull paths): every pair well formed. A pair
+    # without a separator makes dict() raise ValueError, a nameless one leaves the key "": both take the
+    # careful path below, which gives the same result for well-formed input.
+    items = text.split(PROPERTY_SEPARATOR)
+    if not items[-1]:
+        items.pop()
+    try:
+        result = dict(map(_split_pair, items))
+    except ValueError:
+        return _decode_lenient(items)
+    if "" in result:
+        return _decode_lenient(items)
+    return result
+
+
+def _decode_lenient(items: list[str]) -> dict[str, str]:
     result: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
+    for item in items:
         name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
         if sep and name:
             result[name] = value

@@ -85,31 +85,41 @@ class CommitLog:
         """Append messages contiguously (a batch stays in one segment). All or nothing.
 
         The result's records are also the dispatch requests for the dispatcher."""
-        prepared: list[tuple[MessageInner, bytes, int]] = []
+        prepared: list[tuple[MessageInner, bytes, bytes, int]] = []
+        add_prepared = prepared.append
         total = 0
         max_body = self.config.max_message_size
         topic_cache = self._topic_parts
         if len(topic_cache) > 4096:
             topic_cache.clear()
+        # Runs of one topic (a batch is one) look its encoded name up once.
+        last_topic: str | None = None
+        topic_part = b""
+        fixed = HEADER_SIZE + 4 + 2  # header, body length, properties length
         for m in msgs:
-            topic_part = topic_cache.get(m.topic)
-            if topic_part is None:
-                topic_b = m.topic.encode("utf-8")
-                if not topic_b or len(topic_b) > MAX_TOPIC_LENGTH:
-                    return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic length {len(topic_b)}")
-                topic_part = topic_cache[m.topic] = bytes((len(topic_b),)) + topic_b
-            props_b = m.properties_raw if m.properties_raw is not None else _encode_props(m.properties)
+            if m.topic != last_topic:
+                last_topic = m.topic
+                cached = topic_cache.get(last_topic)
+                if cached is None:
+                    topic_b = last_topic.encode("utf-8")
+                    if not topic_b or len(topic_b) > MAX_TOPIC_LENGTH:
+                        return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"topic length {len(topic_b)}")
+                    cached = topic_cache[last_topic] = bytes((len(topic_b),)) + topic_b
+                topic_part = cached
+            props_b = m.properties_raw
             if props_b is None:
-                return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a property holds a separator character")
+                props_b = _encode_props(m.properties)
+                if props_b is None:
+                    return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="a property holds a separator character")
             if len(props_b) > MAX_PROPERTIES_LENGTH:
                 return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED,
                                  remark=f"properties are {len(props_b)} bytes, at most {MAX_PROPERTIES_LENGTH}")
-            if len(m.body) > max_body:
+            body_len = len(m.body)
+            if body_len > max_body:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL,
-                                 remark=f"message body of {len(m.body)} bytes exceeds {max_body}")
-            tail = topic_part + _I16.pack(len(props_b)) + props_b
-            size = HEADER_SIZE + 4 + len(m.body) + len(tail)
-            prepared.append((m, tail, size))
+                                 remark=f"message body of {body_len} bytes exceeds {max_body}")
+            size = fixed + body_len + len(topic_part) + len(props_b)
+            add_prepared((m, topic_part, props_b, size))
             total += size
         if not prepared:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no message")
@@ -130,29 +140,44 @@ class CommitLog:
             parts: list[bytes] = []
             add = parts.append
             records: list[DispatchRequest] = []
+            add_record = records.append
             table = self.queue_table
             store_host = self.store_host
             pack = _RECORD_HEAD.pack
+            i16 = _I16.pack
             crc32 = zlib.crc32
-            for m, tail, size in prepared:
-                key = (m.topic, m.queue_id)
-                tran = m.sys_flag & 0xC
-                consumable = tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE
-                qoff = table.get(key, 0) if consumable else 0
+            # The next queue offset of the current run of one (topic, queue): written back when the run ends.
+            key: tuple[str, int] | None = None
+            next_qoff = 0
+            for m, topic_part, props_b, size in prepared:
+                sys_flag = m.sys_flag
+                tran = sys_flag & 0xC
+                qid = m.queue_id
+                if tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE:
+                    if key is None or qid != key[1] or m.topic != key[0]:
+                        if key is not None:
+                            table[key] = next_qoff
+                        key = (m.topic, qid)
+                        next_qoff = table.get(key, 0)
+                    qoff = next_qoff
+                    next_qoff += 1
+                else:
+                    qoff = 0
                 body = m.body
-                add(pack(size, MAGIC_CODE, crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, qoff, phy, m.sys_flag,
+                add(pack(size, MAGIC_CODE, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff, phy, sys_flag,
                          m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
                          m.prepared_transaction_offset, len(body)))
                 add(body)
-                add(tail)
-                if consumable:
-                    table[key] = qoff + 1
+                add(topic_part)
+                add(i16(len(props_b)))
+                add(props_b)
                 tcode = m.tags_code
                 if tcode is None:
                     tcode = tags_code(m.properties.get("TAGS"))
-                records.append(DispatchRequest(m.topic, m.queue_id, phy, size, tcode, now, qoff, m.sys_flag,
-                                               m.properties))
+                add_record(DispatchRequest(m.topic, qid, phy, size, tcode, now, qoff, sys_flag, m.properties))
                 phy += size
+            if key is not None:
+                table[key] = next_qoff
             mf.append(b"".join(parts))
         return PutResult(PutStatus.PUT_OK, records, end_offset=phy)
 

@@ -1,0 +1,58 @@
+"""The producer's batch request and results, built without per-message dataclasses and dicts, are what the
+per-message code builds."""
+
+from __future__ import annotations
+
+import pytest
+
+from cometmq.client.errors import InvalidArgumentError
+from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, send_results
+from cometmq.client.producer import Producer
+from cometmq.protocol.batch import decode_batch_raw
+from cometmq.protocol.properties import encode_properties
+from cometmq.protocol.remoting import RemotingCommand
+
+
+def _producer() -> Producer:
+    p = Producer("pg", namesrv="127.0.0.1:1")  # never started on the network: only the encoding is used
+    p.started = True
+    return p
+
+
+def test_batch_items_carry_the_wire_properties() -> None:
+    p = _producer()
+    msgs = [Message("T", b"plain"), Message("T", b"tagged", tags="a", keys=["k1", "k2"], flag=3),
+            Message("T", bytearray(b"props"), properties={"x": "1", "y": "two"})]  # type: ignore[arg-type]
+    cmd, uniqs = p._batch_request(MessageQueue("T", "b", 1), msgs)
+    items = decode_batch_raw(cmd.body)
+    assert [body for body, _, _ in items] == [b"plain", b"tagged", b"props"]
+    assert [flag for _, _, flag in items] == [0, 3, 0]
+    expected = [encode_properties(m.wire_properties(u)) for m, u in zip(msgs, uniqs, strict=True)]
+    assert [props for _, props, _ in items] == expected
+    assert len(set(uniqs)) == 3
+
+
+def test_batch_checks_keep_their_errors() -> None:
+    p = _producer()
+    with pytest.raises(InvalidArgumentError, match="reserved"):
+        p._batch_request(MessageQueue("T", "b", 0), [Message("T", b"x", properties={"UNIQ_KEY": "mine"})])
+    with pytest.raises(InvalidArgumentError, match="one topic"):
+        p._check_batch([Message("T", b"x"), Message("U", b"y")])
+    with pytest.raises(InvalidArgumentError, match="not a valid topic"):
+        p._check_batch([Message("T", b"x"), Message("bad topic", b"y")])
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        p._check_batch([Message("T", b"x"), Message("T", b"")])
+    with pytest.raises(InvalidArgumentError, match="scheduled"):
+        p._check_batch([Message("T", b"x"), Message("T", b"y", delay_level=2)])
+
+
+def test_batch_results_equal_one_by_one_results() -> None:
+    q = MessageQueue("T", "b", 2)
+    fast = send_results(SendStatus.SEND_OK, ["u0", "u1", "u2"], ["o0", "o1"], q, 10)
+    slow = [SendResult(SendStatus.SEND_OK, f"u{i}", f"o{i}" if i < 2 else "", q, 10 + i, None) for i in range(3)]
+    assert fast == slow and [hash(x) for x in fast] == [hash(x) for x in slow]
+    with pytest.raises(AttributeError):
+        fast[0].msg_id = "changed"  # type: ignore[misc]
+    response = RemotingCommand(code=0, ext_fields={"msgId": "o0,o1,o2", "queueId": "2", "queueOffset": "10"})
+    assert Producer._batch_result(response, q, ["u0", "u1", "u2"], "addr") == Producer._result(
+        response, q, "u0,u1,u2", "addr")

@@ -1,8 +1,9 @@
 """Coalesce the appends of concurrent requests into one commit-log append per event-loop turn.
 
 Many producers sending at once each used to make their own ``store.put_messages`` call: a lock, a record
-encoding pass, a dispatch and a flush request per message. Here the requests that arrive in one turn of the
-event loop are appended together as one batch (the store's fast path: ~3 µs a record instead of ~13 µs),
+encoding pass, a dispatch and a flush request per message. Here the first request of a turn of the event loop is
+appended at once (a lone request waits for nothing), and the requests that arrive after it in the same turn
+are appended together as one batch at the end of the turn (the store's fast path: ~3 µs a record instead of ~13 µs),
 dispatched together and — under SYNC_FLUSH — covered by the same group commit, awaited once for the whole
 batch. Each caller still gets a ``PutResult`` of its own messages only.
 
@@ -43,18 +44,27 @@ class AppendBatcher:
 
     def put(self, msgs: list[MessageInner]) -> asyncio.Future[PutResult]:
         fut: asyncio.Future[PutResult] = self._loop.create_future()
+        if not self._scheduled:
+            # The first request of a loop turn is appended at once (no added latency for a lone request); the
+            # window it opens gathers the requests that arrive later in the same turn.
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+            self.requests += 1
+            self._finish([(fut, self._append(msgs))])
+            return fut
         self._pending.append((msgs, fut))
         self._count += len(msgs)
         self._bytes += sum(len(m.body) for m in msgs)
         if self._count >= self._max_batch or self._bytes >= self._max_bytes:
-            self._drain()
-        elif not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._drain)
+            self._drain_pending()
         return fut
 
     def _drain(self) -> None:
+        """The end of the loop turn: append what gathered since the turn's first request."""
         self._scheduled = False
+        self._drain_pending()
+
+    def _drain_pending(self) -> None:
         pending, self._pending, self._count, self._bytes = self._pending, [], 0, 0
         if not pending:
             return
@@ -77,6 +87,9 @@ class AppendBatcher:
                     last = mine[-1]
                     settled.append((fut, PutResult(result.status, mine, result.remark,
                                                    end_offset=last.phy_offset + last.size)))
+        self._finish(settled)
+
+    def _finish(self, settled: list[tuple[asyncio.Future[PutResult], PutResult]]) -> None:
         if self._wait_flushed is None:
             for fut, res in settled:
                 self._settle(fut, res)

@@ -46,6 +46,21 @@ def test_whole_topic_with_every_column(spark: SparkSession, server: CometServer,
         assert sorted(offsets) == list(range(len(offsets)))
 
 
+def test_many_pulls_per_task_capped_by_the_broker(spark: SparkSession, server: CometServer,
+                                                  producer: SyncProducer, topic: str) -> None:
+    """A range far larger than one pull answer (the broker cuts answers at 256 KiB): several pulls on the wire
+    at once, answers cut short and their rest fetched, and still every offset once, in order, with its body."""
+    queue = MessageQueue(topic, "broker-a", 1)
+    for first in range(0, 3000, 500):
+        producer.send_batch([Message(topic, f"{i:06d}".encode() * 60) for i in range(first, first + 500)],
+                            queue=queue)
+    end = json.dumps({topic: {"broker-a:1": 2950}})
+    rows = reader(spark, server, topic, startingOffsets=json.dumps({topic: {"broker-a:1": 3}}),
+                  endingOffsets=end).select("queueId", "queueOffset", "body").collect()
+    assert [(r.queueId, r.queueOffset) for r in rows] == [(1, i) for i in range(3, 2950)]
+    assert all(r.body == f"{r.queueOffset:06d}".encode() * 60 for r in rows)
+
+
 def test_exact_offset_ranges(spark: SparkSession, server: CometServer, producer: SyncProducer, topic: str) -> None:
     queue = MessageQueue(topic, "broker-a", 2)
     producer.send_batch([Message(topic, f"q2-{i}".encode()) for i in range(30)], queue=queue)

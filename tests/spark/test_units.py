@@ -159,3 +159,64 @@ def test_decode_refuses_truncated_or_corrupt_answers(cut: int) -> None:
         decode_records(bytes(bad), "T", "b", schema)
     assert decode_records(b"", "T", "b", schema).num_rows == 0
     assert isinstance(decode_records(buf, "T", "b", schema), pa.RecordBatch)
+
+
+def _reference_row(raw_props: bytes) -> tuple[str | None, str | None, str | None, list[tuple[str, str]]]:
+    """(tags, keys, uniq key, map entries) of one record's property bytes, one pair at a time."""
+    named: list[tuple[str, str]] = []
+    for item in raw_props.decode("utf-8").split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep and name:
+            named.append((name, value))
+    last = dict(named)
+    hidden = {"TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"}
+    return last.get("TAGS"), last.get("KEYS"), last.get("UNIQ_KEY"), [kv for kv in named if kv[0] not in hidden]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decode_matches_a_record_by_record_reading(seed: int) -> None:
+    """The vectorized decoding against a plain per-record reading of the same bytes, on awkward input: names
+    that share prefixes or lengths with the well-known ones, separators inside values, pairs without a
+    separator or a name, strings not ending with the pair separator, bodies holding the magic code."""
+    import random
+
+    from cometmq.protocol.message import MAGIC_CODE, encode_parts
+
+    rng = random.Random(seed)
+    names = ["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MX", "TAG", "TAGSX",
+             "UNIQ_KEYS", "KEYZ", "", "a", "source", "ÿname", "TIMER_DELAY_SEC"]
+    magic = MAGIC_CODE.to_bytes(4, "big")
+    awkward = seed % 2 == 1  # odd seeds: separators in values, unterminated strings, nameless pairs
+    recs, props_raw, bodies = [], [], []
+    for i in range(300):
+        pairs = []
+        for _ in range(rng.randrange(0, 6)):
+            value = rng.choice(["v", "", "TAGS", f"x{i}", "héllo"])
+            if awkward and rng.random() < 0.2:
+                value += "\x01more"
+            item = f"{rng.choice(names)}\x01{value}"
+            if awkward and rng.random() < 0.1:
+                item = rng.choice(["noseparator", "", "\x01nameless"])
+            pairs.append(item)
+        text = "".join(p + "\x02" for p in pairs)
+        if awkward and text and rng.random() < 0.3:
+            text = text[:-1]
+        props = text.encode("utf-8")
+        body = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40)))
+        if seed >= 2 and rng.random() < 0.2:
+            body += magic + (300).to_bytes(4, "big") + body
+        recs.append(encode_parts(topic=b"T", body=body, properties=props, queue_id=1, queue_offset=i,
+                                 physical_offset=i * 10, born_timestamp=1_700_000_000_000 + i,
+                                 store_timestamp=1_700_000_000_500 + i))
+        props_raw.append(props)
+        bodies.append(body)
+    batch = decode_records(b"".join(recs), "T", "b", arrow_schema(read_schema()))
+    rows = batch.to_pylist()
+    assert len(rows) == len(recs)
+    for i, (row, props, body) in enumerate(zip(rows, props_raw, bodies, strict=True)):
+        tags, keys, uniq, entries = _reference_row(props)
+        assert (row["queueOffset"], row["body"], row["tags"], row["keys"]) == (i, body, tags, keys), i
+        assert row["properties"] == entries, i
+        if uniq is not None:
+            assert row["msgId"] == uniq, i
+        assert int(row["bornTimestamp"].timestamp() * 1000) == 1_700_000_000_000 + i

@@ -1,10 +1,13 @@
-"""Pulled message records -> one Arrow record batch, column at a time.
+"""Pulled message records -> one Arrow record batch, column at a time, with no Python work per record.
 
-A PULL_MESSAGE answer is stored records back to back (RocketMQ's v1 layout, IPv4 hosts). The only per-record
-Python work is walking the record sizes to find where each starts; every field is then gathered for all
-records at once with numpy (fixed-offset integers) or cut out as Arrow binary arrays (bodies, properties),
-and the properties are split into a map with Arrow's string kernels. Compressed bodies, rare, are inflated
-one by one.
+A PULL_MESSAGE answer is stored records back to back (RocketMQ's v1 layout, IPv4 hosts). The record starts
+are where the magic code is, checked to chain by the record sizes (else the sizes are walked one by one). A
+binary array laid over the answer itself, with the record boundaries as offsets, lets Arrow's ``take`` copy
+out the 88-byte headers (read as a numpy structured array), the bodies and the property strings in one call
+each. The properties are split with numpy on the separator positions into zero-copy name and value arrays;
+the well-known names are found by comparing each name's first 8 bytes as one integer. Property strings of an
+unusual shape (a separator inside a value, no final separator) take Arrow's string kernels instead.
+Compressed bodies, rare, are inflated one by one.
 """
 
 from __future__ import annotations
@@ -27,12 +30,20 @@ __all__ = ["decode_records", "empty_batch"]
 _SIZE = struct.Struct(">i")
 _V6 = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
 _COMPRESSED = int(SysFlag.COMPRESSED)
-_HIDDEN = pa.array(sorted(HIDDEN_PROPERTIES), pa.string())
 _BODY_AT = 88
+_MAGIC = MAGIC_CODE.to_bytes(4, "big")
+_MAGIC0 = _MAGIC[0]
+#: the fixed part of a v1 record, up to and with the body length (the layout of protocol.message.HEADER)
+_HEADER = np.dtype({
+    "names": ["magic", "queueId", "queueOffset", "sysFlag", "born", "store", "reconsume", "bodyLen"],
+    "formats": [">u4", ">i4", ">i8", ">i4", ">i8", ">i8", ">i4", ">i4"],
+    "offsets": [4, 12, 20, 36, 40, 56, 72, 84],
+    "itemsize": _BODY_AT,
+})
 
 
-def _walk(buf: bytes) -> np.ndarray:
-    """Start of each record in ``buf``; ProtocolError when a size runs past the end."""
+def _walk_slow(buf: bytes) -> np.ndarray:
+    """Start of each record in ``buf``, one size at a time; ProtocolError when a size runs past the end."""
     starts: list[int] = []
     append = starts.append
     unpack = _SIZE.unpack_from
@@ -51,6 +62,27 @@ def _walk(buf: bytes) -> np.ndarray:
     return np.array(starts, dtype=np.int64)
 
 
+def _walk(buf: bytes, raw: np.ndarray) -> np.ndarray:
+    """Start of each record in ``buf``.
+
+    Every record has the magic code 4 bytes in, so the places where it occurs are the candidates; if they
+    chain exactly (the first at 0, each one's size leading to the next, the last to the end) they are the
+    records, as walking the sizes from 0 would find them. Otherwise (the code inside a body, a malformed
+    answer) the sizes are walked one by one."""
+    end = len(buf)
+    if end < MIN_RECORD_SIZE:
+        return _walk_slow(buf)
+    hits: np.ndarray = np.flatnonzero(raw[4 : end - MIN_RECORD_SIZE + 5] == _MAGIC0)
+    hits = hits[(raw[hits + 5] == _MAGIC[1]) & (raw[hits + 6] == _MAGIC[2]) & (raw[hits + 7] == _MAGIC[3])]
+    if len(hits) == 0 or hits[0] != 0:
+        return _walk_slow(buf)
+    sizes = _ints(raw, hits, 4)
+    if (sizes < MIN_RECORD_SIZE).any() or not np.array_equal(hits[1:], (hits + sizes)[:-1]) \
+            or int(hits[-1] + sizes[-1]) != end:
+        return _walk_slow(buf)
+    return hits
+
+
 def _ints(raw: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """Big-endian signed integers of ``width`` bytes at each of ``pos``, as native int64."""
     idx = pos[:, None] + np.arange(width, dtype=np.int64)
@@ -58,14 +90,49 @@ def _ints(raw: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return raw[idx].view(kind).ravel().astype(np.int64)
 
 
-def _segments(buf: bytes, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType) -> pa.Array:
-    """An Arrow binary/string array whose i-th value is ``buf[starts[i] : starts[i] + lengths[i]]``."""
+def _binary(data: pa.Buffer | bytes, bounds: np.ndarray) -> pa.Array:
+    """A binary array over ``data`` whose values are the pieces between consecutive ``bounds`` (which start
+    at 0, never go down and end at most at the end of ``data``): no copy."""
+    if len(data) >= 1 << 31:
+        return pa.Array.from_buffers(pa.large_binary(), len(bounds) - 1,
+                                     [None, pa.py_buffer(bounds.astype(np.int64)), pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.binary(), len(bounds) - 1,
+                                 [None, pa.py_buffer(bounds.astype(np.int32)), pa.py_buffer(data)])
+
+
+def _every(pieces: pa.Array, first: int, step: int) -> pa.Array:
+    """Pieces ``first, first + step, ...``, copied into a new binary array."""
+    out = pieces.take(pa.array(np.arange(first, len(pieces), step, dtype=np.int64)))
+    return out if out.type == pa.binary() else out.cast(pa.binary())
+
+
+def _headers(buf: bytes, starts: np.ndarray) -> np.ndarray:
+    """The fixed 88-byte headers of all records as one structured array (copied out by Arrow)."""
+    bounds = np.empty(2 * len(starts) + 1, dtype=np.int64)
+    bounds[0:-1:2] = starts
+    bounds[1:-1:2] = starts + _BODY_AT
+    bounds[-1] = len(buf)
+    heads = _every(_binary(buf, bounds), 0, 2)
+    return np.frombuffer(heads.buffers()[2], dtype=_HEADER, count=len(starts))
+
+
+def _cut(buf: bytes, starts: np.ndarray, body_at: np.ndarray, body_len: np.ndarray, props_at: np.ndarray,
+         props_len: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """(bodies, raw property strings) as Arrow binary arrays, copied out of ``buf`` by Arrow in one go.
+
+    Records are back to back, so ``buf`` is exactly covered by five pieces per record (header, body, topic,
+    properties, any tail): one binary array over ``buf`` itself with those boundaries as offsets, from which
+    ``take`` gathers every fifth piece, no Python slice per value."""
     n = len(starts)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    # One slice per value and one join: cheaper than any numpy gather for values of ~100 bytes.
-    data = b"".join([buf[s:e] for s, e in zip(starts.tolist(), (starts + lengths).tolist(), strict=True)])
-    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    bounds = np.empty(5 * n + 1, dtype=np.int64)
+    bounds[0:-1:5] = starts
+    bounds[1:-1:5] = body_at
+    bounds[2:-1:5] = body_at + body_len
+    bounds[3:-1:5] = props_at
+    bounds[4:-1:5] = props_at + props_len
+    bounds[-1] = len(buf)
+    pieces = _binary(buf, bounds)
+    return _every(pieces, 1, 5), _every(pieces, 3, 5)
 
 
 def _constant(value: str, n: int) -> pa.Array:
@@ -79,14 +146,64 @@ def _timestamps(millis: np.ndarray) -> pa.Array:
 
 
 def _pick(values: pa.Array, rows: np.ndarray, where: np.ndarray, n: int) -> pa.Array:
-    """A length-``n`` column: ``values[where[j]]`` at row ``rows[j]``, null elsewhere."""
+    """A length-``n`` string column: ``values[where[j]]`` at row ``rows[j]``, null elsewhere."""
     take = np.full(n, -1, dtype=np.int64)
     take[rows] = where
-    return values.take(pa.array(take, mask=take < 0))
+    return _text(values.take(pa.array(take, mask=take < 0)))
 
 
-def _properties(props: pa.Array, n: int, include_map: bool) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array | None]:
-    """(tags, keys, uniq keys, map of the other properties) from the raw property strings."""
+def _text(values: pa.Array) -> pa.Array:
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid as exc:
+        raise ProtocolError(f"message properties are not UTF-8: {exc}") from None
+
+
+class _Pairs:
+    """The ``name\x01value`` pairs of a batch's property strings. ``names``/``values`` are binary arrays in
+    which pair ``j`` is at index ``stride * j``; ``data``/``begins``/``lengths`` locate the name bytes;
+    ``parents`` is each pair's row; only pairs with a separator are listed (others are dropped)."""
+
+    __slots__ = ("begins", "data", "key", "lengths", "names", "parents", "stride", "values")
+
+    def __init__(self, names: pa.Array, values: pa.Array, stride: int, parents: np.ndarray, data: np.ndarray,
+                 begins: np.ndarray, lengths: np.ndarray) -> None:
+        self.names, self.values, self.stride, self.parents = names, values, stride, parents
+        self.data, self.begins, self.lengths = data, begins, lengths
+        # The first 8 bytes of each name as one integer (bytes past the name zeroed): one compare per name.
+        padded = np.concatenate([data, np.zeros(8, dtype=np.uint8)])
+        window = np.ndarray((len(data) + 1,), dtype="<u8", buffer=padded, strides=(1,))
+        short = np.minimum(lengths, 7).astype(np.uint64) * np.uint64(8)
+        mask = np.where(lengths >= 8, np.uint64(_ALL64), (np.uint64(1) << short) - np.uint64(1))
+        self.key = window[begins] & mask
+
+    def named(self, name: bytes) -> np.ndarray:
+        """Which pairs are called ``name``, compared in numpy."""
+        first = int.from_bytes(name[:8].ljust(8, b"\0"), "little")
+        out: np.ndarray = (self.lengths == len(name)) & (self.key == np.uint64(first))
+        if len(name) > 8:
+            cand = np.flatnonzero(out)
+            if len(cand):
+                idx = self.begins[cand][:, None] + np.arange(8, len(name), dtype=np.int64)
+                out[cand] = (self.data[idx] == np.frombuffer(name[8:], dtype=np.uint8)).all(axis=1)
+        return out
+
+
+_ALL64 = (1 << 64) - 1
+_NO_PAIRS = np.zeros(0, dtype=np.int64)
+
+
+def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(data bytes, value starts, value lengths) of a binary array."""
+    _, off_buf, data_buf = arr.buffers()
+    offs = np.frombuffer(off_buf, dtype=np.int32, count=len(arr) + 1, offset=4 * arr.offset).astype(np.int64)
+    data = np.zeros(0, np.uint8) if data_buf is None else np.frombuffer(data_buf, dtype=np.uint8)
+    return data, offs[:-1], np.diff(offs)
+
+
+def _pairs_arrow(props: pa.Array) -> _Pairs:
+    """The pairs of ``props`` split with Arrow's string kernels: the general way, for property strings that
+    do not each end with the pair separator or hold a name-value separator in a value."""
     pairs = pc.split_pattern(props, "\x02")
     flat = pc.list_flatten(pairs)
     parents = np.asarray(pc.list_parent_indices(pairs))
@@ -94,28 +211,65 @@ def _properties(props: pa.Array, n: int, include_map: bool) -> tuple[pa.Array, p
     whole = np.asarray(pc.equal(pc.list_value_length(kv), 2).fill_null(False), dtype=bool)
     where = np.flatnonzero(whole)
     kv = kv.take(pa.array(where))
-    parents = parents[where]
-    try:
-        names = pc.cast(pc.list_element(kv, 0), pa.string())
-        values = pc.cast(pc.list_element(kv, 1), pa.string())
-    except pa.ArrowInvalid as exc:
-        raise ProtocolError(f"message properties are not UTF-8: {exc}") from None
+    names = pc.list_element(kv, 0).take(pa.array(np.arange(len(where))))  # compacted: offsets from 0
+    data, begins, lengths = _binary_parts(names)
+    return _Pairs(names, pc.list_element(kv, 1), 1, parents[where], data, begins, lengths)
+
+
+def _pairs(props: pa.Array) -> _Pairs:
+    """The pairs of ``props``; with numpy on the bytes when every non-empty property string ends with the pair
+    separator and each pair has one name-value separator (as RocketMQ and cometmq write them): the
+    separators' positions give the pairs, and the names and values are zero-copy Arrow arrays over the bytes
+    (pieces name/rest alternating, value/rest alternating)."""
+    data, po, lens = _binary_parts(props)
+    n = len(props)
+    if not len(data) or not lens.any():
+        none = pa.array([], pa.binary())
+        return _Pairs(none, none, 1, _NO_PAIRS, data, _NO_PAIRS, _NO_PAIRS)
+    data = data[: po[-1] + lens[-1]]
+    if po[0] != 0 or not (data[(po + lens)[lens > 0] - 1] == 2).all():
+        return _pairs_arrow(props)
+    ends = np.flatnonzero(data == 2)  # pair j is data[begins[j] : ends[j]]
+    ones = np.flatnonzero(data == 1)
+    begins = np.empty_like(ends)
+    begins[0] = 0
+    begins[1:] = ends[:-1] + 1
+    if len(ones) != len(ends) or not ((ones >= begins).all() and (ones < ends).all()):
+        return _pairs_arrow(props)
+    bounds = np.empty(2 * len(ends) + 1, dtype=np.int64)
+    bounds[0:-1:2] = begins
+    bounds[1:-1:2] = ones
+    bounds[-1] = len(data)
+    names = _binary(data, bounds)
+    bounds[0:-1:2] = ones + 1
+    bounds[1:-1:2] = ends
+    values = _binary(data, bounds)
+    parents = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(ends, np.append(po, len(data)))))
+    return _Pairs(names, values, 2, parents, data, begins, ones - begins)
+
+
+def _properties(props: pa.Array, n: int, include_map: bool) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array | None]:
+    """(tags, keys, uniq keys, map of the other properties) from the raw property strings."""
+    pairs = _pairs(props)
     # RocketMQ does not forbid an empty name; the decoders drop such pairs, and so does this.
-    named = np.asarray(pc.greater(pc.binary_length(names), 0), dtype=bool)
+    named = pairs.lengths > 0
 
     def column(name: str) -> pa.Array:
-        hit = np.flatnonzero(np.asarray(pc.equal(names, name), dtype=bool) & named)
-        return _pick(values, parents[hit], hit, n)
+        hit = np.flatnonzero(pairs.named(name.encode()))
+        return _pick(pairs.values, pairs.parents[hit], pairs.stride * hit, n)
 
     tags, keys, uniq = column(TAGS), column(KEYS), column(UNIQ_KEY)
     if not include_map:
         return tags, keys, uniq, None
-    keep = named & ~np.asarray(pc.is_in(names, value_set=_HIDDEN), dtype=bool)
+    keep = named
+    for hidden in HIDDEN_PROPERTIES:
+        keep &= ~pairs.named(hidden.encode())
     kept = np.flatnonzero(keep)
     offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(parents[kept], minlength=n), out=offsets[1:])
-    index = pa.array(kept)
-    return tags, keys, uniq, pa.MapArray.from_arrays(pa.array(offsets), names.take(index), values.take(index))
+    np.cumsum(np.bincount(pairs.parents[kept], minlength=n), out=offsets[1:])
+    index = pa.array(pairs.stride * kept)
+    return tags, keys, uniq, pa.MapArray.from_arrays(pa.array(offsets), _text(pairs.names.take(index)),
+                                                     _text(pairs.values.take(index)))
 
 
 def _offset_ids(raw: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> list[str]:
@@ -134,45 +288,47 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 def decode_records(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) -> pa.RecordBatch:
     """The records in ``buf`` (one or more pull answers of one queue, joined) as a batch of ``schema``
     (the read schema with or without ``properties``). Malformed records raise ProtocolError."""
-    starts = _walk(buf)
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    starts = _walk(buf, raw)
     n = len(starts)
     if n == 0:
         return empty_batch(schema)
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    magic = _ints(raw, starts + 4, 4) & 0xFFFFFFFF
+    head = _headers(buf, starts)
+    magic = head["magic"]
     if (magic != MAGIC_CODE).any():
         bad = int(starts[np.flatnonzero(magic != MAGIC_CODE)[0]])
         raise ProtocolError(f"record at byte {bad} has a bad magic code")
-    sizes = np.diff(np.append(starts, len(buf)))
-    sys_flag = _ints(raw, starts + 36, 4)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1] = len(buf)
+    sys_flag = head["sysFlag"].astype(np.int64)
     if (sys_flag & _V6).any():
         raise ProtocolError("records with IPv6 hosts are not supported")
-    body_len = _ints(raw, starts + 84, 4)
-    if ((body_len < 0) | (body_len > sizes - MIN_RECORD_SIZE)).any():
-        raise ProtocolError("a record's body length overruns the record")
+    body_len = head["bodyLen"].astype(np.int64)
     body_at = starts + _BODY_AT
-    topic_len = _ints(raw, body_at + body_len, 1)
+    if ((body_len < 0) | (body_at + body_len + 3 > ends)).any():
+        raise ProtocolError("a record's body length overruns the record")
+    topic_len = raw[body_at + body_len].astype(np.int64)
     props_len_at = body_at + body_len + 1 + topic_len
-    if (props_len_at + 2 > starts + sizes).any():
+    if (props_len_at + 2 > ends).any():
         raise ProtocolError("a record's topic overruns the record")
-    props_len = _ints(raw, props_len_at, 2)
-    if ((props_len < 0) | (props_len_at + 2 + props_len > starts + sizes)).any():
+    props_len = raw[props_len_at].astype(np.int64) * 256 + raw[props_len_at + 1]
+    if (props_len_at + 2 + props_len > ends).any() or (props_len >= 1 << 15).any():
         raise ProtocolError("a record's properties overrun the record")
 
+    props_at = props_len_at + 2
+    body, props = _cut(buf, starts, body_at, body_len, props_at, props_len)
     compressed = np.flatnonzero(sys_flag & _COMPRESSED)
     if len(compressed):
-        bodies: list[bytes] = [buf[s : s + ln] for s, ln in zip(body_at.tolist(), body_len.tolist(), strict=True)]
+        bodies: list[bytes | None] = body.to_pylist()
         for i in compressed.tolist():
             try:
-                bodies[i] = zlib.decompress(bodies[i])
+                bodies[i] = zlib.decompress(bodies[i] or b"")
             except zlib.error:
                 pass  # left as stored, as the SDK does
         body = pa.array(bodies, pa.binary())
-    else:
-        body = _segments(buf, body_at, body_len, pa.binary())
 
     include_map = "properties" in schema.names
-    props = _segments(buf, props_len_at + 2, props_len, pa.binary())
     tags, keys, uniq, prop_map = _properties(props, n, include_map)
     if uniq.null_count:
         missing = np.flatnonzero(np.asarray(uniq.is_null(), dtype=bool))
@@ -183,15 +339,15 @@ def decode_records(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) 
     columns: dict[str, pa.Array] = {
         "topic": _constant(topic, n),
         "brokerName": _constant(broker_name, n),
-        "queueId": pa.array(_ints(raw, starts + 12, 4).astype(np.int32)),
-        "queueOffset": pa.array(_ints(raw, starts + 20, 8)),
+        "queueId": pa.array(head["queueId"].astype(np.int32)),
+        "queueOffset": pa.array(head["queueOffset"].astype(np.int64)),
         "msgId": uniq,
         "tags": tags,
         "keys": keys,
         "body": body,
-        "bornTimestamp": _timestamps(_ints(raw, starts + 40, 8)),
-        "storeTimestamp": _timestamps(_ints(raw, starts + 56, 8)),
-        "reconsumeTimes": pa.array(_ints(raw, starts + 72, 4).astype(np.int32)),
+        "bornTimestamp": _timestamps(head["born"].astype(np.int64)),
+        "storeTimestamp": _timestamps(head["store"].astype(np.int64)),
+        "reconsumeTimes": pa.array(head["reconsume"].astype(np.int32)),
     }
     if prop_map is not None:
         columns["properties"] = prop_map

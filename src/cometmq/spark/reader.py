@@ -14,6 +14,7 @@ with a warning.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +44,8 @@ __all__ = ["CometBatchReader", "CometStreamReader", "QueueSlice", "read_slice"]
 BATCH_BYTES = 4 << 20
 #: records asked for per pull; the broker caps it (maxTransferCountOnMessageInMemory / ...Bytes...)
 PULL_BATCH = 1024
+#: pulls on the wire at once per task when the range is unfiltered (the next offsets are then known)
+PULL_DEPTH = 3
 _FLAG_SUBSCRIPTION = 0x4
 _CONNECT_RETRIES = 3
 
@@ -104,20 +107,19 @@ class _SliceReader:
         self.schema = schema
         self.addr = part.addr
 
-    def _request(self, offset: int) -> RemotingCommand:
+    def _request(self, offset: int, count: int) -> RemotingCommand:
         p = self.part
-        count = PULL_BATCH if p.filtered else min(PULL_BATCH, p.end - offset)
         return make_request(RequestCode.PULL_MESSAGE, {
             "consumerGroup": p.group, "topic": p.topic, "queueId": str(p.queue_id), "queueOffset": str(offset),
             "maxMsgNums": str(count), "sysFlag": str(_FLAG_SUBSCRIPTION), "commitOffset": "0",
             "suspendTimeoutMillis": "0", "subscription": p.expression, "subVersion": "0",
             "expressionType": p.expression_type})
 
-    async def _pull(self, offset: int) -> RemotingCommand:
+    async def _pull(self, offset: int, count: int) -> RemotingCommand:
         p = self.part
         for attempt in range(_CONNECT_RETRIES):
             try:
-                return await self.link.instance.invoke(self.addr, self._request(offset), p.timeout,
+                return await self.link.instance.invoke(self.addr, self._request(offset, count), p.timeout,
                                                        f"pull of {p.label}")
             except (ClientConnectionError, ClientTimeoutError):
                 if attempt == _CONNECT_RETRIES - 1:
@@ -138,17 +140,49 @@ class _SliceReader:
         log.warning("skipping lost messages: %s", msg)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        """Pull the range and yield it as record batches.
+
+        An unfiltered range has one message per offset, so the next pulls' offsets are known before the
+        answers: up to PULL_DEPTH pulls are on the wire, each for the next ``count`` offsets. An answer that
+        stops short (the broker's per-answer byte or count cap) gets a pull for the rest of its offsets
+        before the later ones are used, and ``count`` shrinks to what the broker gives. Any other surprise
+        (offset moved, nothing found, ...) drops the pulls ahead and goes on from where the broker says, as
+        a filtered range always does (one pull at a time, each from the previous answer's next offset)."""
         p = self.part
         link = self.link
-        offset = p.start
+        depth = 1 if p.filtered else PULL_DEPTH
+        count = PULL_BATCH
+        ahead: collections.deque[tuple[int, int, asyncio.Task[RemotingCommand]]] = collections.deque()
+        follow: int | None = p.start  # the offset the next pull starts at, when known
         chunks: list[bytes] = []
         size = 0
-        expect = offset  # the offset the next decoded record should have (unfiltered reads)
-        task: asyncio.Task[RemotingCommand] | None = link.start(self._pull(offset))
+        expect = p.start  # the offset the next decoded record should have (unfiltered reads)
+
+        def pull(offset: int, n: int) -> tuple[int, int, asyncio.Task[RemotingCommand]]:
+            return offset, n, link.loop.create_task(self._pull(offset, n))
+
+        def fill() -> None:
+            nonlocal follow
+            while follow is not None and follow < p.end and len(ahead) < depth:
+                n = PULL_BATCH if p.filtered else min(count, p.end - follow)
+                ahead.append(pull(follow, n))
+                follow = follow + n if not p.filtered else None
+
+        def drop_ahead() -> None:
+            while ahead:
+                _, _, task = ahead.pop()
+                task.cancel()
+                try:
+                    link.run(task)
+                except BaseException:
+                    pass
+
         try:
-            while task is not None:
+            fill()
+            link.run(asyncio.sleep(0))  # the pulls go on the wire
+            while ahead:
+                offset, asked, task = ahead.popleft()
                 response = link.run(task)
-                task = None
                 code = response.code
                 ext = response.ext_fields
                 try:
@@ -177,25 +211,28 @@ class _SliceReader:
                                       context=p.label)
                 if not body and code != ResponseCode.SUCCESS:
                     expect = nxt  # what was skipped was reported above
-                offset = nxt
-                if offset < p.end:
-                    task = link.start(self._pull(offset))
+                if p.filtered:
+                    follow = nxt
+                elif code == ResponseCode.SUCCESS and offset < nxt <= offset + asked:
+                    if nxt < offset + asked:  # capped by the broker: fetch the rest first
+                        ahead.appendleft(pull(nxt, offset + asked - nxt))
+                        count = max(1, min(count, nxt - offset) * 7 // 8)
+                else:  # the pulls ahead started at offsets that no longer follow
+                    drop_ahead()
+                    follow = nxt
+                fill()
                 if body:
                     chunks.append(body)
                     size += len(body)
-                if chunks and (size >= BATCH_BYTES or task is None):
+                if chunks and (size >= BATCH_BYTES or not ahead):
+                    link.run(asyncio.sleep(0))  # the pulls just made go on the wire before decoding
                     batch = self._decode(b"".join(chunks) if len(chunks) > 1 else chunks[0], expect)
                     chunks, size = [], 0
                     if batch.num_rows:
                         expect = int(batch.column("queueOffset")[-1].as_py()) + 1
                         yield batch
         finally:
-            if task is not None:
-                task.cancel()
-                try:
-                    link.run(task)
-                except BaseException:
-                    pass
+            drop_ahead()
 
     def _decode(self, buf: bytes, expect: int) -> pa.RecordBatch:
         p = self.part

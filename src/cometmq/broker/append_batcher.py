@@ -1,11 +1,11 @@
 """Coalesce the appends of concurrent requests into one commit-log append per event-loop turn.
 
 Many producers sending at once each used to make their own ``store.put_messages`` call: a lock, a record
-encoding pass, a dispatch and a flush request per message. Here the first request of a turn of the event loop is
-appended at once (a lone request waits for nothing), and the requests that arrive after it in the same turn
-are appended together as one batch at the end of the turn (the store's fast path: ~3 µs a record instead of ~13 µs),
-dispatched together and — under SYNC_FLUSH — covered by the same group commit, awaited once for the whole
-batch. Each caller still gets a ``PutResult`` of its own messages only.
+encoding pass, a dispatch and a flush request per message. Here the requests that arrive in one turn of the
+event loop are appended together as one batch at the end of the turn (the store's fast path: ~3 µs a record
+instead of ~13 µs) and dispatched together. Under ASYNC_FLUSH the first request of a turn is appended at once,
+so a lone request waits for nothing; under SYNC_FLUSH all of them wait for the end of the turn and then for one
+group commit, awaited once for the whole batch. Each caller still gets a ``PutResult`` of its own messages only.
 
 If the combined batch is refused (one request's message is too large, say), each request is appended on its own
 so that one bad message fails only its own request.
@@ -45,13 +45,15 @@ class AppendBatcher:
     def put(self, msgs: list[MessageInner]) -> asyncio.Future[PutResult]:
         fut: asyncio.Future[PutResult] = self._loop.create_future()
         if not self._scheduled:
-            # The first request of a loop turn is appended at once (no added latency for a lone request); the
-            # window it opens gathers the requests that arrive later in the same turn.
             self._scheduled = True
             self._loop.call_soon(self._drain)
-            self.requests += 1
-            self._finish([(fut, self._append(msgs))])
-            return fut
+            if self._wait_flushed is None:
+                # ASYNC_FLUSH: the first request of a loop turn is appended at once (no added latency for a lone
+                # request); the window it opens gathers the requests that arrive later in the same turn. Under
+                # SYNC_FLUSH the whole turn waits for one group commit, so its first request waits with the rest.
+                self.requests += 1
+                self._finish([(fut, self._append(msgs))])
+                return fut
         self._pending.append((msgs, fut))
         self._count += len(msgs)
         self._bytes += sum(len(m.body) for m in msgs)

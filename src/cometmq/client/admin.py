@@ -93,6 +93,17 @@ def queue_label(q: MessageQueue) -> str:
 
 
 # -- offset requests shared with the lite-pull consumer ------------------------------------------------------------
+async def all_topics(instance: ClientInstance) -> list[str]:
+    """Every topic some nameserver knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), sorted."""
+    r = await instance.namesrv_invoke(make_request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list")
+    if r.code != ResponseCode.SUCCESS:
+        raise BrokerError(r.code, r.remark or "", context="topic list")
+    try:
+        return sorted(TopicList.decode(r.body).topics)
+    except ProtocolError as exc:
+        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad topic list: {exc}") from None
+
+
 async def broker_addr_of(instance: ClientInstance, broker_name: str, topic: str | None = None) -> str:
     """The master address of ``broker_name``, asking the nameserver (for ``topic``'s route) when unknown."""
     addr = instance.master_addr(broker_name)
@@ -281,14 +292,7 @@ class Admin:
 
     async def list_topics(self) -> list[str]:
         """Every topic some nameserver knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), sorted."""
-        inst = self._check()
-        r = await inst.namesrv_invoke(make_request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list")
-        if r.code != ResponseCode.SUCCESS:
-            raise BrokerError(r.code, r.remark or "", context="topic list")
-        try:
-            return sorted(TopicList.decode(r.body).topics)
-        except ProtocolError as exc:
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad topic list: {exc}") from None
+        return await all_topics(self._check())
 
     async def topic_route(self, topic: str) -> TopicRouteData:
         """The topic's route, fresh from the nameserver; NoRouteError when no nameserver knows it."""

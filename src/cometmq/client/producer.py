@@ -343,6 +343,13 @@ class Producer:
         """As :meth:`_result` for a batch (which holds no timer message, so no recall handle)."""
         if len(uniqs) == 1:
             return Producer._result(response, q, uniqs[0], addr)
+        status, real_q, first_offset = Producer._answer(response, q, addr)
+        return send_results(status, uniqs, response.ext_fields.get("msgId", "").split(","), real_q, first_offset)
+
+    @staticmethod
+    def _answer(response: Any, q: MessageQueue, addr: str) -> tuple[SendStatus, MessageQueue, int]:
+        """(status, the queue the broker put it in, its first queue offset) of a send answer; BrokerError for
+        an error code."""
         status = _STATUS.get(response.code)
         if status is None:
             raise BrokerError(response.code, response.remark or "", addr=addr, context=f"send to {q.topic}")
@@ -352,21 +359,12 @@ class Producer:
             queue_id = int(ext.get("queueId", str(q.queue_id)))
         except ValueError:
             first_offset, queue_id = -1, q.queue_id
-        real_q = MessageQueue(q.topic, q.broker_name, queue_id)
-        return send_results(status, uniqs, ext.get("msgId", "").split(","), real_q, first_offset)
+        return status, MessageQueue(q.topic, q.broker_name, queue_id), first_offset
 
     @staticmethod
     def _result(response: Any, q: MessageQueue, uniq: str, addr: str) -> list[SendResult]:
-        status = _STATUS.get(response.code)
-        if status is None:
-            raise BrokerError(response.code, response.remark or "", addr=addr, context=f"send to {q.topic}")
+        status, real_q, first_offset = Producer._answer(response, q, addr)
         ext = response.ext_fields
-        try:
-            first_offset = int(ext.get("queueOffset", "-1"))
-            queue_id = int(ext.get("queueId", str(q.queue_id)))
-        except ValueError:
-            first_offset, queue_id = -1, q.queue_id
-        real_q = MessageQueue(q.topic, q.broker_name, queue_id)
         offset_ids = ext.get("msgId", "").split(",")
         uniqs = uniq.split(",")
         recall = ext.get("recallHandle") or None  # a single timer message's (batches cannot hold timers)

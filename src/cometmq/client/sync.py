@@ -31,7 +31,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, Self, TypeVar
 
 from cometmq.client.admin import Admin, ConsumeStats, OffsetReset, TopicOffset
 from cometmq.client.errors import ClientStateError, ClientTimeoutError
@@ -55,7 +55,7 @@ __all__ = ["SyncAdmin", "SyncLitePullConsumer", "SyncProducer", "SyncPushConsume
            "SyncTransactionProducer", "loop_thread_running"]
 
 T = TypeVar("T")
-A = TypeVar("A")
+A = TypeVar("A", bound="_Lifecycle")
 
 #: extra time a blocking call waits beyond the operation's own timeout (poll)
 _MARGIN = 30.0
@@ -153,8 +153,15 @@ def _in_loop(fn: Callable[[], T]) -> Callable[[], Awaitable[T]]:
     return call
 
 
+class _Lifecycle(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class _Facade(Generic[A]):
-    """Runs an async client object on the shared loop thread and blocks for its results."""
+    """Runs an async client object on the shared loop thread and blocks for its results; ``start`` / ``close``
+    and the context manager drive the object's own ``start()`` / ``close()``."""
 
     _what = "client"
 
@@ -168,6 +175,20 @@ class _Facade(Generic[A]):
         except BaseException:
             self._finalizer()
             raise
+
+    def start(self, timeout: float | None = None) -> None:
+        self._run(self._aio.start, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self._close(self._aio.close, timeout)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     @staticmethod
     def _construct(make: Callable[[], A]) -> Callable[[], Awaitable[A]]:
@@ -237,20 +258,6 @@ class SyncProducer(_Facade[Producer]):
                                           max_message_size=max_message_size, max_batch_bytes=max_batch_bytes),
                          call_timeout)
 
-    def start(self, timeout: float | None = None) -> None:
-        self._run(self._aio.start, timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        self._close(self._aio.close, timeout)
-
-    def __enter__(self) -> SyncProducer:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def send(self, msg: Message, *, queue: MessageQueue | None = None, selector: MessageQueueSelector | None = None,
              arg: Any = None, timeout: float | None = None) -> SendResult:
         return self._run(lambda: self._aio.send(msg, queue=queue, selector=selector, arg=arg, timeout=timeout))
@@ -305,10 +312,6 @@ class SyncTransactionProducer(SyncProducer):
     def _tx(self) -> TransactionProducer:
         return self._aio  # type: ignore[return-value]
 
-    def __enter__(self) -> SyncTransactionProducer:
-        self.start()
-        return self
-
     def send_in_transaction(self, msg: Message, local_transaction: Callable[[Message, Any], object],
                             arg: Any = None, *, timeout: float | None = None) -> TransactionSendResult:
         """Send the half, run ``local_transaction(msg, arg)`` here, then commit or roll back as it says."""
@@ -339,20 +342,6 @@ class SyncLitePullConsumer(_Facade[LitePullConsumer]):
             pull_threshold_for_all=pull_threshold_for_all, pull_threshold_for_queue=pull_threshold_for_queue,
             long_poll_timeout=long_poll_timeout, error_backoff=error_backoff,
             route_refresh_interval=route_refresh_interval), call_timeout)
-
-    def start(self, timeout: float | None = None) -> None:
-        self._run(self._aio.start, timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        self._close(self._aio.close, timeout)
-
-    def __enter__(self) -> SyncLitePullConsumer:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
         self._run(lambda: self._aio.subscribe(topic, expression, expression_type=expression_type))
@@ -432,20 +421,6 @@ class SyncPushConsumer(_Facade[PushConsumer]):
     def unsubscribe(self, topic: str) -> None:
         self._run(lambda: self._aio.unsubscribe(topic))
 
-    def start(self, timeout: float | None = None) -> None:
-        self._run(self._aio.start, timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        self._close(self._aio.close, timeout)
-
-    def __enter__(self) -> SyncPushConsumer:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def commit(self, timeout: float | None = None) -> None:
         self._run(self._aio.commit, timeout)
 
@@ -461,20 +436,6 @@ class SyncAdmin(_Facade[Admin]):
 
     def __init__(self, *, namesrv: str, timeout: float = 3.0, call_timeout: float | None = 60.0) -> None:
         super().__init__(lambda: Admin(namesrv=namesrv, timeout=timeout), call_timeout)
-
-    def start(self, timeout: float | None = None) -> None:
-        self._run(self._aio.start, timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        self._close(self._aio.close, timeout)
-
-    def __enter__(self) -> SyncAdmin:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def cluster_info(self) -> ClusterInfo:
         return self._run(self._aio.cluster_info)
@@ -563,20 +524,6 @@ class SyncSimpleConsumer(_Facade[SimpleConsumer]):
         super().__init__(lambda: SimpleConsumer(
             group, namesrv=namesrv, invisible_duration=invisible_duration, await_duration=await_duration,
             ordered=ordered, consume_from=consume_from, request_timeout=request_timeout), call_timeout)
-
-    def start(self, timeout: float | None = None) -> None:
-        self._run(self._aio.start, timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        self._close(self._aio.close, timeout)
-
-    def __enter__(self) -> SyncSimpleConsumer:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
         self._run(_in_loop(lambda: self._aio.subscribe(topic, expression, expression_type=expression_type)))

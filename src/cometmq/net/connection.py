@@ -154,14 +154,17 @@ class RemotingConnection(asyncio.Protocol):
 
     def send_response(self, cmd: RemotingCommand) -> bool:
         """Send a reply; False (and nothing sent) if the peer has gone, which is normal for late replies."""
-        transport = self._transport
-        if self._closed or transport is None or transport.is_closing():
+        if not self._can_write():
             log.debug("dropping reply code %d opaque %d: %s is closed", cmd.code, cmd.opaque, self.remote_address)
             return False
         if not cmd.flag & RESPONSE_FLAG:
             cmd = replace(cmd, flag=cmd.flag | RESPONSE_FLAG)
         self._write(cmd)
         return True
+
+    def _can_write(self) -> bool:
+        transport = self._transport
+        return not self._closed and transport is not None and not transport.is_closing()
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below the low-water mark."""

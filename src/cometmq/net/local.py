@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import replace
 
 from cometmq.net.client import LocalConnector
 from cometmq.net.connection import ConnectionClosedError, Dispatcher, RemotingConnectError, RemotingConnection
@@ -66,15 +65,9 @@ class LocalConnection(RemotingConnection):
         state = "closed" if self._closed else "open"
         return f"<LocalConnection {self.local_address} -> {self.remote_address} {state}>"
 
-    def send_response(self, cmd: RemotingCommand) -> bool:
+    def _can_write(self) -> bool:
         peer = self._peer
-        if self._closed or peer is None or peer._closed:
-            log.debug("dropping reply code %d opaque %d: %s is closed", cmd.code, cmd.opaque, self.remote_address)
-            return False
-        if not cmd.flag & RESPONSE_FLAG:
-            cmd = replace(cmd, flag=cmd.flag | RESPONSE_FLAG)
-        self._write(cmd)
-        return True
+        return not self._closed and peer is not None and not peer._closed
 
     def close(self) -> None:
         """Close this end now and the peer on the next loop turn (as a socket close is seen by the peer):

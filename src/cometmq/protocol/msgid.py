@@ -145,19 +145,24 @@ class UniqKeyGenerator:
         prefix = self._ip + self._pid.to_bytes(2, "big") + self._salt.to_bytes(4, "big")
         self._prefix = prefix.hex().upper()
 
+    def _reserve(self, n: int) -> tuple[str, int]:
+        """Reserve ``n`` consecutive values (callers hold the lock): (prefix, first value)."""
+        now = self._clock()
+        if not self._month_start <= now < self._month_end:
+            self._roll(now)
+        value = (now - self._month_start) << 16
+        if value <= self._last:
+            value = self._last + 1
+        if value + n > _VALUE_LIMIT:  # unreachable in practice: 65536 keys per ms for weeks
+            self._roll(now)
+            value = (now - self._month_start) << 16
+        self._last = value + n - 1
+        return self._prefix, value
+
     def new_key(self) -> str:
         with self._lock:
-            now = self._clock()
-            if not self._month_start <= now < self._month_end:
-                self._roll(now)
-            value = (now - self._month_start) << 16
-            if value <= self._last:
-                value = self._last + 1
-                if value >= _VALUE_LIMIT:  # unreachable in practice: 65536 keys per ms for weeks
-                    self._roll(now)
-                    value = (now - self._month_start) << 16
-            self._last = value
-            return f"{self._prefix}{value:012X}"
+            prefix, value = self._reserve(1)
+        return f"{prefix}{value:012X}"
 
     __call__ = new_key
 
@@ -167,17 +172,7 @@ class UniqKeyGenerator:
         if n <= 0:
             return []
         with self._lock:
-            now = self._clock()
-            if not self._month_start <= now < self._month_end:
-                self._roll(now)
-            value = (now - self._month_start) << 16
-            if value <= self._last:
-                value = self._last + 1
-            if value + n > _VALUE_LIMIT:  # unreachable in practice, as in new_key
-                self._roll(now)
-                value = (now - self._month_start) << 16
-            self._last = value + n - 1
-            prefix = self._prefix
+            prefix, value = self._reserve(n)
         return [f"{prefix}{v:012X}" for v in range(value, value + n)]
 
 

@@ -16,14 +16,10 @@ import re
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
-from cometmq.client.admin import max_offset, min_offset, search_offset, update_consumer_offset
-from cometmq.client.errors import BrokerError, NoRouteError
+from cometmq.client.admin import all_topics, max_offset, min_offset, search_offset, update_consumer_offset
+from cometmq.client.errors import NoRouteError
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageQueue
-from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.remoting import make_request
-from cometmq.protocol.route import TopicList
 
 __all__ = ["Link", "is_system_topic"]
 
@@ -77,17 +73,7 @@ class Link:
     # -- routes -------------------------------------------------------------------------------------------------
     def topics(self) -> list[str]:
         """Every user topic the nameservers know, sorted (system topics left out)."""
-        async def go() -> list[str]:
-            r = await self.instance.namesrv_invoke(make_request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
-                                                   "topic list")
-            if r.code != ResponseCode.SUCCESS:
-                raise BrokerError(r.code, r.remark or "", context="topic list")
-            try:
-                return sorted(TopicList.decode(r.body).topics)
-            except ProtocolError as exc:
-                raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad topic list: {exc}") from None
-
-        return [t for t in self.run(go()) if not is_system_topic(t)]
+        return [t for t in self.run(all_topics(self.instance)) if not is_system_topic(t)]
 
     def queues(self, topics: Iterable[str], *, missing_ok: bool) -> dict[str, list[MessageQueue]]:
         """The readable queues of each topic, fresh from the nameserver; an unknown topic raises NoRouteError

@@ -324,7 +324,7 @@ class PopProcessor:
 
     def _after_ack(self, key: QueueKey, qs: QueueState) -> None:
         # An ordered queue may now hand out its next message: wake that group's waiters (cheap if none).
-        if key[1] in self.svc._waiters and (not qs.inflight or not qs.blocked(self.svc.clock())):
+        if self.svc.has_waiters(key[1]) and (not qs.inflight or not qs.blocked(self.svc.clock())):
             self.svc.wake(key[1], key[0], reason="ack", ordered_only=True)
 
     # -- CHANGE_MESSAGE_INVISIBLETIME -------------------------------------------------------------------------

@@ -342,5 +342,8 @@ class PopService:
             w.future.set_result(None)
             self.metrics.woken_by_arrival += 1
 
+    def has_waiters(self, topic: str) -> bool:
+        return topic in self._waiters
+
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())

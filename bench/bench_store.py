@@ -82,7 +82,9 @@ async def _sync_writers(store: MessageStore, writers: int, per_writer: int, size
     waiter = FlushWaiter(loop, store.flushed_offset)
     store.add_flush_listener(waiter.on_flushed)
     msg = make_messages(1, size)[0]
-    appender = AppendBatcher(loop, store.put_messages, wait_flushed=lambda end: waiter.wait(end, 5.0))
+    # As the broker's controller builds it under SYNC_FLUSH.
+    appender = AppendBatcher(loop, lambda msgs: store.put_messages(msgs, request_flush=False),
+                             wait_flushed=lambda end: waiter.wait(end, 5.0), commit=store.commit)
 
     async def writer() -> None:
         for _ in range(per_writer):
@@ -102,15 +104,16 @@ def bench_sync(total: int) -> None:
     """Each writer appends one record and waits for the fsync covering it. ``via``: "store" calls
     ``store.put_message`` per record; "broker" goes through the broker's AppendBatcher, which coalesces the
     appends that arrive in one event-loop turn into one batch append (what the broker's send path does)."""
-    for writers, via in ((1, "store"), (64, "store"), (64, "broker")):
+    for writers, via, inline_max_us in ((1, "store", 0), (64, "store", 0), (64, "broker", 0), (64, "broker", 2000)):
         path = workdir()
-        store = MessageStore(StoreConfig(store_path=path, flush_disk_type=FlushDiskType.SYNC_FLUSH))
+        store = MessageStore(StoreConfig(store_path=path, flush_disk_type=FlushDiskType.SYNC_FLUSH,
+                                         group_commit_inline_max_us=inline_max_us))
         store.start()
         per = max(1, (total if writers > 1 else total // 20) // writers)
         wall = run_loop(_sync_writers(store, writers, per, 100, via == "broker"))  # uvloop, as the broker runs
         n = per * writers
-        report(bench="sync_flush", writers=writers, via=via, body=100, records=n, acked_per_s=round(n / wall),
-               fsyncs=store.flush_service.flush_count,
+        report(bench="sync_flush", writers=writers, via=via, group_commit_inline_max_us=inline_max_us, body=100,
+               records=n, acked_per_s=round(n / wall), fsyncs=store.flush_service.flush_count,
                records_per_fsync=round(n / max(1, store.flush_service.flush_count), 1))
         store.shutdown()
         shutil.rmtree(path)

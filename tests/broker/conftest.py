@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,8 @@ from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
+from cometmq.store.message_store import MessageStore
+from tests.store.conftest import FakeClock, small_config
 
 
 def broker_config(path: Path, **changes: Any) -> BrokerConfig:
@@ -66,3 +68,19 @@ def pull_request(topic: str, offset: int, queue_id: int = 0, group: str = "cg", 
 
 def props(**kv: str) -> str:
     return "".join(f"{k}\x01{v}\x02" for k, v in kv.items())
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
+    """Started stores in ``tmp_path`` (small segments, a fake clock), shut down after the test."""
+    stores: list[MessageStore] = []
+
+    def make(**changes: object) -> MessageStore:
+        store = MessageStore(small_config(tmp_path / f"store{len(stores)}", **changes), clock=FakeClock())
+        store.start()
+        stores.append(store)
+        return store
+
+    yield make
+    for s in stores:
+        s.shutdown()

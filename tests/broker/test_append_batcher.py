@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
+from collections.abc import Callable
 
 from cometmq.broker.append_batcher import AppendBatcher
 from cometmq.broker.flush_waiter import FlushWaiter
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutStatus
-from tests.store.conftest import SYNC, FakeClock, msg, small_config
-
-
-@pytest.fixture
-def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
-    stores: list[MessageStore] = []
-
-    def make(**changes: object) -> MessageStore:
-        store = MessageStore(small_config(tmp_path / f"store{len(stores)}", **changes), clock=FakeClock())
-        store.start()
-        stores.append(store)
-        return store
-
-    yield make
-    for s in stores:
-        s.shutdown()
+from tests.store.conftest import SYNC, msg
 
 
 async def test_concurrent_requests_share_one_append(make_store: Callable[..., MessageStore]) -> None:

@@ -5,7 +5,9 @@ encoding pass, a dispatch and a flush request per message. Here the requests tha
 event loop are appended together as one batch at the end of the turn (the store's fast path: ~3 µs a record
 instead of ~13 µs) and dispatched together. Under ASYNC_FLUSH the first request of a turn is appended at once,
 so a lone request waits for nothing; under SYNC_FLUSH all of them wait for the end of the turn and then for one
-group commit, awaited once for the whole batch. Each caller still gets a ``PutResult`` of its own messages only.
+group commit, awaited once for the whole batch — or, with ``commit``, made durable right there (the store runs the
+fdatasync in this thread while the disk is fast, which saves two thread hand-offs per round). Each caller still
+gets a ``PutResult`` of its own messages only.
 
 If the combined batch is refused (one request's message is too large, say), each request is appended on its own
 so that one bad message fails only its own request.
@@ -22,13 +24,17 @@ from cometmq.store.status import PutResult, PutStatus
 PutMessages = Callable[[list[MessageInner]], PutResult]
 #: SYNC_FLUSH: wait (on the loop) until the commit log is flushed to an offset; False on timeout
 WaitFlushed = Callable[[int], Awaitable[bool]]
+#: SYNC_FLUSH: try to make the log durable to an offset now; True if it is (else wait with WaitFlushed)
+Commit = Callable[[int], bool]
 
 
 class AppendBatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop, put_messages: PutMessages, *, max_batch: int = 1024,
-                 max_bytes: int = 4 << 20, wait_flushed: WaitFlushed | None = None) -> None:
+                 max_bytes: int = 4 << 20, wait_flushed: WaitFlushed | None = None,
+                 commit: Commit | None = None) -> None:
         self._loop = loop
         self._put = put_messages
+        self._commit = commit
         #: with it, a request's future resolves only once its records are flushed (one wait per batch)
         self._wait_flushed = wait_flushed
         self._waits: set[asyncio.Task[None]] = set()
@@ -97,6 +103,10 @@ class AppendBatcher:
                 self._settle(fut, res)
             return
         end = max((res.end_offset for _, res in settled if res.ok), default=0)
+        if not end or (self._commit is not None and self._commit(end)):
+            for fut, res in settled:
+                self._settle(fut, res)
+            return
         task = self._loop.create_task(self._settle_when_flushed(end, settled))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
@@ -104,7 +114,7 @@ class AppendBatcher:
     async def _settle_when_flushed(self, end: int, settled: list[tuple[asyncio.Future[PutResult], PutResult]]
                                    ) -> None:
         assert self._wait_flushed is not None
-        flushed = await self._wait_flushed(end) if end else True
+        flushed = await self._wait_flushed(end)
         for fut, res in settled:
             if res.ok and not flushed:
                 res.status = PutStatus.FLUSH_DISK_TIMEOUT

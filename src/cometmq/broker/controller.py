@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -103,8 +104,13 @@ class BrokerController:
         self.flush_waiter = FlushWaiter(loop, self.store.flushed_offset)
         self.store.add_flush_listener(self.flush_waiter.on_flushed)
         waiter, timeout_s = self.flush_waiter, self.config.store.sync_flush_timeout_ms / 1000
-        self.appender = AppendBatcher(loop, self.store.put_messages, wait_flushed=(
-            (lambda end: waiter.wait(end, timeout_s)) if self.store.sync_flush else None))
+        store = self.store
+        if store.sync_flush:
+            # The batcher commits each batch itself (store.commit), so appends do not wake the flush thread.
+            self.appender = AppendBatcher(loop, functools.partial(store.put_messages, request_flush=False),
+                                          wait_flushed=lambda end: waiter.wait(end, timeout_s), commit=store.commit)
+        else:
+            self.appender = AppendBatcher(loop, store.put_messages)
         self.store.add_arrival_listener(self.hold.on_arrival)
         self.store.add_arrival_listener(self.schedule.on_arrival)
         self.store.add_arrival_listener(self.timer.on_arrival)

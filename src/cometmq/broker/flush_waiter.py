@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import threading
 
 
 class FlushWaiter:
     def __init__(self, loop: asyncio.AbstractEventLoop, flushed_offset: int = 0,
                  sweep_interval_s: float = 0.1) -> None:
         self._loop = loop
+        #: flushes made on the loop's own thread (inline group commit) need no thread-safe hand-off
+        self._loop_thread = threading.get_ident()
         self._heap: list[tuple[int, int, float, asyncio.Future[bool]]] = []
         self._seq = itertools.count()
         self._flushed = flushed_offset
@@ -26,8 +29,12 @@ class FlushWaiter:
         self._sweeper: asyncio.TimerHandle | None = None
 
     def on_flushed(self, offset: int) -> None:
-        """The store's flush listener (called in the flush thread)."""
+        """The store's flush listener (called in the flush thread, or in the loop's own)."""
         self._latest = offset
+        if threading.get_ident() == self._loop_thread:
+            if self._heap:
+                self._release()
+            return
         if not self._scheduled:
             self._scheduled = True
             try:

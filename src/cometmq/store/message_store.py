@@ -52,7 +52,7 @@ class MessageStore:
             self.index_builder = IndexBuilder(self.index)
             self.reput.dispatchers.append(self.index_builder.submit)
         self.flush_service: _FlushBase = (
-            GroupCommitService(self.commitlog.files)
+            GroupCommitService(self.commitlog.files, config.group_commit_inline_max_us)
             if config.flush_disk_type is FlushDiskType.SYNC_FLUSH
             else AsyncFlushService(self.commitlog.files, config.flush_interval_commitlog_ms,
                                    config.flush_commitlog_least_pages,
@@ -135,9 +135,10 @@ class MessageStore:
     def put_message(self, msg: MessageInner) -> PutResult:
         return self.put_messages([msg])
 
-    def put_messages(self, msgs: list[MessageInner]) -> PutResult:
+    def put_messages(self, msgs: list[MessageInner], request_flush: bool = True) -> PutResult:
         """Append messages as one contiguous batch and dispatch them. Under SYNC_FLUSH the result is
-        stored but not yet durable: wait with ``wait_flushed`` or a flush listener for ``end_offset``."""
+        stored but not yet durable: wait with ``wait_flushed`` or a flush listener for ``end_offset``.
+        ``request_flush=False``: the caller will call ``commit`` itself (after gathering more)."""
         if not self.running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
         with self.lock:
@@ -146,9 +147,21 @@ class MessageStore:
             if ok:
                 confirmed = result.end_offset if self._confirm_offset is None else self._confirm_offset
                 self.reput.submit(result.records, confirmed)
-        if ok:
+        if ok and request_flush:
             self.flush_service.request(result.end_offset)
         return result
+
+    def commit(self, offset: int) -> bool:
+        """SYNC_FLUSH: make the log durable up to ``offset``, in this thread while fdatasync is fast
+        (see ``GroupCommitService.commit``); True when it is durable on return, False when the flush
+        thread was asked to do it (wait for ``offset`` then). Always True under ASYNC_FLUSH."""
+        service = self.flush_service
+        if not isinstance(service, GroupCommitService):
+            return True
+        if self.config.group_commit_inline_max_us <= 0:
+            service.request(offset)
+            return service.flushed_offset >= offset
+        return service.commit(offset)
 
     @property
     def sync_flush(self) -> bool:

@@ -147,6 +147,21 @@ def test_arrival_listener_sees_each_message_within_the_put(make_store: MakeStore
     assert [r.queue_offset for r in seen] == [0, 1, 2]
 
 
+def test_batch_listener_hears_each_put_once_and_a_failing_one_harms_nothing(make_store: MakeStore) -> None:
+    store = make_store()
+    batches: list[list[tuple[int, int]]] = []
+    store.add_arrival_batch_listener(lambda reqs: batches.append([(r.queue_id, r.queue_offset) for r in reqs]))
+
+    def broken(reqs: list[DispatchRequest]) -> None:
+        raise RuntimeError("listener bug")
+
+    store.add_arrival_batch_listener(broken)
+    store.put_message(msg(queue_id=1))
+    assert store.put_messages([msg(queue_id=1), msg(queue_id=3), msg(queue_id=1)]).ok
+    assert batches == [[(1, 0)], [(1, 1), (3, 0), (1, 2)]]
+    assert store.max_offset("T", 1) == 3
+
+
 def test_offset_by_time_uses_store_timestamps(make_store: MakeStore, clock: FakeClock) -> None:
     store = make_store()
     t0 = clock.now

@@ -38,6 +38,8 @@ def crash(store: MessageStore) -> None:
     """Stop the services without the clean-shutdown steps, as a killed process would leave things."""
     store.cleaner.stop()
     store.maintenance.stop()
+    if store.warmer is not None:
+        store.warmer.stop()
     store.flush_service.stop()
     store.running = False
     for cq in store.queues.values():

@@ -158,6 +158,25 @@ class PullRequestHoldService:
         else:
             self._arrived(key, req.queue_offset, req.tags_code, req.properties)
 
+    def on_arrivals(self, reqs: list[DispatchRequest]) -> None:
+        """``on_arrival`` for a dispatched batch: one call, and nothing per record while nobody waits."""
+        table = self._table
+        if not table:
+            return
+        if threading.get_ident() != self._loop_thread and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._arrived_batch, reqs)
+        else:
+            self._arrived_batch(reqs)
+
+    def _arrived_batch(self, reqs: list[DispatchRequest]) -> None:
+        table = self._table
+        for req in reqs:
+            if not table:
+                return
+            key = (req.topic, req.queue_id)
+            if key in table:
+                self._arrived(key, req.queue_offset, req.tags_code, req.properties)
+
     def _arrived(self, key: tuple[str, int], queue_offset: int, tags_code: int,
                  properties: Mapping[str, str]) -> None:
         held_list = self._table.get(key)

@@ -88,6 +88,11 @@ class ScheduleMessageService:
         self._tasks.clear()
         self.persist()
 
+    def on_arrivals(self, reqs: list[DispatchRequest]) -> None:
+        for req in reqs:
+            if req.topic == SCHEDULE_TOPIC:
+                self.on_arrival(req)
+
     def on_arrival(self, req: DispatchRequest) -> None:
         if req.topic == SCHEDULE_TOPIC:
             event = self._events.get(req.queue_id + 1)

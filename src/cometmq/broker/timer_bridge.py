@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _no_timer(req: DispatchRequest) -> None:
+def _no_timer(reqs: list[DispatchRequest]) -> None:
     pass
 
 
@@ -55,9 +55,9 @@ class TimerBridge:
             TimerMessageService(broker.store, self.config, broker.put_messages, clock=broker.clock)
             if self.config.enable else None
         )
-        #: the store's arrival listener, called for every record: bound straight to the service's
-        self.on_arrival: Callable[[DispatchRequest], None] = (
-            self.service.on_arrival if self.service is not None else _no_timer)
+        #: the store's arrival listener, called for every dispatched batch: bound straight to the service's
+        self.on_arrivals: Callable[[list[DispatchRequest]], None] = (
+            self.service.on_arrivals if self.service is not None else _no_timer)
 
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.RECALL_MESSAGE: self.recall, RequestCode.GET_TIMER_METRICS: self.timer_metrics}

@@ -33,6 +33,9 @@ class ReputService:
         self.dispatchers: list[BatchDispatcher] = []
         #: arrival listeners (long polling, POP, timer); they must be quick and must not append
         self.listeners: list[Dispatcher] = []
+        #: the same, called once per dispatched batch (a 128-message send, a timer burst's 2,048 re-puts):
+        #: one call instead of one per record and listener
+        self.batch_listeners: list[BatchDispatcher] = []
         self.pending: deque[DispatchRequest] = deque()
         self.tag_code_hooks: list[TagCodeHook] = []
 
@@ -102,6 +105,11 @@ class ReputService:
         last = requests[-1]
         self.reput_offset = last.phy_offset + last.size
         if notify:
+            for batch_listener in self.batch_listeners:
+                try:
+                    batch_listener(requests)
+                except Exception:
+                    log.exception("arrival listener failed")
             for listener in self.listeners:
                 for req in requests:
                     try:

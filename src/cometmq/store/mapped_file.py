@@ -8,15 +8,35 @@ reaches the disk like fsync does.
 from __future__ import annotations
 
 import bisect
+import ctypes
+import errno
 import logging
 import mmap
 import os
+import threading
 import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = mmap.PAGESIZE
+
+#: Linux 5.14+: fault pages in writable without touching their contents
+MADV_POPULATE_WRITE = 23
+
+
+def _load_madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """libc's madvise through ctypes, which releases the GIL for the call (``mmap.madvise`` holds it)."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_madvise = _load_madvise()
 
 
 def segment_name(offset: int) -> str:
@@ -26,8 +46,8 @@ def segment_name(offset: int) -> str:
 class MappedFile:
     """One fixed-size segment file mapped into memory."""
 
-    __slots__ = ("_fd", "_view", "file_from_offset", "flushed_position", "mm", "path", "released_position",
-                 "size", "wrote_position")
+    __slots__ = ("_addr", "_fd", "_view", "_warm_lock", "file_from_offset", "flushed_position", "mm", "path",
+                 "released_position", "size", "warmed_position", "wrote_position")
 
     def __init__(self, path: Path, size: int, *, preallocate: bool = True) -> None:
         self.path = path
@@ -56,6 +76,10 @@ class MappedFile:
             raise
         self._fd = fd
         self._view = memoryview(self.mm)
+        #: pages before this were faulted in ahead of the writer (``warm``); the lock keeps close() out
+        self.warmed_position = 0
+        self._warm_lock = threading.Lock()
+        self._addr = 0
         self.wrote_position = 0
         self.flushed_position = 0
         self.released_position = 0
@@ -143,7 +167,37 @@ class MappedFile:
         except OSError:
             return time.time()
 
+    def warm(self, target: int, step: int = 4 << 20) -> bool:
+        """Fault the pages up to ``target`` in, writable, before the writer gets there (the contents are not
+        touched). A first write to a page of a fresh segment otherwise faults inside the append, holding the
+        GIL: on this kind of VM a 300 KiB append sometimes took 30 ms instead of 50 µs. The kernel does the work
+        here with the GIL released. False when the system cannot (an old kernel: the caller stops trying);
+        other failures (no memory, a sparse file on a full disk) end this pass only."""
+        if _madvise is None:
+            return False
+        target = min(target, self.size)
+        with self._warm_lock:
+            if self._fd < 0:
+                return True
+            if not self._addr:
+                probe = (ctypes.c_char * 1).from_buffer(self.mm)
+                self._addr = ctypes.addressof(probe)
+                del probe  # no export may outlive this call: close() must be able to unmap
+            start = max(self.warmed_position, self.wrote_position)
+            start -= start % PAGE_SIZE
+            while start < target:
+                n = min(step, target - start)
+                if _madvise(self._addr + start, n, MADV_POPULATE_WRITE) != 0:
+                    return ctypes.get_errno() != errno.EINVAL
+                start += n
+                self.warmed_position = start
+        return True
+
     def close(self) -> None:
+        with self._warm_lock:
+            self._close()
+
+    def _close(self) -> None:
         try:
             self._view.release()
             self.mm.close()

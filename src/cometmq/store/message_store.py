@@ -22,6 +22,7 @@ from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.recovery import recover
 from cometmq.store.retention import CleanService, MaintenanceService
 from cometmq.store.status import GetResult, GetStatus, PutResult, PutStatus
+from cometmq.store.warm import WarmService
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class MessageStore:
                                    config.flush_commitlog_thorough_interval_ms)
         )
         self.maintenance = MaintenanceService(self)
+        self.warmer: WarmService | None = (
+            WarmService(self.commitlog.files, config.warm_ahead_bytes) if config.warm_ahead_bytes > 0 else None)
         self.cleaner = CleanService(self)
         #: appends and their dispatch happen under this lock, so dispatch follows log order
         self.lock = threading.Lock()
@@ -88,6 +91,8 @@ class MessageStore:
             self.index_builder.start()
         self.maintenance.start()
         self.cleaner.start()
+        if self.warmer is not None:
+            self.warmer.start()
         self.running = True
 
     def shutdown(self) -> None:
@@ -97,6 +102,8 @@ class MessageStore:
         self.running = False
         self.cleaner.stop()
         self.maintenance.stop()
+        if self.warmer is not None:
+            self.warmer.stop()
         self.flush_service.stop()
         if self.index_builder is not None:
             self.index_builder.stop()
@@ -184,6 +191,10 @@ class MessageStore:
     def add_arrival_listener(self, listener: Dispatcher) -> None:
         """Called with each dispatched record, in log order, in the appending thread."""
         self.reput.listeners.append(listener)
+
+    def add_arrival_batch_listener(self, listener: Callable[[list[DispatchRequest]], None]) -> None:
+        """Like ``add_arrival_listener``, called once per dispatched batch with its records in log order."""
+        self.reput.batch_listeners.append(listener)
 
     # -- dispatch ----------------------------------------------------------------------------
     def _dispatch_to_consume_queue(self, requests: list[DispatchRequest]) -> None:

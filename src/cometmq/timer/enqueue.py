@@ -16,12 +16,27 @@ _ARRIVAL_CACHE = 65_536
 
 
 class TimerEnqueue(TimerServiceBase):
+    def on_arrivals(self, reqs: list[DispatchRequest]) -> None:
+        """``on_arrival`` for a dispatched batch (one wake-up for all of it)."""
+        arrivals = self._arrivals
+        found = False
+        for req in reqs:
+            if req.topic == TIMER_TOPIC and req.queue_id == 0:
+                found = True
+                if len(arrivals) < _ARRIVAL_CACHE:
+                    arrivals.append(req)
+        if found:
+            self._wake_enqueue()
+
     def on_arrival(self, req: DispatchRequest) -> None:
         """The store's arrival listener: note timer-topic records and wake the enqueue."""
         if req.topic != TIMER_TOPIC or req.queue_id != 0:
             return
         if len(self._arrivals) < _ARRIVAL_CACHE:
             self._arrivals.append(req)
+        self._wake_enqueue()
+
+    def _wake_enqueue(self) -> None:
         ev, loop = self._enq_event, self._loop
         if ev is None or loop is None:
             return

@@ -327,6 +327,18 @@ class PopService:
         else:
             self._arrived(req.topic, req.queue_id)
 
+    def on_arrivals(self, reqs: list[DispatchRequest]) -> None:
+        """``on_arrival`` for a dispatched batch: each (topic, queue) with waiters is looked at once."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        seen = {(req.topic, req.queue_id) for req in reqs if req.topic in waiters}
+        for topic, queue_id in seen:
+            if self._loop is not None and threading.get_ident() != self._loop_thread:
+                self._loop.call_soon_threadsafe(self._arrived, topic, queue_id)
+            else:
+                self._arrived(topic, queue_id)
+
     def _arrived(self, topic: str, queue_id: int) -> None:
         waiters = self._waiters.get(topic)
         if not waiters:

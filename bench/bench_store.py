@@ -114,6 +114,7 @@ def bench_sync(total: int) -> None:
         n = per * writers
         report(bench="sync_flush", writers=writers, via=via, group_commit_inline_max_us=inline_max_us, body=100,
                records=n, acked_per_s=round(n / wall), fsyncs=store.flush_service.flush_count,
+               fsync_ms_avg=round(store.flush_service.flush_seconds_avg * 1e3, 3),
                records_per_fsync=round(n / max(1, store.flush_service.flush_count), 1))
         store.shutdown()
         shutil.rmtree(path)

@@ -57,13 +57,12 @@ class ScheduleMessageService:
         if level <= 0:
             return
         level = min(level, len(self.delays))
-        props = msg.properties
+        props = msg.edit_properties()
         props[DELAY] = str(level)
         props[REAL_TOPIC] = msg.topic
         props[REAL_QID] = str(msg.queue_id)
         msg.topic = SCHEDULE_TOPIC
         msg.queue_id = level - 1
-        msg.properties_raw = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def load(self) -> None:

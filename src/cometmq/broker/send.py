@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import zlib
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,8 @@ from cometmq.protocol.properties import (
     REAL_TOPIC,
     RETRY_TOPIC,
     UNIQ_KEY,
+    RawProperties,
+    check_utf8,
     decode_properties,
     encode_properties,
 )
@@ -105,10 +108,10 @@ class SendProcessor:
         if batch:
             msgs, plain = self._batch_messages(header, cmd.body, queue_id, born_host)
         else:
-            msgs = [self._single_message(header, cmd.body, queue_id, born_host)]
             props = header.properties
             plain = header.sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS and not any(
                 marker in props for marker in _SPECIAL_MARKERS_STR)
+            msgs = [self._single_message(header, cmd.body, queue_id, born_host, plain)]
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             for m in msgs:
@@ -131,10 +134,10 @@ class SendProcessor:
         return response
 
     def _single_message(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
-                        born_host: bytes) -> MessageInner:
+                        born_host: bytes, plain: bool = False) -> MessageInner:
         try:
             raw = header.properties.encode("utf-8")
-            props = decode_properties(raw)
+            props: Mapping[str, str] = RawProperties(raw) if plain else decode_properties(raw)
         except (ProtocolError, UnicodeEncodeError) as exc:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad properties: {exc}") from None
         return MessageInner(header.topic, body, queue_id, props, raw, header.flag, header.sys_flag,
@@ -154,18 +157,26 @@ class SendProcessor:
             sys_flag &= ~SysFlag.COMPRESSED
         if type(body) is not bytes:
             body = bytes(body)
+        plain = sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS and not any(
+            marker in body for marker in _SPECIAL_MARKERS)
         try:
             items = decode_batch_raw(body)
             topic, born_ts, born_at, reconsume = header.topic, header.born_timestamp, born_host, header.reconsume_times
             # Positional arguments (checked against MessageInner's fields at import): half the cost of keywords.
-            msgs = [MessageInner(topic, item_body, queue_id, decode_properties(raw), raw, flag, sys_flag, born_ts,
-                                 born_at, reconsume) for item_body, raw, flag in items]
+            if plain:
+                # Nothing will rewrite these messages: keep their properties encoded (RawProperties), checked
+                # as UTF-8 but not decoded into a dict each.
+                for _, raw, _ in items:
+                    check_utf8(raw)
+                msgs = [MessageInner(topic, item_body, queue_id, RawProperties(raw), raw, flag, sys_flag, born_ts,
+                                     born_at, reconsume) for item_body, raw, flag in items]
+            else:
+                msgs = [MessageInner(topic, item_body, queue_id, decode_properties(raw), raw, flag, sys_flag,
+                                     born_ts, born_at, reconsume) for item_body, raw, flag in items]
         except ProtocolError as exc:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
         if not msgs:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-        plain = sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS and not any(
-            marker in body for marker in _SPECIAL_MARKERS)
         return msgs, plain
 
     def _retry_or_dlq(self, m: MessageInner, header: SendMessageRequestHeader) -> None:

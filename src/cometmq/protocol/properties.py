@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from operator import methodcaller
 
 from cometmq.protocol.errors import ProtocolError
@@ -87,3 +87,72 @@ def _decode_lenient(items: list[str]) -> dict[str, str]:
         if sep and name:
             result[name] = value
     return result
+
+
+class RawProperties(Mapping[str, str]):
+    """Encoded properties read without decoding all of them: ``get`` of one name searches the bytes.
+
+    The broker's send path keeps a plain message's properties this way: the store needs only TAGS (tag code)
+    and the index only UNIQ_KEY and KEYS, so decoding every pair of every message into a dict (about 2 µs a
+    message, a fifth of the broker's time on batched sends) is skipped. Anything else (iteration, ``[]``,
+    ``len``) decodes once, with ``decode_properties``'s semantics; ``get`` answers the same (the last pair of
+    a name wins, pairs without a separator are ignored). Read-only. ``raw`` must be valid UTF-8 (see
+    ``check_utf8``)."""
+
+    __slots__ = ("_dict", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self._dict: dict[str, str] | None = None
+
+    def decoded(self) -> dict[str, str]:
+        d = self._dict
+        if d is None:
+            d = self._dict = decode_properties(self.raw)
+        return d
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        d = self._dict
+        if d is not None:
+            return d.get(name, default)
+        raw = self.raw
+        key = _NEEDLES.get(name)
+        if key is None:
+            key = name.encode("utf-8", "surrogatepass") + b"\x01"
+        i = raw.rfind(key)
+        # A match must start a pair: at the start or right after a pair separator (values hold no 0x01, so
+        # "TAGS\x01" inside a value cannot occur; "XTAGS\x01" is another name).
+        while i > 0 and raw[i - 1] != 2:
+            i = raw.rfind(key, 0, i)
+        if i < 0 or not name:
+            return default
+        start = i + len(key)
+        end = raw.find(b"\x02", start)
+        return (raw[start:] if end < 0 else raw[start:end]).decode("utf-8")
+
+    def __getitem__(self, name: str) -> str:
+        return self.decoded()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.decoded()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __len__(self) -> int:
+        return len(self.decoded())
+
+    def __repr__(self) -> str:
+        return f"RawProperties({self.decoded()!r})"
+
+
+_NEEDLES = {name: name.encode() + b"\x01" for name in (TAGS, KEYS, UNIQ_KEY)}
+
+
+def check_utf8(raw: bytes) -> None:
+    """Raise ProtocolError unless ``raw`` is UTF-8 (what ``decode_properties`` would refuse)."""
+    if not raw.isascii():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"properties are not valid UTF-8: {exc}") from None

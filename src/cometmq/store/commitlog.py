@@ -11,7 +11,7 @@ import logging
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from cometmq.protocol.errors import ProtocolError
@@ -301,7 +301,7 @@ class CommitLog:
         self.files.close()
 
 
-def _encode_props(props: dict[str, str]) -> bytes | None:
+def _encode_props(props: Mapping[str, str]) -> bytes | None:
     try:
         return encode_properties(props)
     except ProtocolError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cometmq.protocol.message import transaction_value
@@ -23,7 +24,8 @@ class MessageInner:
     topic: str
     body: bytes
     queue_id: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
+    #: a dict, or (plain sends) a read-only RawProperties over ``properties_raw``
+    properties: Mapping[str, str] = field(default_factory=dict)
     #: the properties already encoded (a producer's header carries them so); None: encode ``properties``
     properties_raw: bytes | None = None
     flag: int = 0
@@ -34,6 +36,15 @@ class MessageInner:
     prepared_transaction_offset: int = 0
     #: None: derived from the TAGS property
     tags_code: int | None = None
+
+    def edit_properties(self) -> dict[str, str]:
+        """The properties as a dict to change in place (a RawProperties is decoded into one); the encoded
+        form is dropped, so the append encodes what the caller leaves."""
+        props = self.properties
+        if type(props) is not dict:
+            props = self.properties = dict(props)
+        self.properties_raw = None
+        return props
 
     def tag_hash(self) -> int:
         if self.tags_code is None:
@@ -53,7 +64,7 @@ class DispatchRequest:
     store_timestamp: int
     queue_offset: int
     sys_flag: int
-    properties: dict[str, str]
+    properties: Mapping[str, str]
 
     @property
     def keys(self) -> str:

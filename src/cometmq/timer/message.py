@@ -16,6 +16,7 @@ import base64
 import binascii
 import enum
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from sys import intern
 
@@ -68,7 +69,7 @@ class RewriteResult:
     deliver_ms: int = 0
 
 
-def requested_delivery(props: dict[str, str], now_ms: int) -> int | None:
+def requested_delivery(props: Mapping[str, str], now_ms: int) -> int | None:
     """The delivery time a message asks for, None when it asks for none; ValueError when malformed."""
     if TIMER_DELAY_SEC in props:
         return now_ms + int(props[TIMER_DELAY_SEC]) * 1000
@@ -81,11 +82,10 @@ def requested_delivery(props: dict[str, str], now_ms: int) -> int | None:
 
 def strip_timer_request(msg: MessageInner) -> None:
     """Drop timer requests from a message that has a delay level (the level wins, as in RocketMQ)."""
-    props = msg.properties
-    if any(k in props for k in _TIMER_REQUEST_KEYS):
+    if any(k in msg.properties for k in _TIMER_REQUEST_KEYS):
+        props = msg.edit_properties()
         for k in _TIMER_REQUEST_KEYS:
             props.pop(k, None)
-        msg.properties_raw = None
 
 
 def rewrite_for_timer(msg: MessageInner, now_ms: int, max_delay_ms: int) -> RewriteResult:
@@ -110,12 +110,12 @@ def rewrite_for_timer(msg: MessageInner, now_ms: int, max_delay_ms: int) -> Rewr
     if deliver - now_ms > max_delay_ms:
         return RewriteResult(Rewrite.ILLEGAL, f"the delivery time is {(deliver - now_ms) // 1000} s ahead, more "
                                               f"than timerMaxDelaySec ({max_delay_ms // 1000} s)")
+    props = msg.edit_properties()
     props[TIMER_OUT_MS] = str(deliver)
     props[REAL_TOPIC] = msg.topic
     props[REAL_QID] = str(msg.queue_id)
     msg.topic = TIMER_TOPIC
     msg.queue_id = 0
-    msg.properties_raw = None
     return RewriteResult(Rewrite.SCHEDULED, deliver_ms=deliver)
 
 

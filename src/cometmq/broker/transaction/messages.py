@@ -38,7 +38,7 @@ _BOOKKEEPING = (REAL_TOPIC, REAL_QID, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET)
 
 def to_half(msg: MessageInner, producer_group: str) -> None:
     """Turn a producer's transactional message into its half, in place."""
-    props = msg.properties
+    props = msg.edit_properties()
     props[REAL_TOPIC] = msg.topic
     props[REAL_QID] = str(msg.queue_id)
     props[TRAN_MSG] = "true"

@@ -283,6 +283,76 @@ class IndexService:
                 self._max_phy = phy_offset
             return True
 
+    def put_many(self, entries: list[tuple[str, int, int]]) -> int:
+        """Index many (key, phy_offset, store_timestamp) in order, as ``put`` would one by one (same files,
+        same bytes); returns how many were indexed (fewer only when no file could take the rest).
+
+        One lock and one header write per file touched instead of per key: the hot header fields (count, used
+        slots, end time, end offset) are written once at the end. Readers go by the in-memory count, which
+        also moves only then, so they see a batch whole or not at all (``head`` skips entries past it). A crash
+        between the entries and the header leaves a header that lags; the index is rebuilt from the checkpoint's
+        dispatch offset on recovery, which re-puts and truncates what lies past it."""
+        n = len(entries)
+        i = 0
+        with self._lock:
+            f = self.files[-1] if self.files else None
+            while i < n:
+                ts0 = entries[i][2]
+                if f is None or f.count >= f.max_entries or not (
+                        _I32_MIN <= ts0 - f.anchor_ts <= _I32_MAX or f.count == 0):
+                    f = self._roll()
+                    if f is None:
+                        break
+                i = self._put_run(f, entries, i)
+        return i
+
+    def _put_run(self, f: IndexFile, entries: list[tuple[str, int, int]], i: int) -> int:
+        """Put entries from ``i`` into ``f`` until it is full or a timestamp falls out of its range; returns
+        the next index. Called with the lock held."""
+        mm, base, slots, max_entries = f.mm, f.entry_base, f.hash_slots, f.max_entries
+        count, used, end_ts, end_phy = f.count, f.used_slots, f.end_ts, f.end_phy
+        slot_unpack, slot_pack, entry_pack = _SLOT.unpack_from, _SLOT.pack_into, _ENTRY.pack_into
+        crc32 = zlib.crc32
+        n = len(entries)
+        max_phy = self._max_phy
+        while i < n and count < max_entries:
+            key, phy, ts = entries[i]
+            if count == 0:
+                f.anchor_ts = f.begin_ts = end_ts = ts
+                f.begin_phy = phy
+                _BEGIN.pack_into(mm, _BEGIN_POS, ts, ts, phy)
+            elif not _I32_MIN <= ts - f.anchor_ts <= _I32_MAX:
+                break
+            elif ts < f.begin_ts:
+                f.begin_ts = ts
+                _BEGIN_TS.pack_into(mm, _BEGIN_TS_POS, ts)
+            try:
+                h = crc32(key.encode())
+            except UnicodeEncodeError:
+                h = key_hash(key)
+            slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
+            prev = slot_unpack(mm, slot_pos)[0]
+            if prev > count or prev < 0:
+                f.count = count  # left by a torn write: walk back from it with the count as it is now
+                prev = f.head(slot_pos)
+            if prev == 0:
+                used += 1
+            count += 1
+            entry_pack(mm, base + count * ENTRY_SIZE, h, phy, ts - f.anchor_ts, prev)
+            slot_pack(mm, slot_pos, count)
+            if ts > end_ts:
+                end_ts = ts
+            if phy > end_phy:
+                end_phy = phy
+            if phy > max_phy:
+                max_phy = phy
+            i += 1
+        f.count, f.used_slots, f.end_ts, f.end_phy = count, used, end_ts, end_phy
+        _HOT.pack_into(mm, _HOT_POS, count, used, end_ts, end_phy)
+        f.dirty = True
+        self._max_phy = max_phy
+        return i
+
     def _roll(self) -> IndexFile | None:
         """Start a new file (called with _lock held); None, logged, when the disk refuses."""
         now_ms = time.time_ns() // 1_000_000

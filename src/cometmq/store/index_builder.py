@@ -92,20 +92,24 @@ class IndexBuilder(ServiceThread):
 
     def _apply(self, batch: list[DispatchRequest]) -> None:
         index = self.index
-        put = index.put
         floor = index.max_phy_offset
+        entries: list[tuple[str, int, int]] = []
+        add = entries.append
         for req in batch:
-            if req.phy_offset <= floor:
+            phy = req.phy_offset
+            if phy <= floor:
                 continue  # indexed before a restart
             props = req.properties
             uniq = props.get("UNIQ_KEY")
             if uniq:
-                put(f"{req.topic}#{uniq}", req.phy_offset, req.store_timestamp)
+                add((f"{req.topic}#{uniq}", phy, req.store_timestamp))
             keys = props.get("KEYS")
             if keys:
                 for key in keys.split(" "):
                     if key:
-                        put(f"{req.topic}#{key}", req.phy_offset, req.store_timestamp)
+                        add((f"{req.topic}#{key}", phy, req.store_timestamp))
+        if entries:
+            index.put_many(entries)  # one lock and one header write for the batch
 
     def reset_to(self, offset: int) -> None:
         """After truncating the log (and the index) to ``offset``: what was applied past it is gone."""

@@ -1,0 +1,69 @@
+"""The machine's floor for a send -> receive hop between two processes (what no broker can beat).
+
+    .venv/bin/python bench/bench_echo_floor.py [--count 1500] [--interval-ms 2]
+
+This process writes 100 bytes to a relay process over loopback TCP (uvloop on both sides) and waits for them
+to come back, once every ``interval`` ms, as the idle-push latency bench does with a broker in between.
+Prints one JSON line: median and p99 round trip. Compare with ``cometmq bench latency``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+
+from cometmq.net.loop import run
+
+
+async def relay() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+
+
+async def client(port: int, count: int, interval_s: float) -> list[float]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    out = []
+    for _ in range(count):
+        await asyncio.sleep(interval_s)
+        t0 = time.perf_counter()
+        writer.write(b"x" * 100)
+        await reader.readexactly(100)
+        out.append(time.perf_counter() - t0)
+    writer.close()
+    return out
+
+
+def main() -> None:
+    if sys.argv[1:] == ["relay"]:
+        run(relay())
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=1500)
+    ap.add_argument("--interval-ms", type=float, default=2.0)
+    args = ap.parse_args()
+    proc = subprocess.Popen([sys.executable, __file__, "relay"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        lat = sorted(run(client(port, args.count, args.interval_ms / 1000))[min(200, args.count // 10):])
+    finally:
+        proc.kill()
+        proc.wait()
+    print(json.dumps({"bench": "echo_floor", "round_trips": len(lat), "interval_ms": args.interval_ms,
+                      "median_ms": round(lat[len(lat) // 2] * 1e3, 3),
+                      "p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3)}))
+
+
+if __name__ == "__main__":
+    main()

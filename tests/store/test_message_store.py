@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from cometmq.protocol.message import decode_record, iter_records
 from cometmq.protocol.taghash import tags_code
-from cometmq.store.message import DispatchRequest
+from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetStatus, PutStatus
 
@@ -233,3 +234,43 @@ def test_delete_topic(make_store: MakeStore) -> None:
     assert store.get_messages("Gone", 0, 0, 32).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
     assert store.get_messages("Kept", 0, 0, 32).status is GetStatus.FOUND
     assert store.topics() == {"Kept"}
+
+
+def read_bodies(store: MessageStore, queue_id: int) -> list[bytes]:
+    r = store.get_messages("T", queue_id, 0, 100)
+    return [decode_record(v)[0].body for v in r.buffers]
+
+
+def test_records_encoded_ahead_are_byte_identical(make_store: MakeStore, clock: FakeClock, tmp_path: Path) -> None:
+    """CommitLog.prepare + append writes the same bytes as an append that encodes (the timer's read-ahead path),
+    also with prepared and plain messages mixed in one batch, and with a store host set after the prepare."""
+    plain = make_store(tmp_path / "plain")
+    ahead = make_store(tmp_path / "ahead")
+
+    def batch() -> list[MessageInner]:
+        return [msg(queue_id=i % 3, tags=f"t{i}", keys=f"k{i}", body=bytes([i]) * (50 + i)) for i in range(12)]
+
+    msgs = batch()
+    for i, m in enumerate(msgs):
+        if i % 4:
+            assert ahead.commitlog.prepare(m) and m.encoded is not None
+    for store in (plain, ahead):
+        store.commitlog.store_host = b"\x0a\x00\x00\x07\x00\x00\x2a\xf8"  # as a broker sets it once its port is known
+    assert plain.put_messages(batch()).ok
+    assert ahead.put_messages(msgs).ok
+    assert plain.put_messages(batch()[:5]).ok
+    assert ahead.put_messages(msgs[:5]).ok  # encoded records are templates: appending one again re-patches it
+    end = plain.commitlog.max_offset
+    assert ahead.commitlog.max_offset == end
+    assert bytes(plain.commitlog.read(0, end)) == bytes(ahead.commitlog.read(0, end))  # type: ignore[arg-type]
+    assert [read_bodies(ahead, q) for q in range(3)] == [read_bodies(plain, q) for q in range(3)]
+
+
+def test_prepare_refuses_what_an_append_would_refuse(make_store: MakeStore) -> None:
+    store = make_store(max_message_size=1000)
+    big = msg(body=b"x" * 1001)
+    assert not store.commitlog.prepare(big) and big.encoded is None
+    assert store.put_messages([big]).status is PutStatus.MESSAGE_ILLEGAL
+    half = msg()
+    half.sys_flag = 0x4
+    assert not store.commitlog.prepare(half)

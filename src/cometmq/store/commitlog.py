@@ -23,6 +23,7 @@ from cometmq.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
     MIN_RECORD_SIZE,
+    QUEUE_OFFSET_POS,
     STORE_TIMESTAMP_POS,
 )
 from cometmq.protocol.properties import decode_properties, encode_properties
@@ -47,6 +48,10 @@ _BLANK = struct.Struct(">iI")
 #: The record header with whole 8-byte hosts and the body length: one pack per record on the hot path.
 _RECORD_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
 assert _RECORD_HEAD.size == HEADER_SIZE + 4
+#: what an append writes into a record encoded ahead (``CommitLog.prepare``): queue offset and position, then
+#: store time and store host
+_QOFF_PHY = struct.Struct(">qq")
+_STORE_TS_HOST = struct.Struct(">q8s")
 
 
 @dataclass(slots=True)
@@ -97,6 +102,12 @@ class CommitLog:
         topic_part = b""
         fixed = HEADER_SIZE + 4 + 2  # header, body length, properties length
         for m in msgs:
+            enc = m.encoded
+            if enc is not None:
+                size = len(enc)
+                add_prepared((m, b"", b"", size))  # an empty topic part marks it: written from ``encoded``
+                total += size
+                continue
             if m.topic != last_topic:
                 last_topic = m.topic
                 cached = topic_cache.get(last_topic)
@@ -137,7 +148,7 @@ class CommitLog:
                 return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
             now = self.clock()
             phy = mf.file_from_offset + mf.wrote_position
-            parts: list[bytes] = []
+            parts: list[bytes | bytearray] = []
             add = parts.append
             records: list[DispatchRequest] = []
             add_record = records.append
@@ -145,6 +156,7 @@ class CommitLog:
             store_host = self.store_host
             pack = _RECORD_HEAD.pack
             i16 = _I16.pack
+            qp_pack, ts_pack = _QOFF_PHY.pack_into, _STORE_TS_HOST.pack_into
             crc32 = zlib.crc32
             # The next queue offset of the current run of one (topic, queue): written back when the run ends.
             key: tuple[str, int] | None = None
@@ -163,14 +175,21 @@ class CommitLog:
                     next_qoff += 1
                 else:
                     qoff = 0
-                body = m.body
-                add(pack(size, MAGIC_CODE, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff, phy, sys_flag,
-                         m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
-                         m.prepared_transaction_offset, len(body)))
-                add(body)
-                add(topic_part)
-                add(i16(len(props_b)))
-                add(props_b)
+                if not topic_part:
+                    enc = m.encoded
+                    assert enc is not None
+                    qp_pack(enc, QUEUE_OFFSET_POS, qoff, phy)
+                    ts_pack(enc, STORE_TIMESTAMP_POS, now, store_host)
+                    add(enc)
+                else:
+                    body = m.body
+                    add(pack(size, MAGIC_CODE, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff, phy, sys_flag,
+                             m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
+                             m.prepared_transaction_offset, len(body)))
+                    add(body)
+                    add(topic_part)
+                    add(i16(len(props_b)))
+                    add(props_b)
                 tcode = m.tags_code
                 if tcode is None:
                     tcode = tags_code(m.properties.get("TAGS"))
@@ -180,6 +199,29 @@ class CommitLog:
                 table[key] = next_qoff
             mf.append(b"".join(parts))
         return PutResult(PutStatus.PUT_OK, records, end_offset=phy)
+
+    def prepare(self, m: MessageInner) -> bool:
+        """Encode ``m``'s record now (into ``m.encoded``), so that appending it later only writes in its queue
+        offset, position, store time and store host: the timer reads due messages ahead and puts a burst of
+        them at once, when every microsecond of the append counts. False (nothing set) when the message would
+        be refused; its append then reports why. Not for transactional halves (their queue offset is 0)."""
+        topic_b = m.topic.encode("utf-8")
+        props_b = m.properties_raw
+        if props_b is None:
+            props_b = _encode_props(m.properties)
+        body = m.body
+        if (props_b is None or not topic_b or len(topic_b) > MAX_TOPIC_LENGTH or len(props_b) > MAX_PROPERTIES_LENGTH
+                or len(body) > self.config.max_message_size or m.sys_flag & 0xC):
+            return False
+        if m.tags_code is None:
+            m.tags_code = tags_code(m.properties.get("TAGS"))
+        size = HEADER_SIZE + 4 + len(body) + 1 + len(topic_b) + 2 + len(props_b)
+        m.encoded = bytearray(b"".join((
+            _RECORD_HEAD.pack(size, MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, 0, 0, m.sys_flag,
+                              m.born_timestamp, m.born_host, 0, self.store_host, m.reconsume_times,
+                              m.prepared_transaction_offset, len(body)),
+            body, bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b)))
+        return True
 
     def _file_with_room(self, size: int) -> MappedFile:
         """The segment to write ``size`` bytes to; seals the current one with a blank tail if needed."""

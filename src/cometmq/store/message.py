@@ -36,6 +36,10 @@ class MessageInner:
     prepared_transaction_offset: int = 0
     #: None: derived from the TAGS property
     tags_code: int | None = None
+    #: the whole record, encoded ahead of the append by ``CommitLog.prepare`` (the timer's read-ahead); the append
+    #: only writes in the queue offset, position, store time and store host. None: encoded at append time.
+    #: Whoever changes the message after ``prepare`` must drop it (``edit_properties`` does).
+    encoded: bytearray | None = None
 
     def edit_properties(self) -> dict[str, str]:
         """The properties as a dict to change in place (a RawProperties is decoded into one); the encoded
@@ -44,6 +48,7 @@ class MessageInner:
         if type(props) is not dict:
             props = self.properties = dict(props)
         self.properties_raw = None
+        self.encoded = None
         return props
 
     def tag_hash(self) -> int:

@@ -248,6 +248,9 @@ class TimerDequeue(TimerServiceBase):
             log.error("timer record at %d has no REAL_TOPIC; dropped", entry.offset_py)
             self.stats.illegal += 1
             return None
+        # The record is encoded now, while the slot is read ahead: at the due time its append only writes in
+        # the offsets and store time (a burst of 200,000 puts at once).
+        self.store.commitlog.prepare(msg_)
         nbytes = len(msg_.body) + len(msg_.properties_raw or b"") + 128
         return PutItem(max(entry.due_ms, slot_start), entry.due_ms, entry.offset_py, msg_, False, nbytes)
 

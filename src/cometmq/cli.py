@@ -35,6 +35,15 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
+def _server_gc() -> None:
+    from cometmq.common.gc_tuning import tune_for_server
+
+    try:
+        tune_for_server()
+    except ValueError as exc:  # the servers are up by now: say so and keep Python's collector settings
+        logging.getLogger("cometmq").error("%s; the garbage collector keeps its default settings", exc)
+
+
 def _run(main: object) -> None:
     from cometmq.net.loop import run
 
@@ -135,6 +144,7 @@ def namesrv(
         stop = _stop_event()
         ctl = NamesrvController(NamesrvConfig(host=host, port=port))
         await ctl.start()
+        _server_gc()
         print(f"cometmq namesrv listening on {host}:{ctl.port}", flush=True)
         try:
             await stop.wait()
@@ -171,6 +181,7 @@ def broker(
         except BaseException:
             await ctl.stop()
             raise
+        _server_gc()
         print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}{_grpc_note(proxy)}, "
               f"data in {cfg.store.store_path}", flush=True)
         try:
@@ -212,6 +223,7 @@ def serve(
             await ctl.stop()
             await ns.stop()
             raise
+        _server_gc()
         print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}{_grpc_note(proxy)}, "
               f"data in {cfg.store.store_path}", flush=True)
         try:
@@ -245,6 +257,7 @@ def proxy(
         stop = _stop_event()
         gp = GrpcProxy(cfg)
         await gp.start()
+        _server_gc()
         print(f"cometmq proxy listening on {gp.addr} (gRPC), nameservers {namesrv}", flush=True)
         try:
             await stop.wait()

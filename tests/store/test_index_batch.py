@@ -1,13 +1,20 @@
-"""IndexService.put_many writes exactly what one put per key writes, and answers the same queries."""
+"""IndexService.put_many writes exactly what one put per key writes, and answers the same queries; the
+optional C helper (cometmq.store._indexc) writes exactly what the pure-Python code writes."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cometmq.protocol.properties import RawProperties
+from cometmq.store import index as index_module
+from cometmq.store import index_builder
 from cometmq.store.index import IndexService
+from cometmq.store.message import DispatchRequest
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -21,10 +28,22 @@ def contents(index: IndexService) -> list[bytes]:
     return [bytes(f.mm) for f in index.files]
 
 
+needs_c = pytest.mark.skipif(index_module.C_HELPER is None, reason="C helper not built")
+
+
+def test_the_c_helper_is_built() -> None:
+    """The install compiles it on this kind of machine; a silent fallback would hide a slower broker."""
+    if os.environ.get("COMETMQ_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("COMETMQ_PURE_PYTHON is set")
+    assert index_module.C_HELPER is not None
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(keys, steps), min_size=1, max_size=120), st.lists(st.integers(1, 40), min_size=1))
+@given(st.lists(st.tuples(keys, steps), min_size=1, max_size=120), st.lists(st.integers(1, 40), min_size=1),
+       st.booleans())
 def test_put_many_equals_put_one_by_one(tmp_path_factory: object, ops: list[tuple[str, int]],
-                                        chunks: list[int]) -> None:
+                                        chunks: list[int], c_for_batches: bool) -> None:
+    """One put per key in pure Python against batches (through the C helper when built): same bytes."""
     base = Path(tmp_path_factory.mktemp("idx"))  # type: ignore[attr-defined]
     entries = []
     ts = T0
@@ -35,9 +54,12 @@ def test_put_many_equals_put_one_by_one(tmp_path_factory: object, ops: list[tupl
     many = IndexService(base / "many", 8, 16)
     one.load()
     many.load()
+    helper = index_module.C_HELPER
     try:
+        index_module.C_HELPER = None
         for e in entries:
             assert one.put(*e)
+        index_module.C_HELPER = helper if c_for_batches else None
         i = c = 0
         while i < len(entries):
             size = chunks[c % len(chunks)]
@@ -50,8 +72,70 @@ def test_put_many_equals_put_one_by_one(tmp_path_factory: object, ops: list[tupl
         for key in {k for k, _, _ in entries}:
             assert one.query(key, 1000, 0, 2**62) == many.query(key, 1000, 0, 2**62)
     finally:
+        index_module.C_HELPER = helper
         one.close()
         many.close()
+
+
+@needs_c
+def test_c_helper_continues_past_a_torn_slot_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slot head pointing past the count (a crash between entry and header) makes the C loop hand that
+    entry to Python, which walks the chain back; both paths end with the same bytes."""
+    files = []
+    for name, helper in (("py", None), ("c", index_module.C_HELPER)):
+        monkeypatch.setattr(index_module, "C_HELPER", helper)
+        index = IndexService(tmp_path / name, 4, 64)
+        index.load()
+        assert index.put_many([(f"T#k{i}", 100 + i, T0 + i) for i in range(10)]) == 10
+        f = index.files[-1]
+        f.mm[64:64 + 16] = (50).to_bytes(4, "big") * 4  # every slot head now past the count
+        assert index.put_many([(f"T#k{i}", 200 + i, T0 + 20 + i) for i in range(10)]) == 10
+        files.append(bytes(f.mm))
+        assert index.query("T#k3", 10, 0, 2**62) == [203]  # the chain back to 103 was cut by the damage
+        index.close()
+    assert files[0] == files[1]
+
+
+names = st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "XKEYS", "UNIQ_KE", "a"])
+values = st.text(st.sampled_from("ab é#"), max_size=8)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["T", "Tö", "%RETRY%g"]), st.lists(st.tuples(names, values), max_size=6),
+                          st.booleans()), max_size=12),
+       st.integers(-1, 8))
+def test_c_collect_matches_python(reqs: list[tuple[str, list[tuple[str, str]], bool]], floor: int) -> None:
+    """Same (hash, offset, time) entries as the Python loop for raw and decoded properties alike: repeated
+    names (the last wins), names that merely contain UNIQ_KEY or KEYS, empty values, several spaces."""
+    batch = []
+    for phy, (topic, pairs, raw) in enumerate(reqs):
+        encoded = b"".join(n.encode() + b"\x01" + v.encode() + b"\x02" for n, v in pairs)
+        props = RawProperties(encoded) if raw else dict(pairs)
+        batch.append(DispatchRequest(topic, 0, phy, 10, 0, T0 + phy, phy, 0, props))
+    helper = index_module.C_HELPER
+    try:
+        index_builder.C_HELPER = None
+        expected = index_builder.hashed_entries(batch, floor)
+    finally:
+        index_builder.C_HELPER = helper
+    assert helper.collect(batch, floor, RawProperties) == expected
+    assert index_builder.hashed_entries(batch, floor) == expected
+
+
+@needs_c
+def test_c_put_run_refuses_a_wrong_geometry(tmp_path: Path) -> None:
+    index = IndexService(tmp_path / "index", 8, 16)
+    index.load()
+    assert index.put("T#a", 100, T0)
+    f = index.files[-1]
+    before = bytes(f.mm)
+    with pytest.raises(ValueError, match="geometry"):
+        index_module.C_HELPER.put_run(f.mm, [(1, 2, T0)], 0, 1, 1, T0, 100, 100, 8, 10_000, f.entry_base, T0, T0)
+    with pytest.raises(TypeError, match="tuples"):
+        index_module.C_HELPER.put_run(f.mm, [(1, 2)], 0, 1, 1, T0, 100, 100, 8, 16, f.entry_base, T0, T0)
+    assert bytes(f.mm) == before
+    index.close()
 
 
 def test_put_many_survives_a_restart(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import time
 from collections import deque
 
 from cometmq.common.service import ServiceThread
-from cometmq.store.index import IndexService
+from cometmq.protocol.properties import RawProperties
+from cometmq.store.index import C_HELPER, IndexService, key_hash
 from cometmq.store.message import DispatchRequest
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,31 @@ log = logging.getLogger(__name__)
 WAKE_AFTER_BATCHES = 256
 #: the longest the builder stays deferred at a stretch (then it drains even during a burst)
 MAX_DEFER_S = 2.0
+
+
+def hashed_entries(batch: list[DispatchRequest], floor: int) -> list[tuple[int, int, int]]:
+    """(key hash, phy offset, store time) for the UNIQ_KEY and each of the KEYS of the records past ``floor``
+    (those at or below it were indexed before a restart); keys are "topic#key" as RocketMQ indexes them."""
+    if C_HELPER is not None:
+        done: list[tuple[int, int, int]] | None = C_HELPER.collect(batch, floor, RawProperties)
+        if done is not None:
+            return done
+    entries: list[tuple[int, int, int]] = []
+    add = entries.append
+    for req in batch:
+        phy = req.phy_offset
+        if phy <= floor:
+            continue
+        props = req.properties
+        uniq = props.get("UNIQ_KEY")
+        if uniq:
+            add((key_hash(f"{req.topic}#{uniq}"), phy, req.store_timestamp))
+        keys = props.get("KEYS")
+        if keys:
+            for key in keys.split(" "):
+                if key:
+                    add((key_hash(f"{req.topic}#{key}"), phy, req.store_timestamp))
+    return entries
 
 
 class IndexBuilder(ServiceThread):
@@ -91,25 +117,9 @@ class IndexBuilder(ServiceThread):
                     self._cond.notify_all()
 
     def _apply(self, batch: list[DispatchRequest]) -> None:
-        index = self.index
-        floor = index.max_phy_offset
-        entries: list[tuple[str, int, int]] = []
-        add = entries.append
-        for req in batch:
-            phy = req.phy_offset
-            if phy <= floor:
-                continue  # indexed before a restart
-            props = req.properties
-            uniq = props.get("UNIQ_KEY")
-            if uniq:
-                add((f"{req.topic}#{uniq}", phy, req.store_timestamp))
-            keys = props.get("KEYS")
-            if keys:
-                for key in keys.split(" "):
-                    if key:
-                        add((f"{req.topic}#{key}", phy, req.store_timestamp))
+        entries = hashed_entries(batch, self.index.max_phy_offset)
         if entries:
-            index.put_many(entries)  # one lock and one header write for the batch
+            self.index.put_hashed(entries)  # one lock and one header write for the batch
 
     def reset_to(self, offset: int) -> None:
         """After truncating the log (and the index) to ``offset``: what was applied past it is gone."""

@@ -1,0 +1,44 @@
+"""The server processes' garbage-collector settings (cometmq.common.gc_tuning)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cometmq.common.gc_tuning import SERVER_THRESHOLDS, thresholds_from_env
+
+PROBE = ("import gc, json; from cometmq.common.gc_tuning import tune_for_server; before = gc.get_threshold(); "
+         "tune_for_server(); print(json.dumps([before, gc.get_threshold(), gc.get_freeze_count()]))")
+
+
+def probe(value: str | None) -> tuple[list[int], list[int], int]:
+    env = dict(os.environ)
+    env.pop("COMETMQ_GC_THRESHOLDS", None)
+    if value is not None:
+        env["COMETMQ_GC_THRESHOLDS"] = value
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    before, after, frozen = json.loads(out.stdout)
+    return before, after, frozen
+
+
+def test_server_defaults_raise_thresholds_and_freeze_startup_objects() -> None:
+    before, after, frozen = probe(None)
+    assert tuple(after) == SERVER_THRESHOLDS != tuple(before)
+    assert frozen > 1000  # the imported modules' objects, at least
+
+
+def test_env_sets_thresholds_or_keeps_pythons() -> None:
+    assert probe("20000,5")[1][:2] == [20000, 5]
+    before, after, frozen = probe("default")
+    assert after == before and frozen == 0
+
+
+@pytest.mark.parametrize("bad", ["fast", "1,2,3,4", "-5", "1,,2"])
+def test_bad_values_name_the_variable(bad: str) -> None:
+    with pytest.raises(ValueError, match="COMETMQ_GC_THRESHOLDS"):
+        thresholds_from_env(bad)

@@ -14,6 +14,7 @@ from cometmq.net.connection import (
     RemotingConnectError,
     RemotingConnection,
     RequestTimeoutError,
+    eager_start,
 )
 from cometmq.net.loop import run
 from cometmq.net.server import RemotingServer
@@ -29,6 +30,9 @@ REJECT = 1003
 NOTE = 1004  # oneway
 ASK_BACK = 1005
 NEVER = 1006
+EAGER = 1007  # eager_start: answers at once
+EAGER_WAIT = 1008  # eager_start: suspends on a future, then answers
+EAGER_FAIL = 1009  # eager_start: raises in its first step
 
 
 class Broker:
@@ -48,7 +52,15 @@ class Broker:
             NOTE: self.note,
             ASK_BACK: self.ask_back,
             NEVER: self.never,
+            EAGER: self.eager,
+            EAGER_WAIT: self.eager_wait,
+            EAGER_FAIL: self.eager_fail,
         }
+        #: (asyncio.current_task() at entry, after the first suspension) per eager call
+        self.eager_tasks: list[tuple[object, object]] = []
+        self.eager_release: asyncio.Future[str] | None = None
+        self.eager_waiting = asyncio.Event()
+        self.eager_cancelled = asyncio.Event()
 
     async def echo(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         return make_response(cmd, ResponseCode.SUCCESS, None, cmd.ext_fields, cmd.body)
@@ -80,6 +92,30 @@ class Broker:
     async def never(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         self.never_arrived.set()
         return None  # "will reply later" -- and never does
+
+
+    @eager_start
+    async def eager(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        self.eager_tasks.append((asyncio.current_task(), None))
+        return make_response(cmd, ResponseCode.SUCCESS, None, {"eager": "yes"})
+
+    @eager_start
+    async def eager_wait(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        first = asyncio.current_task()
+        self.eager_release = asyncio.get_running_loop().create_future()
+        self.eager_waiting.set()
+        try:
+            value = await self.eager_release
+        except asyncio.CancelledError:
+            self.eager_cancelled.set()
+            raise
+        await asyncio.sleep(0)  # a bare yield goes through the driver as well
+        self.eager_tasks.append((first, asyncio.current_task()))
+        return make_response(cmd, ResponseCode.SUCCESS, None, {"value": value})
+
+    @eager_start
+    async def eager_fail(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, "no such topic, eagerly")
 
 
 @pytest.fixture
@@ -328,3 +364,34 @@ def test_runs_on_uvloop() -> None:
     module, results = run(scenario(), use_uvloop=True)
     assert module.startswith("uvloop")
     assert results == [b"uv", b"info", ResponseCode.REQUEST_CODE_NOT_SUPPORTED]
+
+
+async def test_eager_handler_answers_without_a_task(server: RemotingServer, client: RemotingClient,
+                                                    broker: Broker) -> None:
+    reply = await client.invoke(addr(server), make_request(EAGER), timeout=5)
+    assert reply.code == ResponseCode.SUCCESS and reply.ext_fields == {"eager": "yes"}
+    assert broker.eager_tasks == [(None, None)]  # ran inside data_received, outside any task
+    reply = await client.invoke(addr(server), make_request(EAGER_FAIL), timeout=5)
+    assert (reply.code, reply.remark) == (ResponseCode.TOPIC_NOT_EXIST, "no such topic, eagerly")
+
+
+async def test_eager_handler_that_suspends_goes_on_in_a_task(server: RemotingServer, client: RemotingClient,
+                                                             broker: Broker) -> None:
+    call = asyncio.create_task(client.invoke(addr(server), make_request(EAGER_WAIT), timeout=5))
+    await broker.eager_waiting.wait()
+    assert broker.eager_release is not None
+    broker.eager_release.set_result("later")
+    reply = await call
+    assert reply.code == ResponseCode.SUCCESS and reply.ext_fields == {"value": "later"}
+    (first, after), = broker.eager_tasks
+    assert first is None and isinstance(after, asyncio.Task)  # a task took over after the suspension
+
+
+async def test_eager_handler_is_cancelled_when_its_connection_closes(server: RemotingServer, client: RemotingClient,
+                                                                     broker: Broker) -> None:
+    call = asyncio.create_task(client.invoke(addr(server), make_request(EAGER_WAIT), timeout=30))
+    await broker.eager_waiting.wait()
+    (conn,) = server.connections
+    await conn.cancel_handlers(timeout=5)
+    await asyncio.wait_for(broker.eager_cancelled.wait(), 5)
+    call.cancel()

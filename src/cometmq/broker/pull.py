@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
 from cometmq.broker.long_polling import HeldPull
-from cometmq.net.connection import RemotingConnection
+from cometmq.net.connection import RemotingConnection, eager_start
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import PullMessageRequestHeader
@@ -44,6 +44,7 @@ class PullProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
+    @eager_start
     async def pull(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         return self.process(conn, cmd, allow_suspend=True)
 

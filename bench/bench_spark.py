@@ -9,8 +9,9 @@ Starts ``cometmq serve`` on free 127.0.0.1 ports with a temporary data folder, p
 
 - ``cometmq``: ``spark.read.format("cometmq")`` of the whole topic into ``count()`` and into Parquet;
 - ``ceiling``: an in-memory synthetic Python data source (Arrow batches, same schema, same number of rows and
-  partitions, bodies of the same size; its batches are built once per worker process and reused, so it costs
-  Spark nothing but taking them) into the same ``count()`` and Parquet.
+  partitions, bodies of the same size; ``bench/spark_ceiling.py``: each worker process builds every partition's
+  batches once, in an untimed first count, and reuses them, so it costs Spark nothing but taking them) into the
+  same ``count()`` and Parquet.
 
 Rows/s are rows over wall time; the ratio is cometmq / ceiling of the best round each. Last, a streaming query
 (availableNow) reads ``--stream-messages`` of the topic and writes them to a second topic with
@@ -28,7 +29,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,90 +38,21 @@ sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# The Python workers import the ceiling's data source by name (bench/spark_ceiling.py): see that module.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "bench"), os.environ.get("PYTHONPATH")) if p)
+sys.path.insert(0, str(ROOT / "bench"))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
-from pyspark.sql.types import StructType  # noqa: E402
+from spark_ceiling import SyntheticSource  # noqa: E402
 from tests.interop.cometmq_server import CometServer  # noqa: E402
 
 from cometmq.client import Message, Producer  # noqa: E402
 from cometmq.net.loop import run  # noqa: E402
-from cometmq.spark import read_schema, register  # noqa: E402
-from cometmq.spark.schema import arrow_schema  # noqa: E402
+from cometmq.spark import register  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(f"# {msg}", file=sys.stderr, flush=True)
-
-
-# -- the ceiling: a synthetic source of the same rows -----------------------------------------------------------
-class _Part(InputPartition):
-    def __init__(self, index: int, rows: int, body: int) -> None:
-        super().__init__(index)
-        self.index, self.rows, self.body = index, rows, body
-
-
-_CACHE: dict[tuple[int, int, int], list[pa.RecordBatch]] = {}
-
-
-def _synthetic_batches(p: _Part, schema: pa.Schema, per_batch: int = 15_000) -> list[pa.RecordBatch]:
-    key = (p.index, p.rows, p.body)
-    if key in _CACHE:
-        return _CACHE[key]
-    out = []
-    for first in range(0, p.rows, per_batch):
-        n = min(per_batch, p.rows - first)
-
-        def strings(values: list[str]) -> pa.Array:
-            return pa.array(values, pa.string())
-
-        body = pa.Array.from_buffers(pa.binary(), n, [
-            None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * p.body), pa.py_buffer(b"x" * (p.body * n))])
-        ts = pa.array(np.full(n, 1_790_000_000_000_000, dtype=np.int64), pa.timestamp("us", tz="UTC"))
-        cols = {
-            "topic": strings(["BenchSpark"] * n), "brokerName": strings(["broker-a"] * n),
-            "queueId": pa.array(np.full(n, p.index, dtype=np.int32)),
-            "queueOffset": pa.array(np.arange(first, first + n, dtype=np.int64)),
-            "msgId": strings([f"7F00000100002A9F0000{p.index:04X}{i:08X}" for i in range(first, first + n)]),
-            "tags": strings(["TagA"] * n), "keys": strings([f"k{i}" for i in range(first, first + n)]),
-            "body": body,
-            "properties": pa.MapArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
-                                                  strings(["source"] * n), strings(["bench"] * n)),
-            "bornTimestamp": ts, "storeTimestamp": ts,
-            "reconsumeTimes": pa.array(np.zeros(n, dtype=np.int32)),
-        }
-        out.append(pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema))
-    _CACHE[key] = out
-    return out
-
-
-class _SyntheticReader(DataSourceReader):
-    def __init__(self, rows: int, parts: int, body: int, schema: StructType) -> None:
-        self.rows, self.parts, self.body = rows, parts, body
-        self.arrow = arrow_schema(schema)
-
-    def partitions(self) -> list[_Part]:
-        per, extra = divmod(self.rows, self.parts)
-        return [_Part(i, per + (1 if i < extra else 0), self.body) for i in range(self.parts)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Part)
-        yield from _synthetic_batches(partition, self.arrow)
-
-
-class SyntheticSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "cometmq_synthetic"
-
-    def schema(self) -> StructType:
-        return read_schema()
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return _SyntheticReader(int(self.options["rows"]), int(self.options["parts"]),
-                                int(self.options["body"]), schema)
 
 
 # -- setup ---------------------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from cometmq.client.errors import InvalidArgumentError
 from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, send_results
 from cometmq.client.producer import Producer
 from cometmq.protocol.batch import decode_batch_raw
+from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.headers import send_header_from_v2
 from cometmq.protocol.properties import encode_properties
 from cometmq.protocol.remoting import RemotingCommand
 
@@ -56,3 +58,22 @@ def test_batch_results_equal_one_by_one_results() -> None:
     response = RemotingCommand(code=0, ext_fields={"msgId": "o0,o1,o2", "queueId": "2", "queueOffset": "10"})
     assert Producer._batch_result(response, q, ["u0", "u1", "u2"], "addr") == Producer._result(
         response, q, "u0,u1,u2", "addr")
+
+
+@pytest.mark.parametrize("msg", [
+    Message("T", b"plain"), Message("T", b"t", tags="a"), Message("T", b"k", keys="k1 k2"),
+    Message("T", b"p", properties={"x": "1"}), Message("T", b"d", delay_level=3), Message("T", b"at", deliver_at=5),
+    Message("T", b"in", delay=0.0), Message("T", b"f", flag=7),
+], ids=lambda m: m.body.decode())
+def test_single_send_header_carries_the_wire_properties(msg: Message) -> None:
+    p = _producer()
+    cmd, uniq = p._request(MessageQueue("T", "b", 2), msg)
+    header = send_header_from_v2(cmd.ext_fields)
+    expected = encode_properties(msg.wire_properties(uniq)).decode()
+    if msg.delay is not None:  # wall-clock based: compare all but the due time
+        assert header.properties.split("\x02")[:-2] == expected.split("\x02")[:-2]
+    else:
+        assert header.properties == expected
+    assert (header.topic, header.queue_id, header.flag, header.producer_group) == ("T", 2, msg.flag, "pg")
+    assert cmd.code == RequestCode.SEND_MESSAGE_V2 and cmd.body == msg.body and cmd.opaque > 0
+    assert all(type(v) is str for v in cmd.ext_fields.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import pickle
 import time
 import zlib
@@ -109,6 +110,10 @@ def test_decode_pulled_handles_compression_and_refuses_garbage() -> None:
     assert a.body == b"big" * 100 and a.sys_flag == 1 and a.queue_offset == 7 and a.msg_id == "A" * 32
     assert b.body == b"" and b.properties == {} and b.msg_id == b.offset_msg_id and b.queue_offset == 8
     assert decode_pulled(b"", q) == []
+    # dataclasses.replace (the push consumer's local retry, a listener's own copy) gives a plain MessageExt
+    again = dataclasses.replace(a, reconsume_times=a.reconsume_times + 1)
+    assert type(again) is MessageExt and again.reconsume_times == 1 and again.body == a.body
+    assert dataclasses.replace(again, reconsume_times=0) == a and again != a
     with pytest.raises(ProtocolError, match="truncated"):
         decode_pulled(body[:-5], q)
     with pytest.raises(ProtocolError, match="malformed"):

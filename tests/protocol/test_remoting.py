@@ -349,3 +349,53 @@ def test_round_trip_property(
 ) -> None:
     cmd = RemotingCommand(code, language, DEFAULT_VERSION, opaque, flag, remark, ext, body, serialize_type)
     assert decode(encode(cmd)) == cmd
+
+
+# -- the orjson fast path and its fallback to the json module ----------------------------------------------------
+
+
+@given(
+    remark=st.one_of(st.none(), st.text(max_size=20)),
+    ext=st.dictionaries(st.text(max_size=10), st.text(max_size=20), max_size=5),
+    code=st.integers(-(2**31), 2**31 - 1),
+)
+def test_json_header_is_ascii_and_means_what_the_json_module_writes(
+    remark: str | None, ext: dict[str, str], code: int
+) -> None:
+    cmd = RemotingCommand(code, "PYTHON", DEFAULT_VERSION, 5, 0, remark, ext)
+    data = encode(cmd)
+    header = data[8:]
+    assert header.isascii()  # lone surrogates and non-ASCII text are escaped, whichever encoder wrote it
+    reference = json.dumps({"code": code, "language": "PYTHON", "version": DEFAULT_VERSION, "opaque": 5, "flag": 0,
+                            **({"remark": remark} if remark is not None else {}), "extFields": ext,
+                            "serializeTypeCurrentRPC": "JSON"}, separators=(",", ":"))
+    assert json.loads(header) == json.loads(reference)
+    assert decode(data) == cmd
+
+
+def test_plain_ascii_header_is_byte_identical_to_the_json_module() -> None:
+    cmd = make_request(RequestCode.SEND_MESSAGE_V2, {"a": "PG", "i": "UNIQ_KEY\x01K\x02WAIT\x01true\x02", "q": '"\\/'},
+                       opaque=9)
+    header = encode(cmd)[8:]
+    expected = json.dumps({"code": int(RequestCode.SEND_MESSAGE_V2), "language": "PYTHON", "version": DEFAULT_VERSION,
+                           "opaque": 9, "flag": 0, "extFields": cmd.ext_fields, "serializeTypeCurrentRPC": "JSON"},
+                          separators=(",", ":")).encode()
+    assert header == expected
+
+
+@pytest.mark.parametrize("header, check", [
+    # what orjson refuses and the json module accepts: each must decode exactly as before
+    (b'{"code":1,"remark":"\\udc00x"}', lambda c: c.remark == "\udc00x"),
+    (b'{"code":1,"extFields":{"n":NaN}}', lambda c: c.ext_fields == {"n": "nan"}),
+    (b'{"code":1,"extFields":{"big":123456789012345678901234567890}}',
+     lambda c: c.ext_fields == {"big": "123456789012345678901234567890"}),
+])
+def test_headers_orjson_refuses_take_the_json_module(header: bytes, check: object) -> None:
+    cmd = decode(frame(header))
+    assert callable(check) and check(cmd)
+
+
+@pytest.mark.parametrize("header", [b'{"code":99999999999999999999999}', b"null", b'{"code":1', b'{"code":1}\xff'])
+def test_bad_headers_still_raise_protocol_error(header: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode(frame(header))

@@ -86,6 +86,12 @@ class Message:
             props[KEYS] = " ".join(keys)
         return props
 
+    @property
+    def plain(self) -> bool:
+        """No properties, tags, keys or scheduling: the wire properties are UNIQ_KEY and WAIT alone."""
+        return not self.properties and not self.tags and not self.keys and not self.delay_level \
+            and self.deliver_at is None and self.delay is None
+
     def batch_properties_head(self) -> bytes:
         """The encoded wire properties before UNIQ_KEY, for a batch item (which holds no scheduling keys):
         the item's properties are this + ``UNIQ_KEY\x01<key>\x02WAIT\x01true\x02``, as
@@ -93,6 +99,14 @@ class Message:
         if not self.properties and not self.tags and not self.keys:
             return b""
         return encode_properties(self._leading_properties())
+
+
+def properties_text(msg: Message, uniq_key: str) -> str:
+    """``encode_properties(msg.wire_properties(uniq_key))`` as text (a send header's ``properties``), with the
+    common plain message written straight out."""
+    if msg.plain:
+        return f"UNIQ_KEY\x01{uniq_key}\x02WAIT\x01true\x02"
+    return encode_properties(msg.wire_properties(uniq_key)).decode("utf-8")
 
 
 class SendStatus(enum.Enum):

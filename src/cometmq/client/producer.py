@@ -20,13 +20,12 @@ from cometmq.client.errors import (
     NoRouteError,
 )
 from cometmq.client.instance import ClientInstance
-from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, send_results
+from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, properties_text, send_results
 from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from cometmq.protocol.msgid import UniqKeyGenerator
-from cometmq.protocol.properties import encode_properties
-from cometmq.protocol.remoting import make_request
+from cometmq.protocol.remoting import ONEWAY_FLAG, RemotingCommand, make_request, next_opaque
 from cometmq.protocol.route import TopicRouteData
 
 log = logging.getLogger(__name__)
@@ -290,7 +289,6 @@ class Producer:
 
     def _request(self, q: MessageQueue, msg: Message, *, oneway: bool = False) -> tuple[Any, str]:
         uniq = self._uniq.new_key()
-        props = msg.wire_properties(uniq)
         body = bytes(msg.body)
         sys_flag = 0
         if len(body) >= self.compress_over:
@@ -309,8 +307,10 @@ class Producer:
         ext[_V2_SYS_FLAG] = str(sys_flag)
         ext[_V2_BORN_TIMESTAMP] = str(_now_ms())
         ext[_V2_FLAG] = str(msg.flag)
-        ext[_V2_PROPERTIES] = encode_properties(props).decode("utf-8")
-        return make_request(RequestCode.SEND_MESSAGE_V2, ext, body, oneway=oneway), uniq
+        ext[_V2_PROPERTIES] = properties_text(msg, uniq)
+        # ext holds only strings already: no need for make_request's normalising copy
+        return RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=next_opaque(), flag=ONEWAY_FLAG if oneway else 0,
+                               ext_fields=ext, body=body), uniq
 
     async def _send_to(self, q: MessageQueue, msg: Message, timeout: float) -> SendResult:
         cmd, uniq = self._request(q, msg)

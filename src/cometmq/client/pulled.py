@@ -48,6 +48,11 @@ class _PulledMessage(MessageExt):
     __slots__ = ("_r",)
     _r: bytes
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> MessageExt:  # type: ignore[misc]
+        # Only ``dataclasses.replace`` (and so a listener's copy with changes) calls the class: it gets a plain
+        # MessageExt with every field given. decode_pulled makes its objects with object.__new__.
+        return MessageExt(*args, **kwargs)
+
     @property
     def properties(self) -> Mapping[str, str]:
         try:

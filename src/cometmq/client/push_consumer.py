@@ -50,6 +50,7 @@ from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from cometmq.client.orderly import GIVE_UP_POLICIES, ConsumeOrderlyContext, ConsumeOrderlyStatus, OrderlyService
 from cometmq.client.process_queue import ProcessQueue, PullRequest
+from cometmq.client.pulled import decode_pulled
 from cometmq.client.rebalance import AllocateAverage, AllocateStrategy, Rebalancer
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.protocol.client_bodies import (
@@ -61,7 +62,6 @@ from cometmq.protocol.client_bodies import (
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
-from cometmq.protocol.message import iter_records
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
 log = logging.getLogger(__name__)
@@ -587,10 +587,9 @@ class PushConsumer:
             return
         if code == ResponseCode.SUCCESS:
             try:
-                records = list(iter_records(response.body))
+                msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
             except ProtocolError as exc:
                 raise BrokerError(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {exc}", addr=addr) from None
-            msgs = [MessageExt.from_record(rec, mq.broker_name) for rec in records]
             self.stats.pulled += len(msgs)
             kept = [m for m in msgs if sub.matches(m)]
             self.stats.filtered += len(msgs) - len(kept)

@@ -203,7 +203,8 @@ class Producer:
         last_error: MQClientError | None = None
         failed_broker: str | None = None
         for _attempt in range(self.retries + 1):
-            candidates = [q for q in queues if q.broker_name != failed_broker] or queues
+            candidates = queues if failed_broker is None else \
+                [q for q in queues if q.broker_name != failed_broker] or queues
             q = candidates[next(self._next_queue) % len(candidates)]
             try:
                 return await self._send_to(q, msg, timeout)
@@ -314,7 +315,7 @@ class Producer:
 
     async def _send_to(self, q: MessageQueue, msg: Message, timeout: float) -> SendResult:
         cmd, uniq = self._request(q, msg)
-        addr = await self._addr(q)
+        addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
         response = await self.instance.invoke(addr, cmd, timeout, context=f"send to {q.topic}/{q.queue_id}")
         return self._result(response, q, uniq, addr)[0]
 

@@ -33,6 +33,7 @@ POP consumption, where the broker shares out single messages and invisible time 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime
 import inspect
@@ -190,8 +191,11 @@ class PushConsumer:
         self._rebalancer = Rebalancer(self.instance, group, strategy=self.allocate, broadcasting=not self.clustering,
                                       topics=lambda: list(self._subscriptions), apply=self._apply_assignment,
                                       period=rebalance_interval)
-        self._consume_queue: asyncio.Queue[_ConsumeRequest | None] = asyncio.Queue()
-        self._workers: list[asyncio.Task[None]] = []
+        #: listener calls waiting for one of the ``max_concurrency`` slots
+        self._backlog: collections.deque[_ConsumeRequest] = collections.deque()
+        #: the tasks running listener calls (each takes from the backlog when its call ends) and their number
+        self._consumers: set[asyncio.Task[Any]] = set()
+        self._inflight = 0
         self._executor: ThreadPoolExecutor | None = None
         self._commit_task: asyncio.Task[None] | None = None
         self._retry_timers: set[asyncio.TimerHandle] = set()
@@ -301,9 +305,6 @@ class PushConsumer:
                 self._executor = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"consume-{self.group}")
             if self._orderly is not None:
                 self._orderly.start()
-            else:
-                self._workers = [asyncio.create_task(self._worker(), name=f"consume-{self.group}-{i}")
-                                 for i in range(self.max_concurrency)]
             await self._learn_routes()
             # The brokers must know this consumer before it asks them who the group's consumers are.
             await self.instance.heartbeat()
@@ -351,17 +352,14 @@ class PushConsumer:
             handle.cancel()
         self._retry_timers.clear()
         # Requests not started yet are dropped (their messages stay uncommitted and come again).
-        while not self._consume_queue.empty():
-            self._consume_queue.get_nowait()
-        for _ in self._workers:
-            self._consume_queue.put_nowait(None)
-        if self._workers:
-            _, stuck = await asyncio.wait(self._workers, timeout=self.close_timeout)
+        self._backlog.clear()
+        consumers = list(self._consumers)
+        if consumers:
+            _, stuck = await asyncio.wait(consumers, timeout=self.close_timeout)
             if stuck:
                 log.warning("%d listener calls of %s still running after %.1fs; closing anyway", len(stuck),
                             self.group, self.close_timeout)
                 await cancel_and_wait(stuck)
-        self._workers = []
 
     async def __aenter__(self) -> PushConsumer:
         await self.start()
@@ -537,7 +535,7 @@ class PushConsumer:
             self._pull_later(req, self.pull_error_delay_max)  # being unsubscribed; the queue goes soon
             return
         try:
-            await self._pull_once(req, sub)
+            consume = await self._pull_once(req, sub)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -549,9 +547,23 @@ class PushConsumer:
             self._pull_later(req, delay)
             return
         req.errors = 0
-        self._pull_now(req)
+        self._pull_now(req)  # the next pull of the queue, in a task of its own
+        if consume:
+            # PullMessageService hands the messages to the consume service and pulls again. Here the first
+            # batch is consumed in this very task, now that its pull is done, when a listener slot is free:
+            # no hand-off to another task, so the listener runs in the loop turn the answer arrived in.
+            first = self._take_slot(consume)
+            if first is not None:
+                task = asyncio.current_task()
+                assert task is not None
+                if req.task is task:  # no next pull (closing, dropped): cancelling the pull must not cancel this
+                    req.task = None
+                self._consumers.add(task)
+                task.add_done_callback(self._consumers.discard)
+                await self._consume_loop(first)
 
-    async def _pull_once(self, req: PullRequest, sub: Subscription) -> None:
+    async def _pull_once(self, req: PullRequest, sub: Subscription) -> list[_ConsumeRequest]:
+        """One pull and its answer; returns the listener calls it makes (to start or queue)."""
         mq = req.mq
         addr = await self._addr(mq, req.broker_id)
         commit_offset = -1
@@ -567,10 +579,10 @@ class PushConsumer:
         response = await self.instance.invoke(addr, make_request(RequestCode.PULL_MESSAGE, header.to_ext()),
                                               self.suspend_timeout_ms / 1000 + self.pull_timeout_margin,
                                               context=f"pull {mq.topic}/{mq.queue_id} at {req.next_offset}")
-        await self._on_pull_answer(req, sub, response, addr)
+        return await self._on_pull_answer(req, sub, response, addr)
 
     async def _on_pull_answer(self, req: PullRequest, sub: Subscription, response: RemotingCommand,
-                              addr: str) -> None:
+                              addr: str) -> list[_ConsumeRequest]:
         mq, pq = req.mq, req.pq
         code = response.code
         if code not in _PULL_ANSWERS:
@@ -583,8 +595,9 @@ class PushConsumer:
             raise BrokerError(ResponseCode.SYSTEM_ERROR, "pull answer without a usable nextBeginOffset",
                               addr=addr) from None
         req.broker_id = suggested if self.instance.broker_addr(mq.broker_name, suggested) else 0
+        consume: list[_ConsumeRequest] = []
         if pq.dropped:
-            return
+            return consume
         if code == ResponseCode.SUCCESS:
             try:
                 msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
@@ -596,7 +609,10 @@ class PushConsumer:
             added = pq.put(kept, next_offset)
             req.next_offset = next_offset
             if added:
-                self._submit(req, added)
+                if self._orderly is not None:
+                    self._orderly.submit(req)  # the queue's own consume task takes them, in order
+                else:
+                    consume = self._requests_of(req, added)
         elif code == ResponseCode.PULL_OFFSET_MOVED:
             log.warning("offset of %s in %s/%s/%d moved from %d to %d", self.group, mq.topic, mq.broker_name,
                         mq.queue_id, req.next_offset, next_offset)
@@ -604,34 +620,69 @@ class PushConsumer:
             pq.advance(next_offset)
             self.offset_store.update(mq, next_offset, increase_only=False)
             await self.offset_store.persist([mq])
-            return
+            return consume
         else:  # PULL_NOT_FOUND (the long poll timed out), PULL_RETRY_IMMEDIATELY (nothing matched)
             req.next_offset = next_offset
             pq.advance(next_offset)
         if pq.count == 0:
             # Nothing in flight: everything up to the pull position is done (filtered messages included).
             self.offset_store.update(mq, pq.committable)
+        return consume
 
     # -- consuming ------------------------------------------------------------------------------------------
+    def _requests_of(self, req: PullRequest, msgs: list[MessageExt]) -> list[_ConsumeRequest]:
+        """The listener calls for ``msgs``: ``batch_max_size`` messages each."""
+        n = self.batch_max_size
+        if len(msgs) <= n:
+            return [_ConsumeRequest(req, msgs)]
+        return [_ConsumeRequest(req, msgs[i:i + n]) for i in range(0, len(msgs), n)]
+
     def _submit(self, req: PullRequest, msgs: list[MessageExt]) -> None:
+        """Consume ``msgs`` (a local retry): in new tasks while slots are free, the rest when slots free up."""
         if self._orderly is not None:
             self._orderly.submit(req)  # the queue's own consume task takes them, in order
             return
-        n = self.batch_max_size
-        for i in range(0, len(msgs), n):
-            self._consume_queue.put_nowait(_ConsumeRequest(req, msgs[i:i + n]))
+        first = self._take_slot(self._requests_of(req, msgs))
+        if first is not None:
+            self._spawn_consumer(first)
 
-    async def _worker(self) -> None:
-        while True:
-            creq = await self._consume_queue.get()
-            if creq is None:
-                return
-            try:
-                await self._consume(creq)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("consuming %d messages of %s failed", len(creq.msgs), creq.req.mq)
+    def _take_slot(self, requests: list[_ConsumeRequest]) -> _ConsumeRequest | None:
+        """Start or queue ``requests`` (at most ``max_concurrency`` listener calls run at once): returns the
+        first, whose slot the caller now holds and must run with ``_consume_loop``; the others that get a slot
+        run in new tasks; the rest wait in the backlog. None when no slot is free."""
+        first: _ConsumeRequest | None = None
+        for creq in requests:
+            if self._inflight >= self.max_concurrency:
+                self._backlog.append(creq)
+            elif first is None:
+                self._inflight += 1
+                first = creq
+            else:
+                self._inflight += 1
+                self._spawn_consumer(creq)
+        return first
+
+    def _spawn_consumer(self, creq: _ConsumeRequest) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(self._consume_loop(creq), name=f"consume-{self.group}")
+        self._consumers.add(task)
+        task.add_done_callback(self._consumers.discard)
+
+    async def _consume_loop(self, creq: _ConsumeRequest) -> None:
+        """Run ``creq`` in the slot taken for it, then what waits in the backlog; frees the slot at the end."""
+        try:
+            while True:
+                try:
+                    await self._consume(creq)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("consuming %d messages of %s failed", len(creq.msgs), creq.req.mq)
+                if not self._backlog or self._closing:
+                    return
+                creq = self._backlog.popleft()
+        finally:
+            self._inflight -= 1
 
     async def _consume(self, creq: _ConsumeRequest) -> None:
         req, msgs = creq.req, creq.msgs

@@ -93,6 +93,9 @@ class RemotingClient:
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send ``cmd`` to ``addr`` and return the reply; ``timeout`` covers connecting too."""
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.closed and not self._closed:  # connected: the whole timeout is left
+            return await conn.request(cmd, timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         conn = await self.get_connection(addr, timeout)

@@ -11,7 +11,7 @@ import itertools
 import json
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
 from cometmq.protocol.codes import LanguageCode, ResponseCode
@@ -59,6 +59,9 @@ class SerializeType(IntEnum):
     ROCKETMQ = 1
 
 
+_JSON, _ROCKETMQ = SerializeType.JSON, SerializeType.ROCKETMQ
+
+
 @dataclass(frozen=True, slots=True)
 class RemotingCommand:
     """One request or response. ``ext_fields`` values are always strings (the wire form of every header)."""
@@ -80,6 +83,31 @@ class RemotingCommand:
     @property
     def is_oneway(self) -> bool:
         return bool(self.flag & ONEWAY_FLAG)
+
+
+_SLOTS = tuple(RemotingCommand.__dict__[f.name].__set__ for f in fields(RemotingCommand))
+if [f.name for f in fields(RemotingCommand)] != ["code", "language", "version", "opaque", "flag", "remark",
+                                                 "ext_fields", "body", "serialize_type"]:
+    raise RuntimeError("RemotingCommand's fields changed: update _command")
+_set_code, _set_language, _set_version, _set_opaque, _set_flag, _set_remark, _set_ext, _set_body, _set_stype = _SLOTS
+_new = object.__new__
+
+
+def _command(code: int, language: str, version: int, opaque: int, flag: int, remark: str | None,
+             ext_fields: dict[str, str], body: bytes, serialize_type: SerializeType) -> RemotingCommand:
+    """``RemotingCommand(...)`` with every field given, at half the cost: a frozen dataclass's ``__init__`` goes
+    through ``object.__setattr__`` per field, this sets the slots directly (the codec builds one per frame)."""
+    cmd = _new(RemotingCommand)
+    _set_code(cmd, code)
+    _set_language(cmd, language)
+    _set_version(cmd, version)
+    _set_opaque(cmd, opaque)
+    _set_flag(cmd, flag)
+    _set_remark(cmd, remark)
+    _set_ext(cmd, ext_fields)
+    _set_body(cmd, body)
+    _set_stype(cmd, serialize_type)
+    return cmd
 
 
 _opaque_counter = itertools.count(1)
@@ -164,15 +192,8 @@ def make_response(
     body: bytes = b"",
 ) -> RemotingCommand:
     """The reply to ``request``: same opaque and serialize type (C++ only reads JSON), response flag set."""
-    return RemotingCommand(
-        code=int(code),
-        opaque=request.opaque,
-        flag=RESPONSE_FLAG,
-        remark=remark,
-        ext_fields=_str_fields(ext_fields),
-        body=body,
-        serialize_type=request.serialize_type,
-    )
+    return _command(int(code), "PYTHON", DEFAULT_VERSION, request.opaque, RESPONSE_FLAG, remark,
+                    _str_fields(ext_fields), body, request.serialize_type)
 
 
 # -- encoding ----------------------------------------------------------------------------------------------
@@ -231,9 +252,10 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
 
 def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes]:
     """``(length + header word + header, body)``: lets a transport send a large body without joining."""
-    if cmd.serialize_type == SerializeType.JSON:
+    stype = cmd.serialize_type
+    if stype == 0:  # SerializeType.JSON
         header = _json_header(cmd)
-    elif cmd.serialize_type == SerializeType.ROCKETMQ:
+    elif stype == 1:  # SerializeType.ROCKETMQ
         header = _binary_header(cmd)
     else:
         raise ValueError(f"unknown serialize type {cmd.serialize_type!r}")
@@ -242,7 +264,7 @@ def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes]:
     length = 4 + len(header) + len(cmd.body)
     if length > _INT32_MAX:
         raise ValueError(f"frame of {length} bytes exceeds the 31-bit frame length")
-    return _PREFIX.pack(length, (int(cmd.serialize_type) << 24) | len(header)) + header, cmd.body
+    return _PREFIX.pack(length, (int(stype) << 24) | len(header)) + header, cmd.body
 
 
 def encode(cmd: RemotingCommand) -> bytes:
@@ -283,19 +305,25 @@ def _header_fields(
 ) -> tuple[int, str, int, int, int, str | None, dict[str, str]]:
     if type(header) is not dict:
         raise ProtocolError("JSON header is not an object")
-    code = _int_field(header, "code", None)
-    opaque = _int_field(header, "opaque", 0)
-    flag = _int_field(header, "flag", 0)
-    version = _int_field(header, "version", 0)
-    language = header.get("language", "JAVA")
+    get = header.get
+    code, opaque, flag, version = get("code"), get("opaque", 0), get("flag", 0), get("version", 0)
+    # the usual header in one test; anything else field by field, for the error that names the field
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+            and _INT32_MIN <= code <= _INT32_MAX and _INT32_MIN <= opaque <= _INT32_MAX
+            and _INT32_MIN <= flag <= _INT32_MAX and _INT32_MIN <= version <= _INT32_MAX):
+        code = _int_field(header, "code", None)
+        opaque = _int_field(header, "opaque", 0)
+        flag = _int_field(header, "flag", 0)
+        version = _int_field(header, "version", 0)
+    language = get("language", "JAVA")
     if type(language) is not str:
         if type(language) is not int:
             raise ProtocolError(f"header field 'language' must be a string, got {language!r:.40}")
         language = _LANGUAGE_NAMES.get(language, "OTHER")
-    remark = header.get("remark")
+    remark = get("remark")
     if remark is not None and type(remark) is not str:
         raise ProtocolError(f"header field 'remark' must be a string, got {remark!r:.40}")
-    ext = header.get("extFields")
+    ext = get("extFields")
     if ext is None:
         ext = {}
     elif type(ext) is not dict:
@@ -361,19 +389,19 @@ def _decode_frame(mv: memoryview, start: int, length: int) -> RemotingCommand:
     header_start = start + 4
     body_start = header_start + header_length
     header = mv[header_start:body_start]
-    if serialize_type == SerializeType.JSON:
+    if serialize_type == 0:  # SerializeType.JSON
         fields = _decode_json_header(header)
-        stype = SerializeType.JSON
-    elif serialize_type == SerializeType.ROCKETMQ:
+        stype = _JSON
+    elif serialize_type == 1:  # SerializeType.ROCKETMQ
         fields = _decode_binary_header(header)
-        stype = SerializeType.ROCKETMQ
+        stype = _ROCKETMQ
     else:
         raise ProtocolError(f"unknown serialize type {serialize_type}")
     header.release()
     end = start + length
     body = bytes(mv[body_start:end]) if end > body_start else b""
     code, language, version, opaque, flag, remark, ext = fields
-    return RemotingCommand(code, language, version, opaque, flag, remark, ext, body, stype)
+    return _command(code, language, version, opaque, flag, remark, ext, body, stype)
 
 
 class FrameDecoder:

@@ -1,0 +1,219 @@
+"""Where the idle-push latency goes: both processes timestamped, step by step, on one clock.
+
+    .venv/bin/python bench/trace_latency.py [--count 2000] [--interval-ms 2]
+
+Runs ``cometmq serve`` in a subprocess and, in this process, the same workload as ``cometmq bench latency``
+(one message every ``interval`` ms to an idle push consumer), with the hot functions of both sides wrapped to
+log ``perf_counter_ns`` on entry (``>``) and exit (``<``). perf_counter is CLOCK_MONOTONIC on Linux, one clock
+for both processes, so each event is placed against the send it follows: the table gives, per step, the
+median time after the send started (``c:`` this client, ``b:`` the broker; ``#2`` a second call in the same
+window, e.g. the next pull's write). Each wrapper adds ~0.5 us, so the total runs a little above
+``cometmq bench latency``. Needs SIGUSR1 (Linux, macOS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EVENTS: list[tuple[str, int]] = []
+_now = time.perf_counter_ns
+
+
+def _wrap(owner: Any, name: str, label: str) -> None:
+    """Log entry and exit of ``owner.name`` (plain function, method or coroutine function)."""
+    orig = getattr(owner, name)
+    if asyncio.iscoroutinefunction(orig):
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            EVENTS.append((label + ">", _now()))
+            try:
+                return await orig(*args, **kwargs)
+            finally:
+                EVENTS.append((label + "<", _now()))
+    else:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            EVENTS.append((label + ">", _now()))
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                EVENTS.append((label + "<", _now()))
+    if getattr(orig, "eager_start", False):
+        wrapper.eager_start = True  # type: ignore[attr-defined]
+    setattr(owner, name, wrapper)
+
+
+def _wrap_common() -> None:
+    from cometmq.net import connection
+    from cometmq.protocol import remoting
+
+    _wrap(connection.RemotingConnection, "data_received", "recv")
+    _wrap(connection.RemotingConnection, "_write", "write")
+    _wrap(remoting.FrameDecoder, "feed", "decode")
+    _wrap(remoting, "encode_parts", "enc")
+    connection.encode_parts = remoting.encode_parts  # type: ignore[attr-defined]
+
+
+def broker_main(out: str, argv: list[str]) -> None:
+    """The traced broker: ``cometmq serve`` with the send, dispatch and pull steps wrapped."""
+    _wrap_common()
+    from cometmq.broker import long_polling, pull, send
+    from cometmq.broker.append_batcher import AppendBatcher
+    from cometmq.store.message_store import MessageStore
+
+    _wrap(send.SendProcessor, "send", "send")
+    _wrap(send, "send_header_from_v2", "v2header")
+    _wrap(send.SendProcessor, "_single_message", "message")
+    _wrap(AppendBatcher, "_append", "append")
+    _wrap(long_polling.PullRequestHoldService, "on_arrivals", "arrivals")
+    _wrap(pull.PullProcessor, "replay", "replay")
+    _wrap(MessageStore, "get_messages", "get")
+
+    def dump(*_: Any) -> None:
+        Path(out).write_text(json.dumps(EVENTS))
+
+    signal.signal(signal.SIGUSR1, dump)
+    from cometmq.cli import main
+
+    sys.argv = ["cometmq", *argv]
+    main()
+
+
+async def client(namesrv: str, count: int, interval_ms: float) -> list[float]:
+    from cometmq.client import (
+        ConsumeStatus,
+        Message,
+        MessageExt,
+        Producer,
+        PushConsumer,
+        producer,
+        pulled,
+        push_consumer,
+    )
+
+    _wrap_common()
+    _wrap(producer.Producer, "_request", "request")
+    _wrap(push_consumer.PushConsumer, "_on_pull_answer", "answer")
+    _wrap(pulled, "decode_pulled", "records")
+    push_consumer.decode_pulled = pulled.decode_pulled  # type: ignore[attr-defined]
+    samples: list[float] = []
+    got_all = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        now = _now()
+        EVENTS.append(("listener", now))
+        samples.extend((now - int(m.body)) / 1e6 for m in msgs)
+        if len(samples) >= count:
+            got_all.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    topic = "TraceLatency"
+    async with Producer("trace-latency", namesrv=namesrv) as p:
+        await p.send(Message(topic, b"0"))
+        consumer = PushConsumer(f"trace-latency-{int(time.time())}", namesrv=namesrv, listener=listener)
+        consumer.subscribe(topic)
+        async with consumer:
+            while not consumer.assignment:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            EVENTS.clear()
+            next_at = loop.time()
+            for _ in range(count):
+                next_at += interval_ms / 1000
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+                t0 = _now()
+                EVENTS.append(("T0", t0))
+                await p.send(Message(topic, str(t0).encode()))
+            await asyncio.wait_for(got_all.wait(), 30)
+    return samples
+
+
+def steps(client_events: list[tuple[str, int]], broker_events: list[tuple[str, int]],
+          window_ns: int) -> list[tuple[float, str, int]]:
+    """(median µs after the send, step, how many sends saw it), for steps seen after most sends."""
+    events = sorted([("c:" + label, t) for label, t in client_events] +
+                    [("b:" + label, t) for label, t in broker_events], key=lambda e: e[1])
+    times = [t for _, t in events]
+    sends = [t for label, t in events if label == "c:T0"]
+    per_step: dict[str, list[int]] = {}
+    for t0 in sends:
+        seen: dict[str, int] = {}
+        i = bisect.bisect_left(times, t0)
+        while i < len(events) and events[i][1] < t0 + window_ns:
+            label, t = events[i]
+            key, n = label, 1
+            while key in seen:
+                n += 1
+                key = f"{label}#{n}"
+            seen[key] = t - t0
+            i += 1
+        for key, dt in seen.items():
+            per_step.setdefault(key, []).append(dt)
+    rows = [(statistics.median(v) / 1000, k, len(v)) for k, v in per_step.items() if len(v) > len(sends) / 2]
+    return sorted(rows)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=2000)
+    ap.add_argument("--interval-ms", type=float, default=2.0)
+    ap.add_argument("--show", type=int, default=40, help="rows of the table")
+    args = ap.parse_args(argv)
+    from cometmq.net.loop import run
+
+    with tempfile.TemporaryDirectory(prefix="trace-latency-") as tmp:
+        out = os.path.join(tmp, "broker.json")
+        ns_port, broker_port = _free_port(), _free_port()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--broker", out, "serve", "--data", os.path.join(tmp, "data"),
+             "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--grpc-port", "0",
+             "--log-level", "WARNING"], env=env)
+        try:
+            time.sleep(3)
+            samples = run(client(f"127.0.0.1:{ns_port}", args.count, args.interval_ms))
+            server.send_signal(signal.SIGUSR1)
+            for _ in range(100):
+                if os.path.exists(out):
+                    break
+                time.sleep(0.05)
+            time.sleep(0.2)
+            broker_events = json.loads(Path(out).read_text())
+        finally:
+            server.terminate()
+            server.wait(10)
+    s = sorted(samples)
+    print(f"# send -> listener: median {s[len(s) // 2]:.3f} ms, p90 {s[int(len(s) * 0.9)]:.3f} ms "
+          f"({len(s)} messages)")
+    for median_us, step, n in steps(EVENTS, broker_events, int(args.interval_ms * 0.95e6))[: args.show]:
+        print(f"{median_us:8.1f} us  {step:18s} n={n}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--broker":
+        broker_main(sys.argv[2], sys.argv[3:])
+    else:
+        sys.exit(main())
+

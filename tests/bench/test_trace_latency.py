@@ -1,0 +1,27 @@
+"""bench/trace_latency.py: events of two processes are placed against the send they follow."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from trace_latency import steps
+
+
+def test_steps_places_each_event_after_its_send_and_numbers_repeats() -> None:
+    client, broker = [], []
+    for i, t0 in enumerate((1_000_000, 3_000_000, 5_000_000)):
+        client += [("T0", t0), ("write>", t0 + 20_000), ("write>", t0 + 200_000), ("listener", t0 + 150_000 + i)]
+        broker += [("recv>", t0 + 40_000 + 1000 * i)]
+    broker.append(("recv>", 5_000_000 + 1_950_000))  # past the window: belongs to no send
+    rows = steps(client, broker, window_ns=1_900_000)
+    assert [(step, n) for _, step, n in rows] == [
+        ("c:T0", 3), ("c:write>", 3), ("b:recv>", 3), ("c:listener", 3), ("c:write>#2", 3)]
+    assert [round(us, 3) for us, _, _ in rows] == [0.0, 20.0, 41.0, 150.001, 200.0]
+
+
+def test_steps_drops_what_most_sends_did_not_see() -> None:
+    client = [("T0", 0), ("T0", 2_000_000), ("T0", 4_000_000), ("rare", 4_000_010)]
+    assert [step for _, step, _ in steps(client, [], 1_900_000)] == ["c:T0"]

@@ -104,8 +104,9 @@ class PullProcessor:
             else tag_filter_for(expression)
         record_filter = record_filter_for(prop_filter) if prop_filter is not None else None
 
+        # coalesce: the answer joins the records anyway, so a run of them back to back comes as one view
         result = broker.store.get_messages(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter,
-                                           record_filter)
+                                           record_filter, coalesce=True)
         code = _code_for(result, h.queue_offset)
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
             long_polling = broker.config.long_polling_enable

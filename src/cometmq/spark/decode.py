@@ -8,13 +8,23 @@ each. The properties are split with numpy on the separator positions into zero-c
 the well-known names are found by comparing each name's first 8 bytes as one integer. Property strings of an
 unusual shape (a separator inside a value, no final separator) take Arrow's string kernels instead.
 Compressed bodies, rare, are inflated one by one.
+
+An optional C helper (``cometmq.spark._decodec``, built by setup.py when a compiler is there; ``COMETMQ_PURE_PYTHON=1``
+turns it off) does the same in one pass over the records, copying each value once straight into the Arrow
+buffers. The numpy/Arrow code stays the reference: the helper gives up (returns None) on anything but the common
+case — a malformed record, an IPv6 host, a property that is not UTF-8 — and that code then decodes or raises, so
+both paths give the same batch or the same error (tests compare them).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
 import zlib
 from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +35,23 @@ from cometmq.protocol.message import MAGIC_CODE, MIN_RECORD_SIZE, SysFlag
 from cometmq.protocol.properties import KEYS, TAGS, UNIQ_KEY
 from cometmq.spark.schema import HIDDEN_PROPERTIES
 
-__all__ = ["decode_records", "empty_batch"]
+__all__ = ["decode_answers", "decode_records", "empty_batch"]
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+
+def _load_c_helper() -> ModuleType | None:
+    """The optional C helper (built at install when a compiler is there); COMETMQ_PURE_PYTHON=1 turns it off."""
+    if os.environ.get("COMETMQ_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("cometmq.spark._decodec")
+    except ImportError:
+        return None
+
+
+#: cometmq.spark._decodec when built, else None: the same batches either way
+C_HELPER: Any = _load_c_helper()
 
 _SIZE = struct.Struct(">i")
 _V6 = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
@@ -288,6 +314,78 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 def decode_records(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) -> pa.RecordBatch:
     """The records in ``buf`` (one or more pull answers of one queue, joined) as a batch of ``schema``
     (the read schema with or without ``properties``). Malformed records raise ProtocolError."""
+    return decode_answers([buf], topic, broker_name, schema)
+
+
+def decode_answers(answers: Sequence[Buffer], topic: str, broker_name: str, schema: pa.Schema) -> pa.RecordBatch:
+    """decode_records of pull answers not joined (each holds whole records): the C helper reads them where they
+    are; the Python code joins them first."""
+    if C_HELPER is not None:
+        batch = _decode_c(C_HELPER, answers, topic, broker_name, schema)
+        if batch is not None:
+            return batch
+    only = answers[0] if len(answers) == 1 else None
+    return _decode_py(only if isinstance(only, bytes) else b"".join(answers), topic, broker_name, schema)
+
+
+_WANTED = (TAGS.encode(), KEYS.encode(), UNIQ_KEY.encode())
+_HIDDEN = tuple(sorted(name.encode() for name in HIDDEN_PROPERTIES))
+_STRING = pa.string()
+
+
+def _strings(n: int, offsets: bytes, data: bytes, valid: bytes | None = None, nulls: int = 0) -> pa.Array:
+    return pa.Array.from_buffers(_STRING, n, [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets),
+                                              pa.py_buffer(data)], null_count=nulls)
+
+
+def _fixed(kind: pa.DataType, n: int, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(data)])
+
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def _decode_c(helper: Any, answers: Sequence[Buffer], topic: str, broker_name: str,
+              schema: pa.Schema) -> pa.RecordBatch | None:
+    """decode_answers through the C helper; None when it leaves the records to the Python code."""
+    include_map = "properties" in schema.names
+    out = helper.decode(answers, include_map, _WANTED, _HIDDEN)
+    if out is None:
+        return None
+    n, qid, qoff, born, store, reconsume, (body_offs, body_data), (id_offs, id_data), tags, keys, pmap, packed = out
+    body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(body_offs), pa.py_buffer(body_data)])
+    if packed:
+        bodies: list[bytes | None] = body.to_pylist()
+        for i in np.frombuffer(packed, dtype=np.int64).tolist():
+            try:
+                bodies[i] = zlib.decompress(bodies[i] or b"")
+            except zlib.error:
+                pass  # left as stored, as the SDK does
+        body = pa.array(bodies, pa.binary())
+    columns: dict[str, pa.Array] = {
+        "topic": _constant(topic, n),
+        "brokerName": _constant(broker_name, n),
+        "queueId": _fixed(pa.int32(), n, qid),
+        "queueOffset": _fixed(pa.int64(), n, qoff),
+        "msgId": _strings(n, id_offs, id_data),
+        "tags": _strings(n, tags[2], tags[3], tags[0], tags[1]),
+        "keys": _strings(n, keys[2], keys[3], keys[0], keys[1]),
+        "body": body,
+        "bornTimestamp": _fixed(_TIMESTAMP, n, born),
+        "storeTimestamp": _fixed(_TIMESTAMP, n, store),
+        "reconsumeTimes": _fixed(pa.int32(), n, reconsume),
+    }
+    if include_map:
+        map_offs, name_offs, name_data, value_offs, value_data = pmap
+        pairs = len(name_offs) // 4 - 1
+        columns["properties"] = pa.MapArray.from_arrays(_fixed(pa.int32(), n + 1, map_offs),
+                                                        _strings(pairs, name_offs, name_data),
+                                                        _strings(pairs, value_offs, value_data))
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+def _decode_py(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) -> pa.RecordBatch:
+    """decode_records in numpy and Arrow: the reference, and the way when the C helper is not there."""
     raw = np.frombuffer(buf, dtype=np.uint8)
     starts = _walk(buf, raw)
     n = len(starts)

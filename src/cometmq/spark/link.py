@@ -5,8 +5,9 @@ many queries in turn; so each :class:`Link` owns a private asyncio loop driven w
 a :class:`ClientInstance` that is never started (no heartbeats, no route-refresh task: requests only). Nothing
 runs in the background between calls, and ``close()`` leaves nothing behind.
 
-The driver side uses it for routes, topic lists and queue offsets; executors use it to pull from the broker
-whose address their partition carries (see :mod:`cometmq.spark.reader`).
+The driver side uses it for routes, topic lists and queue offsets; a read task pulls over a socket of its own
+(see :mod:`cometmq.spark.reader`) and uses a link only to ask the nameserver again when its broker stops
+answering.
 """
 
 from __future__ import annotations

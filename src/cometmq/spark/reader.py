@@ -4,18 +4,21 @@ Planning (on the driver) turns the options into offset ranges per queue and cuts
 :class:`QueueSlice` partitions. A slice carries everything its task needs: the broker's address, the
 range, the filter, the consumer-group name for the pull requests; so a task talks to that broker only.
 
-A task pulls its range with PULL_MESSAGE (no long polling, the subscription in the request), asks for
-the next chunk before it decodes the one it has, and yields Arrow record batches of about 4 MiB of records
-(:func:`cometmq.spark.decode.decode_records`). Offsets below the queue's first offset, or missing in the
-middle of an unfiltered range, are data loss: an error with ``failOnDataLoss`` (the default), else skipped
-with a warning.
+A task pulls its range with PULL_MESSAGE (no long polling, the subscription in the request) over a plain
+blocking socket of its own (:class:`_Wire`: no event loop, each answer's records received straight into a
+buffer of their own), asks for the next chunks before it decodes the ones it has, and yields Arrow record
+batches of about 4 MiB of records (:func:`cometmq.spark.decode.decode_answers`). Offsets below the queue's
+first offset, or missing in the middle of an unfiltered range, are data loss: an error with ``failOnDataLoss``
+(the default), else skipped with a warning.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
+import socket
+import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,9 +30,12 @@ from pyspark.sql.types import StructType
 
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError, NoRouteError
 from cometmq.client.message import MessageQueue
+from cometmq.net.client import split_address
 from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.remoting import RemotingCommand, make_request
-from cometmq.spark.decode import decode_records
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.remoting import DEFAULT_MAX_FRAME_SIZE, RESPONSE_FLAG, RemotingCommand, encode, make_request
+from cometmq.protocol.remoting import decode as decode_frame
+from cometmq.spark.decode import decode_answers
 from cometmq.spark.link import Link
 from cometmq.spark.options import ReadOptions, queue_key
 from cometmq.spark.planning import QueueRange, from_json, limit_rows, split_ranges, to_json
@@ -93,19 +99,103 @@ def read_slice(part: QueueSlice, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The messages of ``part`` as record batches of ``schema``."""
     if part.end <= part.start:
         return
-    link = Link(part.namesrv, timeout=part.timeout)
+    reader = _SliceReader(part, schema)
     try:
-        yield from _SliceReader(link, part, schema).batches()
+        yield from reader.batches()
     finally:
-        link.close()
+        reader.close()
+
+
+_FRAME_HEAD = struct.Struct(">II")  # frame length, then serialize type << 24 | header length
+
+
+class _Wire:
+    """A task's connection to the broker it reads from: a plain blocking socket, no event loop.
+
+    A pull answer is a remoting frame whose body is the records; the body is received straight into a buffer
+    of its own (the only copy before decoding), and only the small header goes through the remoting codec.
+    Requests are written as they are made, so several pulls can be on the wire; answers are read in the order
+    they arrive and matched by opaque. ``forget`` drops a pull whose answer is no longer wanted (it is skipped
+    when it comes). Any OSError (timeouts included) or ProtocolError leaves the connection unusable."""
+
+    def __init__(self, addr: str, timeout: float) -> None:
+        host, port = split_address(addr)
+        self.addr = addr
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._head = bytearray(_FRAME_HEAD.size)
+        self._early: dict[int, tuple[RemotingCommand, bytearray]] = {}
+        self._live: set[int] = set()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        self._live.add(cmd.opaque)
+        self.sock.sendall(encode(cmd))
+
+    def forget(self, opaque: int) -> None:
+        self._live.discard(opaque)
+        self._early.pop(opaque, None)
+
+    def _fill(self, view: memoryview) -> None:
+        recv = self.sock.recv_into
+        got, want = 0, len(view)
+        while got < want:
+            n = recv(view[got:])
+            if not n:
+                raise ConnectionResetError(f"{self.addr} closed the connection")
+            got += n
+
+    def receive(self, opaque: int) -> tuple[RemotingCommand, bytearray]:
+        """The answer to the request ``opaque`` (its header, and its body in a buffer of its own)."""
+        while True:
+            early = self._early.pop(opaque, None)
+            if early is not None:
+                self._live.discard(opaque)
+                return early
+            head = self._head
+            with memoryview(head) as view:
+                self._fill(view)
+            length, word = _FRAME_HEAD.unpack_from(head)
+            header_len = word & 0xFFFFFF
+            if length > DEFAULT_MAX_FRAME_SIZE or header_len > length - 4:
+                raise ProtocolError(f"bad frame from {self.addr}: length {length}, header {header_len}")
+            frame = bytearray(_FRAME_HEAD.size + header_len)  # the frame without its body, for the codec
+            _FRAME_HEAD.pack_into(frame, 0, 4 + header_len, word)
+            with memoryview(frame) as view:
+                self._fill(view[_FRAME_HEAD.size:])
+            cmd = decode_frame(frame)
+            body = bytearray(length - 4 - header_len)
+            if body:
+                with memoryview(body) as view:
+                    self._fill(view)
+            if not cmd.flag & RESPONSE_FLAG or cmd.opaque not in self._live:
+                continue  # a request from the broker (this client serves none), or an answer no longer wanted
+            if cmd.opaque == opaque:
+                self._live.discard(opaque)
+                return cmd, body
+            self._early[cmd.opaque] = (cmd, body)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class _SliceReader:
-    def __init__(self, link: Link, part: QueueSlice, schema: pa.Schema) -> None:
-        self.link = link
+    def __init__(self, part: QueueSlice, schema: pa.Schema) -> None:
         self.part = part
         self.schema = schema
         self.addr = part.addr
+        self._wire: _Wire | None = None
+        self._link: Link | None = None  # the nameserver, only when the broker stops answering
+
+    def close(self) -> None:
+        self._drop_wire()
+        if self._link is not None:
+            self._link.close()
+            self._link = None
+
+    def _drop_wire(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
 
     def _request(self, offset: int, count: int) -> RemotingCommand:
         p = self.part
@@ -115,22 +205,42 @@ class _SliceReader:
             "suspendTimeoutMillis": "0", "subscription": p.expression, "subVersion": "0",
             "expressionType": p.expression_type})
 
-    async def _pull(self, offset: int, count: int) -> RemotingCommand:
+    def _send(self, offset: int, count: int) -> tuple[int, int, int]:
+        """Put a pull on the wire: (offset, count, opaque). A failure to connect or send only drops the
+        connection: the next receive fails, and the pulls on the wire are made again."""
+        cmd = self._request(offset, count)
+        try:
+            if self._wire is None:
+                self._wire = _Wire(self.addr, self.part.timeout)
+            self._wire.send(cmd)
+        except OSError as exc:
+            log.debug("pull of %s from %s: %s", self.part.label, self.addr, exc)
+            self._drop_wire()
+        return offset, count, cmd.opaque
+
+    def _receive(self, opaque: int) -> tuple[RemotingCommand, bytearray]:
+        if self._wire is None:
+            raise ConnectionResetError(f"no connection to {self.addr}")
+        return self._wire.receive(opaque)
+
+    def _broken(self, exc: Exception, failures: int) -> None:
+        """The connection failed for the ``failures``-th time in a row: give up after _CONNECT_RETRIES, else
+        wait a little and ask the nameserver where the broker is now (it may have moved)."""
+        self._drop_wire()
         p = self.part
-        for attempt in range(_CONNECT_RETRIES):
-            try:
-                return await self.link.instance.invoke(self.addr, self._request(offset, count), p.timeout,
-                                                       f"pull of {p.label}")
-            except (ClientConnectionError, ClientTimeoutError):
-                if attempt == _CONNECT_RETRIES - 1:
-                    raise
-                await asyncio.sleep(0.5 * (attempt + 1))
-                try:  # the broker may have moved: ask the nameserver once more
-                    await self.link.instance.route(p.topic, refresh=True)
-                    self.addr = self.link.instance.master_addr(p.broker_name) or self.addr
-                except (ClientConnectionError, ClientTimeoutError, NoRouteError, BrokerError):
-                    pass
-        raise AssertionError("unreachable")
+        if failures >= _CONNECT_RETRIES:
+            if isinstance(exc, TimeoutError):
+                raise ClientTimeoutError(f"no answer from {self.addr} in time (pull of {p.label})") from exc
+            raise ClientConnectionError(f"cannot talk to {self.addr} (pull of {p.label}): {exc}") from exc
+        time.sleep(0.5 * failures)
+        try:
+            if self._link is None:
+                self._link = Link(p.namesrv, timeout=p.timeout)
+            link = self._link
+            link.run(link.instance.route(p.topic, refresh=True))
+            self.addr = link.instance.master_addr(p.broker_name) or self.addr
+        except (ClientConnectionError, ClientTimeoutError, NoRouteError, BrokerError):
+            pass
 
     def _lost(self, first: int, upto: int, why: str) -> None:
         msg = (f"{self.part.label}: offsets {first}..{upto - 1} {why}. "
@@ -147,53 +257,56 @@ class _SliceReader:
         stops short (the broker's per-answer byte or count cap) gets a pull for the rest of its offsets
         before the later ones are used, and ``count`` shrinks to what the broker gives. Any other surprise
         (offset moved, nothing found, ...) drops the pulls ahead and goes on from where the broker says, as
-        a filtered range always does (one pull at a time, each from the previous answer's next offset)."""
+        a filtered range always does (one pull at a time, each from the previous answer's next offset).
+        When the connection fails, the pulls that were on it are made again on a new one (at most
+        _CONNECT_RETRIES failures in a row)."""
         p = self.part
-        link = self.link
         depth = 1 if p.filtered else PULL_DEPTH
         count = PULL_BATCH
-        ahead: collections.deque[tuple[int, int, asyncio.Task[RemotingCommand]]] = collections.deque()
+        ahead: collections.deque[tuple[int, int, int]] = collections.deque()  # (offset, count, opaque)
         follow: int | None = p.start  # the offset the next pull starts at, when known
-        chunks: list[bytes] = []
+        chunks: list[bytearray] = []
         size = 0
         expect = p.start  # the offset the next decoded record should have (unfiltered reads)
-
-        def pull(offset: int, n: int) -> tuple[int, int, asyncio.Task[RemotingCommand]]:
-            return offset, n, link.loop.create_task(self._pull(offset, n))
+        failures = 0
 
         def fill() -> None:
             nonlocal follow
             while follow is not None and follow < p.end and len(ahead) < depth:
                 n = PULL_BATCH if p.filtered else min(count, p.end - follow)
-                ahead.append(pull(follow, n))
+                ahead.append(self._send(follow, n))
                 follow = follow + n if not p.filtered else None
 
         def drop_ahead() -> None:
             while ahead:
-                _, _, task = ahead.pop()
-                task.cancel()
-                try:
-                    link.run(task)
-                except BaseException:
-                    pass
+                _, _, opaque = ahead.pop()
+                if self._wire is not None:
+                    self._wire.forget(opaque)
 
-        try:
-            fill()
-            link.run(asyncio.sleep(0))  # the pulls go on the wire
-            while ahead:
-                offset, asked, task = ahead.popleft()
-                response = link.run(task)
-                code = response.code
-                ext = response.ext_fields
-                try:
-                    nxt = int(ext["nextBeginOffset"])
-                except (KeyError, ValueError):
-                    raise BrokerError(ResponseCode.SYSTEM_ERROR, "pull answer without nextBeginOffset",
-                                      addr=self.addr, context=p.label) from None
-                body = b""
-                if code == ResponseCode.SUCCESS:
-                    body = response.body
-                elif code == ResponseCode.PULL_OFFSET_MOVED or (
+        fill()
+        while ahead:
+            offset, asked, opaque = ahead[0]
+            try:
+                response, body = self._receive(opaque)
+            except (OSError, ProtocolError) as exc:
+                failures += 1
+                self._broken(exc, failures)
+                again = [(off, n) for off, n, _ in ahead]
+                ahead.clear()
+                ahead.extend(self._send(off, n) for off, n in again)
+                continue
+            failures = 0
+            ahead.popleft()
+            code = response.code
+            ext = response.ext_fields
+            try:
+                nxt = int(ext["nextBeginOffset"])
+            except (KeyError, ValueError):
+                raise BrokerError(ResponseCode.SYSTEM_ERROR, "pull answer without nextBeginOffset",
+                                  addr=self.addr, context=p.label) from None
+            if code != ResponseCode.SUCCESS:
+                body = bytearray()
+                if code == ResponseCode.PULL_OFFSET_MOVED or (
                         code == ResponseCode.PULL_RETRY_IMMEDIATELY and response.remark == "MESSAGE_WAS_REMOVING"):
                     if nxt <= offset:
                         raise DataLossError(f"{p.label}: offset {offset} is past the queue's end ({nxt}); "
@@ -206,37 +319,34 @@ class _SliceReader:
                     nxt = p.end
                 else:
                     raise BrokerError(code, response.remark or "", addr=self.addr, context=f"pull of {p.label}")
-                if nxt <= offset and not body:
-                    raise BrokerError(code, f"pull made no progress at offset {offset}", addr=self.addr,
-                                      context=p.label)
-                if not body and code != ResponseCode.SUCCESS:
-                    expect = nxt  # what was skipped was reported above
-                if p.filtered:
-                    follow = nxt
-                elif code == ResponseCode.SUCCESS and offset < nxt <= offset + asked:
-                    if nxt < offset + asked:  # capped by the broker: fetch the rest first
-                        ahead.appendleft(pull(nxt, offset + asked - nxt))
-                        count = max(1, min(count, nxt - offset) * 7 // 8)
-                else:  # the pulls ahead started at offsets that no longer follow
-                    drop_ahead()
-                    follow = nxt
-                fill()
-                if body:
-                    chunks.append(body)
-                    size += len(body)
-                if chunks and (size >= BATCH_BYTES or not ahead):
-                    link.run(asyncio.sleep(0))  # the pulls just made go on the wire before decoding
-                    batch = self._decode(b"".join(chunks) if len(chunks) > 1 else chunks[0], expect)
-                    chunks, size = [], 0
-                    if batch.num_rows:
-                        expect = int(batch.column("queueOffset")[-1].as_py()) + 1
-                        yield batch
-        finally:
-            drop_ahead()
+            if nxt <= offset and not body:
+                raise BrokerError(code, f"pull made no progress at offset {offset}", addr=self.addr,
+                                  context=p.label)
+            if not body and code != ResponseCode.SUCCESS:
+                expect = nxt  # what was skipped was reported above
+            if p.filtered:
+                follow = nxt
+            elif code == ResponseCode.SUCCESS and offset < nxt <= offset + asked:
+                if nxt < offset + asked:  # capped by the broker: fetch the rest first
+                    ahead.appendleft(self._send(nxt, offset + asked - nxt))
+                    count = max(1, min(count, nxt - offset) * 7 // 8)
+            else:  # the pulls ahead started at offsets that no longer follow
+                drop_ahead()
+                follow = nxt
+            fill()  # the next pulls go on the wire before this answer is decoded
+            if body:
+                chunks.append(body)
+                size += len(body)
+            if chunks and (size >= BATCH_BYTES or not ahead):
+                batch = self._decode(chunks, expect)
+                chunks, size = [], 0
+                if batch.num_rows:
+                    expect = int(batch.column("queueOffset")[-1].as_py()) + 1
+                    yield batch
 
-    def _decode(self, buf: bytes, expect: int) -> pa.RecordBatch:
+    def _decode(self, chunks: list[bytearray], expect: int) -> pa.RecordBatch:
         p = self.part
-        batch = decode_records(buf, p.topic, p.broker_name, self.schema)
+        batch = decode_answers(chunks, p.topic, p.broker_name, self.schema)
         offsets = batch.column("queueOffset").to_numpy()
         if len(offsets) and offsets[-1] >= p.end:
             keep = offsets < p.end

@@ -1,0 +1,145 @@
+"""A task's pulls over its plain socket (reader._Wire), against a scripted broker in a thread: answers out of
+order, a connection that drops (the pulls on it are made again), a broker that never comes back."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from cometmq.client.errors import ClientConnectionError
+from cometmq.client.message import MessageQueue
+from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.message import encode_parts
+from cometmq.protocol.remoting import RemotingCommand, decode, encode, make_response
+from cometmq.spark.options import ReadOptions
+from cometmq.spark.reader import QueueSlice, read_slice
+from cometmq.spark.schema import arrow_schema, read_schema
+
+QUEUE_END = 2500
+PER_ANSWER = 300  # the scripted broker's cap, like maxTransferBytes
+
+
+def records(first: int, n: int) -> bytes:
+    return b"".join(encode_parts(topic=b"T", body=f"m{i}".encode(), queue_id=0, queue_offset=i,
+                                 properties=f"UNIQ_KEY\x01u{i}\x02".encode()) for i in range(first, first + n))
+
+
+def read_frame(conn: socket.socket) -> RemotingCommand | None:
+    head = b""
+    while len(head) < 4:
+        got = conn.recv(4 - len(head))
+        if not got:
+            return None
+        head += got
+    (length,) = struct.unpack(">I", head)
+    rest = b""
+    while len(rest) < length:
+        got = conn.recv(length - len(rest))
+        if not got:
+            return None
+        rest += got
+    return decode(head + rest)
+
+
+def answer(cmd: RemotingCommand) -> bytes:
+    offset, count = int(cmd.ext_fields["queueOffset"]), int(cmd.ext_fields["maxMsgNums"])
+    n = max(0, min(count, PER_ANSWER, QUEUE_END - offset))
+    ext = {"nextBeginOffset": offset + n, "minOffset": 0, "maxOffset": QUEUE_END, "suggestWhichBrokerId": 0}
+    if n == 0:
+        return encode(make_response(cmd, ResponseCode.PULL_NOT_FOUND, "no", ext))
+    return encode(make_response(cmd, ResponseCode.SUCCESS, None, ext, records(offset, n)))
+
+
+Script = Callable[[int, socket.socket], None]
+
+
+@pytest.fixture
+def broker() -> Iterator[Callable[[Script], str]]:
+    """Starts a listener whose connection ``k`` (0, 1, ...) is handled by ``script(k, conn)``."""
+    servers: list[socket.socket] = []
+
+    def start(script: Script) -> str:
+        srv = socket.create_server(("127.0.0.1", 0))
+        servers.append(srv)
+
+        def serve() -> None:
+            k = 0
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                threading.Thread(target=script, args=(k, conn), daemon=True).start()
+                k += 1
+
+        threading.Thread(target=serve, daemon=True).start()
+        return f"127.0.0.1:{srv.getsockname()[1]}"
+
+    yield start
+    for srv in servers:
+        srv.close()
+
+
+def part(addr: str) -> QueueSlice:
+    opts = ReadOptions(namesrv="127.0.0.1:9", timeout=5.0)  # no nameserver there: route refreshes fail fast
+    return QueueSlice(MessageQueue("T", "broker-a", 0), 0, QUEUE_END, addr, opts)
+
+
+def offsets(addr: str) -> list[int]:
+    out: list[int] = []
+    for batch in read_slice(part(addr), arrow_schema(read_schema())):
+        out.extend(batch.column("queueOffset").to_pylist())
+    return out
+
+
+def test_answers_out_of_order_are_matched_by_opaque(broker: Callable[[Script], str]) -> None:
+    connections = []
+
+    def script(k: int, conn: socket.socket) -> None:
+        connections.append(k)
+        with conn:
+            held: list[RemotingCommand] = []
+            while True:
+                conn.settimeout(None if not held else 0.05)
+                try:
+                    cmd = read_frame(conn)
+                except TimeoutError:  # no second pull came: answer the one held
+                    cmd = None
+                    if not held:
+                        continue
+                else:
+                    if cmd is None:
+                        return
+                    held.append(cmd)
+                if len(held) == 2 or cmd is None:
+                    for c in reversed(held):  # the later pull answered first
+                        conn.sendall(answer(c))
+                    held.clear()
+
+    assert offsets(broker(script)) == list(range(QUEUE_END))
+    assert connections == [0]  # no timeout, no reconnection
+
+
+def test_a_dropped_connection_is_made_again(broker: Callable[[Script], str]) -> None:
+    def script(k: int, conn: socket.socket) -> None:
+        with conn:
+            served = 0
+            while (cmd := read_frame(conn)) is not None:
+                if k < 2 and served == 3:  # the first two connections break after three answers
+                    return
+                conn.sendall(answer(cmd))
+                served += 1
+
+    assert offsets(broker(script)) == list(range(QUEUE_END))
+
+
+def test_a_broker_that_stays_away_fails_the_task(broker: Callable[[Script], str]) -> None:
+    def script(k: int, conn: socket.socket) -> None:
+        conn.close()
+
+    with pytest.raises(ClientConnectionError, match="pull of T"):
+        offsets(broker(script))

@@ -15,6 +15,7 @@ from cometmq.client.message import MessageQueue
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.message import encode_parts
 from cometmq.protocol.remoting import RemotingCommand, decode, encode, make_response
+from cometmq.spark import reader
 from cometmq.spark.options import ReadOptions
 from cometmq.spark.reader import QueueSlice, read_slice
 from cometmq.spark.schema import arrow_schema, read_schema
@@ -143,3 +144,21 @@ def test_a_broker_that_stays_away_fails_the_task(broker: Callable[[Script], str]
 
     with pytest.raises(ClientConnectionError, match="pull of T"):
         offsets(broker(script))
+
+
+def test_many_small_batches_keep_every_value(broker: Callable[[Script], str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # One batch per answer: the values of every batch yielded stay right while later answers are received.
+    monkeypatch.setattr(reader, "BATCH_BYTES", 1)
+
+    def script(k: int, conn: socket.socket) -> None:
+        with conn:
+            while (cmd := read_frame(conn)) is not None:
+                conn.sendall(answer(cmd))
+
+    batches = list(read_slice(part(broker(script)), arrow_schema(read_schema())))
+    assert len(batches) > 3
+    rows = [row for b in batches for row in zip(b.column("queueOffset").to_pylist(), b.column("body").to_pylist(),
+                                                 b.column("msgId").to_pylist(), strict=True)]
+    assert rows == [(i, f"m{i}".encode(), f"u{i}") for i in range(QUEUE_END)]
+

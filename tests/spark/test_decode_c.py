@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cometmq.common.native import load_c_helper
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import MAGIC_CODE, SysFlag, encode_parts
 from cometmq.spark import decode
@@ -114,4 +115,4 @@ def test_c_path_takes_the_common_case() -> None:
 
 def test_pure_python_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMETMQ_PURE_PYTHON", "1")
-    assert decode._load_c_helper() is None
+    assert load_c_helper("cometmq.spark._decodec") is None

@@ -18,18 +18,16 @@ both paths give the same batch or the same error (tests compare them).
 
 from __future__ import annotations
 
-import importlib
-import os
 import struct
 import zlib
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cometmq.common.native import load_c_helper
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import MAGIC_CODE, MIN_RECORD_SIZE, SysFlag
 from cometmq.protocol.properties import KEYS, TAGS, UNIQ_KEY
@@ -40,18 +38,8 @@ __all__ = ["decode_answers", "decode_records", "empty_batch"]
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
-def _load_c_helper() -> ModuleType | None:
-    """The optional C helper (built at install when a compiler is there); COMETMQ_PURE_PYTHON=1 turns it off."""
-    if os.environ.get("COMETMQ_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module("cometmq.spark._decodec")
-    except ImportError:
-        return None
-
-
 #: cometmq.spark._decodec when built, else None: the same batches either way
-C_HELPER: Any = _load_c_helper()
+C_HELPER: Any = load_c_helper("cometmq.spark._decodec")
 
 _SIZE = struct.Struct(">i")
 _V6 = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)

@@ -19,7 +19,6 @@ Files are named by creation time (17 digits, UTC yyyyMMddHHmmssSSS), bumped to s
 
 from __future__ import annotations
 
-import importlib
 import logging
 import mmap
 import os
@@ -28,24 +27,15 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from cometmq.common.native import load_c_helper
 
 log = logging.getLogger(__name__)
 
 
-def _load_c_helper() -> ModuleType | None:
-    """The optional C helper (built at install when a compiler is there); COMETMQ_PURE_PYTHON=1 turns it off."""
-    if os.environ.get("COMETMQ_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module("cometmq.store._indexc")
-    except ImportError:
-        return None
-
-
 #: cometmq.store._indexc when built, else None: the same index bytes either way, the C one ~10x cheaper
-C_HELPER: Any = _load_c_helper()
+C_HELPER: Any = load_c_helper("cometmq.store._indexc")
 
 MAGIC = 0x43495831  # "CIX1": our own layout, not RocketMQ's byte format
 HEADER_SIZE = 64

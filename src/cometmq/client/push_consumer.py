@@ -1,4 +1,4 @@
-"""The push consumer: long-poll pulls per assigned queue, a bounded pool of listener calls, rebalance, offsets.
+"""The push consumer: long-poll pulls per assigned queue, a bounded number of listener calls, rebalance, offsets.
 
 How it runs (RocketMQ's push consumer, in asyncio)::
 
@@ -6,7 +6,7 @@ How it runs (RocketMQ's push consumer, in asyncio)::
          ▲                              │  the answer re-issues the next pull (or delays it: flow control,
     NOTIFY_CONSUMER_IDS_CHANGED         │  errors); new messages go into the queue's ProcessQueue
     (and every 20 s)                    ▼
-                                consume workers ──listener(msgs)──▶ CONSUME_SUCCESS: offset moves on
+                                listener calls ──listener(msgs)──▶ CONSUME_SUCCESS: offset moves on
                                                                     RECONSUME_LATER: CONSUMER_SEND_MSG_BACK
 
 Usage::
@@ -33,8 +33,6 @@ POP consumption, where the broker shares out single messages and invisible time 
 from __future__ import annotations
 
 import asyncio
-import collections
-import dataclasses
 import datetime
 import inspect
 import logging
@@ -44,6 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from cometmq.client.concurrent_consume import ConcurrentConsumeService, ConsumeRequest
 from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, Subscription
 from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError
 from cometmq.client.instance import ClientInstance
@@ -81,12 +80,6 @@ _PULL_ANSWERS = frozenset({ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, Re
                            ResponseCode.PULL_OFFSET_MOVED})
 _FROM_WHERE = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET",
                "timestamp": "CONSUME_FROM_TIMESTAMP"}
-
-
-@dataclasses.dataclass(eq=False, slots=True)
-class _ConsumeRequest:
-    req: PullRequest
-    msgs: list[MessageExt]
 
 
 class PushConsumer:
@@ -191,18 +184,14 @@ class PushConsumer:
         self._rebalancer = Rebalancer(self.instance, group, strategy=self.allocate, broadcasting=not self.clustering,
                                       topics=lambda: list(self._subscriptions), apply=self._apply_assignment,
                                       period=rebalance_interval)
-        #: listener calls waiting for one of the ``max_concurrency`` slots
-        self._backlog: collections.deque[_ConsumeRequest] = collections.deque()
-        #: the tasks running listener calls (each takes from the backlog when its call ends) and their number
-        self._consumers: set[asyncio.Task[Any]] = set()
-        self._inflight = 0
         self._executor: ThreadPoolExecutor | None = None
         self._commit_task: asyncio.Task[None] | None = None
-        self._retry_timers: set[asyncio.TimerHandle] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         #: the orderly consume service (lock keeper, one consume task per queue); None for concurrent listeners
         self._orderly: OrderlyService | None = OrderlyService(self) if orderly else None
+        #: the concurrent one: listener slots, backlog, local retries (unused when orderly)
+        self._concurrent = ConcurrentConsumeService(self)
 
     # -- configuration --------------------------------------------------------------------------------------
     @property
@@ -348,18 +337,7 @@ class PushConsumer:
         for req in requests:
             req.cancel()
         await cancel_and_wait([req.task for req in requests])
-        for handle in self._retry_timers:
-            handle.cancel()
-        self._retry_timers.clear()
-        # Requests not started yet are dropped (their messages stay uncommitted and come again).
-        self._backlog.clear()
-        consumers = list(self._consumers)
-        if consumers:
-            _, stuck = await asyncio.wait(consumers, timeout=self.close_timeout)
-            if stuck:
-                log.warning("%d listener calls of %s still running after %.1fs; closing anyway", len(stuck),
-                            self.group, self.close_timeout)
-                await cancel_and_wait(stuck)
+        await self._concurrent.stop(self.close_timeout)
 
     async def __aenter__(self) -> PushConsumer:
         await self.start()
@@ -552,17 +530,13 @@ class PushConsumer:
             # PullMessageService hands the messages to the consume service and pulls again. Here the first
             # batch is consumed in this very task, now that its pull is done, when a listener slot is free:
             # no hand-off to another task, so the listener runs in the loop turn the answer arrived in.
-            first = self._take_slot(consume)
+            first = self._concurrent.take_slot(consume)
             if first is not None:
-                task = asyncio.current_task()
-                assert task is not None
-                if req.task is task:  # no next pull (closing, dropped): cancelling the pull must not cancel this
-                    req.task = None
-                self._consumers.add(task)
-                task.add_done_callback(self._consumers.discard)
-                await self._consume_loop(first)
+                if req.task is asyncio.current_task():  # no next pull (closing, dropped): cancelling the pull
+                    req.task = None                     # must not cancel this listener call
+                await self._concurrent.run_here(first)
 
-    async def _pull_once(self, req: PullRequest, sub: Subscription) -> list[_ConsumeRequest]:
+    async def _pull_once(self, req: PullRequest, sub: Subscription) -> list[ConsumeRequest]:
         """One pull and its answer; returns the listener calls it makes (to start or queue)."""
         mq = req.mq
         addr = await self._addr(mq, req.broker_id)
@@ -582,7 +556,7 @@ class PushConsumer:
         return await self._on_pull_answer(req, sub, response, addr)
 
     async def _on_pull_answer(self, req: PullRequest, sub: Subscription, response: RemotingCommand,
-                              addr: str) -> list[_ConsumeRequest]:
+                              addr: str) -> list[ConsumeRequest]:
         mq, pq = req.mq, req.pq
         code = response.code
         if code not in _PULL_ANSWERS:
@@ -595,7 +569,7 @@ class PushConsumer:
             raise BrokerError(ResponseCode.SYSTEM_ERROR, "pull answer without a usable nextBeginOffset",
                               addr=addr) from None
         req.broker_id = suggested if self.instance.broker_addr(mq.broker_name, suggested) else 0
-        consume: list[_ConsumeRequest] = []
+        consume: list[ConsumeRequest] = []
         if pq.dropped:
             return consume
         if code == ResponseCode.SUCCESS:
@@ -612,7 +586,7 @@ class PushConsumer:
                 if self._orderly is not None:
                     self._orderly.submit(req)  # the queue's own consume task takes them, in order
                 else:
-                    consume = self._requests_of(req, added)
+                    consume = self._concurrent.requests_of(req, added)
         elif code == ResponseCode.PULL_OFFSET_MOVED:
             log.warning("offset of %s in %s/%s/%d moved from %d to %d", self.group, mq.topic, mq.broker_name,
                         mq.queue_id, req.next_offset, next_offset)
@@ -629,114 +603,7 @@ class PushConsumer:
             self.offset_store.update(mq, pq.committable)
         return consume
 
-    # -- consuming ------------------------------------------------------------------------------------------
-    def _requests_of(self, req: PullRequest, msgs: list[MessageExt]) -> list[_ConsumeRequest]:
-        """The listener calls for ``msgs``: ``batch_max_size`` messages each."""
-        n = self.batch_max_size
-        if len(msgs) <= n:
-            return [_ConsumeRequest(req, msgs)]
-        return [_ConsumeRequest(req, msgs[i:i + n]) for i in range(0, len(msgs), n)]
-
-    def _submit(self, req: PullRequest, msgs: list[MessageExt]) -> None:
-        """Consume ``msgs`` (a local retry): in new tasks while slots are free, the rest when slots free up."""
-        if self._orderly is not None:
-            self._orderly.submit(req)  # the queue's own consume task takes them, in order
-            return
-        first = self._take_slot(self._requests_of(req, msgs))
-        if first is not None:
-            self._spawn_consumer(first)
-
-    def _take_slot(self, requests: list[_ConsumeRequest]) -> _ConsumeRequest | None:
-        """Start or queue ``requests`` (at most ``max_concurrency`` listener calls run at once): returns the
-        first, whose slot the caller now holds and must run with ``_consume_loop``; the others that get a slot
-        run in new tasks; the rest wait in the backlog. None when no slot is free."""
-        first: _ConsumeRequest | None = None
-        for creq in requests:
-            if self._inflight >= self.max_concurrency:
-                self._backlog.append(creq)
-            elif first is None:
-                self._inflight += 1
-                first = creq
-            else:
-                self._inflight += 1
-                self._spawn_consumer(creq)
-        return first
-
-    def _spawn_consumer(self, creq: _ConsumeRequest) -> None:
-        assert self._loop is not None
-        task = self._loop.create_task(self._consume_loop(creq), name=f"consume-{self.group}")
-        self._consumers.add(task)
-        task.add_done_callback(self._consumers.discard)
-
-    async def _consume_loop(self, creq: _ConsumeRequest) -> None:
-        """Run ``creq`` in the slot taken for it, then what waits in the backlog; frees the slot at the end."""
-        try:
-            while True:
-                try:
-                    await self._consume(creq)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("consuming %d messages of %s failed", len(creq.msgs), creq.req.mq)
-                if not self._backlog or self._closing:
-                    return
-                creq = self._backlog.popleft()
-        finally:
-            self._inflight -= 1
-
-    async def _consume(self, creq: _ConsumeRequest) -> None:
-        req, msgs = creq.req, creq.msgs
-        pq = req.pq
-        if pq.dropped:
-            return  # the queue went to another consumer, which starts from the committed offset
-        status = await self._call_listener(msgs)
-        if status is ConsumeStatus.CONSUME_SUCCESS:
-            self.stats.consumed += len(msgs)
-            done = msgs
-        else:
-            self.stats.failed += len(msgs)
-            if pq.dropped:
-                return
-            if self.clustering:
-                sent = await asyncio.gather(*(self._send_back(m) for m in msgs))
-                done = [m for m, ok in zip(msgs, sent, strict=True) if ok]
-                self.stats.retried += len(done)
-                again = [dataclasses.replace(m, reconsume_times=m.reconsume_times + 1)
-                         for m, ok in zip(msgs, sent, strict=True) if not ok]
-                if again:
-                    self.stats.send_back_failed += len(again)
-                    self._consume_later(req, again)
-            else:
-                log.warning("broadcasting consumer %s dropped %d messages its listener asked to have again "
-                            "(broadcast messages are not redelivered)", self.group, len(msgs))
-                done = msgs
-        if not pq.dropped:
-            self.offset_store.update(req.mq, pq.remove(done))
-
-    async def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        listener = self._listener
-        assert listener is not None
-        try:
-            if self._listener_is_async:
-                result = await listener(list(msgs))
-            else:
-                assert self._loop is not None
-                result = await self._loop.run_in_executor(self._executor, listener, list(msgs))
-                if inspect.isawaitable(result):
-                    result = await result
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("the listener of %s raised on %d messages (first %s); they will be consumed again",
-                          self.group, len(msgs), msgs[0].msg_id if msgs else "-")
-            return ConsumeStatus.RECONSUME_LATER
-        if result is None or result is ConsumeStatus.CONSUME_SUCCESS:
-            return ConsumeStatus.CONSUME_SUCCESS
-        if result is not ConsumeStatus.RECONSUME_LATER:
-            log.warning("the listener of %s returned %r, not a ConsumeStatus: taken as RECONSUME_LATER", self.group,
-                        result)
-        return ConsumeStatus.RECONSUME_LATER
-
+    # -- consuming (the concurrent half is ConcurrentConsumeService; the orderly one OrderlyService) -----
     async def _send_back(self, msg: MessageExt, delay_level: int = 0) -> bool:
         """CONSUMER_SEND_MSG_BACK: the broker of the message's queue republishes it to the retry topic
         (or, past ``max_reconsume_times`` or with a negative ``delay_level``, to the dead-letter topic)."""
@@ -754,17 +621,6 @@ class PushConsumer:
                         msg.msg_id, exc, self.local_retry_delay)
             return False
         return True
-
-    def _consume_later(self, req: PullRequest, msgs: list[MessageExt]) -> None:
-        assert self._loop is not None
-
-        def fire() -> None:
-            self._retry_timers.discard(handle)
-            if not req.pq.dropped and not self._closing:
-                self._submit(req, msgs)
-
-        handle = self._loop.call_later(self.local_retry_delay, fire)
-        self._retry_timers.add(handle)
 
     def __repr__(self) -> str:
         state = "running" if self.started else "stopped"

@@ -71,12 +71,17 @@ class RemotingClient:
         """A snapshot of the open connections by address."""
         return {addr: conn for addr, conn in self._connections.items() if not conn.closed}
 
+    def _open(self, addr: str) -> RemotingConnection | None:
+        """The connection to ``addr`` if there is one and it is open."""
+        conn = self._connections.get(addr)
+        return conn if conn is not None and not conn.closed else None
+
     async def get_connection(self, addr: str, timeout: float | None = None) -> RemotingConnection:
         """The open connection to ``addr``, connecting if needed; concurrent callers share one attempt."""
         if self._closed:
             raise ConnectionClosedError("client is closed")
-        conn = self._connections.get(addr)
-        if conn is not None and not conn.closed:
+        conn = self._open(addr)
+        if conn is not None:
             return conn
         task = self._connecting.get(addr)
         if task is None:
@@ -93,8 +98,8 @@ class RemotingClient:
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send ``cmd`` to ``addr`` and return the reply; ``timeout`` covers connecting too."""
-        conn = self._connections.get(addr)
-        if conn is not None and not conn.closed and not self._closed:  # connected: the whole timeout is left
+        conn = None if self._closed else self._open(addr)
+        if conn is not None:  # connected already: the whole timeout is left for the request
             return await conn.request(cmd, timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

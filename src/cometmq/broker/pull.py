@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
 from cometmq.broker.long_polling import HeldPull
@@ -124,7 +124,11 @@ class PullProcessor:
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_offset),
                "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
         if code == ResponseCode.SUCCESS:
-            body = b"".join(result.buffers)
+            buffers = result.buffers
+            # One view (records back to back: the common answer) goes to the socket as it is, no copy: the body
+            # is only ever written out. The commit log is append-only, and a segment that retention closes while
+            # the write is pending stays mapped until the transport lets go of the view (MappedFile._close).
+            body = cast(bytes, buffers[0]) if len(buffers) == 1 else b"".join(buffers)
             return make_response(cmd, code, None, ext, body)
         return make_response(cmd, code, result.status.value, ext)
 

@@ -12,7 +12,18 @@
  *       outside the file's range or before its begin time, a slot head left by a torn write). The writes
  *       run without the GIL; the caller holds the index lock, and the buffer export keeps the map alive.
  *
- * The pure-Python code stays the reference: tests compare the files both produce byte for byte.
+ *
+ * And one for the pull path (cometmq.store.message_store, MessageStore._runs):
+ *
+ *   runs(units, log_min, byte_limit, count, max_runs) -> (k, [(phy_offset, length), ...]) | None
+ *       ``units`` are consume-queue units (8-byte commit-log offset, 4-byte size, 8-byte tag code, big-endian);
+ *       ``k`` is how many of them, from the first, one unfiltered read returns: as many as fit in
+ *       ``byte_limit`` bytes, at least one. Each (offset, length) is a run of those records lying back to back in
+ *       the commit log. None when the caller must read record by record: a unit of size 0 or less, a first
+ *       record below ``log_min``, every unit fitting while fewer than ``count`` were given (the rest is in the
+ *       next consume-queue file), more than ``max_runs`` runs.
+ *
+ * The pure-Python code stays the reference: tests compare the files (and the reads) both produce.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -253,9 +264,71 @@ fail:
     return NULL;
 }
 
+static inline uint64_t be64(const unsigned char *p) {
+    return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) | ((uint64_t)p[3] << 32) |
+           ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) | ((uint64_t)p[6] << 8) | (uint64_t)p[7];
+}
+
+#define CQ_UNIT_SIZE 20
+#define MAX_RUNS 64
+
+static PyObject *runs(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf;
+    long long log_min, byte_limit;
+    Py_ssize_t count, max_runs;
+    if (!PyArg_ParseTuple(args, "y*LLnn", &buf, &log_min, &byte_limit, &count, &max_runs)) return NULL;
+    const unsigned char *u = (const unsigned char *)buf.buf;
+    Py_ssize_t n = buf.len / CQ_UNIT_SIZE, k = 0, nruns = 0;
+    int64_t starts[MAX_RUNS], lengths[MAX_RUNS];
+    if (max_runs > MAX_RUNS) max_runs = MAX_RUNS;
+    if (n == 0) goto fallback;
+    /* every unit must be a record (as the Python code checks min(sizes) over all it was given) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (get_be32(u + i * CQ_UNIT_SIZE + 8) <= 0) goto fallback;
+    }
+    int64_t phy0 = (int64_t)be64(u);
+    if (phy0 < log_min) goto fallback;
+    /* k: the longest prefix whose sizes sum to at most byte_limit, at least one record */
+    int64_t total = 0, next_phy = 0;
+    for (; k < n; k++) {
+        const unsigned char *p = u + k * CQ_UNIT_SIZE;
+        int64_t phy = (int64_t)be64(p);
+        int64_t size = get_be32(p + 8);
+        if (k > 0 && total + size > byte_limit) break;
+        total += size;
+        if (k > 0 && phy == next_phy) {
+            lengths[nruns - 1] += size;
+        } else {
+            if (nruns == max_runs) goto fallback;
+            starts[nruns] = phy;
+            lengths[nruns] = size;
+            nruns++;
+        }
+        next_phy = phy + size;
+    }
+    if (k == n && n < count) goto fallback;
+    PyBuffer_Release(&buf);
+    PyObject *list = PyList_New(nruns);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t r = 0; r < nruns; r++) {
+        PyObject *pair = Py_BuildValue("(LL)", (long long)starts[r], (long long)lengths[r]);
+        if (pair == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, r, pair);
+    }
+    return Py_BuildValue("(nN)", k, list);
+fallback:
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"collect", collect, METH_VARARGS, "The hashed UNIQ_KEY/KEYS entries of a dispatched batch, or None."},
     {"put_run", put_run, METH_VARARGS, "Write index entries into one file's mapping until Python must step in."},
+    {"runs", runs, METH_VARARGS, "The records one unfiltered read returns, as runs back to back in the log, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from cometmq.common.native import load_c_helper
 from cometmq.protocol.message import pack_host
 from cometmq.store.checkpoint import Checkpoint
 from cometmq.store.commitlog import CommitLog
@@ -39,6 +41,9 @@ def _unit_sizes(n: int) -> struct.Struct:
 
 #: runs of back-to-back records one coalesced read gives at most (beyond: the record-by-record loop is cheaper)
 _MAX_RUNS = 16
+
+#: cometmq.store._indexc when built, else None: its ``runs`` finds what _runs finds without a Python int per unit
+_C_HELPER: Any = load_c_helper("cometmq.store._indexc")
 
 TagFilter = Callable[[int], bool]
 RecordFilter = Callable[[memoryview], bool]
@@ -305,12 +310,13 @@ class MessageStore:
             if runs is not None:
                 views, count = runs
                 return GetResult(GetStatus.FOUND, offset + count, min_off, max_off, views,
-                                 list(range(offset, offset + count)), sum(map(len, views)))
+                                 range(offset, offset + count), sum(map(len, views)))
         # Bound the work of one read when a filter rejects most units (RocketMQ's 16000-byte scan).
         scan_limit = max(max_count, 800)
         log_min = self.commitlog.min_offset
-        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
-        buffers, qoffsets = result.buffers, result.queue_offsets
+        buffers: list[memoryview] = []
+        qoffsets: list[int] = []
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off, buffers, qoffsets)
         total = 0
         scanned = 0
         removed = 0
@@ -383,6 +389,19 @@ class MessageStore:
         if units is None:
             return None
         with units:
+            if _C_HELPER is not None:
+                found = _C_HELPER.runs(units, self.commitlog.min_offset, byte_limit, count, _MAX_RUNS)
+                if found is None:
+                    return None
+                k, spans = found
+                read = self.commitlog.read
+                views: list[memoryview] = []
+                for start, length in spans:
+                    view = read(start, length)
+                    if view is None:
+                        return None
+                    views.append(view)
+                return views, k
             n = len(units) // CQ_UNIT_SIZE
             sizes = _unit_sizes(n).unpack_from(units)
             if min(sizes) <= 0:
@@ -414,7 +433,7 @@ class MessageStore:
             k = max(1, bisect.bisect_right(expected, phy0 + byte_limit) - 1)  # records within the cap
             if k == n < count:  # more would fit: the rest is in the next consume-queue file
                 return None
-            views: list[memoryview] = []
+            views = []
             read = self.commitlog.read
             i = 0
             while i < k:

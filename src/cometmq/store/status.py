@@ -53,7 +53,8 @@ class GetResult:
     max_offset: int
     #: zero-copy views of whole records, back to back in queue order
     buffers: list[memoryview] = field(default_factory=list)
-    queue_offsets: list[int] = field(default_factory=list)
+    #: a list, or a range when a coalesced read returns every offset in order
+    queue_offsets: list[int] | range = field(default_factory=list)
     buffer_total_size: int = 0
 
     @property

@@ -3,16 +3,20 @@ order, a connection that drops (the pulls on it are made again), a broker that n
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cometmq.client.errors import ClientConnectionError
 from cometmq.client.message import MessageQueue
-from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import encode_parts
 from cometmq.protocol.remoting import RemotingCommand, decode, encode, make_response
 from cometmq.spark import reader
@@ -162,3 +166,51 @@ def test_many_small_batches_keep_every_value(broker: Callable[[Script], str],
                                                  b.column("msgId").to_pylist(), strict=True)]
     assert rows == [(i, f"m{i}".encode(), f"u{i}") for i in range(QUEUE_END)]
 
+
+
+# -- the frames a task writes and the answer headers it reads ----------------------------------------------------
+names = st.text(st.sampled_from("aZ09_%-|\"\\\u00e9\u4e2d\n"), max_size=12)
+stand_ins = st.sampled_from([str(n) for n in reader._PullFrames._STAND_INS])
+
+
+@settings(max_examples=200, deadline=None)
+@given(topic=st.one_of(names, stand_ins), group=names, expression=st.one_of(names, stand_ins),
+       offset=st.integers(0, 2**63 - 1), count=st.integers(1, 2**31 - 1))
+def test_pull_frames_are_what_the_codec_writes(topic: str, group: str, expression: str, offset: int,
+                                               count: int) -> None:
+    fields = {"consumerGroup": group, "topic": topic, "queueId": "3", "sysFlag": "4", "commitOffset": "0",
+              "suspendTimeoutMillis": "0", "subscription": expression, "subVersion": "0", "expressionType": "TAG"}
+    frames = reader._PullFrames(fields)
+    opaque, frame = frames.frame(offset, count)
+    cmd = decode(frame)
+    assert cmd.opaque == opaque and cmd.code == RequestCode.PULL_MESSAGE and not cmd.body
+    assert cmd.ext_fields == {**fields, "queueOffset": str(offset), "maxMsgNums": str(count)}
+    # the template is used whenever the stand-ins are each found once (not when a name contains one)
+    assert (frames.template is None) == any(s in topic + expression for s in map(str, frames._STAND_INS))
+
+
+headers = st.fixed_dictionaries({"code": st.integers(-(2**31), 2**31 - 1), "opaque": st.integers(0, 2**31 - 1)},
+                                optional={"flag": st.integers(0, 3), "remark": st.one_of(st.none(), st.text()),
+                                          "extFields": st.dictionaries(st.text(max_size=5), st.text(max_size=5)),
+                                          "language": st.just("JAVA"), "version": st.integers(0, 500)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(headers)
+def test_answer_headers_read_as_the_codec_reads_them(header: dict[str, object]) -> None:
+    raw = json.dumps(header).encode()
+    word = len(raw)  # serialize type 0 (JSON)
+    frame = struct.pack(">II", 4 + len(raw), word) + raw
+    cmd = decode(frame)
+    got = reader._parse_answer(word, bytearray(raw))
+    assert (got.code, got.opaque, got.flag, got.remark, got.ext_fields) == (
+        cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields)
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b'{"code": "1", "opaque": 2}', b'{"code": 1, "opaque": 2.5}', b"{",
+                                 b'{"code": 1, "opaque": 2, "extFields": [1]}'])
+def test_answer_headers_the_codec_refuses_are_refused(raw: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode(struct.pack(">II", 4 + len(raw), len(raw)) + raw)
+    with pytest.raises(ProtocolError):
+        reader._parse_answer(len(raw), bytearray(raw))

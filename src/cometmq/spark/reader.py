@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import socket
 import struct
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +34,15 @@ from cometmq.client.message import MessageQueue
 from cometmq.net.client import split_address
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.remoting import DEFAULT_MAX_FRAME_SIZE, RESPONSE_FLAG, RemotingCommand, encode, make_request
+from cometmq.protocol.remoting import (
+    DEFAULT_MAX_FRAME_SIZE,
+    RESPONSE_FLAG,
+    RemotingCommand,
+    encode,
+    encode_parts,
+    make_request,
+    next_opaque,
+)
 from cometmq.protocol.remoting import decode as decode_frame
 from cometmq.spark.decode import decode_answers
 from cometmq.spark.link import Link
@@ -41,6 +50,11 @@ from cometmq.spark.options import ReadOptions, queue_key
 from cometmq.spark.planning import QueueRange, from_json, limit_rows, split_ranges, to_json
 from cometmq.spark.resolve import DataLossError, check_data_loss, discover, resolve_bound
 from cometmq.spark.schema import arrow_schema
+
+try:
+    import orjson
+except ImportError:  # the remoting codec runs without it too
+    orjson = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +123,75 @@ def read_slice(part: QueueSlice, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
 _FRAME_HEAD = struct.Struct(">II")  # frame length, then serialize type << 24 | header length
 
 
+class _Answer(NamedTuple):
+    """What a task reads of a pull answer's header."""
+
+    code: int
+    opaque: int
+    flag: int
+    remark: str | None
+    ext_fields: dict[str, Any]
+
+
+def _parse_answer(word: int, header: bytearray) -> _Answer:
+    """An answer's header (``word``: the frame's serialize type and header length). A plain JSON header is read
+    with orjson straight into the few fields a task uses; anything else (the binary header, JSON orjson will not
+    take, fields of unexpected types) goes through the remoting codec, which decodes it or raises ProtocolError."""
+    if word >> 24 == 0 and orjson is not None:
+        try:
+            h = orjson.loads(header)
+        except ValueError:
+            h = None
+        if type(h) is dict:
+            code, opaque, flag = h.get("code"), h.get("opaque"), h.get("flag", 0)
+            remark, ext = h.get("remark"), h.get("extFields") or {}
+            if (type(code) is int and type(opaque) is int and type(flag) is int and type(ext) is dict
+                    and (remark is None or type(remark) is str)):
+                return _Answer(code, opaque, flag, remark, ext)
+    frame = bytearray(_FRAME_HEAD.size + len(header))
+    _FRAME_HEAD.pack_into(frame, 0, 4 + len(header), word)
+    frame[_FRAME_HEAD.size:] = header
+    cmd = decode_frame(frame)
+    return _Answer(cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields)
+
+
+class _PullFrames:
+    """The PULL_MESSAGE frames of one slice.
+
+    From one pull to the next only the opaque, the offset and the count change, so the header is encoded once
+    by the remoting codec with stand-in numbers, which become ``%d`` in a template: a frame then costs one
+    formatting instead of a command and a JSON encoding, and its bytes are those the codec would give. When a
+    stand-in is not found exactly once in the header (a name that happens to contain it), every frame is
+    encoded by the codec."""
+
+    _STAND_INS = (1_357_913_579, 8_642_086_420_864_208, 7_531_975)  # opaque, offset, count
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        self.fields = fields
+        opaque, offset, count = self._STAND_INS
+        head, _ = encode_parts(self._command(opaque, offset, count))
+        header = head[_FRAME_HEAD.size:]
+        found = [(header.find(b"%d" % n), b"%d" % n) for n in self._STAND_INS]
+        self.template: bytes | None = None
+        if _FRAME_HEAD.unpack_from(head)[1] >> 24 == 0 and all(header.count(t) == 1 for _, t in found):
+            # the stand-ins' order in the header: the opaque comes before extFields, the rest in field order
+            self.order = [self._STAND_INS.index(int(t)) for _, t in sorted(found)]
+            self.template = re.sub(b"|".join(t for _, t in found), b"%d", header.replace(b"%", b"%%"))
+
+    def _command(self, opaque: int, offset: int, count: int) -> RemotingCommand:
+        return make_request(RequestCode.PULL_MESSAGE, {**self.fields, "queueOffset": str(offset),
+                                                       "maxMsgNums": str(count)}, opaque=opaque)
+
+    def frame(self, offset: int, count: int) -> tuple[int, bytes]:
+        """(opaque, the whole frame) of a pull of ``count`` messages from ``offset``."""
+        opaque = next_opaque()
+        if self.template is None:
+            return opaque, encode(self._command(opaque, offset, count))
+        values = (opaque, offset, count)
+        header = self.template % tuple(values[i] for i in self.order)
+        return opaque, _FRAME_HEAD.pack(4 + len(header), len(header)) + header
+
+
 class _Wire:
     """A task's connection to the broker it reads from: a plain blocking socket, no event loop.
 
@@ -124,12 +207,13 @@ class _Wire:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._head = bytearray(_FRAME_HEAD.size)
-        self._early: dict[int, tuple[RemotingCommand, bytearray]] = {}
+        self._early: dict[int, tuple[_Answer, bytearray]] = {}
         self._live: set[int] = set()
 
-    def send(self, cmd: RemotingCommand) -> None:
-        self._live.add(cmd.opaque)
-        self.sock.sendall(encode(cmd))
+    def send(self, opaque: int, frame: bytes) -> None:
+        """Write the request ``frame`` whose opaque is ``opaque``."""
+        self._live.add(opaque)
+        self.sock.sendall(frame)
 
     def forget(self, opaque: int) -> None:
         self._live.discard(opaque)
@@ -144,7 +228,7 @@ class _Wire:
                 raise ConnectionResetError(f"{self.addr} closed the connection")
             got += n
 
-    def receive(self, opaque: int) -> tuple[RemotingCommand, bytearray]:
+    def receive(self, opaque: int) -> tuple[_Answer, bytearray]:
         """The answer to the request ``opaque`` (its header, and its body in a buffer of its own)."""
         while True:
             early = self._early.pop(opaque, None)
@@ -158,11 +242,10 @@ class _Wire:
             header_len = word & 0xFFFFFF
             if length > DEFAULT_MAX_FRAME_SIZE or header_len > length - 4:
                 raise ProtocolError(f"bad frame from {self.addr}: length {length}, header {header_len}")
-            frame = bytearray(_FRAME_HEAD.size + header_len)  # the frame without its body, for the codec
-            _FRAME_HEAD.pack_into(frame, 0, 4 + header_len, word)
-            with memoryview(frame) as view:
-                self._fill(view[_FRAME_HEAD.size:])
-            cmd = decode_frame(frame)
+            header = bytearray(header_len)
+            with memoryview(header) as view:
+                self._fill(view)
+            cmd = _parse_answer(word, header)
             body = bytearray(length - 4 - header_len)
             if body:
                 with memoryview(body) as view:
@@ -185,6 +268,11 @@ class _SliceReader:
         self.addr = part.addr
         self._wire: _Wire | None = None
         self._link: Link | None = None  # the nameserver, only when the broker stops answering
+        # the subscription rides in each request (no heartbeat: the group need not be known to the broker)
+        self._frames = _PullFrames({
+            "consumerGroup": part.group, "topic": part.topic, "queueId": str(part.queue_id),
+            "sysFlag": str(_FLAG_SUBSCRIPTION), "commitOffset": "0", "suspendTimeoutMillis": "0",
+            "subscription": part.expression, "subVersion": "0", "expressionType": part.expression_type})
 
     def close(self) -> None:
         self._drop_wire()
@@ -197,28 +285,20 @@ class _SliceReader:
             self._wire.close()
             self._wire = None
 
-    def _request(self, offset: int, count: int) -> RemotingCommand:
-        p = self.part
-        return make_request(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": p.group, "topic": p.topic, "queueId": str(p.queue_id), "queueOffset": str(offset),
-            "maxMsgNums": str(count), "sysFlag": str(_FLAG_SUBSCRIPTION), "commitOffset": "0",
-            "suspendTimeoutMillis": "0", "subscription": p.expression, "subVersion": "0",
-            "expressionType": p.expression_type})
-
     def _send(self, offset: int, count: int) -> tuple[int, int, int]:
         """Put a pull on the wire: (offset, count, opaque). A failure to connect or send only drops the
         connection: the next receive fails, and the pulls on the wire are made again."""
-        cmd = self._request(offset, count)
+        opaque, frame = self._frames.frame(offset, count)
         try:
             if self._wire is None:
                 self._wire = _Wire(self.addr, self.part.timeout)
-            self._wire.send(cmd)
+            self._wire.send(opaque, frame)
         except OSError as exc:
             log.debug("pull of %s from %s: %s", self.part.label, self.addr, exc)
             self._drop_wire()
-        return offset, count, cmd.opaque
+        return offset, count, opaque
 
-    def _receive(self, opaque: int) -> tuple[RemotingCommand, bytearray]:
+    def _receive(self, opaque: int) -> tuple[_Answer, bytearray]:
         if self._wire is None:
             raise ConnectionResetError(f"no connection to {self.addr}")
         return self._wire.receive(opaque)

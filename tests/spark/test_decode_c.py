@@ -113,6 +113,79 @@ def test_c_path_takes_the_common_case() -> None:
     assert rows[50]["tags"] is None and rows[50]["msgId"] == "7F000001000000000000000000000000"
 
 
+# Property strings that span several 64-byte blocks of the C split, with separators, the names it looks for,
+# non-ASCII and invalid UTF-8 anywhere (a value can hold \x01; any piece without \x01 is a dropped pair).
+TOKENS = [b"\x01", b"\x02", b"\x02", b"\x00", b"a", b"bench", b"x" * 30, b"\xff", b"\xc3\xa9", b"\xc3", b"\xe6\x97\xa5",
+          b"TAGS\x01", b"KEYS\x01", b"UNIQ_KEY\x01", b"WAIT\x01", b"DELAY\x01", b"TIMER_DELAY_MS\x01",
+          b"TIMER_DELAY_SEC\x01", b"TIMER_DELIVER_MS\x01", b"TIMER_DELAY_MSX\x01"]
+
+
+def records(props: list[bytes]) -> list[bytes]:
+    return [encode_parts(topic=b"T", body=b"b" * i, properties=p, queue_offset=i, store_timestamp=5)
+            for i, p in enumerate(props)]
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(TOKENS), max_size=90).map(b"".join), min_size=1, max_size=4),
+       st.integers(1, 4))
+def test_c_decoder_equals_the_reference_on_long_properties(props: list[bytes], cut: int) -> None:
+    recs = records(props)
+    for schema in SCHEMAS:
+        same(*both([b"".join(recs[:cut]), b"".join(recs[cut:])] if cut < len(recs) else [b"".join(recs)], schema))
+
+
+def pairs_string(pairs: list[bytes]) -> bytes:
+    return b"".join(p + b"\x02" for p in pairs)
+
+
+no_sep = st.binary(max_size=20).map(lambda b: b.replace(b"\x01", b"").replace(b"\x02", b""))
+HIDDEN_ONLY = sorted(set(decode._HIDDEN) - set(decode._WANTED))  # hidden, no column: their values are never read
+INVALID = [b"\xff", b"\xc3", b"\xc0\xaf", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ok\xfe"]
+good_pair = st.sampled_from([b"source\x01bench", b"k\x01v\x01w", b"n\xc3\xa9\x01h\xc3\xa9llo", b"TAGS\x01TagA",
+                             b"KEYS\x01k1 k2", b"UNIQ_KEY\x01" + b"AB" * 16, b"x\x01" + b"y" * 70])
+# Pairs whose bytes end up in no column: a hidden property's value, a pair without \x01, a pair without a name.
+ignored_pair = st.one_of(
+    st.builds(lambda n, v: n + b"\x01" + v, st.sampled_from(HIDDEN_ONLY), st.binary(max_size=20).map(
+        lambda b: b.replace(b"\x02", b""))),
+    no_sep.filter(bool),
+    no_sep.map(lambda b: b"\x01" + b))
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.one_of(good_pair, ignored_pair), max_size=10).map(pairs_string), min_size=1, max_size=5))
+def test_c_path_ignores_bytes_that_reach_no_column(props: list[bytes]) -> None:
+    """Non-UTF-8 bytes in a hidden property's value or in a dropped pair do not send the records to the
+    reference (they are in no column): the C path decodes them, to the reference's batch."""
+    answers = [b"".join(records(props))]
+    for schema in SCHEMAS:
+        assert decode.C_HELPER.decode(answers, "properties" in schema.names, decode._WANTED, decode._HIDDEN) is not None
+        same(*both(answers, schema))
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(good_pair, ignored_pair), max_size=6), st.lists(st.one_of(good_pair, ignored_pair),
+       max_size=6), st.sampled_from(INVALID), st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"mine", b"\xff"]),
+       st.integers(0, 90))
+def test_c_path_gives_up_on_bad_utf8_in_a_column(before: list[bytes], after: list[bytes], bad: bytes, name: bytes,
+                                                  pad: int) -> None:
+    """A name or value that is not UTF-8 in a wanted column (always) or in the map (when read): the C path leaves
+    the records to the reference, which raises; in a map that is not read, the C path decodes them."""
+    pair = name + b"\x01" + bad if name != b"\xff" else name + b"\x01v"
+    pad_pair = [b"pad\x01" + b"p" * pad] if pad else []  # moves the bad bytes across the 64-byte blocks
+    props = pairs_string([*pad_pair, *before, pair, *after])
+    if name in decode._WANTED:  # a later pair of the same name would give the column instead
+        props = pairs_string([*pad_pair, *before, *[p for p in after if not p.startswith(name + b"\x01")], pair])
+    answers = [b"".join(records([pairs_string([b"source\x01bench"]), props]))]
+    for schema in SCHEMAS:
+        with_map = "properties" in schema.names
+        out = decode.C_HELPER.decode(answers, with_map, decode._WANTED, decode._HIDDEN)
+        assert (out is None) == (with_map or name in decode._WANTED)
+        same(*both(answers, schema))
+
+
 def test_pure_python_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMETMQ_PURE_PYTHON", "1")
     assert load_c_helper("cometmq.spark._decodec") is None

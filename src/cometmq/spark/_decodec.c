@@ -38,6 +38,12 @@
 #define MAX_HIDDEN 32
 #define OFFSET_ID_LEN 32
 
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 static inline uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
@@ -88,27 +94,156 @@ typedef struct {
     Py_ssize_t n;
 } Name;
 
-/* The first byte in [p, e) that is \x01 or \x02 (a property separator), else e. Eight bytes at a time: a
- * word has a byte below 3 when (w - 0x03..03) & ~w & 0x80..80 is not 0, and its lowest set bit marks the
- * first such byte (a \x00 there is skipped). Byte by byte where the word trick does not apply. */
-static inline const unsigned char *next_sep(const unsigned char *p, const unsigned char *e) {
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    while (e - p >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        uint64_t t = (w - 0x0303030303030303ull) & ~w & 0x8080808080808080ull;
-        if (t == 0) {
-            p += 8;
-            continue;
+/* Where the separators are in a block of up to 64 bytes of a property string: bit j of *one / *two is set when
+ * byte j is \x01 / \x02, and bit j of *high when byte j is 128 or more (not ASCII). Only the first len bytes
+ * (1..64) count; end is the end of the readable memory (the buffer), so whole 16-byte loads are used wherever
+ * they stay inside it (the bytes past len belong to the next record and are masked off). */
+#if defined(__SSE2__) && !defined(DECODEC_NO_SIMD)
+#include <emmintrin.h>
+
+/* The masks of the 16 bytes at p + c, or-ed into m1, m2, hi at bit c. */
+#define CHUNK(x, c)                                                                          \
+    do {                                                                                     \
+        m1 |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8((x), ones)) << (c);      \
+        m2 |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8((x), twos)) << (c);      \
+        hi |= (uint64_t)(unsigned)_mm_movemask_epi8(x) << (c);                              \
+    } while (0)
+#define LOAD(c) _mm_loadu_si128((const __m128i *)(p + (c)))
+
+static inline void block_masks(const unsigned char *p, Py_ssize_t len, const unsigned char *end, uint64_t *one,
+                               uint64_t *two, uint64_t *high) {
+    const __m128i ones = _mm_set1_epi8(1), twos = _mm_set1_epi8(2);
+    uint64_t m1 = 0, m2 = 0, hi = 0;
+    Py_ssize_t chunks = (len + 15) >> 4;
+    if (end - p >= 16 * chunks) { /* the usual case: whole loads, as many as the block needs, no loop */
+        switch (chunks) {
+        case 4: CHUNK(LOAD(48), 48); /* fall through */
+        case 3: CHUNK(LOAD(32), 32); /* fall through */
+        case 2: CHUNK(LOAD(16), 16); /* fall through */
+        default: CHUNK(LOAD(0), 0);
         }
-        const unsigned char *stop = p + 8;
-        for (p += __builtin_ctzll(t) >> 3; p < stop; p++)
-            if (*p == 0x01 || *p == 0x02) return p;
+    } else { /* the last bytes of the buffer: the last chunk is copied, so that nothing past the buffer is read */
+        for (Py_ssize_t c = 0; c < len; c += 16) {
+            if (end - (p + c) >= 16) {
+                CHUNK(LOAD(c), c);
+            } else {
+                unsigned char tmp[16] = {0};
+                memcpy(tmp, p + c, (size_t)(len - c));
+                CHUNK(_mm_loadu_si128((const __m128i *)tmp), c);
+            }
+        }
     }
+    if (len < 64) { /* the bytes past the block (the next record's) do not count */
+        uint64_t keep = ((uint64_t)1 << len) - 1;
+        m1 &= keep;
+        m2 &= keep;
+        hi &= keep;
+    }
+    *one = m1;
+    *two = m2;
+    *high = hi;
+}
+#undef CHUNK
+#undef LOAD
+#elif defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
+    !defined(DECODEC_NO_SWAR)
+#define LOW7 0x7F7F7F7F7F7F7F7Full
+
+/* The top bit of each byte of w -> bit j for byte j: the multiply moves bit 8j + 7 (shifted down to 8j) to bit
+ * 56 + j; the other partial products land on distinct bits outside 56..63, so nothing carries in. */
+static inline uint64_t gather(uint64_t tops) { return ((tops >> 7) * 0x0102040810204080ull) >> 56; }
+
+/* Bytes of w equal to the byte in pat (repeated): an exact test, with no borrow from one byte into the next. */
+static inline uint64_t equal_bytes(uint64_t w, uint64_t pat) {
+    uint64_t x = w ^ pat;
+    return gather(~(((x & LOW7) + LOW7) | x | LOW7));
+}
+
+static inline void block_masks(const unsigned char *p, Py_ssize_t len, const unsigned char *end, uint64_t *one,
+                               uint64_t *two, uint64_t *high) {
+    uint64_t m1 = 0, m2 = 0, hi = 0;
+    for (Py_ssize_t c = 0; c < len; c += 8) {
+        uint64_t w = 0;
+        if (end - (p + c) >= 8) memcpy(&w, p + c, 8);
+        else memcpy(&w, p + c, (size_t)(len - c));
+        m1 |= equal_bytes(w, 0x0101010101010101ull) << c;
+        m2 |= equal_bytes(w, 0x0202020202020202ull) << c;
+        hi |= gather(w & ~LOW7) << c;
+    }
+    uint64_t keep = len < 64 ? ((uint64_t)1 << len) - 1 : ~(uint64_t)0;
+    *one = m1 & keep;
+    *two = m2 & keep;
+    *high = hi & keep;
+}
+#else
+
+static inline void block_masks(const unsigned char *p, Py_ssize_t len, const unsigned char *end, uint64_t *one,
+                               uint64_t *two, uint64_t *high) {
+    (void)end;
+    uint64_t m1 = 0, m2 = 0, hi = 0;
+    for (Py_ssize_t j = 0; j < len; j++) {
+        m1 |= (uint64_t)(p[j] == 0x01) << j;
+        m2 |= (uint64_t)(p[j] == 0x02) << j;
+        hi |= (uint64_t)(p[j] >> 7) << j;
+    }
+    *one = m1;
+    *two = m2;
+    *high = hi;
+}
 #endif
-    for (; p < e; p++)
-        if (*p == 0x01 || *p == 0x02) return p;
-    return e;
+
+/* The index of the lowest set bit of m (not 0). */
+static inline int lowest_bit(uint64_t m) {
+#if defined(__GNUC__)
+    return __builtin_ctzll(m);
+#else
+    int j = 0;
+    while (!((m >> j) & 1)) j++;
+    return j;
+#endif
+}
+
+/* The bytes of a name from its first 8 on: a few, compared without a call. */
+static inline int same_tail(const unsigned char *p, const unsigned char *q, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] != q[i]) return 0;
+    return 1;
+}
+
+/* The first 8 bytes of a name of n bytes at p (1..63) as one integer, the bytes past the name zeroed, as the
+ * known names' heads are made: one load and a mask where 8 bytes can be read before end. */
+static inline uint64_t name_head(const unsigned char *p, Py_ssize_t n, const unsigned char *end) {
+    uint64_t h = 0;
+    if (end - p >= 8) {
+        memcpy(&h, p, 8);
+        if (n < 8) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            h &= ~(uint64_t)0 << (64 - 8 * n);
+#else
+            h &= ((uint64_t)1 << (8 * n)) - 1;
+#endif
+        }
+    } else {
+        memcpy(&h, p, (size_t)(n < 8 ? n : 8));
+    }
+    return h;
+}
+
+/* A wanted or hidden property name (each name once): its head (name_head), the column it gives (0..2, or -1)
+ * and whether the map leaves it out. Found through a small hash table on (head, length): a pair's name is
+ * compared with the one or two known names of its slot, not with all of them. */
+typedef struct {
+    uint64_t head;
+    const unsigned char *p;
+    Py_ssize_t n;
+    int want, hide;
+    int next; /* the next known name in the same slot, or -1 */
+} Known;
+
+#define SLOT_BITS 7
+
+static inline unsigned slot_of(uint64_t head, Py_ssize_t n) {
+    return (unsigned)(((head ^ (uint64_t)n) * 0x9E3779B97F4A7C15ull) >> (64 - SLOT_BITS));
 }
 
 typedef struct {
@@ -123,14 +258,6 @@ typedef struct {
     const unsigned char *name, *value;
     int32_t name_len, value_len;
 } Pair;
-
-static inline int same(const unsigned char *p, Py_ssize_t n, const Name *name) {
-    if (n != name->n) return 0;
-    const unsigned char *q = (const unsigned char *)name->p;
-    for (Py_ssize_t i = 0; i < n; i++) /* names are short: no call to memcmp */
-        if (p[i] != q[i]) return 0;
-    return 1;
-}
 
 static PyObject *new_bytes(Py_ssize_t n, char **data) {
     PyObject *b = PyBytes_FromStringAndSize(NULL, n);
@@ -164,12 +291,35 @@ static int names_from(PyObject *seq, Name *out, Py_ssize_t max, Py_ssize_t *coun
 
 static const char HEX[] = "0123456789ABCDEF";
 
-/* Checks one record at r (size bytes, the size field read already) and fills rec; appends its map pairs.
- * 0: fine; 1: not the common case (the caller falls back); -1: an exception is set. */
+/* memcpy for the short values most properties are (up to 32 bytes): two loads and stores of a fixed size, which
+ * overlap when n is not that size, instead of a call into libc. Touches only d[0..n) and s[0..n). */
+static inline void copy_short(char *d, const unsigned char *s, size_t n) {
+    if (n >= 8) {
+        if (n > 32) {
+            memcpy(d, s, n);
+        } else if (n >= 16) {
+            memcpy(d, s, 16);
+            memcpy(d + n - 16, s + n - 16, 16);
+        } else {
+            memcpy(d, s, 8);
+            memcpy(d + n - 8, s + n - 8, 8);
+        }
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else if (n > 0) { /* 1 to 3 bytes: the first, the middle and the last */
+        d[0] = (char)s[0];
+        d[n / 2] = (char)s[n / 2];
+        d[n - 1] = (char)s[n - 1];
+    }
+}
+
 typedef struct {
-    const Name *wanted, *hidden;
-    Py_ssize_t n_hidden;
+    Known known[3 + MAX_HIDDEN];
+    Py_ssize_t n_known;
+    int8_t slot[1 << SLOT_BITS]; /* the first known name of each slot, or -1 */
     uint64_t lengths; /* bit n set: some wanted or hidden name is n bytes long (n < 64) */
+    const unsigned char *buf_end; /* the end of the buffer being scanned: loads may reach up to it */
     int want_map;
     Pair *pairs;
     Py_ssize_t n_pairs, pairs_cap;
@@ -177,6 +327,30 @@ typedef struct {
     Py_ssize_t n_compressed, compressed_cap;
     Py_ssize_t body_total, id_total, text_total[2], nulls[2], names_total, values_total;
 } Scan;
+
+/* Adds a wanted (want 0..2) or hidden (want -1) name, merged with an equal one already there: the first wanted
+ * name that matches gives the column, as a scan through wanted in order would. */
+static void add_known(Scan *sc, const Name *name, int want) {
+    const unsigned char *p = (const unsigned char *)name->p;
+    for (Py_ssize_t k = 0; k < sc->n_known; k++) {
+        Known *kn = &sc->known[k];
+        if (kn->n == name->n && same_tail(kn->p, p, name->n)) {
+            if (want < 0) kn->hide = 1;
+            else if (kn->want < 0) kn->want = want;
+            return;
+        }
+    }
+    Known *kn = &sc->known[sc->n_known];
+    kn->head = 0;
+    memcpy(&kn->head, p, (size_t)(name->n < 8 ? name->n : 8));
+    kn->p = p;
+    kn->n = name->n;
+    kn->want = want;
+    kn->hide = want < 0;
+    unsigned s = slot_of(kn->head, kn->n);
+    kn->next = sc->slot[s];
+    sc->slot[s] = (int8_t)sc->n_known++;
+}
 
 static int grow(void **arr, Py_ssize_t *cap, Py_ssize_t item, Py_ssize_t first) {
     Py_ssize_t n = *cap ? 2 * *cap : first;
@@ -190,6 +364,46 @@ static int grow(void **arr, Py_ssize_t *cap, Py_ssize_t item, Py_ssize_t first) 
     return 0;
 }
 
+/* One name\x01value pair (name at p, ending at the first \x01 sep, the value up to q): its column if its name is
+ * wanted, appended to the map unless hidden. 0, or -1 with an exception set. UTF-8 is checked by the caller. */
+static ALWAYS_INLINE int take_pair(Scan *sc, Rec *rec, const unsigned char *p, const unsigned char *sep,
+                                   const unsigned char *q) {
+    Py_ssize_t name_len = sep - p;
+    if (name_len == 0) return 0; /* a nameless pair: dropped */
+    const unsigned char *v = sep + 1;
+    Py_ssize_t value_len = q - v;
+    int keep = 1;
+    if (name_len < 64 && (sc->lengths >> name_len) & 1) {
+        uint64_t head = name_head(p, name_len, sc->buf_end);
+        for (int i = sc->slot[slot_of(head, name_len)]; i >= 0; i = sc->known[i].next) {
+            const Known *k = &sc->known[i];
+            if (k->head == head && k->n == name_len && (name_len <= 8 || same_tail(p + 8, k->p + 8, name_len - 8))) {
+                if (k->want >= 0) {
+                    rec->at[k->want] = v;
+                    rec->len[k->want] = (int32_t)value_len;
+                }
+                keep = !k->hide;
+                break;
+            }
+        }
+    }
+    if (keep && sc->want_map) {
+        if (sc->n_pairs == sc->pairs_cap && grow((void **)&sc->pairs, &sc->pairs_cap, sizeof(Pair), 1024) < 0)
+            return -1;
+        Pair *pr = &sc->pairs[sc->n_pairs++];
+        pr->name = p;
+        pr->name_len = (int32_t)name_len;
+        pr->value = v;
+        pr->value_len = (int32_t)value_len;
+        rec->map_count++;
+        sc->names_total += name_len;
+        sc->values_total += value_len;
+    }
+    return 0;
+}
+
+/* Checks one record at r (size bytes, the size field read already) and fills rec; appends its map pairs.
+ * 0: fine; 1: not the common case (the caller falls back); -1: an exception is set. */
 static int scan_record(Scan *sc, const unsigned char *r, Py_ssize_t size, Py_ssize_t index, Rec *rec) {
     rec->start = r;
     if (be32(r + 4) != MAGIC_CODE) return 1;
@@ -212,57 +426,47 @@ static int scan_record(Scan *sc, const unsigned char *r, Py_ssize_t size, Py_ssi
     rec->at[0] = rec->at[1] = rec->at[2] = NULL;
     rec->len[0] = rec->len[1] = rec->len[2] = 0;
     rec->map_count = 0;
-    const unsigned char *p = r + props_len_at + 2, *e = p + props_len;
-    while (p < e) {
-        /* the pair's first \x01, and the \x02 that ends it (or the end) */
-        const unsigned char *sep = NULL, *q = next_sep(p, e);
-        if (q < e && *q == 0x01) {
-            sep = q;
-            do q = next_sep(q + 1, e);
-            while (q < e && *q == 0x01);
-        }
-        if (sep != NULL && sep > p) {
-            Py_ssize_t name_len = sep - p;
-            const unsigned char *v = sep + 1;
-            Py_ssize_t value_len = q - v;
-            int keep = 1;
-            if (name_len < 64 && (sc->lengths >> name_len) & 1) {
-                for (int w = 0; w < 3; w++) {
-                    if (same(p, name_len, &sc->wanted[w])) {
-                        rec->at[w] = v;
-                        rec->len[w] = (int32_t)value_len;
-                        break;
-                    }
-                }
-                for (Py_ssize_t h = 0; h < sc->n_hidden; h++) {
-                    if (same(p, name_len, &sc->hidden[h])) {
-                        keep = 0;
-                        break;
-                    }
-                }
+    Py_ssize_t first_pair = sc->n_pairs;
+    /* The split, 64 bytes at a time from the separators' bit masks: a pair starts at p and ends at the next \x02
+     * (or at the end); its first \x01 (sep) ends the name, later ones are part of the value; a pair without
+     * \x01 is dropped. sep carries over when a pair goes on into the next block. The non-ASCII bytes are noted
+     * on the way. */
+    const unsigned char *b = r + props_len_at + 2, *e = b + props_len, *p = b, *sep = NULL;
+    uint64_t high = 0;
+    for (; b < e; b += 64) {
+        uint64_t one, two, hi;
+        block_masks(b, e - b < 64 ? e - b : 64, sc->buf_end, &one, &two, &hi);
+        high |= hi;
+        while (two) {
+            int j = lowest_bit(two);
+            if (sep == NULL) {
+                uint64_t before = one & (((uint64_t)1 << j) - 1); /* this block's \x01s of the pair */
+                if (before) sep = b + lowest_bit(before);
             }
-            if (keep && sc->want_map) {
-                if (!utf8_ok(p, name_len) || !utf8_ok(v, value_len)) return 1;
-                if (sc->n_pairs == sc->pairs_cap && grow((void **)&sc->pairs, &sc->pairs_cap, sizeof(Pair), 1024) < 0)
-                    return -1;
-                Pair *pr = &sc->pairs[sc->n_pairs++];
-                pr->name = p;
-                pr->name_len = (int32_t)name_len;
-                pr->value = v;
-                pr->value_len = (int32_t)value_len;
-                rec->map_count++;
-                sc->names_total += name_len;
-                sc->values_total += value_len;
-            }
+            if (sep != NULL && take_pair(sc, rec, p, sep, b + j) < 0) return -1;
+            p = b + j + 1;
+            sep = NULL;
+            one &= ~(((uint64_t)2 << j) - 1); /* the \x01s up to this \x02 are done with */
+            two &= two - 1;
         }
-        p = q + 1; /* past the \x02 (or past the end: the loop stops) */
+        if (sep == NULL && one) sep = b + lowest_bit(one); /* the last pair of the block goes on */
+    }
+    if (sep != NULL && take_pair(sc, rec, p, sep, e) < 0) return -1; /* the last pair has no \x02 */
+    /* UTF-8: all ASCII (the usual case) is valid; otherwise the values that end up in a column are checked one
+     * by one: the kept pairs and the wanted values (a hidden or dropped pair's bytes do not matter). */
+    if (high) {
+        for (Py_ssize_t j = first_pair; j < sc->n_pairs; j++) {
+            const Pair *pr = &sc->pairs[j];
+            if (!utf8_ok(pr->name, pr->name_len) || !utf8_ok(pr->value, pr->value_len)) return 1;
+        }
+        for (int k = 0; k < 3; k++)
+            if (rec->at[k] != NULL && !utf8_ok(rec->at[k], rec->len[k])) return 1;
     }
     for (int k = 0; k < 3; k++) {
         if (rec->at[k] == NULL) {
             if (k == 2) sc->id_total += OFFSET_ID_LEN;
             else sc->nulls[k]++;
         } else {
-            if (!utf8_ok(rec->at[k], rec->len[k])) return 1;
             if (k == 2) sc->id_total += rec->len[k];
             else sc->text_total[k] += rec->len[k];
         }
@@ -294,16 +498,15 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "wanted must name 3 properties");
         goto done;
     }
-    sc.wanted = wanted;
-    sc.hidden = hidden;
-    sc.n_hidden = n_hidden;
+    memset(sc.slot, 0xFF, sizeof(sc.slot));
     for (Py_ssize_t k = 0; k < 3 + n_hidden; k++) {
-        Py_ssize_t len = k < 3 ? wanted[k].n : hidden[k - 3].n;
-        if (len == 0 || len >= 64) {
+        const Name *name = k < 3 ? &wanted[k] : &hidden[k - 3];
+        if (name->n == 0 || name->n >= 64) {
             PyErr_SetString(PyExc_ValueError, "property names must be 1 to 63 bytes");
             goto done;
         }
-        sc.lengths |= (uint64_t)1 << len;
+        sc.lengths |= (uint64_t)1 << name->n;
+        add_known(&sc, name, k < 3 ? (int)k : -1);
     }
     sc.want_map = want_map;
     fast = PySequence_Fast(bufs_obj, "expected a sequence of buffers");
@@ -346,6 +549,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     for (Py_ssize_t b = 0; b < nb; b++) {
         const unsigned char *buf = (const unsigned char *)views[b].buf;
         Py_ssize_t end = views[b].len;
+        sc.buf_end = buf + end;
         for (Py_ssize_t pos = 0; pos < end; i++) {
             Py_ssize_t size = (int32_t)be32(buf + pos);
             int rc = scan_record(&sc, buf + pos, size, i, &recs[i]);
@@ -415,7 +619,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         bo += rec->body_len;
         boff[i + 1] = bo;
         if (rec->at[2] != NULL) {
-            memcpy(idata + io, rec->at[2], (size_t)rec->len[2]);
+            copy_short(idata + io, rec->at[2], (size_t)rec->len[2]);
             io += rec->len[2];
         } else {
             char *h = idata + io;
@@ -430,7 +634,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         ioff[i + 1] = io;
         for (int k = 0; k < 2; k++) {
             if (rec->at[k] != NULL) {
-                memcpy(tdata[k] + to[k], rec->at[k], (size_t)rec->len[k]);
+                copy_short(tdata[k] + to[k], rec->at[k], (size_t)rec->len[k]);
                 to[k] += rec->len[k];
                 if (valid[k]) valid[k][i >> 3] |= (uint8_t)(1u << (i & 7));
             }
@@ -439,10 +643,10 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         if (want_map) {
             for (int32_t j = 0; j < rec->map_count; j++, pi++) {
                 const Pair *pr = &sc.pairs[pi];
-                memcpy(ndata + nmo, pr->name, (size_t)pr->name_len);
+                copy_short(ndata + nmo, pr->name, (size_t)pr->name_len);
                 nmo += pr->name_len;
                 noff[pi + 1] = nmo;
-                memcpy(vdata + vo, pr->value, (size_t)pr->value_len);
+                copy_short(vdata + vo, pr->value, (size_t)pr->value_len);
                 vo += pr->value_len;
                 voff[pi + 1] = vo;
             }

@@ -168,6 +168,35 @@ def test_many_small_batches_keep_every_value(broker: Callable[[Script], str],
 
 
 
+def test_pulls_stay_near_full_answers_when_the_broker_caps_by_bytes(broker: Callable[[Script], str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Records of nearly one size (as a producer's are: keys k1, k2, ... k1000) and a broker that cuts each answer
+    # at a byte budget, as maxTransferBytes does: after the first cut answers the pull size is what fits, less a
+    # little, so the read takes about as many pulls as full answers would, plus the rests of the first ones. (The
+    # first pulls ask for 64 here, so that the queue is many of them long, as a real one is many 1024s long.)
+    monkeypatch.setattr(reader, "PULL_BATCH", 64)
+    budget = 30 * 200
+    sized = [encode_parts(topic=b"T", body=b"x" * (100 + i % 7), queue_id=0, queue_offset=i,
+                          properties=f"UNIQ_KEY\x01u{i}\x02".encode()) for i in range(QUEUE_END)]
+    pulls = []
+
+    def script(k: int, conn: socket.socket) -> None:
+        with conn:
+            while (cmd := read_frame(conn)) is not None:
+                offset, count = int(cmd.ext_fields["queueOffset"]), int(cmd.ext_fields["maxMsgNums"])
+                pulls.append(count)
+                end, size = offset, 0
+                while end < min(offset + count, QUEUE_END) and (end == offset or size + len(sized[end]) <= budget):
+                    size += len(sized[end])
+                    end += 1
+                ext = {"nextBeginOffset": end, "minOffset": 0, "maxOffset": QUEUE_END}
+                conn.sendall(encode(make_response(cmd, ResponseCode.SUCCESS, None, ext, b"".join(sized[offset:end]))))
+
+    assert offsets(broker(script)) == list(range(QUEUE_END))
+    needed = sum(map(len, sized)) / budget  # answers if every one were full
+    assert len(pulls) <= 1.2 * needed + 3 * reader.PULL_DEPTH, (len(pulls), needed, pulls)
+
+
 # -- the frames a task writes and the answer headers it reads ----------------------------------------------------
 names = st.text(st.sampled_from("aZ09_%-|\"\\\u00e9\u4e2d\n"), max_size=12)
 stand_ins = st.sampled_from([str(n) for n in reader._PullFrames._STAND_INS])

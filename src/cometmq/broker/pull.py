@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, cast
 
 from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
 from cometmq.broker.long_polling import HeldPull
-from cometmq.net.connection import RemotingConnection, eager_start
+from cometmq.net.connection import ConnectionClosedError, RemotingConnection, eager_start
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import PullMessageRequestHeader
-from cometmq.protocol.remoting import RemotingCommand, make_response
+from cometmq.protocol.remoting import ONEWAY_FLAG, RemotingCommand, make_response
 from cometmq.protocol.route import perm_readable
+from cometmq.store.mapped_file import FileRegion
 from cometmq.store.status import GetResult, GetStatus
 
 if TYPE_CHECKING:
@@ -46,26 +47,35 @@ class PullProcessor:
 
     @eager_start
     async def pull(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
-        return self.process(conn, cmd, allow_suspend=True)
+        response, region = self.process(conn, cmd, allow_suspend=True)
+        if response is None or region is None or cmd.flag & ONEWAY_FLAG:
+            return response
+        try:  # sent here, with where its body lies in the commit log: the connection may send it from the file
+            conn.send_response(response, file_region=region)
+        except ConnectionClosedError:
+            pass  # the peer is gone
+        return None
 
     def replay(self, conn: RemotingConnection, cmd: RemotingCommand,
                header: PullMessageRequestHeader | None = None) -> None:
         """Run a held pull once more, suspending no longer, and send its answer. Synchronous (a read of the
         store and a write), so the hold service runs it at once when an arrival wakes the pull, rather than a
         loop turn later as a task."""
+        region = None
         try:
-            response = self.process(conn, cmd, allow_suspend=False, header=header)
+            response, region = self.process(conn, cmd, allow_suspend=False, header=header)
         except RemotingError as exc:
             response = make_response(cmd, exc.code, exc.remark)
         except Exception as exc:  # an answer must go back, whatever happened
             log.exception("replaying a held pull failed")
             response = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if response is not None:
-            conn.send_response(response)
+            conn.send_response(response, file_region=region)
 
     def process(self, conn: RemotingConnection, cmd: RemotingCommand, *, allow_suspend: bool,
-                header: PullMessageRequestHeader | None = None) -> RemotingCommand | None:
-        """Answer a pull (``header``: ``cmd``'s, parsed already). Returns None when the pull was held."""
+                header: PullMessageRequestHeader | None = None) -> tuple[RemotingCommand | None, FileRegion | None]:
+        """Answer a pull (``header``: ``cmd``'s, parsed already): (the answer, where its body lies in the commit
+        log when it is one piece of it, else None). The answer is None when the pull was held."""
         if header is not None:
             h = header
         else:
@@ -115,7 +125,7 @@ class PullProcessor:
                                          wake_on_arrival=long_polling, property_filter=prop_filter, header=h),
                                 max(timeout_ms, 0) / 1000)
             self._commit(h, allow_suspend)
-            return None
+            return None, None
         self._commit(h, allow_suspend)
         next_offset = result.next_begin_offset
         if code == ResponseCode.PULL_OFFSET_MOVED:
@@ -129,8 +139,8 @@ class PullProcessor:
             # is only ever written out. The commit log is append-only, and a segment that retention closes while
             # the write is pending stays mapped until the transport lets go of the view (MappedFile._close).
             body = cast(bytes, buffers[0]) if len(buffers) == 1 else b"".join(buffers)
-            return make_response(cmd, code, None, ext, body)
-        return make_response(cmd, code, result.status.value, ext)
+            return make_response(cmd, code, None, ext, body), result.file_region if len(buffers) == 1 else None
+        return make_response(cmd, code, result.status.value, ext), None
 
     def _commit(self, h: PullMessageRequestHeader, allow_suspend: bool) -> None:
         # Only the first run of a request commits; a replay of a held pull must not commit again.

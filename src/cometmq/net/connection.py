@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -39,6 +40,16 @@ DEFAULT_WRITE_LOW_WATER = 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 16384  # handlers running per connection before we stop reading (soft: a chunk in hand
 # is still dispatched)
 _WRITELINES_THRESHOLD = 64 * 1024  # below this, one joined write is cheaper than a vectored one
+_SENDFILE_THRESHOLD = 64 * 1024  # below this, a body is written from memory (sendfile saves a copy, costs a call)
+
+
+class FileSource(Protocol):
+    """A body that lies in a file (cometmq.store.mapped_file.FileRegion): ``size`` bytes a socket can be sent."""
+
+    size: int
+
+    def send_to(self, sock_fd: int) -> int:
+        """Send as much as the non-blocking socket ``sock_fd`` takes now (from the start); the count sent."""
 _EMPTY_DISPATCHER: Dispatcher = {}
 
 
@@ -207,14 +218,18 @@ class RemotingConnection(asyncio.Protocol):
             raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
         self._write(cmd)
 
-    def send_response(self, cmd: RemotingCommand) -> bool:
-        """Send a reply; False (and nothing sent) if the peer has gone, which is normal for late replies."""
+    def send_response(self, cmd: RemotingCommand, *, file_region: FileSource | None = None) -> bool:
+        """Send a reply; False (and nothing sent) if the peer has gone, which is normal for late replies.
+
+        ``file_region``: where ``cmd``'s body lies in a file; when nothing is waiting to be written on this
+        connection, the frame's head is written to the socket and the body sent from the file (sendfile), and
+        whatever the socket does not take at once is written from ``cmd.body`` as usual."""
         if not self._can_write():
             log.debug("dropping reply code %d opaque %d: %s is closed", cmd.code, cmd.opaque, self.remote_address)
             return False
         if not cmd.flag & RESPONSE_FLAG:
             cmd = replace(cmd, flag=cmd.flag | RESPONSE_FLAG)
-        self._write(cmd)
+        self._write(cmd, file_region)
         return True
 
     def _can_write(self) -> bool:
@@ -305,11 +320,29 @@ class RemotingConnection(asyncio.Protocol):
         self._update_reading()
 
     # -- internals -----------------------------------------------------------------------------------------
-    def _write(self, cmd: RemotingCommand) -> None:
+    def _write(self, cmd: RemotingCommand, file_region: FileSource | None = None) -> None:
         head, body = encode_parts(cmd)
         transport = self._transport
         if transport is None or transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
+        if file_region is not None and len(body) >= _SENDFILE_THRESHOLD and len(body) == file_region.size \
+                and transport.get_write_buffer_size() == 0:
+            # Nothing is queued in the transport (uvloop's or asyncio's), so bytes written to the socket now
+            # go out in order: the head, then as much of the body as the socket takes straight from the file;
+            # the transport writes what is left, after them.
+            sock = transport.get_extra_info("socket")
+            fd = sock.fileno() if sock is not None else -1
+            if fd >= 0:
+                try:
+                    wrote = os.write(fd, head)
+                except OSError:  # full (BlockingIOError) or failing: the transport's write finds out which
+                    wrote = 0
+                sent = file_region.send_to(fd) if wrote == len(head) else 0
+                if wrote < len(head):
+                    transport.write(head[wrote:])
+                if sent < len(body):
+                    transport.write(body[sent:])
+                return
         if len(body) >= _WRITELINES_THRESHOLD:
             transport.writelines((head, body))
         else:

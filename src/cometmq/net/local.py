@@ -20,7 +20,13 @@ import itertools
 import logging
 
 from cometmq.net.client import LocalConnector
-from cometmq.net.connection import ConnectionClosedError, Dispatcher, RemotingConnectError, RemotingConnection
+from cometmq.net.connection import (
+    ConnectionClosedError,
+    Dispatcher,
+    FileSource,
+    RemotingConnectError,
+    RemotingConnection,
+)
 from cometmq.net.server import RemotingServer
 from cometmq.protocol.remoting import RESPONSE_FLAG, RemotingCommand, normalize_ext_fields
 
@@ -90,7 +96,8 @@ class LocalConnection(RemotingConnection):
             except RuntimeError:  # the loop is closing
                 peer._shutdown("closed by the peer")
 
-    def _write(self, cmd: RemotingCommand) -> None:
+    def _write(self, cmd: RemotingCommand, file_region: FileSource | None = None) -> None:
+        # file_region is ignored: the body crosses as bytes
         peer = self._peer
         if self._closed or peer is None or peer._closed:
             raise ConnectionClosedError(f"connection to {self.remote_address} is closed")

@@ -43,6 +43,10 @@ def segment_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+#: os.sendfile where the system has it (Linux, macOS, BSDs)
+_sendfile = getattr(os, "sendfile", None)
+
+
 class MappedFile:
     """One fixed-size segment file mapped into memory."""
 
@@ -112,6 +116,24 @@ class MappedFile:
     def view(self, pos: int, size: int) -> memoryview:
         """A zero-copy view of ``size`` bytes at file position ``pos``."""
         return self._view[pos : pos + size]
+
+    def send_to(self, sock_fd: int, pos: int, size: int) -> int:
+        """Send ``size`` bytes at file position ``pos`` to the non-blocking socket ``sock_fd`` with sendfile(2):
+        the kernel takes them from the page cache, no copy through this process. Returns how many it took now;
+        0 when it took none: the socket is full, the connection failed (the caller's write through its
+        transport reports that), the segment is closed or being warmed (its lock is not waited for: this runs on
+        the event loop), or the system has no sendfile. The caller writes the rest from the mapping."""
+        if _sendfile is None or not self._warm_lock.acquire(blocking=False):
+            return 0
+        try:
+            if self._fd < 0:  # closed (the lock keeps close() from running during the call)
+                return 0
+            sent: int = _sendfile(sock_fd, self._fd, pos, size)
+            return sent
+        except OSError:
+            return 0
+        finally:
+            self._warm_lock.release()
 
     def flush(self) -> int:
         """Flush everything written so far; returns the new flushed position."""
@@ -217,6 +239,19 @@ class MappedFile:
             self.path.unlink()
         except FileNotFoundError:
             pass
+
+
+class FileRegion:
+    """``size`` bytes at file position ``pos`` of a segment: what a pull answer can be sent straight from."""
+
+    __slots__ = ("mf", "pos", "size")
+
+    def __init__(self, mf: MappedFile, pos: int, size: int) -> None:
+        self.mf, self.pos, self.size = mf, pos, size
+
+    def send_to(self, sock_fd: int) -> int:
+        """As much of the region as the socket takes now (see MappedFile.send_to)."""
+        return self.mf.send_to(sock_fd, self.pos, self.size)
 
 
 class MappedFileQueue:

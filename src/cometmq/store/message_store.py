@@ -24,6 +24,7 @@ from cometmq.store.dispatch import Dispatcher, ReputService
 from cometmq.store.flush import AsyncFlushService, GroupCommitService, _FlushBase
 from cometmq.store.index import IndexService
 from cometmq.store.index_builder import IndexBuilder
+from cometmq.store.mapped_file import FileRegion
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.recovery import recover
 from cometmq.store.retention import CleanService, MaintenanceService
@@ -308,9 +309,14 @@ class MessageStore:
         if coalesce and tag_filter is None and record_filter is None:
             runs = self._runs(cq, offset, min(max_count, max_off - offset), byte_limit)
             if runs is not None:
-                views, count = runs
+                views, count, start = runs
+                region = None
+                if len(views) == 1:
+                    mf = self.commitlog.files.find(start)
+                    if mf is not None:
+                        region = FileRegion(mf, start - mf.file_from_offset, len(views[0]))
                 return GetResult(GetStatus.FOUND, offset + count, min_off, max_off, views,
-                                 range(offset, offset + count), sum(map(len, views)))
+                                 range(offset, offset + count), sum(map(len, views)), region)
         # Bound the work of one read when a filter rejects most units (RocketMQ's 16000-byte scan).
         scan_limit = max(max_count, 800)
         log_min = self.commitlog.min_offset
@@ -372,12 +378,14 @@ class MessageStore:
             result.status = GetStatus.OFFSET_FOUND_NULL
         return result
 
-    def _runs(self, cq: ConsumeQueue, offset: int, count: int, byte_limit: int) -> tuple[list[memoryview], int] | None:
+    def _runs(self, cq: ConsumeQueue, offset: int, count: int,
+              byte_limit: int) -> tuple[list[memoryview], int, int] | None:
         """The records get_messages (unfiltered) would return from ``offset``, as one view per run of records
         that lie back to back in the commit log (a queue's records written in a batch do), found without
-        Python work per record: (views, record count). None when this cannot tell cheaply (the caller then
-        takes the record-by-record loop): units in two consume-queue files, a unit of size 0 (a hole), a
-        record below the log's first offset or not inside one segment, many short runs.
+        Python work per record: (views, record count, the first record's commit-log offset). None when this
+        cannot tell cheaply (the caller then takes the record-by-record loop): units in two consume-queue
+        files, a unit of size 0 (a hole), a record below the log's first offset or not inside one segment, many
+        short runs.
 
         How: the sizes are read in one struct call. When the last record ends where the first starts plus the
         sum of the sizes, the records are back to back (a queue's records have increasing commit-log offsets
@@ -401,7 +409,7 @@ class MessageStore:
                     if view is None:
                         return None
                     views.append(view)
-                return views, k
+                return views, k, spans[0][0]
             n = len(units) // CQ_UNIT_SIZE
             sizes = _unit_sizes(n).unpack_from(units)
             if min(sizes) <= 0:
@@ -428,7 +436,7 @@ class MessageStore:
                     k = lo
                 phy, size, _ = unpack(units, (k - 1) * CQ_UNIT_SIZE)
                 view = self.commitlog.read(phy0, phy + size - phy0)
-                return None if view is None else ([view], k)
+                return None if view is None else ([view], k, phy0)
             expected = list(itertools.accumulate(sizes, initial=phy0))
             k = max(1, bisect.bisect_right(expected, phy0 + byte_limit) - 1)  # records within the cap
             if k == n < count:  # more would fit: the rest is in the next consume-queue file
@@ -456,7 +464,7 @@ class MessageStore:
                     return None
                 views.append(view)
                 i = lo
-        return views, k
+        return views, k, phy0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from cometmq.store.mapped_file import FileRegion
 from cometmq.store.message import DispatchRequest
 
 
@@ -56,6 +57,8 @@ class GetResult:
     #: a list, or a range when a coalesced read returns every offset in order
     queue_offsets: list[int] | range = field(default_factory=list)
     buffer_total_size: int = 0
+    #: where the one buffer of a coalesced read lies in its segment (a socket can be sent it from the file)
+    file_region: FileRegion | None = None
 
     @property
     def message_count(self) -> int:

@@ -139,7 +139,7 @@ class PullProcessor:
             # is only ever written out. The commit log is append-only, and a segment that retention closes while
             # the write is pending stays mapped until the transport lets go of the view (MappedFile._close).
             body = cast(bytes, buffers[0]) if len(buffers) == 1 else b"".join(buffers)
-            return make_response(cmd, code, None, ext, body), result.file_region if len(buffers) == 1 else None
+            return make_response(cmd, code, None, ext, body), result.file_region  # set for one view only
         return make_response(cmd, code, result.status.value, ext), None
 
     def _commit(self, h: PullMessageRequestHeader, allow_suspend: bool) -> None:

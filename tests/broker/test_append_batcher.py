@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from cometmq.broker.append_batcher import AppendBatcher
-from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.broker.appender import Appender
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutStatus
 from tests.store.conftest import SYNC, msg
@@ -40,10 +40,9 @@ async def test_a_bad_request_fails_alone(make_store: Callable[..., MessageStore]
 
 async def test_sync_flush_resolves_only_when_flushed(make_store: Callable[..., MessageStore]) -> None:
     store = make_store(flush_disk_type=SYNC)
-    loop = asyncio.get_running_loop()
-    waiter = FlushWaiter(loop, store.flushed_offset)
-    store.add_flush_listener(waiter.on_flushed)
-    b = AppendBatcher(loop, store.put_messages, wait_flushed=lambda end: waiter.wait(end, 5.0))
+    appender = Appender(store, sync_flush_timeout_s=5.0)  # as the broker builds it
+    appender.start(asyncio.get_running_loop())
+    b = appender.batcher
     results = await asyncio.gather(*(b.put([msg()]) for _ in range(64)))
     assert all(r.ok for r in results)
     assert store.flushed_offset >= max(r.end_offset for r in results)

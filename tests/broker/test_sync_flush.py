@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cometmq.broker.append_batcher import AppendBatcher
-from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.broker.appender import Appender
 from cometmq.client import Message
 from cometmq.client.sync import SyncLitePullConsumer
 from cometmq.store.message_store import MessageStore
@@ -18,11 +18,10 @@ from tests.store.conftest import SYNC, msg
 
 
 def sync_batcher(store: MessageStore, loop: asyncio.AbstractEventLoop) -> AppendBatcher:
-    """As the broker's controller builds it under SYNC_FLUSH."""
-    waiter = FlushWaiter(loop, store.flushed_offset)
-    store.add_flush_listener(waiter.on_flushed)
-    return AppendBatcher(loop, lambda msgs: store.put_messages(msgs, request_flush=False),
-                         wait_flushed=lambda end: waiter.wait(end, 5.0), commit=store.commit)
+    """The broker's one write path (as its controller builds it) under SYNC_FLUSH."""
+    appender = Appender(store, sync_flush_timeout_s=5.0)
+    appender.start(loop)
+    return appender.batcher
 
 
 async def test_fast_disk_commits_each_batch_in_the_loop_thread(make_store: Callable[..., MessageStore]) -> None:

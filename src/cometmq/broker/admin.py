@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from cometmq.broker.groups import SubscriptionGroupConfig
-from cometmq.broker.topics import retry_topic
+from cometmq.broker.clients import ConsumerManager, ProducerManager
+from cometmq.broker.config import BrokerConfig
+from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
+from cometmq.broker.locks import RebalanceLockManager
+from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.topics import TopicConfigManager, retry_topic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.client_bodies import (
     CLUSTERING,
@@ -20,7 +24,7 @@ from cometmq.protocol.client_bodies import (
     loads_object,
 )
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import ProtocolError, RemoteProtocolError
 from cometmq.protocol.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
@@ -36,9 +40,7 @@ from cometmq.protocol.headers import (
 )
 from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import TopicConfig
-
-if TYPE_CHECKING:
-    from cometmq.broker.controller import BrokerController
+from cometmq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,8 @@ H = TypeVar("H", bound=Header)
 
 
 def parse(cls: type[H], cmd: RemotingCommand) -> H:
-    try:
-        return cls.from_ext(cmd.ext_fields)
-    except ProtocolError as exc:
-        raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    # no longer needed (a bad header raises RemoteProtocolError, answered at the dispatch): inline as from_ext
+    return cls.from_ext(cmd.ext_fields)
 
 
 def ok(cmd: RemotingCommand, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
@@ -60,8 +60,20 @@ def ok(cmd: RemotingCommand, ext: dict[str, str] | None = None, body: bytes = b"
 
 
 class AdminProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.b = broker
+    def __init__(self, config: BrokerConfig, store: MessageStore, *, topics: TopicConfigManager,
+                 groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager, consumers: ConsumerManager,
+                 producers: ProducerManager, locks: RebalanceLockManager, held_pulls: Callable[[], int],
+                 clock: Callable[[], int]) -> None:
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.consumers = consumers
+        self.producers = producers
+        self.locks = locks
+        self.held_pulls = held_pulls
+        self.clock = clock
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -93,32 +105,31 @@ class AdminProcessor:
     async def heartbeat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         try:
             data = HeartbeatData.decode(cmd.body)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad heartbeat: {exc}") from None
-        b = self.b
+        except ProtocolError as exc:  # name the part; the dispatch picks the code
+            raise RemoteProtocolError(f"bad heartbeat: {exc}") from None
         conn.attributes["client_id"] = data.client_id
         for consumer in data.consumers:
-            cfg = b.groups.find(consumer.group_name)
+            cfg = self.groups.find(consumer.group_name)
             if cfg is not None and consumer.message_model == CLUSTERING:
-                b.topics.create_system_topic(retry_topic(consumer.group_name), cfg.retryQueueNums)
-            b.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer,
+                self.topics.create_system_topic(retry_topic(consumer.group_name), cfg.retryQueueNums)
+            self.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer,
                                  notify=cfg is None or cfg.notifyConsumerIdsChangedEnable)
         for group in data.producer_groups:
-            b.producers.register(conn, data.client_id, cmd.language, cmd.version, group)
+            self.producers.register(conn, data.client_id, cmd.language, cmd.version, group)
         return ok(cmd)
 
     async def unregister_client(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(UnregisterClientRequestHeader, cmd)
         if h.producer_group:
-            self.b.producers.unregister(h.producer_group, h.client_id)
+            self.producers.unregister(h.producer_group, h.client_id)
         if h.consumer_group:
-            self.b.consumers.unregister(h.consumer_group, h.client_id)
-            self.b.locks.unlock_client(h.client_id)
+            self.consumers.unregister(h.consumer_group, h.client_id)
+            self.locks.unlock_client(h.client_id)
         return ok(cmd)
 
     async def consumer_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(GetConsumerListByGroupRequestHeader, cmd)
-        ids = self.b.consumers.client_ids(h.consumer_group)
+        ids = self.consumers.client_ids(h.consumer_group)
         if not ids:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no consumer of group {h.consumer_group} is online")
         return ok(cmd, body=encode_consumer_list(ids))
@@ -126,12 +137,12 @@ class AdminProcessor:
     # -- offsets --------------------------------------------------------------------------------------------
     async def query_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(QueryConsumerOffsetRequestHeader, cmd)
-        offset = self.b.offsets.query(h.consumer_group, h.topic, h.queue_id)
+        offset = self.offsets.query(h.consumer_group, h.topic, h.queue_id)
         if offset >= 0:
             return ok(cmd, {"offset": str(offset)})
         # Never committed: as RocketMQ, a queue that still starts at 0 is read from its start, so a new
         # group sees the messages already sent to a new topic.
-        if self.b.store.min_offset(h.topic, h.queue_id) <= 0 and h.set_zero_if_not_found is not False:
+        if self.store.min_offset(h.topic, h.queue_id) <= 0 and h.set_zero_if_not_found is not False:
             return ok(cmd, {"offset": "0"})
         return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, "no committed offset for this queue")
 
@@ -139,61 +150,61 @@ class AdminProcessor:
         h = parse(UpdateConsumerOffsetRequestHeader, cmd)
         if h.commit_offset < 0:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOffset {h.commit_offset} is negative")
-        self.b.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return ok(cmd)
 
     async def max_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(TopicQueueHeader, cmd)
-        return ok(cmd, {"offset": str(self.b.store.max_offset(h.topic, h.queue_id))})
+        return ok(cmd, {"offset": str(self.store.max_offset(h.topic, h.queue_id))})
 
     async def min_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(TopicQueueHeader, cmd)
-        return ok(cmd, {"offset": str(self.b.store.min_offset(h.topic, h.queue_id))})
+        return ok(cmd, {"offset": str(self.store.min_offset(h.topic, h.queue_id))})
 
     async def search_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(SearchOffsetRequestHeader, cmd)
-        return ok(cmd, {"offset": str(self.b.store.offset_by_time(h.topic, h.queue_id, h.timestamp))})
+        return ok(cmd, {"offset": str(self.store.offset_by_time(h.topic, h.queue_id, h.timestamp))})
 
     async def earliest_time(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(TopicQueueHeader, cmd)
-        ts = self.b.store.earliest_store_time(h.topic, h.queue_id)
+        ts = self.store.earliest_store_time(h.topic, h.queue_id)
         return ok(cmd, {"timestamp": str(ts if ts is not None else -1)})
 
     # -- messages -------------------------------------------------------------------------------------------
     async def view_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(ViewMessageRequestHeader, cmd)
-        view = self.b.store.read_record(h.offset)
+        view = self.store.read_record(h.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {h.offset}")
         return ok(cmd, body=bytes(view))
 
     async def query_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(QueryMessageRequestHeader, cmd)
-        found = self.b.store.query_by_key(h.topic, h.key, max(1, min(h.max_num, 64)), h.begin_timestamp,
+        found = self.store.query_by_key(h.topic, h.key, max(1, min(h.max_num, 64)), h.begin_timestamp,
                                           h.end_timestamp)
         if not found:
             return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, f"no message with key {h.key} in {h.topic}")
-        ext = {"indexLastUpdateTimestamp": str(self.b.clock()),
-               "indexLastUpdatePhyoffset": str(self.b.store.commitlog.max_offset)}
+        ext = {"indexLastUpdateTimestamp": str(self.clock()),
+               "indexLastUpdatePhyoffset": str(self.store.commitlog.max_offset)}
         return ok(cmd, ext, b"".join(bytes(v) for v in found))
 
     # -- locks ----------------------------------------------------------------------------------------------
     async def lock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         body = self._lock_body(cmd)
-        got = self.b.locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
+        got = self.locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
         return ok(cmd, body=encode_lock_ok(got))
 
     async def unlock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         body = self._lock_body(cmd)
-        self.b.locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
+        self.locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
         return ok(cmd)
 
     @staticmethod
     def _lock_body(cmd: RemotingCommand) -> LockBatchBody:
         try:
             return LockBatchBody.decode(cmd.body)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad lock body: {exc}") from None
+        except ProtocolError as exc:  # name the part; the dispatch picks the code
+            raise RemoteProtocolError(f"bad lock body: {exc}") from None
 
     # -- topics and groups ----------------------------------------------------------------------------------
     async def create_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -204,21 +215,21 @@ class AdminProcessor:
                 key, _, value = item.partition("=")
                 if key.strip().lstrip("+") == "message.type":
                     message_type = value.strip().upper()
-        self.b.topics.put(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type,
+        self.topics.put(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type,
                                       h.topic_sys_flag, h.order, message_type))
         return ok(cmd)
 
     async def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(DeleteTopicRequestHeader, cmd)
-        self.b.topics.delete(h.topic)
-        self.b.offsets.delete_topic(h.topic)
-        self.b.store.delete_topic(h.topic)
+        self.topics.delete(h.topic)
+        self.offsets.delete_topic(h.topic)
+        self.store.delete_topic(h.topic)
         return ok(cmd)
 
     async def all_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        table = {c.topic_name: c.to_json() for c in self.b.topics.all()}
+        table = {c.topic_name: c.to_json() for c in self.topics.all()}
         return ok(cmd, body=dumps({"topicConfigTable": table,
-                                   "dataVersion": {"timestamp": 0, "counter": self.b.topics.data_version}}))
+                                   "dataVersion": {"timestamp": 0, "counter": self.topics.data_version}}))
 
     async def create_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         try:
@@ -226,58 +237,58 @@ class AdminProcessor:
             cfg = SubscriptionGroupConfig.from_json(raw)
         except (ProtocolError, TypeError) as exc:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}") from None
-        self.b.groups.put(cfg)
+        self.groups.put(cfg)
         return ok(cmd)
 
     async def all_groups(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         from dataclasses import asdict
 
-        return ok(cmd, body=dumps({"subscriptionGroupTable": {n: asdict(c) for n, c in self.b.groups.groups.items()}}))
+        return ok(cmd, body=dumps({"subscriptionGroupTable": {n: asdict(c) for n, c in self.groups.groups.items()}}))
 
     async def delete_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.ext_fields.get("groupName", "")
         if not group:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "header field 'groupName' is missing")
-        self.b.groups.delete(group)
+        self.groups.delete(group)
         return ok(cmd)
 
     # -- stats ----------------------------------------------------------------------------------------------
     def _queues(self, topic: str) -> list[int]:
-        cfg = self.b.topics.get(topic)
+        cfg = self.topics.get(topic)
         if cfg is None:
             raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")
         return list(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
 
     async def topic_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.ext_fields.get("topic", "")
-        store = self.b.store
+        store = self.store
         table: list[dict[str, Any]] = []
         for q in self._queues(topic):
             last = store.max_offset(topic, q)
             ts = store.store_time(topic, q, last - 1) if last > 0 else None
-            table.append({"topic": topic, "brokerName": self.b.config.broker_name, "queueId": q,
+            table.append({"topic": topic, "brokerName": self.config.broker_name, "queueId": q,
                           "minOffset": store.min_offset(topic, q), "maxOffset": last, "lastUpdateTimestamp": ts or 0})
         return ok(cmd, body=dumps({"offsetTable": table}))
 
     async def consume_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.ext_fields.get("consumerGroup", "")
         topic_filter = cmd.ext_fields.get("topic") or None
-        topics = [topic_filter] if topic_filter else sorted(self.b.offsets.topics_of_group(group))
+        topics = [topic_filter] if topic_filter else sorted(self.offsets.topics_of_group(group))
         table: list[dict[str, Any]] = []
         for topic in topics:
-            if self.b.topics.get(topic) is None:
+            if self.topics.get(topic) is None:
                 continue
             for q in self._queues(topic):
-                table.append({"topic": topic, "brokerName": self.b.config.broker_name, "queueId": q,
-                              "brokerOffset": self.b.store.max_offset(topic, q),
-                              "consumerOffset": max(self.b.offsets.query(group, topic, q), 0)})
+                table.append({"topic": topic, "brokerName": self.config.broker_name, "queueId": q,
+                              "brokerOffset": self.store.max_offset(topic, q),
+                              "consumerOffset": max(self.offsets.query(group, topic, q), 0)})
         return ok(cmd, body=dumps({"offsetTable": table, "consumeTps": 0}))
 
     async def runtime_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        store = self.b.store
+        store = self.store
         table = {
             "brokerVersionDesc": "cometmq", "commitLogMinOffset": str(store.commitlog.min_offset),
-            "commitLogMaxOffset": str(store.commitlog.max_offset), "heldPullRequests": str(self.b.hold.held_count),
-            "topicCount": str(len(self.b.topics.topics)), "consumerGroupsOnline": str(len(self.b.consumers.groups)),
+            "commitLogMaxOffset": str(store.commitlog.max_offset), "heldPullRequests": str(self.held_pulls()),
+            "topicCount": str(len(self.topics.topics)), "consumerGroupsOnline": str(len(self.consumers.groups)),
         }
         return ok(cmd, body=json.dumps({"table": table}).encode())

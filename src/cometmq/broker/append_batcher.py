@@ -5,9 +5,10 @@ encoding pass, a dispatch and a flush request per message. Here the requests tha
 event loop are appended together as one batch at the end of the turn (the store's fast path: ~3 µs a record
 instead of ~13 µs) and dispatched together. Under ASYNC_FLUSH the first request of a turn is appended at once,
 so a lone request waits for nothing; under SYNC_FLUSH all of them wait for the end of the turn and then for one
-group commit, awaited once for the whole batch — or, with ``commit``, made durable right there (the store runs the
-fdatasync in this thread while the disk is fast, which saves two thread hand-offs per round). Each caller still
-gets a ``PutResult`` of its own messages only.
+group commit, awaited once for the whole batch — or, with ``durable_now``, made durable right there (the store runs
+the fdatasync in this thread while the disk is fast, which saves two thread hand-offs per round). Each caller still
+gets a ``PutResult`` of its own messages only. What "durable" means is not decided here: ``broker/appender.py``
+owns that rule and hands it in.
 
 If the combined batch is refused (one request's message is too large, say), each request is appended on its own
 so that one bad message fails only its own request.
@@ -22,45 +23,51 @@ from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult, PutStatus
 
 PutMessages = Callable[[list[MessageInner]], PutResult]
-#: SYNC_FLUSH: wait (on the loop) until the commit log is flushed to an offset; False on timeout
-WaitFlushed = Callable[[int], Awaitable[bool]]
-#: SYNC_FLUSH: try to make the log durable to an offset now; True if it is (else wait with WaitFlushed)
-Commit = Callable[[int], bool]
+#: wait (on the loop) until the log is durable to an offset: PUT_OK, or the timeout status to answer with
+WaitDurable = Callable[[int], Awaitable[PutStatus]]
+#: try to make the log durable to an offset now; True if it is (else wait with WaitDurable)
+DurableNow = Callable[[int], bool]
+#: told a request's result as soon as its records are in the log (before they are durable)
+OnStored = Callable[[PutResult], None]
+_Pending = tuple[list[MessageInner], "asyncio.Future[PutResult]", OnStored | None]
 
 
 class AppendBatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop, put_messages: PutMessages, *, max_batch: int = 1024,
-                 max_bytes: int = 4 << 20, wait_flushed: WaitFlushed | None = None,
-                 commit: Commit | None = None) -> None:
+                 max_bytes: int = 4 << 20, wait_durable: WaitDurable | None = None,
+                 durable_now: DurableNow | None = None) -> None:
         self._loop = loop
         self._put = put_messages
-        self._commit = commit
-        #: with it, a request's future resolves only once its records are flushed (one wait per batch)
-        self._wait_flushed = wait_flushed
+        self._durable_now = durable_now
+        #: with it, a request's future resolves only once its records are durable (one wait per batch)
+        self._wait_durable = wait_durable
         self._waits: set[asyncio.Task[None]] = set()
         self._max_batch = max_batch
         self._max_bytes = max_bytes
         self._bytes = 0
-        self._pending: list[tuple[list[MessageInner], asyncio.Future[PutResult]]] = []
+        self._pending: list[_Pending] = []
         self._count = 0
         self._scheduled = False
         #: appends made / requests served (their ratio is the coalescing achieved)
         self.appends = 0
         self.requests = 0
 
-    def put(self, msgs: list[MessageInner]) -> asyncio.Future[PutResult]:
+    def put(self, msgs: list[MessageInner], on_stored: OnStored | None = None) -> asyncio.Future[PutResult]:
+        """Append ``msgs`` with the other requests of this loop turn. ``on_stored`` is called with the result
+        right after the append, in the same call (a state machine can take note of where its record went
+        before anything else runs on the loop); the future resolves once the records are durable."""
         fut: asyncio.Future[PutResult] = self._loop.create_future()
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._drain)
-            if self._wait_flushed is None:
+            if self._wait_durable is None:
                 # ASYNC_FLUSH: the first request of a loop turn is appended at once (no added latency for a lone
                 # request); the window it opens gathers the requests that arrive later in the same turn. Under
                 # SYNC_FLUSH the whole turn waits for one group commit, so its first request waits with the rest.
                 self.requests += 1
-                self._finish([(fut, self._append(msgs))])
+                self._finish([(fut, self._stored(self._append(msgs), on_stored))])
                 return fut
-        self._pending.append((msgs, fut))
+        self._pending.append((msgs, fut, on_stored))
         self._count += len(msgs)
         self._bytes += sum(len(m.body) for m in msgs)
         if self._count >= self._max_batch or self._bytes >= self._max_bytes:
@@ -79,46 +86,53 @@ class AppendBatcher:
         self.requests += len(pending)
         settled: list[tuple[asyncio.Future[PutResult], PutResult]]
         if len(pending) == 1:
-            settled = [(pending[0][1], self._append(pending[0][0]))]
+            msgs, fut, on_stored = pending[0]
+            settled = [(fut, self._stored(self._append(msgs), on_stored))]
         else:
-            everything = [m for msgs, _ in pending for m in msgs]
+            everything = [m for msgs, _, _ in pending for m in msgs]
             result = self._append(everything)
             if not result.ok:  # isolate the request that made the batch fail
-                settled = [(fut, self._append(msgs)) for msgs, fut in pending]
+                settled = [(fut, self._stored(self._append(msgs), on_stored)) for msgs, fut, on_stored in pending]
             else:
                 settled = []
                 records = result.records
                 i = 0
-                for msgs, fut in pending:
+                for msgs, fut, on_stored in pending:
                     mine = records[i:i + len(msgs)]
                     i += len(msgs)
                     last = mine[-1]
-                    settled.append((fut, PutResult(result.status, mine, result.remark,
-                                                   end_offset=last.phy_offset + last.size)))
+                    res = PutResult(result.status, mine, result.remark, end_offset=last.phy_offset + last.size)
+                    settled.append((fut, self._stored(res, on_stored)))
         self._finish(settled)
 
     def _finish(self, settled: list[tuple[asyncio.Future[PutResult], PutResult]]) -> None:
-        if self._wait_flushed is None:
+        if self._wait_durable is None:
             for fut, res in settled:
                 self._settle(fut, res)
             return
         end = max((res.end_offset for _, res in settled if res.ok), default=0)
-        if not end or (self._commit is not None and self._commit(end)):
+        if not end or (self._durable_now is not None and self._durable_now(end)):
             for fut, res in settled:
                 self._settle(fut, res)
             return
-        task = self._loop.create_task(self._settle_when_flushed(end, settled))
+        task = self._loop.create_task(self._settle_when_durable(end, settled))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
 
-    async def _settle_when_flushed(self, end: int, settled: list[tuple[asyncio.Future[PutResult], PutResult]]
+    async def _settle_when_durable(self, end: int, settled: list[tuple[asyncio.Future[PutResult], PutResult]]
                                    ) -> None:
-        assert self._wait_flushed is not None
-        flushed = await self._wait_flushed(end)
+        assert self._wait_durable is not None
+        status = await self._wait_durable(end)
         for fut, res in settled:
-            if res.ok and not flushed:
-                res.status = PutStatus.FLUSH_DISK_TIMEOUT
+            if res.ok:
+                res.status = status
             self._settle(fut, res)
+
+    @staticmethod
+    def _stored(result: PutResult, on_stored: OnStored | None) -> PutResult:
+        if on_stored is not None:
+            on_stored(result)
+        return result
 
     def _append(self, msgs: list[MessageInner]) -> PutResult:
         self.appends += 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cometmq.broker.filters import PropertyFilter, TagFilter
-from cometmq.common.tasks import cancel_and_wait
+from cometmq.common.periodic import Periodic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.remoting import RemotingCommand
 from cometmq.store.message import DispatchRequest
@@ -52,13 +52,12 @@ class PullRequestHoldService:
                  check_interval_s: float = 5.0) -> None:
         self._max_offset = max_offset
         self._replay = replay
-        self._check_interval_s = check_interval_s
+        self._check = Periodic("pull-hold-check", check_interval_s, self._check_held, logger=log)
         self._table: dict[tuple[str, int], list[HeldPull]] = {}
         #: held pulls per connection, so a closing connection drops its own (one close callback per connection)
         self._by_conn: dict[RemotingConnection, set[HeldPull]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._task: asyncio.Task[None] | None = None
         self._replays: set[asyncio.Task[None]] = set()
         self.woken_by_arrival = 0
         self.woken_by_timeout = 0
@@ -71,10 +70,10 @@ class PullRequestHoldService:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._task = asyncio.create_task(self._safety_net(), name="pull-hold-check")
+        self._check.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait([self._task])
+        await self._check.stop()
         for held_list in self._table.values():
             for held in held_list:
                 if held.timer is not None:
@@ -192,12 +191,12 @@ class PullRequestHoldService:
             self.woken_by_arrival += 1
             self._wake(held)
 
-    async def _safety_net(self) -> None:
-        while True:
-            await asyncio.sleep(self._check_interval_s)
-            for key, held_list in list(self._table.items()):
-                max_off = self._max_offset(*key)
-                for held in list(held_list):
-                    if held.wake_on_arrival and max_off > held.offset:
-                        self.woken_by_check += 1
-                        self._wake(held)
+    def _check_held(self) -> None:
+        """The safety net (seeds 000, 002): every held pull whose queue has grown is woken, in case an arrival
+        was missed; arrivals, not this check, are the wake-up mechanism."""
+        for key, held_list in list(self._table.items()):
+            max_off = self._max_offset(*key)
+            for held in list(held_list):
+                if held.wake_on_arrival and max_off > held.offset:
+                    self.woken_by_check += 1
+                    self._wake(held)

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
+from cometmq.broker.clients import ConsumerManager
+from cometmq.broker.config import BrokerConfig
 from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
-from cometmq.broker.long_polling import HeldPull
+from cometmq.broker.groups import SubscriptionGroupManager
+from cometmq.broker.long_polling import HeldPull, PullRequestHoldService
+from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.topics import TopicConfigManager
 from cometmq.net.connection import ConnectionClosedError, RemotingConnection, eager_start
 from cometmq.protocol.codes import RemotingError, ResponseCode
-from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import PullMessageRequestHeader
 from cometmq.protocol.remoting import ONEWAY_FLAG, RemotingCommand, make_response
 from cometmq.protocol.route import perm_readable
 from cometmq.store.mapped_file import FileRegion
+from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetResult, GetStatus
-
-if TYPE_CHECKING:
-    from cometmq.broker.controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,19 @@ def _code_for(result: GetResult, request_offset: int) -> int:
 
 
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    """Answers pulls; a pull that finds nothing waits in its hold service (long polling) until an arrival."""
+
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
+                 groups: SubscriptionGroupManager, consumers: ConsumerManager,
+                 offsets: ConsumerOffsetManager) -> None:
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.consumers = consumers
+        self.offsets = offsets
+        self.hold = PullRequestHoldService(store.max_offset, self.replay,
+                                           check_interval_s=config.hold_check_interval_ms / 1000)
 
     @eager_start
     async def pull(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -79,20 +92,17 @@ class PullProcessor:
         if header is not None:
             h = header
         else:
-            try:
-                h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-            except ProtocolError as exc:
-                raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-        broker = self.broker
-        if not perm_readable(broker.config.broker_permission):
-            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {broker.config.broker_name} is not readable")
-        group_cfg = broker.groups.find(h.consumer_group)
+            h = PullMessageRequestHeader.from_ext(cmd.ext_fields)  # a bad header: answered at the dispatch
+        config = self.config
+        if not perm_readable(config.broker_permission):
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {config.broker_name} is not readable")
+        group_cfg = self.groups.find(h.consumer_group)
         if group_cfg is None:
             raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group {h.consumer_group} does not exist")
         if not group_cfg.consumeEnable:
             raise RemotingError(ResponseCode.NO_PERMISSION, f"group {h.consumer_group} may not consume")
-        topic_cfg = broker.topics.get(h.topic)
+        topic_cfg = self.topics.get(h.topic)
         if topic_cfg is None:
             raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist on this broker")
         if not perm_readable(topic_cfg.perm):
@@ -104,24 +114,24 @@ class PullProcessor:
         if h.sys_flag & FLAG_SUBSCRIPTION:
             expression, expression_type = h.subscription, h.expression_type
         else:
-            sub = broker.consumers.subscription(h.consumer_group, h.topic)
+            sub = self.consumers.subscription(h.consumer_group, h.topic)
             if sub is None:
                 raise RemotingError(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                     f"group {h.consumer_group} has no subscription to {h.topic}")
             expression, expression_type = sub.sub_string, sub.expression_type
-        prop_filter = property_filter_for(expression_type, expression, broker.config.enable_property_filter)
+        prop_filter = property_filter_for(expression_type, expression, config.enable_property_filter)
         tag_filter = None if prop_filter is not None or (expression_type or "TAG").upper() != "TAG" \
             else tag_filter_for(expression)
         record_filter = record_filter_for(prop_filter) if prop_filter is not None else None
 
         # coalesce: the answer joins the records anyway, so a run of them back to back comes as one view
-        result = broker.store.get_messages(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter,
-                                           record_filter, coalesce=True)
+        result = self.store.get_messages(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter,
+                                         record_filter, coalesce=True)
         code = _code_for(result, h.queue_offset)
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
-            long_polling = broker.config.long_polling_enable
-            timeout_ms = h.suspend_timeout_millis if long_polling else broker.config.short_polling_time_ms
-            broker.hold.suspend(HeldPull(conn, cmd, h.topic, h.queue_id, h.queue_offset, tag_filter,
+            long_polling = config.long_polling_enable
+            timeout_ms = h.suspend_timeout_millis if long_polling else config.short_polling_time_ms
+            self.hold.suspend(HeldPull(conn, cmd, h.topic, h.queue_id, h.queue_offset, tag_filter,
                                          wake_on_arrival=long_polling, property_filter=prop_filter, header=h),
                                 max(timeout_ms, 0) / 1000)
             self._commit(h, allow_suspend)
@@ -145,4 +155,4 @@ class PullProcessor:
     def _commit(self, h: PullMessageRequestHeader, allow_suspend: bool) -> None:
         # Only the first run of a request commits; a replay of a held pull must not commit again.
         if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
-            self.broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+            self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)

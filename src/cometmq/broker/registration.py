@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cometmq.common.periodic import Periodic
 from cometmq.net.client import RemotingClient, split_address
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
@@ -78,7 +79,8 @@ class NamesrvRegistrar:
         #: the last successful answer of each nameserver
         self.results: dict[str, RegisterBrokerResult] = {}
         self._last_topics: tuple[TopicConfig, ...] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic(f"register-{broker_name}", interval_s, self._round, logger=log)
+        self._started = False
         self._rounds: set[asyncio.Future[list[RegisterBrokerResult | BaseException]]] = set()
         self._stopped = False
 
@@ -92,23 +94,25 @@ class NamesrvRegistrar:
 
     async def start(self) -> None:
         """Register at once, then every ``interval_s`` in the background."""
-        if self._task is not None:
+        if self._started:
             raise RuntimeError("registrar already started")
+        self._started = True
         await self.register_now()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"register-{self.broker_name}")
+        self._periodic.start()
 
     async def stop(self) -> None:
         """Stop registering (rounds in flight are cancelled) and, if ``start()`` ran, unregister from every
         nameserver (best effort: failures are only logged). Later ``register_now()`` calls do nothing."""
         self._stopped = True
-        task, self._task = self._task, None
+        started, self._started = self._started, False
         # Cancel rounds still in flight too, so no registration lands after the unregister. One already
         # written reaches the nameserver first on the same connection, so it cannot undo the unregister.
-        rounds: list[asyncio.Future[Any]] = [*self._rounds, *([task] if task is not None else [])]
+        rounds: list[asyncio.Future[Any]] = list(self._rounds)
         for pending in rounds:
             pending.cancel()
+        await self._periodic.stop()
         await asyncio.gather(*rounds, return_exceptions=True)
-        if task is not None:  # unregister only what start() registered
+        if started:  # unregister only what start() registered
             await asyncio.gather(*(self._unregister_one(addr) for addr in self.namesrv_addrs))
 
     async def register_now(self) -> dict[str, RegisterBrokerResult | Exception]:
@@ -141,10 +145,8 @@ class NamesrvRegistrar:
             results[addr] = outcome
         return results
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            await self.register_now()
+    async def _round(self) -> None:
+        await self.register_now()
 
     def _build_body(self) -> bytes:
         configs = tuple(sorted(self.topics(), key=lambda tc: tc.topic_name))

@@ -15,17 +15,17 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from cometmq.broker.appender import Appender
+from cometmq.broker.send_hooks import SendContext, SendKind
 from cometmq.broker.topics import SCHEDULE_TOPIC
 from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.protocol.message import TRANSACTION_MASK, decode_record, pack_host
 from cometmq.protocol.properties import DELAY, REAL_QID, REAL_TOPIC, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
-
-if TYPE_CHECKING:
-    from cometmq.broker.controller import BrokerController
+from cometmq.store.message_store import MessageStore
+from cometmq.store.status import PutResult
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +33,31 @@ BATCH = 64
 
 
 class ScheduleMessageService:
-    def __init__(self, broker: BrokerController, path: Path, clock: Callable[[], int]) -> None:
-        self.broker = broker
+    #: as a send hook: producers' sends and consumers' send-backs may name a delay level
+    kinds = frozenset({SendKind.SEND, SendKind.SEND_BACK})
+
+    def __init__(self, store: MessageStore, appender: Appender, delays: tuple[int, ...], path: Path,
+                 clock: Callable[[], int]) -> None:
+        self.store = store
+        self.appender = appender
         self.path = path
         self.clock = clock
-        self.delays = broker.config.message_delay_level
+        self.delays = delays
         #: level -> next offset to deliver in SCHEDULE_TOPIC queue level-1
         self.offsets: dict[int, int] = {}
         self._events: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.delivered = 0
 
-    # -- on the send path -------------------------------------------------------------------------------
+    # -- on the send path (a send hook, broker/send_hooks.py) ----------------------------------------------
+    def before_put(self, msgs: list[MessageInner], ctx: SendContext) -> bool:
+        for m in msgs:
+            self.rewrite_if_delayed(m)
+        return False
+
+    def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
+        pass
+
     def rewrite_if_delayed(self, msg: MessageInner) -> None:
         """Park a message with a DELAY level under the schedule topic (not transactional halves)."""
         raw = msg.properties.get(DELAY)
@@ -103,7 +116,7 @@ class ScheduleMessageService:
         delay = self.delays[level - 1]
         queue_id = level - 1
         event = self._events[level]
-        store = self.broker.store
+        store = self.store
         while True:
             event.clear()
             offset = max(self.offsets.get(level, 0), store.min_offset(SCHEDULE_TOPIC, queue_id))
@@ -124,7 +137,7 @@ class ScheduleMessageService:
                 else:
                     next_offset = result.next_begin_offset
                 if due:
-                    res = await self.broker.put_messages(due)
+                    res = await self.appender.put(due)
                     if not res.ok:
                         log.error("delay level %d: re-put failed (%s); retrying in 1 s", level, res.status.value)
                         wait_s = 1.0

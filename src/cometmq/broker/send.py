@@ -5,15 +5,25 @@ from __future__ import annotations
 import logging
 import random
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import TYPE_CHECKING
 
-from cometmq.broker.topics import RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, check_topic_name, dlq_topic, retry_topic
+from cometmq.broker.appender import Appender
+from cometmq.broker.config import BrokerConfig
+from cometmq.broker.groups import SubscriptionGroupManager
+from cometmq.broker.send_hooks import SendContext, SendHooks, SendKind
+from cometmq.broker.topics import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TopicConfigManager,
+    check_topic_name,
+    dlq_topic,
+    retry_topic,
+)
 from cometmq.net.connection import RemotingConnection, eager_start
 from cometmq.protocol.batch import decode_batch_raw
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import ProtocolError, RemoteProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader, send_header_from_v2
 from cometmq.protocol.message import TRANSACTION_MASK, SysFlag, decode_record, pack_host
 from cometmq.protocol.msgid import offset_msg_id
@@ -35,9 +45,6 @@ from cometmq.protocol.route import perm_writable
 from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult, PutStatus
 from cometmq.timer.message import TIMER_TOPIC
-
-if TYPE_CHECKING:
-    from cometmq.broker.controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -75,26 +82,32 @@ def born_host_of(conn: RemotingConnection) -> bytes:
 
 
 class SendProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 appender: Appender, hooks: SendHooks, *, read_record: Callable[[int], memoryview | None],
+                 store_host: Callable[[], bytes]) -> None:
+        self.config = config
+        self.topics = topics
+        self.groups = groups
+        self.appender = appender
+        self.hooks = hooks
+        self._read_record = read_record
+        self._store_host = store_host
         self._id_host: bytes | None = None
         self._id_prefix: str | None = None
 
     @eager_start
     async def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            # V2 (310, and 320 as Java sends batches) shortens keys to letters; accept either form on any code.
-            if cmd.code == RequestCode.SEND_MESSAGE_V2 or ("b" in cmd.ext_fields and "topic" not in cmd.ext_fields):
-                header = send_header_from_v2(cmd.ext_fields)
-            else:
-                header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-        broker = self.broker
-        if not perm_writable(broker.config.broker_permission):
-            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {broker.config.broker_name} is not writable")
-        topic_cfg = broker.topic_for_send(header.topic, header.default_topic, header.default_topic_queue_nums,
-                                          conn.remote_address)
+        # V2 (310, and 320 as Java sends batches) shortens keys to letters; accept either form on any code.
+        # A bad header raises RemoteProtocolError, answered MESSAGE_ILLEGAL at the dispatch (codes.py).
+        if cmd.code == RequestCode.SEND_MESSAGE_V2 or ("b" in cmd.ext_fields and "topic" not in cmd.ext_fields):
+            header = send_header_from_v2(cmd.ext_fields)
+        else:
+            header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
+        config = self.config
+        if not perm_writable(config.broker_permission):
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {config.broker_name} is not writable")
+        topic_cfg = self.topics.topic_for_send(header.topic, header.default_topic, header.default_topic_queue_nums,
+                                               conn.remote_address)
         if not perm_writable(topic_cfg.perm):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {header.topic} is not writable")
         queue_id = header.queue_id
@@ -120,18 +133,15 @@ class SendProcessor:
         if plain:
             # No message names a delay, timer or transaction property, the send is no prepared half and goes to
             # no schedule or timer topic: the per-message checks below could not change anything.
-            return self._response(cmd, await broker.put_messages(msgs), queue_id)
-        if broker.transactions.is_half_send(msgs, batch):
-            # A transaction's half: stored out of sight until END_TRANSACTION (broker/transaction/).
-            result = await broker.transactions.put_half(msgs[0], header.producer_group)
-        else:
-            for m in msgs:
-                broker.schedule.rewrite_if_delayed(m)
-                broker.timer.rewrite_if_timer(m)
-            result = await broker.put_messages(msgs)
+            return self._response(cmd, await self.appender.put(msgs), queue_id)
+        # The send hooks (send_hooks.py): a transaction's half, a delay level, a timer message.
+        ctx = SendContext(SendKind.SEND, header.producer_group, batch)
+        self.hooks.before_put(msgs, ctx)
+        result = await self.appender.put(msgs, ctx.on_stored)
+        self.hooks.after_put(msgs, result, ctx)
         response = self._response(cmd, result, queue_id)
-        if not batch:
-            broker.timer.attach_recall_handle(msgs[0], response)
+        if ctx.response_ext and response.code == ResponseCode.SUCCESS:
+            response.ext_fields.update(ctx.response_ext)
         return response
 
     def _single_message(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
@@ -139,8 +149,8 @@ class SendProcessor:
         try:
             raw = header.properties.encode("utf-8")
             props: Mapping[str, str] = RawProperties(raw) if plain else decode_properties(raw)
-        except (ProtocolError, UnicodeEncodeError) as exc:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad properties: {exc}") from None
+        except (ProtocolError, UnicodeEncodeError) as exc:  # name the part; the dispatch picks the code
+            raise RemoteProtocolError(f"bad properties: {exc}") from None
         return MessageInner(header.topic, body, queue_id, props, raw, header.flag, header.sys_flag,
                             header.born_timestamp, born_host, header.reconsume_times)
 
@@ -174,8 +184,8 @@ class SendProcessor:
             else:
                 msgs = [MessageInner(topic, item_body, queue_id, decode_properties(raw), raw, flag, sys_flag,
                                      born_ts, born_at, reconsume) for item_body, raw, flag in items]
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
+        except ProtocolError as exc:  # name the part; the dispatch picks the code
+            raise RemoteProtocolError(f"bad batch body: {exc}") from None
         if not msgs:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
         return msgs, plain
@@ -184,12 +194,12 @@ class SendProcessor:
         """A client sending straight to a retry topic (Java's ``sendMessageBack`` fallback): past the
         group's limit the message goes to the DLQ instead."""
         group = m.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
-        cfg = self.broker.groups.find(group)
+        cfg = self.groups.find(group)
         limit = header.max_reconsume_times if header.max_reconsume_times is not None else (
-            cfg.retryMaxTimes if cfg else self.broker.config.max_reconsume_times)
+            cfg.retryMaxTimes if cfg else self.config.max_reconsume_times)
         if m.reconsume_times >= limit:
             dlq = dlq_topic(group)
-            self.broker.topics.create_system_topic(dlq, 1)
+            self.topics.create_system_topic(dlq, 1)
             m.topic, m.queue_id = dlq, 0
 
     def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
@@ -200,7 +210,7 @@ class SendProcessor:
                                 f"{result.status.value}: {result.remark}")
         else:
             code = ResponseCode.SUCCESS
-        store_host = self.broker.store.commitlog.store_host
+        store_host = self._store_host()
         prefix = self._id_prefix
         if prefix is None or self._id_host != store_host:
             self._id_host, prefix = store_host, offset_msg_id(store_host, 0)[:16]
@@ -216,38 +226,34 @@ class SendProcessor:
 
     # -- CONSUMER_SEND_MSG_BACK ---------------------------------------------------------------------------
     async def send_back(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-        broker = self.broker
-        cfg = broker.groups.find(header.group)
+        header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)  # a bad header: answered at the dispatch
+        cfg = self.groups.find(header.group)
         if cfg is None:
             raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group {header.group} does not exist")
-        view = broker.store.read_record(header.offset)
+        view = self._read_record(header.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")
         rec, _ = decode_record(view)
         props = dict(rec.properties)
         props.setdefault(RETRY_TOPIC, rec.topic)
         origin = header.origin_msg_id or props.get(ORIGIN_MESSAGE_ID) or props.get(UNIQ_KEY) or offset_msg_id(
-            broker.store.commitlog.store_host, header.offset)
+            self._store_host(), header.offset)
         props[ORIGIN_MESSAGE_ID] = origin
         max_times = header.max_reconsume_times if header.max_reconsume_times is not None else cfg.retryMaxTimes
         delay_level = header.delay_level
         if rec.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(header.group)
-            broker.topics.create_system_topic(topic, 1)
+            self.topics.create_system_topic(topic, 1)
             queue_id = 0
             props.pop(DELAY, None)
         else:
             topic = retry_topic(header.group)
-            retry_cfg = broker.topics.create_system_topic(topic, cfg.retryQueueNums)
+            retry_cfg = self.topics.create_system_topic(topic, cfg.retryQueueNums)
             queue_id = random.randrange(retry_cfg.write_queue_nums)
             if delay_level == 0:
                 delay_level = 3 + rec.reconsume_times
-            props[DELAY] = str(min(delay_level, len(broker.config.message_delay_level)))
+            props[DELAY] = str(min(delay_level, len(self.config.message_delay_level)))
         props.pop(REAL_TOPIC, None)
         props.pop(REAL_QID, None)
         props[MAX_RECONSUME_TIMES] = str(max_times)
@@ -255,8 +261,10 @@ class SendProcessor:
                            properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,
                            born_timestamp=rec.born_timestamp, born_host=pack_host(*rec.born_host),
                            reconsume_times=rec.reconsume_times + 1)
-        broker.schedule.rewrite_if_delayed(msg)
-        result = await broker.put_messages([msg])
+        ctx = SendContext(SendKind.SEND_BACK)
+        self.hooks.before_put([msg], ctx)
+        result = await self.appender.put([msg])
+        self.hooks.after_put([msg], result, ctx)
         if not result.ok:
             raise RemotingError(_PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR), result.remark)
         return make_response(cmd, ResponseCode.SUCCESS)

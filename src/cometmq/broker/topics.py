@@ -113,6 +113,22 @@ class TopicConfigManager:
         nums = max(1, min(queue_nums, base.write_queue_nums))
         return self.put(TopicConfig(topic, nums, nums, PERM_READ_WRITE, topic_sys_flag=sys_flag))
 
+    def topic_for_send(self, topic: str, default_topic: str, queue_nums: int, remote: str) -> TopicConfig:
+        """The config a send to ``topic`` writes under: the topic's own, a retry topic made on first use, or
+        one auto-created from ``default_topic`` (TBW102) when that allows it; else TOPIC_NOT_EXIST."""
+        check_topic_name(topic)
+        cfg = self.topics.get(topic)
+        if cfg is not None:
+            return cfg
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self.create_system_topic(topic, 1)
+        created = self.create_in_send(topic, default_topic or AUTO_CREATE_TOPIC_KEY, queue_nums)
+        if created is None:
+            raise RemotingError(ResponseCode.TOPIC_NOT_EXIST,
+                                f"topic {topic} does not exist and may not be auto-created (from {remote})")
+        log.info("auto-created topic %s with %d queues for %s", topic, created.write_queue_nums, remote)
+        return created
+
     def create_system_topic(self, topic: str, queue_nums: int = 1, perm: int = PERM_READ_WRITE) -> TopicConfig:
         """Retry, DLQ and other broker-made topics."""
         existing = self.topics.get(topic)

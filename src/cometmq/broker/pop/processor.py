@@ -8,16 +8,18 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
+from cometmq.broker.config import BrokerConfig
 from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
+from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.pop import log as poplog
 from cometmq.broker.pop.log import QueueKey
 from cometmq.broker.pop.service import PopService, Waiter
 from cometmq.broker.pop.state import QueueState
+from cometmq.broker.topics import TopicConfigManager
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import Header
 from cometmq.protocol.pop import (
     AckMessageRequestHeader,
@@ -35,10 +37,8 @@ from cometmq.protocol.pop import (
 )
 from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import TopicConfig, perm_readable
+from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetStatus
-
-if TYPE_CHECKING:
-    from cometmq.broker.controller import BrokerController
 
 log = logging.getLogger(__name__)
 H = TypeVar("H", bound=Header)
@@ -59,8 +59,12 @@ class _Picked:
 
 
 class PopProcessor:
-    def __init__(self, broker: BrokerController, service: PopService) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, store: MessageStore, groups: SubscriptionGroupManager,
+                 topics: TopicConfigManager, service: PopService) -> None:
+        self.config = config
+        self.store = store
+        self.groups = groups
+        self.topics = topics
         self.svc = service
         self._rotation = itertools.count()
 
@@ -76,15 +80,14 @@ class PopProcessor:
 
     # -- checks ---------------------------------------------------------------------------------------------
     def _check(self, group: str, topic: str, queue_id: int | None) -> TopicConfig:
-        broker = self.broker
-        if not perm_readable(broker.config.broker_permission):
-            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {broker.config.broker_name} is not readable")
-        cfg = broker.groups.find(group)
+        if not perm_readable(self.config.broker_permission):
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {self.config.broker_name} is not readable")
+        cfg = self.groups.find(group)
         if cfg is None:
             raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
         if not cfg.consumeEnable:
             raise RemotingError(ResponseCode.NO_PERMISSION, f"group {group} may not consume")
-        topic_cfg = broker.topics.get(topic)
+        topic_cfg = self.topics.get(topic)
         if topic_cfg is None:
             raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")
         if not perm_readable(topic_cfg.perm):
@@ -96,10 +99,8 @@ class PopProcessor:
 
     @staticmethod
     def _parse(cls: type[H], cmd: RemotingCommand) -> H:
-        try:
-            return cls.from_ext(cmd.ext_fields)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        # a bad header raises RemoteProtocolError: the dispatch answers it (MESSAGE_ILLEGAL, codes.py)
+        return cls.from_ext(cmd.ext_fields)
 
     # -- POP ------------------------------------------------------------------------------------------------
     async def pop(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -109,7 +110,7 @@ class PopProcessor:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"maxMsgNums must be within 1..{MAX_POP_NUMS}")
         if h.invisible_time <= 0:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "invisibleTime must be positive (ms)")
-        prop_filter = property_filter_for(h.exp_type, h.exp, self.broker.config.enable_property_filter)
+        prop_filter = property_filter_for(h.exp_type, h.exp, self.config.enable_property_filter)
         tag_filter = None if prop_filter is not None or (h.exp_type or "TAG").upper() != "TAG" \
             else tag_filter_for(h.exp)
         record_filter = record_filter_for(prop_filter) if prop_filter is not None else None
@@ -149,7 +150,7 @@ class PopProcessor:
     async def _pop_once(self, cmd: RemotingCommand, h: PopMessageRequestHeader, queues: list[int],
                         tag_filter: Callable[[int], bool] | None,
                         record_filter: Callable[[memoryview], bool] | None) -> RemotingCommand | None:
-        svc, store = self.svc, self.broker.store
+        svc, store = self.svc, self.store
         now = svc.clock()
         order = bool(h.order)
         limit = svc.max_retry(h.consumer_group)
@@ -228,7 +229,7 @@ class PopProcessor:
                   record_filter: Callable[[memoryview], bool] | None,
                   out: list[tuple[int, bytes | bytearray | memoryview, int]]) -> int:
         """Append never-delivered messages from ``cursor`` to ``out``; return the new cursor."""
-        store = self.broker.store
+        store = self.store
         for _ in range(2):
             got = store.get_messages(topic, qid, cursor, want, tag_filter, record_filter)
             if got.status is GetStatus.OFFSET_TOO_SMALL:
@@ -263,10 +264,7 @@ class PopProcessor:
         return make_response(cmd, ResponseCode.SUCCESS)
 
     async def batch_ack(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            _broker_name, acks = decode_batch_ack_body(cmd.body)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        _broker_name, acks = decode_batch_ack_body(cmd.body)
         records: list[bytes] = []
         applied: list[tuple[QueueKey, QueueState, list[tuple[int, int]]]] = []
         stale: list[str] = []
@@ -301,10 +299,7 @@ class PopProcessor:
         return make_response(cmd, ResponseCode.SUCCESS)
 
     def _extra_info(self, text: str) -> ExtraInfo:
-        try:
-            return ExtraInfo.parse(text)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        return ExtraInfo.parse(text)  # RemoteProtocolError when malformed: answered MESSAGE_ILLEGAL (codes.py)
 
     def _ackable(self, key: QueueKey, qs: QueueState | None, offset: int, pop_time: int) -> tuple[int, int] | None:
         """(offset, pop time) to ack; None when the message is already done; RemotingError when the handle is
@@ -360,7 +355,7 @@ class PopProcessor:
         if not 1 <= h.max_msg_nums <= MAX_POP_NUMS:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"maxMsgNums must be within 1..{MAX_POP_NUMS}")
         qs = self.svc.state(h.consumer_group, h.topic, h.queue_id, 0)
-        got = self.broker.store.get_messages(h.topic, h.queue_id, qs.cursor, h.max_msg_nums)
+        got = self.store.get_messages(h.topic, h.queue_id, qs.cursor, h.max_msg_nums)
         header = PopMessageResponseHeader(pop_time=0, invisible_time=0, revive_qid=0,
                                           rest_num=max(got.max_offset - qs.cursor - len(got.buffers), 0))
         if not got.buffers:
@@ -382,7 +377,7 @@ class PopProcessor:
 
     def _has_message(self, group: str, topic: str, queues: list[int], order: bool) -> bool:
         now = self.svc.clock()
-        store = self.broker.store
+        store = self.store
         for qid in queues:
             qs = self.svc.state(group, topic, qid, 0)
             if order and qs.blocked(now):

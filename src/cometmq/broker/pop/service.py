@@ -24,23 +24,24 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from cometmq.broker.appender import Appender
+from cometmq.broker.config import BrokerConfig
+from cometmq.broker.groups import SubscriptionGroupManager
+from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.pop import log as poplog
 from cometmq.broker.pop.log import POP_LOG_TOPIC, QueueKey
 from cometmq.broker.pop.state import QueueState
-from cometmq.broker.topics import dlq_topic
-from cometmq.common.tasks import cancel_and_wait
+from cometmq.broker.topics import TopicConfigManager, dlq_topic
+from cometmq.common.periodic import Periodic
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.message import decode_record, pack_host
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.pop import INIT_MODE_MIN
 from cometmq.protocol.properties import ORIGIN_MESSAGE_ID, UNIQ_KEY, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
-from cometmq.store.status import PutResult
-
-if TYPE_CHECKING:
-    from cometmq.broker.controller import BrokerController
+from cometmq.store.message_store import MessageStore
+from cometmq.store.status import PutResult, PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -71,23 +72,29 @@ class PopMetrics:
 
 
 class PopService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, store: MessageStore, appender: Appender, *,
+                 offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, topics: TopicConfigManager,
+                 clock: Callable[[], int]) -> None:
+        self.config = config
+        self.store = store
+        self.appender = appender
+        self.offsets = offsets
+        self.groups = groups
+        self.topics = topics
+        self.clock = clock
         self.states: dict[QueueKey, QueueState] = {}
-        self.snapshot_path = broker.config.store.config_dir / "popState.json"
+        self.snapshot_path = config.store.config_dir / "popState.json"
         self.metrics = PopMetrics()
         self._waiters: dict[str, set[Waiter]] = {}
         #: (visible_at, key): when to look at a queue for expired deliveries; lazily pruned
         self._expiry: list[tuple[int, QueueKey]] = []
         self._last_pop_time = 0
         self._dirty = False
-        self._tasks: list[asyncio.Task[None]] = []
+        self._revive = Periodic("pop-revive", config.pop_revive_interval_ms / 1000, self._revive_now, logger=log)
+        self._snapshots = Periodic("pop-snapshot", config.pop_snapshot_interval_ms / 1000, self._snapshot_if_dirty,
+                                   logger=log)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-
-    @property
-    def clock(self) -> Callable[[], int]:
-        return self.broker.clock
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -99,7 +106,7 @@ class PopService:
             log.error("%s; set aside as %s, replaying the whole pop log", exc, bad)
             self.snapshot_path.rename(bad)
             log_offset, states = 0, {}
-        store = self.broker.store
+        store = self.store
         offset = max(log_offset, store.min_offset(POP_LOG_TOPIC, 0))
         end = store.max_offset(POP_LOG_TOPIC, 0)
         replayed = 0
@@ -129,17 +136,14 @@ class PopService:
                      len(states), inflight, replayed, now)
 
     async def start(self) -> None:
-        cfg = self.broker.config
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._tasks.append(asyncio.create_task(self._revive_loop(cfg.pop_revive_interval_ms / 1000),
-                                               name="pop-revive"))
-        self._tasks.append(asyncio.create_task(self._snapshot_loop(cfg.pop_snapshot_interval_ms / 1000),
-                                               name="pop-snapshot"))
+        self._revive.start()
+        self._snapshots.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._tasks)
-        self._tasks.clear()
+        await self._revive.stop()
+        await self._snapshots.stop()
         for waiters in self._waiters.values():
             for w in waiters:
                 if not w.future.done():
@@ -149,29 +153,27 @@ class PopService:
 
     def snapshot(self) -> None:
         """Write the snapshot and publish committed offsets to the consumer offset table."""
-        offsets = self.broker.offsets
+        offsets = self.offsets
         for (group, topic, qid), qs in self.states.items():
             if offsets.query(group, topic, qid) != qs.committed:
                 offsets.commit(group, topic, qid, qs.committed)
-        poplog.save_snapshot(self.snapshot_path, self.broker.store.max_offset(POP_LOG_TOPIC, 0), self.states)
+        poplog.save_snapshot(self.snapshot_path, self.store.max_offset(POP_LOG_TOPIC, 0), self.states)
         self._dirty = False
 
-    async def _snapshot_loop(self, interval_s: float) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            if self._dirty:
-                try:
-                    self.snapshot()
-                except OSError as exc:
-                    log.error("cannot write the POP snapshot: %s", exc)
+    def _snapshot_if_dirty(self) -> None:
+        if self._dirty:
+            try:
+                self.snapshot()
+            except OSError as exc:
+                log.error("cannot write the POP snapshot: %s", exc)
 
     # -- state ----------------------------------------------------------------------------------------------
     def state(self, group: str, topic: str, queue_id: int, init_mode: int) -> QueueState:
         key = (group, topic, queue_id)
         qs = self.states.get(key)
         if qs is None:
-            start = self.broker.offsets.query(group, topic, queue_id)
-            store = self.broker.store
+            start = self.offsets.query(group, topic, queue_id)
+            store = self.store
             min_off = store.min_offset(topic, queue_id)
             if start < 0:
                 # A new group: MIN starts at the oldest message; MAX at the newest, except on a queue that
@@ -190,26 +192,24 @@ class PopService:
     def append(self, bodies: list[bytes]) -> PutResult:
         """Append pop-log records. Raises RemotingError when the store refuses them (state unchanged)."""
         msgs = [MessageInner(topic=POP_LOG_TOPIC, body=b, queue_id=0) for b in bodies]
-        result = self.broker.store.put_messages(msgs)
+        result = self.appender.append(msgs)
         if not result.ok:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"cannot log POP state: {result.status.value}")
         self._dirty = True
         return result
 
     async def durable(self, result: PutResult) -> None:
-        """Under SYNC_FLUSH, wait until the records of ``result`` are on disk."""
-        broker = self.broker
-        if broker.store.sync_flush and broker.flush_waiter is not None:
-            ok = await broker.flush_waiter.wait(result.end_offset, broker.config.store.sync_flush_timeout_ms / 1000)
-            if not ok:
-                raise RemotingError(ResponseCode.FLUSH_DISK_TIMEOUT, "POP state was not flushed in time")
+        """Wait until the records of ``result`` are durable as configured (broker/appender.py)."""
+        status = (await self.appender.durable(result)).status
+        if status is PutStatus.FLUSH_DISK_TIMEOUT:
+            raise RemotingError(ResponseCode.FLUSH_DISK_TIMEOUT, "POP state was not flushed in time")
 
     def track_expiry(self, key: QueueKey, visible_at: int) -> None:
         heapq.heappush(self._expiry, (visible_at, key))
 
     def max_retry(self, group: str) -> int:
-        cfg = self.broker.groups.find(group)
-        return cfg.retryMaxTimes if cfg is not None else self.broker.config.max_reconsume_times
+        cfg = self.groups.find(group)
+        return cfg.retryMaxTimes if cfg is not None else self.config.max_reconsume_times
 
     @staticmethod
     def with_attempts(view: memoryview, attempts: int) -> bytes | bytearray | memoryview:
@@ -222,13 +222,8 @@ class PopService:
         return buf
 
     # -- revive ----------------------------------------------------------------------------------------------
-    async def _revive_loop(self, interval_s: float) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.revive(self.clock())
-            except Exception:
-                log.exception("POP revive failed; retrying")
+    async def _revive_now(self) -> None:
+        await self.revive(self.clock())
 
     async def revive(self, now: int) -> None:
         """Deliveries whose invisible time passed become available again; past the retry limit, to the DLQ."""
@@ -254,9 +249,8 @@ class PopService:
 
     async def to_dlq(self, key: QueueKey, qs: QueueState, offsets: list[int]) -> None:
         group, topic, qid = key
-        broker = self.broker
         dlq = dlq_topic(group)
-        broker.topics.create_system_topic(dlq, 1)
+        self.topics.create_system_topic(dlq, 1)
         msgs: list[MessageInner] = []
         done: list[tuple[int, int]] = []
         for off in offsets:
@@ -264,21 +258,21 @@ class PopService:
             if d is None:
                 continue
             done.append((off, d.pop_time))
-            got = broker.store.get_messages(topic, qid, off, 1)
+            got = self.store.get_messages(topic, qid, off, 1)
             if not got.buffers or got.queue_offsets[0] != off:
                 log.warning("POP %s: message %s-%d@%d is gone (retention); dropping it", group, topic, qid, off)
                 continue
             rec, _ = decode_record(got.buffers[0])
             props = dict(rec.properties)
             props.setdefault(ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or offset_msg_id(
-                broker.store.commitlog.store_host, rec.physical_offset))
+                self.store.commitlog.store_host, rec.physical_offset))
             props["RETRY_TOPIC"] = topic
             msgs.append(MessageInner(topic=dlq, body=rec.body, queue_id=0, properties=props,
                                      properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,
                                      born_timestamp=rec.born_timestamp, born_host=pack_host(*rec.born_host),
                                      reconsume_times=rec.reconsume_times + d.attempts + 1))
         if msgs:
-            result = await broker.put_messages(msgs)
+            result = await self.appender.put(msgs)
             if not result.ok:
                 log.error("POP %s: cannot write %d messages to %s (%s); will retry", group, len(msgs), dlq,
                           result.status.value)

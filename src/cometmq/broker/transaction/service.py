@@ -18,15 +18,19 @@ system topics, so the store's own recovery covers them. What differs, and why:
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
-from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from cometmq.broker.appender import Appender
+from cometmq.broker.clients import ClientChannel, ProducerManager
+from cometmq.broker.config import BrokerConfig
+from cometmq.broker.send_hooks import SendContext, SendKind
+from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from cometmq.broker.transaction import messages as tm
 from cometmq.broker.transaction.messages import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from cometmq.broker.transaction.state import PendingHalf, TransactionTable
@@ -49,11 +53,8 @@ from cometmq.store.message import (
     TRANSACTION_ROLLBACK_TYPE,
     MessageInner,
 )
+from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult, PutStatus
-
-if TYPE_CHECKING:
-    from cometmq.broker.clients import ClientChannel
-    from cometmq.broker.controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,17 @@ class TransactionMetrics:
 
 
 class TransactionalMessageService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        cfg = broker.config
+    #: as a send hook: a producer's send may be a transaction's half
+    kinds = frozenset({SendKind.SEND})
+
+    def __init__(self, cfg: BrokerConfig, store: MessageStore, appender: Appender, topics: TopicConfigManager,
+                 producers: ProducerManager, clock: Callable[[], int]) -> None:
+        self.config = cfg
+        self.store = store
+        self.appender = appender
+        self.topics = topics
+        self.producers = producers
+        self.clock = clock
         self.timeout_ms = cfg.transaction_timeout_ms
         self.check_max = cfg.transaction_check_max
         self.check_interval_ms = cfg.transaction_check_interval_ms
@@ -109,11 +118,11 @@ class TransactionalMessageService:
     # -- lifecycle --------------------------------------------------------------------------------------------
     def load(self) -> None:
         """Create the system topics and rebuild the unresolved transactions from the half and op queues."""
-        topics = self.broker.topics
+        topics = self.topics
         topics.create_system_topic(HALF_TOPIC, 1, perm=0)
         topics.create_system_topic(OP_TOPIC, 1, perm=0)
         half_from, op_from = self._read_progress()
-        store = self.broker.store
+        store = self.store
         half_from = min(max(half_from, store.min_offset(HALF_TOPIC, 0)), store.max_offset(HALF_TOPIC, 0))
         op_from = min(max(op_from, store.min_offset(OP_TOPIC, 0)), store.max_offset(OP_TOPIC, 0))
         due: dict[int, int] = {}
@@ -135,7 +144,7 @@ class TransactionalMessageService:
             for offset in tm.parse_op_body(rec.body):
                 self.table.resolve(offset)
         # Producers reconnect after a restart: give them one transactionTimeOut before the first check.
-        earliest = self.broker.clock() + self.timeout_ms
+        earliest = self.clock() + self.timeout_ms
         for half in list(self.table.pending.values()):
             self.table.schedule(half, max(due[half.origin], earliest))
         self._persisted = (half_from, op_from)
@@ -150,7 +159,18 @@ class TransactionalMessageService:
         self._task = None
         self._persist_progress()
 
-    # -- the send path ----------------------------------------------------------------------------------------
+    # -- the send path (a send hook, broker/send_hooks.py) -------------------------------------------------------
+    def before_put(self, msgs: list[MessageInner], ctx: SendContext) -> bool:
+        """A transaction's half is stored out of sight until END_TRANSACTION; no later hook sees it."""
+        if not self.is_half_send(msgs, ctx.batch):
+            return False
+        tm.to_half(msgs[0], ctx.producer_group)
+        ctx.on_stored = functools.partial(self._half_stored, msgs[0])
+        return True
+
+    def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
+        pass
+
     @staticmethod
     def is_half_send(msgs: list[MessageInner], batch: bool) -> bool:
         """Whether a send is a transaction's half (TRAN_MSG=true, or the PREPARED sys flag); a batch may not be."""
@@ -160,30 +180,26 @@ class TransactionalMessageService:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "transactional messages cannot be sent in a batch")
         return wanted
 
-    async def put_half(self, msg: MessageInner, producer_group: str) -> PutResult:
-        """Store ``msg`` as a half and start tracking it; the send's answer carries the half's offsets."""
-        tm.to_half(msg, producer_group)
-        store = self.broker.store
-        op_mark = store.max_offset(OP_TOPIC, 0)
-        result = store.put_messages([msg])
-        if result.ok:
-            r = result.records[0]
-            due = r.store_timestamp + tm.immunity_ms(msg.properties, self.timeout_ms)
-            self.table.add(PendingHalf(r.queue_offset, r.queue_offset, r.phy_offset, msg.properties[PGROUP], 0,
-                                       due, op_mark))
-            self.metrics.prepared += 1
-            if self._sleep_until is None or due < self._sleep_until:
-                self._wake.set()
-            result = await self._durable(result)
-        return result
+    def _half_stored(self, msg: MessageInner, result: PutResult) -> None:
+        """Track a half from the moment its record is in the log (before it is durable, before anything else
+        runs): the restart progress written meanwhile must already count it. The send's answer carries the
+        half's offsets."""
+        if not result.ok:
+            return
+        r = result.records[0]
+        # The op queue's end now: the half's own batch holds no op record, so this is its end before the half.
+        op_mark = self.store.max_offset(OP_TOPIC, 0)
+        due = r.store_timestamp + tm.immunity_ms(msg.properties, self.timeout_ms)
+        self.table.add(PendingHalf(r.queue_offset, r.queue_offset, r.phy_offset, msg.properties[PGROUP], 0,
+                                   due, op_mark))
+        self.metrics.prepared += 1
+        if self._sleep_until is None or due < self._sleep_until:
+            self._wake.set()
 
     # -- END_TRANSACTION (37) ------------------------------------------------------------------------------------
     async def end_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
-        except ProtocolError as exc:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-        if self.broker.config.broker_id != 0:
+        h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)  # a bad header: answered at the dispatch
+        if self.config.broker_id != 0:
             raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION goes to the master broker")
         state = h.commit_or_rollback
         source = "check answer" if h.from_transaction_check else "producer"
@@ -200,11 +216,11 @@ class TransactionalMessageService:
         if half is None:
             self.metrics.already_resolved += 1
             return make_response(cmd, ResponseCode.SUCCESS, "the transaction is already resolved")
-        now = self.broker.clock()
+        now = self.clock()
         ops = [tm.op_record([origin, rec.queue_offset], now)]
         # One contiguous append: the delivered message never exists without the op record that resolves it.
         msgs = [tm.committed(rec, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE else ops
-        result = self.broker.store.put_messages(msgs)
+        result = self.appender.append(msgs)
         if not result.ok:
             self.table.add(half)  # nothing was written: still unresolved
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
@@ -212,13 +228,13 @@ class TransactionalMessageService:
             self.metrics.committed += 1
         else:
             self.metrics.rolled_back += 1
-        result = await self._durable(result)
+        result = await self.appender.durable(result)
         code = ResponseCode.FLUSH_DISK_TIMEOUT if result.status is PutStatus.FLUSH_DISK_TIMEOUT else 0
         return make_response(cmd, code)
 
     def _half_at(self, h: EndTransactionRequestHeader) -> MessageRecord:
         """The half record the request names, checked as RocketMQ checks it (group, queue and log offsets)."""
-        view = self.broker.store.read_record(h.commit_log_offset)
+        view = self.store.read_record(h.commit_log_offset)
         rec: MessageRecord | None = None
         if view is not None:
             try:
@@ -242,7 +258,7 @@ class TransactionalMessageService:
     # -- check-back -------------------------------------------------------------------------------------------
     async def _run(self) -> None:
         while True:
-            now = self.broker.clock()
+            now = self.clock()
             due = self.table.pop_due(now, _CHECK_BATCH)
             for half in due:
                 try:
@@ -271,7 +287,7 @@ class TransactionalMessageService:
             self._sleep_until = None
 
     def _check(self, half: PendingHalf, now: int) -> None:
-        store = self.broker.store
+        store = self.store
         rec = self._read(half.latest_phy)
         if rec is None or rec.topic != HALF_TOPIC:
             self.table.resolve(half.origin)
@@ -284,7 +300,7 @@ class TransactionalMessageService:
             return
         times = half.check_times + 1
         op_mark = store.max_offset(OP_TOPIC, 0)
-        result = store.put_messages([tm.copy_for_check(rec, half.origin, times)])
+        result = self.appender.append([tm.copy_for_check(rec, half.origin, times)])
         self.table.schedule(half, now + self.check_interval_ms)
         if not result.ok:
             log.warning("transaction %d: cannot re-append its half for check %d (%s); retrying later",
@@ -306,7 +322,7 @@ class TransactionalMessageService:
         header = CheckTransactionStateRequestHeader(
             tran_state_table_offset=copy.queue_offset, commit_log_offset=copy.physical_offset, msg_id=uniq,
             transaction_id=uniq, offset_msg_id=offset_msg_id(store.commitlog.store_host, copy.physical_offset),
-            topic=topic, broker_name=self.broker.config.broker_name)
+            topic=topic, broker_name=self.config.broker_name)
         request = make_request(RequestCode.CHECK_TRANSACTION_STATE, header.to_ext(), tm.check_request_body(copy),
                                oneway=True)
         try:
@@ -318,8 +334,8 @@ class TransactionalMessageService:
         log.debug("transaction %d (%s): check %d sent to %s", half.origin, uniq, times, channel.client_id)
 
     def _discard(self, half: PendingHalf, rec: MessageRecord, now: int) -> None:
-        self.broker.topics.create_system_topic(CHECK_MAX_TOPIC, 1, PERM_READ_WRITE)
-        result = self.broker.store.put_messages(
+        self.topics.create_system_topic(CHECK_MAX_TOPIC, 1, PERM_READ_WRITE)
+        result = self.appender.append(
             [tm.discarded(rec), tm.op_record([half.origin, half.latest_offset], now)])
         if not result.ok:
             self.table.schedule(half, now + self.check_interval_ms)
@@ -334,12 +350,12 @@ class TransactionalMessageService:
 
     def _pick_channel(self, group: str) -> ClientChannel | None:
         """One live producer connection of the group, taking turns among them."""
-        live = [ch for ch in self.broker.producers.groups.get(group, {}).values() if not ch.conn.closed]
+        live = [ch for ch in self.producers.groups.get(group, {}).values() if not ch.conn.closed]
         return live[next(self._rr) % len(live)] if live else None
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _read(self, phy: int) -> MessageRecord | None:
-        view = self.broker.store.read_record(phy)
+        view = self.store.read_record(phy)
         if view is None:
             return None
         try:
@@ -348,7 +364,7 @@ class TransactionalMessageService:
             return None
 
     def _records(self, topic: str, start: int) -> Iterator[MessageRecord]:
-        store = self.broker.store
+        store = self.store
         offset = start
         while offset < store.max_offset(topic, 0):
             got = store.get_messages(topic, 0, offset, 1024, max_bytes=_READ_BYTES)
@@ -360,14 +376,6 @@ class TransactionalMessageService:
             if got.next_begin_offset <= offset:
                 break
             offset = got.next_begin_offset
-
-    async def _durable(self, result: PutResult) -> PutResult:
-        broker = self.broker
-        if result.ok and broker.store.sync_flush and broker.flush_waiter is not None:
-            limit = broker.config.store.sync_flush_timeout_ms / 1000
-            if not await broker.flush_waiter.wait(result.end_offset, limit):
-                result.status = PutStatus.FLUSH_DISK_TIMEOUT
-        return result
 
     def _read_progress(self) -> tuple[int, int]:
         raw = read_optional(self.progress_path)
@@ -382,7 +390,7 @@ class TransactionalMessageService:
             return 0, 0
 
     def _progress(self) -> tuple[int, int]:
-        store = self.broker.store
+        store = self.store
         return self.table.progress(store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
 
     def _write_progress(self, progress: tuple[int, int]) -> None:

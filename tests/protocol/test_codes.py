@@ -7,6 +7,7 @@ from cometmq.protocol.codes import (
     RemotingError,
     RequestCode,
     ResponseCode,
+    bad_request_code,
     response_code_name,
 )
 
@@ -77,3 +78,19 @@ def test_remoting_error_from_plain_int() -> None:
     assert unknown.code == 4242
     assert "UNKNOWN(4242)" in str(unknown)
     assert response_code_name(4242) == "UNKNOWN(4242)"
+
+
+def test_bad_request_codes_keep_the_answers_processors_gave() -> None:
+    # One table decides what a malformed request is answered; these are the codes the broker's and name server's
+    # except blocks used before the dispatch took the choice over (so the wire does not change).
+    illegal = [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+               RequestCode.POP_MESSAGE, RequestCode.PEEK_MESSAGE, RequestCode.ACK_MESSAGE,
+               RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION]
+    for code in illegal:
+        assert bad_request_code(code) is ResponseCode.MESSAGE_ILLEGAL, code.name
+    for code in (RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.PULL_MESSAGE, RequestCode.END_TRANSACTION,
+                 RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ, RequestCode.QUERY_CONSUMER_OFFSET,
+                 RequestCode.UPDATE_AND_CREATE_TOPIC):
+        assert bad_request_code(code) is ResponseCode.SYSTEM_ERROR, code.name
+    assert bad_request_code(RequestCode.REGISTER_BROKER) is ResponseCode.INVALID_PARAMETER
+    assert bad_request_code(123456) is ResponseCode.SYSTEM_ERROR  # a code we do not know

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cometmq.protocol.codes import LanguageCode, RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import LocalProtocolError, RemoteProtocolError
 from cometmq.protocol.remoting import (
     DEFAULT_VERSION,
     ONEWAY_FLAG,
@@ -69,7 +69,7 @@ def test_binary_header_treats_empty_remark_as_none() -> None:
 
 def test_binary_header_rejects_code_beyond_int16() -> None:
     cmd = make_request(RequestCode.POP_MESSAGE, serialize_type=SerializeType.ROCKETMQ)
-    with pytest.raises(ValueError, match="int16"):
+    with pytest.raises(LocalProtocolError, match="int16"):  # our bug, not the peer's
         encode(cmd)
     assert decode(encode(make_request(RequestCode.POP_MESSAGE))).code == RequestCode.POP_MESSAGE
 
@@ -159,8 +159,10 @@ def test_normalize_ext_fields() -> None:
         "c": "x",
         "e": "1.5",
     }
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):  # fields we build
         normalize_ext_fields({"a": [1]})
+    with pytest.raises(RemoteProtocolError):  # fields a peer sent
+        normalize_ext_fields({"a": [1]}, RemoteProtocolError)
 
 
 # -- malformed input ---------------------------------------------------------------------------------------
@@ -202,22 +204,22 @@ BAD_FRAMES = {
 
 @pytest.mark.parametrize("name", list(BAD_FRAMES))
 def test_malformed_frames_raise_protocol_error(name: str) -> None:
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         FrameDecoder().feed(BAD_FRAMES[name])
 
 
 def test_oversize_frame_rejected_before_it_is_buffered() -> None:
     decoder = FrameDecoder(max_frame_size=1024)
-    with pytest.raises(ProtocolError, match="exceeds the limit"):
+    with pytest.raises(RemoteProtocolError, match="exceeds the limit"):
         decoder.feed(struct.pack(">I", 1025))
     assert decoder.buffered == 0
 
 
 def test_decoder_stays_failed() -> None:
     decoder = FrameDecoder()
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         decoder.feed(BAD_FRAMES["bad json"])
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         decoder.feed(encode(make_request(RequestCode.HEART_BEAT)))
 
 
@@ -281,15 +283,19 @@ def test_many_small_frames_in_one_chunk() -> None:
 
 
 def feed_all(chunks: list[bytes]) -> None:
+    """Any bytes either decode into commands we can encode again or raise RemoteProtocolError: no other exception
+    type escapes the decoder (the h11 fuzz harness's property)."""
     decoder = FrameDecoder(max_frame_size=1 << 16)
+    commands: list[RemotingCommand] = []
     try:
         for chunk in chunks:
-            for cmd in decoder.feed(chunk):
-                assert isinstance(cmd, RemotingCommand)
-                assert all(type(v) is str for v in cmd.ext_fields.values())
-                encode(cmd) if -(2**15) <= cmd.code < 2**15 else None
-    except ProtocolError:
+            commands += decoder.feed(chunk)
+    except RemoteProtocolError:
         pass
+    for cmd in commands:
+        assert isinstance(cmd, RemotingCommand)
+        assert all(type(v) is str for v in cmd.ext_fields.values())
+        encode(cmd)  # what a peer sent can be encoded again (echoed back) without a LocalProtocolError
 
 
 @settings(max_examples=400)
@@ -323,6 +329,28 @@ def framed_garbage(draw: st.DrawFn) -> bytes:
 @given(st.lists(framed_garbage(), min_size=1, max_size=3), st.integers(min_value=0, max_value=400))
 def test_fuzz_framed_garbage(frames: list[bytes], cut: int) -> None:
     data = b"".join(frames)
+    feed_all([data[:cut], data[cut:]])
+
+
+@st.composite
+def mutated_frames(draw: st.DrawFn) -> bytes:
+    """Valid frames (JSON and binary headers) with a few bytes overwritten: reaches deep into header decoding."""
+    frames = b"".join(
+        encode(RemotingCommand(
+            draw(st.integers(-(2**15), 2**15 - 1)), "JAVA", 1, draw(st.integers(0, 2**31 - 1)), draw(st.integers(0, 3)),
+            draw(st.one_of(st.none(), st.text(max_size=8))),
+            draw(st.dictionaries(st.text(max_size=6), st.text(max_size=8), max_size=3)),
+            draw(st.binary(max_size=8)), draw(st.sampled_from(list(SerializeType)))))
+        for _ in range(draw(st.integers(1, 3))))
+    data = bytearray(frames)
+    for _ in range(draw(st.integers(1, 4))):
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    return bytes(data)
+
+
+@settings(max_examples=600)
+@given(mutated_frames(), st.integers(min_value=0, max_value=200))
+def test_fuzz_mutated_frames_decode_or_raise_remote_error(data: bytes, cut: int) -> None:
     feed_all([data[:cut], data[cut:]])
 
 
@@ -397,5 +425,5 @@ def test_headers_orjson_refuses_take_the_json_module(header: bytes, check: objec
 
 @pytest.mark.parametrize("header", [b'{"code":99999999999999999999999}', b"null", b'{"code":1', b'{"code":1}\xff'])
 def test_bad_headers_still_raise_protocol_error(header: bytes) -> None:
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         decode(frame(header))

@@ -25,6 +25,7 @@ from cometmq.client.errors import (
     InvalidArgumentError,
     MQClientError,
     NoRouteError,
+    reading_reply,
 )
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageExt, MessageQueue
@@ -98,10 +99,8 @@ async def all_topics(instance: ClientInstance) -> list[str]:
     r = await instance.namesrv_invoke(make_request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list")
     if r.code != ResponseCode.SUCCESS:
         raise BrokerError(r.code, r.remark or "", context="topic list")
-    try:
+    with reading_reply("bad topic list"):
         return sorted(TopicList.decode(r.body).topics)
-    except ProtocolError as exc:
-        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad topic list: {exc}") from None
 
 
 async def broker_addr_of(instance: ClientInstance, broker_name: str, topic: str | None = None) -> str:
@@ -232,10 +231,8 @@ class OffsetReset:
 
 
 def _records(body: bytes, broker_name: str) -> list[MessageExt]:
-    try:
+    with reading_reply("bad message body", context=broker_name):
         return [MessageExt.from_record(rec, broker_name) for rec in iter_records(body)]
-    except ProtocolError as exc:
-        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad message body: {exc}", context=broker_name) from None
 
 
 # -- the admin client ---------------------------------------------------------------------------------------------
@@ -282,10 +279,8 @@ class Admin:
         r = await inst.namesrv_invoke(make_request(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info")
         if r.code != ResponseCode.SUCCESS:
             raise BrokerError(r.code, r.remark or "", context="cluster info")
-        try:
+        with reading_reply("bad cluster info"):
             info = ClusterInfo.decode(r.body)
-        except ProtocolError as exc:
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad cluster info: {exc}") from None
         for name, bd in info.broker_addr_table.items():
             inst.brokers[name] = dict(bd.broker_addrs)
         return info

@@ -1,8 +1,16 @@
-"""The SDK's exceptions: one hierarchy, mapped from response codes at one place."""
+"""The SDK's exceptions: one hierarchy, mapped from response codes at one place.
+
+A reply the SDK cannot read (a ``RemoteProtocolError`` on the client: the server sent a bad body or header) is
+mapped here too, by ``reading_reply``: callers see a ``BrokerError`` with SYSTEM_ERROR, as for a failing server.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from cometmq.protocol.codes import RemotingError, ResponseCode, response_code_name
+from cometmq.protocol.errors import LocalProtocolError, ProtocolError
 
 
 class MQClientError(Exception):
@@ -64,3 +72,18 @@ class BrokerError(MQClientError):
 #: codes a producer retries on another broker (RocketMQ's retryResponseCodes)
 _PRODUCER_RETRY = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
                    ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_BUSY}
+
+
+@contextmanager
+def reading_reply(what: str, *, addr: str = "", context: str = "") -> Iterator[None]:
+    """Decode a server's reply inside this block: a reply that does not follow the protocol becomes
+    ``BrokerError(SYSTEM_ERROR, "<what>: <why>")`` (``addr`` and ``context`` as ``BrokerError`` takes them).
+
+    A ``LocalProtocolError`` (our own bug) passes through unchanged. A bare ``ProtocolError`` counts as the
+    server's: the record codec (``protocol/message.py``) does not yet say which side it blames."""
+    try:
+        yield
+    except LocalProtocolError:
+        raise
+    except ProtocolError as exc:
+        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{what}: {exc}", addr=addr, context=context) from None

@@ -15,8 +15,14 @@ import random
 from collections.abc import Iterable
 from typing import Protocol
 
-from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError, InvalidArgumentError
-from cometmq.common.tasks import cancel_and_wait
+from cometmq.client.errors import (
+    BrokerError,
+    ClientConnectionError,
+    ClientTimeoutError,
+    InvalidArgumentError,
+    reading_reply,
+)
+from cometmq.common.periodic import Periodic
 from cometmq.net.client import RemotingClient, split_address
 from cometmq.net.connection import RemotingConnection, RequestTimeoutError
 from cometmq.protocol.client_bodies import ConsumerData, HeartbeatData, MessageQueue
@@ -68,7 +74,7 @@ class ClientInstance:
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerLike] = {}
         self._namesrv_index = random.randrange(len(self.namesrv_addrs))
-        self._tasks: list[asyncio.Task[None]] = []
+        self._services: list[Periodic] = []
         self._users = 0
         self.started = False
 
@@ -79,15 +85,18 @@ class ClientInstance:
         if self.started:
             return
         self.started = True
-        self._tasks = [asyncio.create_task(self._refresh_routes_loop(), name="client-routes"),
-                       asyncio.create_task(self._heartbeat_loop(), name="client-heartbeat")]
+        self._services = [Periodic("client-routes", self.poll_namesrv_interval, self._refresh_routes, logger=log),
+                          Periodic("client-heartbeat", self.heartbeat_interval, self.heartbeat, logger=log)]
+        for service in self._services:
+            service.start()
 
     async def close(self) -> None:
         self._users -= 1
         if self._users > 0 or not self.started:
             return
         self.started = False
-        await cancel_and_wait(self._tasks)
+        for service in self._services:
+            await service.stop()
         await self.remoting.close()
 
     # -- requests ---------------------------------------------------------------------------------------------
@@ -144,10 +153,8 @@ class ClientInstance:
             return None
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(response.code, response.remark or "", context=f"route of {topic}")
-        try:
+        with reading_reply("bad route body", context=topic):
             route = TopicRouteData.decode(response.body)
-        except ProtocolError as exc:
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"bad route body: {exc}", context=topic) from None
         self.routes[topic] = route
         for bd in route.broker_datas:
             self.brokers[bd.broker_name] = dict(bd.broker_addrs)
@@ -181,14 +188,12 @@ class ClientInstance:
         route = await self.route(topic, refresh=refresh)
         return self.queues_of(route, topic, writable=False) if route else []
 
-    async def _refresh_routes_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_namesrv_interval)
-            for topic in list(self.routes):
-                try:
-                    await self.route(topic, refresh=True)
-                except Exception as exc:  # a nameserver hiccup must not stop the loop
-                    log.warning("refreshing the route of %s failed: %s", topic, exc)
+    async def _refresh_routes(self) -> None:
+        for topic in list(self.routes):
+            try:
+                await self.route(topic, refresh=True)
+            except Exception as exc:  # a nameserver hiccup must not stop the other topics
+                log.warning("refreshing the route of %s failed: %s", topic, exc)
 
     # -- heartbeats -----------------------------------------------------------------------------------------
     def register_producer(self, group: str) -> None:
@@ -229,11 +234,6 @@ class ClientInstance:
             await self.invoke_ok(addr, cmd, context=f"request {cmd.code}")
         except Exception as exc:
             log.warning("request %d to %s failed: %s", cmd.code, addr, exc)
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_interval)
-            await self.heartbeat()
 
     async def consumer_ids(self, group: str, broker_name: str) -> list[str]:
         from cometmq.protocol.client_bodies import decode_consumer_list

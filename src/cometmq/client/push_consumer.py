@@ -44,7 +44,7 @@ from typing import Any
 
 from cometmq.client.concurrent_consume import ConcurrentConsumeService, ConsumeRequest
 from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, Subscription
-from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError
+from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError, reading_reply
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
@@ -52,6 +52,7 @@ from cometmq.client.orderly import GIVE_UP_POLICIES, ConsumeOrderlyContext, Cons
 from cometmq.client.process_queue import ProcessQueue, PullRequest
 from cometmq.client.pulled import decode_pulled
 from cometmq.client.rebalance import AllocateAverage, AllocateStrategy, Rebalancer
+from cometmq.common.periodic import Periodic
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.protocol.client_bodies import (
     BROADCASTING,
@@ -60,7 +61,6 @@ from cometmq.protocol.client_bodies import (
     ConsumerData,
 )
 from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
@@ -185,7 +185,7 @@ class PushConsumer:
                                       topics=lambda: list(self._subscriptions), apply=self._apply_assignment,
                                       period=rebalance_interval)
         self._executor: ThreadPoolExecutor | None = None
-        self._commit_task: asyncio.Task[None] | None = None
+        self._committer = Periodic(f"commit-{self.group}", auto_commit_interval, self._commit_pass, logger=log)
         self._background: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         #: the orderly consume service (lock keeper, one consume task per queue); None for concurrent listeners
@@ -300,7 +300,7 @@ class PushConsumer:
             self.started = True
             await self._rebalancer.rebalance()
             self._rebalancer.start()
-            self._commit_task = asyncio.create_task(self._auto_commit_loop(), name=f"commit-{self.group}")
+            self._committer.start()
         except BaseException:
             self.started = True
             await self.close()
@@ -315,7 +315,8 @@ class PushConsumer:
         self.started = False
         self._closing = True
         await self._rebalancer.stop()
-        await cancel_and_wait([self._commit_task, *self._background])
+        await self._committer.stop()
+        await cancel_and_wait(self._background)
         requests = list(self._requests.values())
         if self._orderly is not None:
             # batches in the listener end, offsets are committed, every lock is released in one request per broker
@@ -367,13 +368,11 @@ class PushConsumer:
             except Exception as exc:
                 log.warning("cannot fetch the route of %s: %s", topic, exc)
 
-    async def _auto_commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.auto_commit_interval)
-            try:
-                await self.offset_store.persist(self._committable_queues())
-            except Exception:
-                log.exception("committing the offsets of %s failed", self.group)
+    async def _commit_pass(self) -> None:
+        try:
+            await self.offset_store.persist(self._committable_queues())
+        except Exception:
+            log.exception("committing the offsets of %s failed", self.group)
 
     async def commit(self) -> None:
         """Commit the consumed offsets of every assigned queue now (also done every ``auto_commit_interval``)."""
@@ -573,10 +572,8 @@ class PushConsumer:
         if pq.dropped:
             return consume
         if code == ResponseCode.SUCCESS:
-            try:
+            with reading_reply("undecodable pull body", addr=addr):
                 msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
-            except ProtocolError as exc:
-                raise BrokerError(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {exc}", addr=addr) from None
             self.stats.pulled += len(msgs)
             kept = [m for m in msgs if sub.matches(m)]
             self.stats.filtered += len(msgs) - len(kept)

@@ -32,13 +32,13 @@ from typing import Literal
 
 from cometmq.client.admin import check_group, check_topic
 from cometmq.client.consume_types import Subscription
-from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError
+from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError, reading_reply
 from cometmq.client.instance import ClientInstance
 from cometmq.client.lite_pull_consumer import decode_pulled
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
@@ -226,11 +226,9 @@ class SimpleConsumer:
             return []
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(response.code, response.remark or "", addr=addr, context=f"pop {sub.topic}")
-        try:
+        with reading_reply("unreadable POP answer", addr=addr):
             msgs = self._decode(response.body, PopMessageResponseHeader.from_ext(response.ext_fields), sub.topic,
                                 broker_name)
-        except ProtocolError as exc:
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"unreadable POP answer: {exc}", addr=addr) from None
         out: list[ReceivedMessage] = []
         unwanted: list[ReceivedMessage] = []
         group = self.group
@@ -257,17 +255,17 @@ class SimpleConsumer:
             begin = pos
             for _ in offsets:
                 if pos + 4 > len(body):
-                    raise ProtocolError("a POP answer's body is shorter than its msgOffsetInfo says")
+                    raise RemoteProtocolError("a POP answer's body is shorter than its msgOffsetInfo says")
                 pos += int.from_bytes(body[pos:pos + 4], "big")
             msgs = decode_pulled(body[begin:pos], MessageQueue(topic, broker_name, qid))
             if len(msgs) != len(offsets):
-                raise ProtocolError("a POP answer's records do not match its msgOffsetInfo")
+                raise RemoteProtocolError("a POP answer's records do not match its msgOffsetInfo")
             ck = starts.get((flag, qid), offsets[:1])[0]
             pop_time, invisible, revive = rh.pop_time, rh.invisible_time, rh.revive_qid
             out.extend((m, ExtraInfo(ck, pop_time, invisible, revive, flag, broker_name, qid, off))
                        for m, off in zip(msgs, offsets, strict=True))
         if pos != len(body):
-            raise ProtocolError("a POP answer's body holds more records than its msgOffsetInfo lists")
+            raise RemoteProtocolError("a POP answer's body holds more records than its msgOffsetInfo lists")
         return out
 
     async def _targets(self) -> list[tuple[Subscription, str, str]]:

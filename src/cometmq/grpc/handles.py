@@ -21,7 +21,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.pop import ExtraInfo
 
 _RECEIPT_VERSION = "r1"
@@ -34,14 +34,14 @@ def _pack(*fields: str) -> str:
 
 def _unpack(text: str, version: str, count: int, what: str) -> list[str]:
     if not text or not isinstance(text, str):
-        raise ProtocolError(f"{what} is empty")
+        raise RemoteProtocolError(f"{what} is empty")
     try:
         raw = base64.urlsafe_b64decode(text.encode("ascii") + b"=" * (-len(text) % 4)).decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError):
-        raise ProtocolError(f"{what} is not one this endpoint issued") from None
+        raise RemoteProtocolError(f"{what} is not one this endpoint issued") from None
     parts = raw.split("\n")
     if len(parts) != count or parts[0] != version:
-        raise ProtocolError(f"{what} is not one this endpoint issued")
+        raise RemoteProtocolError(f"{what} is not one this endpoint issued")
     return parts[1:]
 
 
@@ -69,7 +69,7 @@ class ReceiptHandle:
         try:
             offset = int(clo)
         except ValueError:
-            raise ProtocolError("receipt handle has a non-numeric commit-log offset") from None
+            raise RemoteProtocolError("receipt handle has a non-numeric commit-log offset") from None
         return cls(broker_name, topic, ExtraInfo.parse(extra), offset)
 
     def renewed(self, pop_time: int, invisible_time: int) -> ReceiptHandle:
@@ -96,7 +96,7 @@ class TransactionRef:
         try:
             return cls(addr, int(clo), int(tsto), msg_id, txn, group)
         except ValueError:
-            raise ProtocolError("transaction id has non-numeric offsets") from None
+            raise RemoteProtocolError("transaction id has non-numeric offsets") from None
 
 
 def recall_broker_name(handle: str) -> str:
@@ -105,8 +105,8 @@ def recall_broker_name(handle: str) -> str:
     try:
         raw = base64.urlsafe_b64decode(handle.encode("ascii") + b"=" * (-len(handle) % 4)).decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError):
-        raise ProtocolError("recall handle is invalid") from None
+        raise RemoteProtocolError("recall handle is invalid") from None
     parts = raw.split(" ")
     if len(parts) < 5 or parts[0] != "v1" or not parts[2]:
-        raise ProtocolError("recall handle is invalid")
+        raise RemoteProtocolError("recall handle is invalid")
     return parts[2]

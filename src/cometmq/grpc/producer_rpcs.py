@@ -296,10 +296,7 @@ class ProducerRpcs(RpcBase):
     @unary(spb.RecallMessageResponse)
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
         topic = request.topic.name
-        try:
-            broker_name = recall_broker_name(request.recall_handle)
-        except ProtocolError as exc:
-            raise GrpcError(pb.Code.BAD_REQUEST, str(exc)) from None
+        broker_name = recall_broker_name(request.recall_handle)  # a bad handle: BAD_REQUEST (rpc._failure)
         addr = await self.backend.broker_addr(topic, broker_name)
         response = await self.backend.invoke(addr, make_request(
             RequestCode.RECALL_MESSAGE, {"topic": topic, "recallHandle": request.recall_handle,

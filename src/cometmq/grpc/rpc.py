@@ -56,6 +56,8 @@ def _failure(exc: BaseException, what: str) -> pb.Status:
     if isinstance(exc, GrpcError):
         return status(exc.code, exc.message)
     if isinstance(exc, ProtocolError):
+        # The gRPC endpoint's boundary: a handle or field the client got wrong. Local errors too, for here they
+        # come from re-encoding the client's own data (its message properties) for the remoting protocol.
         return status(pb.Code.BAD_REQUEST, str(exc))
     log.exception("%s failed", what)
     return status(pb.Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

@@ -12,7 +12,7 @@ from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.net.client import split_address
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import RegisterBrokerBody, TopicList, body_crc32
 
@@ -106,9 +106,8 @@ class NamesrvProcessors:
         timeout_ms = _int(cmd, "heartbeatTimeoutMillis", 0)
         try:
             body = RegisterBrokerBody.decode(cmd.body, compressed=_flag(cmd, "compressed"))
-        except ProtocolError as exc:
-            log.warning("bad REGISTER_BROKER body from %s (%s): %s", conn.remote_address, broker_addr, exc)
-            raise RemotingError(ResponseCode.INVALID_PARAMETER, f"REGISTER_BROKER: bad body: {exc}") from None
+        except RemoteProtocolError as exc:  # name what was bad; the dispatch answers (INVALID_PARAMETER) and logs
+            raise RemoteProtocolError(f"REGISTER_BROKER: bad body: {exc}") from None
         result = self.route_info.register_broker(
             cluster,
             broker_name,

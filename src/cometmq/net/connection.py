@@ -5,6 +5,11 @@ requests run in their own task each (a held long poll must not stall the request
 connection), and the handler's reply goes back whenever it is ready: peers match replies by opaque, not order.
 Handlers marked ``eager_start`` (sends and pulls) run their first step at once, inside ``data_received``; only
 if they suspend does a task take over, so a request answered without waiting costs no task and no loop turn.
+
+Errors meet one boundary here (``_serve``): a ``RemotingError`` is answered with its code and remark; a
+``RemoteProtocolError`` (a header field or body the peer got wrong) with ``codes.bad_request_code`` for the
+request and the error text, the connection kept; anything else, a ``LocalProtocolError`` included, is logged with
+its traceback and answered SYSTEM_ERROR. Bytes that break framing close the connection (``data_received``).
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
-from cometmq.protocol.codes import RemotingError, ResponseCode
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.codes import RemotingError, ResponseCode, bad_request_code
+from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import (
     DEFAULT_MAX_FRAME_SIZE,
     ONEWAY_FLAG,
@@ -290,8 +295,9 @@ class RemotingConnection(asyncio.Protocol):
             return
         try:
             commands = self._decoder.feed(data)
-        except ProtocolError as exc:
-            # The stream has lost framing: nothing later on it can be trusted. One line, no traceback.
+        except RemoteProtocolError as exc:
+            # The stream has lost framing (or a header is unreadable, so no reply can be addressed to it): nothing
+            # later on it can be trusted. Only this connection closes. One line, no traceback.
             log.warning("closing connection from %s: malformed frame: %s", self.remote_address, exc)
             self.abort()
             return
@@ -395,7 +401,12 @@ class RemotingConnection(asyncio.Protocol):
             reply = await handler(self, cmd)
         except RemotingError as exc:
             reply = make_response(cmd, exc.code, exc.remark)
-        except Exception as exc:
+        except RemoteProtocolError as exc:
+            # The peer's header or body is malformed, but the frame was whole: answer (the code chosen by request
+            # code, in one table) and keep the connection. One line, no traceback: it is not our bug.
+            log.warning("bad request code %d from %s: %s", cmd.code, self.remote_address, exc)
+            reply = make_response(cmd, bad_request_code(cmd.code), str(exc))
+        except Exception as exc:  # LocalProtocolError included: we built something invalid, a bug to see
             log.exception("handler for request code %d from %s failed", cmd.code, self.remote_address)
             reply = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if reply is None or cmd.flag & ONEWAY_FLAG:
@@ -406,7 +417,7 @@ class RemotingConnection(asyncio.Protocol):
             self.send_response(reply)
         except ConnectionClosedError:
             pass  # closed while we wrote: the peer is gone, nobody to tell
-        except Exception as exc:  # the handler built a reply that cannot be encoded
+        except Exception as exc:  # the handler built a reply that cannot be encoded (a LocalProtocolError)
             log.exception("cannot send reply to request code %d from %s", cmd.code, self.remote_address)
             self.send_response(make_response(cmd, ResponseCode.SYSTEM_ERROR, f"bad reply: {exc}"))
 

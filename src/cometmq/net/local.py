@@ -45,7 +45,7 @@ def _as_received(cmd: RemotingCommand) -> RemotingCommand:
     fields = cmd.ext_fields
     for value in fields.values():
         if type(value) is not str:
-            fields = normalize_ext_fields(fields)  # raises ProtocolError for values the wire cannot carry
+            fields = normalize_ext_fields(fields)  # LocalProtocolError for values the wire cannot carry
             break
     else:
         fields = dict(fields)

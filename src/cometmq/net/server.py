@@ -24,7 +24,9 @@ class RemotingServer:
 
     ``dispatcher`` maps request codes to handlers and is read on every request, so a mutable dict may gain
     handlers after start. Unknown codes get REQUEST_CODE_NOT_SUPPORTED, a ``RemotingError`` its own code and
-    remark, any other exception SYSTEM_ERROR; the connection stays open in all three cases.
+    remark, a ``RemoteProtocolError`` (a malformed header field or body) the code ``bad_request_code`` gives for
+    the request and its text as remark, any other exception SYSTEM_ERROR; the connection stays open in all four
+    cases. Bytes that break framing close that one connection.
     """
 
     def __init__(

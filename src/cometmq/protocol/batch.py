@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import LocalProtocolError, RemoteProtocolError
 from cometmq.protocol.message import body_crc
 from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH, decode_properties, encode_properties
 
@@ -56,24 +56,24 @@ def encode_batch_raw(messages: Iterable[tuple[bytes | bytearray | memoryview, by
         for body, props, flag in messages:
             n = len(props)
             if n > MAX_PROPERTIES_LENGTH:
-                raise ProtocolError(f"properties are {n} bytes, at most {MAX_PROPERTIES_LENGTH}")
+                raise LocalProtocolError(f"properties are {n} bytes, at most {MAX_PROPERTIES_LENGTH}")
             add(head(ITEM_OVERHEAD + len(body) + n, 0, 0, flag, len(body)))
             add(body)
             add(i16(n))
             add(props)
     except struct.error as exc:
-        raise ProtocolError(f"batch item field out of range: {exc}") from None
+        raise LocalProtocolError(f"batch item field out of range: {exc}") from None
     return b"".join(parts)
 
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:
-    """Decode a whole batch body; any malformation raises ProtocolError. An empty body gives []."""
+    """Decode a whole batch body; any malformation raises RemoteProtocolError. An empty body gives []."""
     return [BatchItem(body, decode_properties(raw), flag, raw) for body, raw, flag in decode_batch_raw(data)]
 
 
 def decode_batch_raw(data: bytes | bytearray | memoryview) -> list[tuple[bytes, bytes, int]]:
     """:func:`decode_batch` without decoding the properties: ``(body, properties bytes, flag)`` per item,
-    checked as strictly (any malformation raises ProtocolError)."""
+    checked as strictly (any malformation raises RemoteProtocolError)."""
     if type(data) is not bytes:
         data = bytes(data)
     items: list[tuple[bytes, bytes, int]] = []
@@ -84,20 +84,20 @@ def decode_batch_raw(data: bytes | bytearray | memoryview) -> list[tuple[bytes, 
     pos = 0
     while pos < end:
         if end - pos < ITEM_OVERHEAD:
-            raise ProtocolError(f"truncated batch item at {pos}: {end - pos} bytes left")
+            raise RemoteProtocolError(f"truncated batch item at {pos}: {end - pos} bytes left")
         total, _magic, _crc, flag, body_len = unpack_head(data, pos)
         # TOTALSIZE is checked against the buffer first so that a lying body length cannot make us
         # slice past it; then the parts must add up to it exactly.
         if total < ITEM_OVERHEAD or total > end - pos:
-            raise ProtocolError(f"batch item size {total} at {pos} does not fit the {end - pos} bytes left")
+            raise RemoteProtocolError(f"batch item size {total} at {pos} does not fit the {end - pos} bytes left")
         item_end = pos + total
         p = pos + 20  # _HEAD.size
         body_end = p + body_len
         if body_len < 0 or body_end + 2 > item_end:
-            raise ProtocolError(f"batch body length {body_len} overruns the item at {pos}")
+            raise RemoteProtocolError(f"batch body length {body_len} overruns the item at {pos}")
         (props_len,) = unpack_i16(data, body_end)
         if props_len < 0 or body_end + 2 + props_len != item_end:
-            raise ProtocolError(f"batch properties length {props_len} does not end the item at {pos}")
+            raise RemoteProtocolError(f"batch properties length {props_len} does not end the item at {pos}")
         add((data[p:body_end], data[body_end + 2:item_end], flag))
         pos = item_end
     return items

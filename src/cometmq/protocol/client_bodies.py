@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import RemoteProtocolError
 
 # ConsumeType / MessageModel / ConsumeFromWhere are sent as ordinals by the C++ client and as names by Java.
 CONSUME_ACTIVELY = "CONSUME_ACTIVELY"
@@ -24,24 +24,24 @@ _FROM_WHERE = {0: "CONSUME_FROM_LAST_OFFSET", 1: "CONSUME_FROM_LAST_OFFSET_AND_F
 
 def _enum(value: Any, names: list[str] | dict[int, str], what: str) -> str:
     if isinstance(value, bool):
-        raise ProtocolError(f"{what} is a boolean")
+        raise RemoteProtocolError(f"{what} is a boolean")
     if isinstance(value, int):
         try:
             return names[value]
         except (IndexError, KeyError):
-            raise ProtocolError(f"{what} ordinal {value} is unknown") from None
+            raise RemoteProtocolError(f"{what} ordinal {value} is unknown") from None
     if isinstance(value, str):
         return value
-    raise ProtocolError(f"{what} has a bad value {value!r}")
+    raise RemoteProtocolError(f"{what} has a bad value {value!r}")
 
 
 def loads_object(body: bytes, what: str) -> dict[str, Any]:
     try:
         raw = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"{what} body is not JSON: {exc}") from None
+        raise RemoteProtocolError(f"{what} body is not JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise ProtocolError(f"{what} body is not a JSON object")
+        raise RemoteProtocolError(f"{what} body is not a JSON object")
     return raw
 
 
@@ -60,11 +60,11 @@ class SubscriptionData:
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> SubscriptionData:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("topic"), str):
-            raise ProtocolError("subscription without a topic")
+            raise RemoteProtocolError("subscription without a topic")
         try:
             version = int(raw.get("subVersion", 0) or 0)
         except (TypeError, ValueError):
-            raise ProtocolError(f"bad subVersion {raw.get('subVersion')!r}") from None
+            raise RemoteProtocolError(f"bad subVersion {raw.get('subVersion')!r}") from None
         sub = raw.get("subString", "*")
         return cls(topic=raw["topic"], sub_string=str(sub if sub is not None else "*"), sub_version=version,
                    expression_type=str(raw.get("expressionType") or "TAG"),
@@ -87,10 +87,10 @@ class ConsumerData:
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ConsumerData:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("groupName"), str):
-            raise ProtocolError("consumer data without a groupName")
+            raise RemoteProtocolError("consumer data without a groupName")
         subs = raw.get("subscriptionDataSet") or []
         if not isinstance(subs, list):
-            raise ProtocolError("subscriptionDataSet is not a list")
+            raise RemoteProtocolError("subscriptionDataSet is not a list")
         return cls(
             group_name=raw["groupName"],
             consume_type=_enum(raw.get("consumeType", 1), _CONSUME_TYPES, "consumeType"),
@@ -117,15 +117,15 @@ class HeartbeatData:
         raw = loads_object(body, "heartbeat")
         client_id = raw.get("clientID")
         if not isinstance(client_id, str) or not client_id:
-            raise ProtocolError("heartbeat without a clientID")
+            raise RemoteProtocolError("heartbeat without a clientID")
         producers = raw.get("producerDataSet") or []
         consumers = raw.get("consumerDataSet") or []
         if not isinstance(producers, list) or not isinstance(consumers, list):
-            raise ProtocolError("heartbeat data sets are not lists")
+            raise RemoteProtocolError("heartbeat data sets are not lists")
         groups = []
         for p in producers:
             if not isinstance(p, Mapping) or not isinstance(p.get("groupName"), str):
-                raise ProtocolError("producer data without a groupName")
+                raise RemoteProtocolError("producer data without a groupName")
             groups.append(p["groupName"])
         return cls(client_id, tuple(groups), tuple(ConsumerData.from_json(c) for c in consumers))
 
@@ -144,11 +144,11 @@ class MessageQueue:
     @classmethod
     def from_json(cls, raw: Any) -> MessageQueue:
         if not isinstance(raw, Mapping):
-            raise ProtocolError("message queue is not an object")
+            raise RemoteProtocolError("message queue is not an object")
         try:
             return cls(str(raw["topic"]), str(raw["brokerName"]), int(raw["queueId"]))
         except (KeyError, TypeError, ValueError):
-            raise ProtocolError(f"bad message queue {raw!r}") from None
+            raise RemoteProtocolError(f"bad message queue {raw!r}") from None
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
@@ -168,10 +168,10 @@ class LockBatchBody:
         raw = loads_object(body, "lock batch")
         group, client = raw.get("consumerGroup"), raw.get("clientId")
         if not isinstance(group, str) or not isinstance(client, str):
-            raise ProtocolError("lock batch body needs consumerGroup and clientId")
+            raise RemoteProtocolError("lock batch body needs consumerGroup and clientId")
         mqs = raw.get("mqSet") or []
         if not isinstance(mqs, list):
-            raise ProtocolError("mqSet is not a list")
+            raise RemoteProtocolError("mqSet is not a list")
         return cls(group, client, frozenset(MessageQueue.from_json(m) for m in mqs), bool(raw.get("onlyThisBroker")))
 
     def encode(self) -> bytes:
@@ -188,7 +188,7 @@ def decode_lock_ok(body: bytes) -> frozenset[MessageQueue]:
     raw = loads_object(body, "lock result")
     items = raw.get("lockOKMQSet") or []
     if not isinstance(items, list):
-        raise ProtocolError("lockOKMQSet is not a list")
+        raise RemoteProtocolError("lockOKMQSet is not a list")
     return frozenset(MessageQueue.from_json(m) for m in items)
 
 
@@ -200,5 +200,5 @@ def decode_consumer_list(body: bytes) -> list[str]:
     raw = loads_object(body, "consumer list")
     ids = raw.get("consumerIdList") or []
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise ProtocolError("consumerIdList is not a list of strings")
+        raise RemoteProtocolError("consumerIdList is not a list of strings")
     return list(ids)

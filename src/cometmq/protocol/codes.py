@@ -2,7 +2,8 @@
 
 Numbers are RocketMQ's (``RequestCode``, ``ResponseCode``, ``RemotingSysResponseCode``, ``LanguageCode``),
 so that every client and tool that speaks the remoting protocol agrees with us. ``RemotingError`` is the one
-exception that carries a response code: processors raise it and the transport turns it into a reply.
+exception that carries a response code: processors raise it and the transport turns it into a reply. A request
+the peer got wrong (``RemoteProtocolError``) gets the code ``bad_request_code`` picks for its request code.
 """
 
 from __future__ import annotations
@@ -252,6 +253,35 @@ _RETRIABLE = frozenset(
         ResponseCode.FLOW_CONTROL,
     }
 )
+
+
+#: The answer to a request whose header field or body is malformed (a ``RemoteProtocolError`` out of its
+#: handler), by request code. The one place that choice is made: the request dispatch looks it up, handlers just
+#: parse. Requests not listed get SYSTEM_ERROR, as RocketMQ's processors answer a header they cannot read.
+_BAD_REQUEST_CODES: dict[int, ResponseCode] = {
+    # a send whose header, properties or batch body are malformed is an illegal message
+    RequestCode.SEND_MESSAGE: ResponseCode.MESSAGE_ILLEGAL,
+    RequestCode.SEND_MESSAGE_V2: ResponseCode.MESSAGE_ILLEGAL,
+    RequestCode.SEND_BATCH_MESSAGE: ResponseCode.MESSAGE_ILLEGAL,
+    # POP and its acks: a bad header, extra info (receipt handle) or batch-ack body
+    RequestCode.POP_MESSAGE: ResponseCode.MESSAGE_ILLEGAL,
+    RequestCode.PEEK_MESSAGE: ResponseCode.MESSAGE_ILLEGAL,
+    RequestCode.ACK_MESSAGE: ResponseCode.MESSAGE_ILLEGAL,
+    RequestCode.BATCH_ACK_MESSAGE: ResponseCode.MESSAGE_ILLEGAL,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: ResponseCode.MESSAGE_ILLEGAL,
+    RequestCode.NOTIFICATION: ResponseCode.MESSAGE_ILLEGAL,
+    # the name server answers every request a peer got wrong INVALID_PARAMETER
+    RequestCode.REGISTER_BROKER: ResponseCode.INVALID_PARAMETER,
+    RequestCode.UNREGISTER_BROKER: ResponseCode.INVALID_PARAMETER,
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: ResponseCode.INVALID_PARAMETER,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV: ResponseCode.INVALID_PARAMETER,
+    RequestCode.GET_TOPICS_BY_CLUSTER: ResponseCode.INVALID_PARAMETER,
+}
+
+
+def bad_request_code(request_code: int) -> ResponseCode:
+    """The response code for a request of ``request_code`` that the peer got wrong (see ``_BAD_REQUEST_CODES``)."""
+    return _BAD_REQUEST_CODES.get(request_code, ResponseCode.SYSTEM_ERROR)
 
 
 def response_code_name(code: int) -> str:

@@ -1,8 +1,8 @@
 """Typed request headers: the extFields of each request, parsed and checked.
 
 Every value arrives as a string (the codec normalises the C++ client's mix of numbers and strings).
-A missing required field or a value of the wrong type raises ProtocolError naming the field; the
-broker turns that into a response code with the same remark.
+A missing required field or a value of the wrong type raises RemoteProtocolError naming the field; the
+request dispatch (net/connection.py) answers it with the request's bad-request code and that text as remark.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar, cast
 
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import RemoteProtocolError
 
 H = TypeVar("H", bound="Header")
 
@@ -73,12 +73,12 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-def _missing(key: str) -> ProtocolError:
-    return ProtocolError(f"header field {key!r} is missing")
+def _missing(key: str) -> RemoteProtocolError:
+    return RemoteProtocolError(f"header field {key!r} is missing")
 
 
-def _bad(key: str, raw: str) -> ProtocolError:
-    return ProtocolError(f"header field {key!r} has a bad value {raw!r}")
+def _bad(key: str, raw: str) -> RemoteProtocolError:
+    return RemoteProtocolError(f"header field {key!r} has a bad value {raw!r}")
 
 
 def _bool(key: str, raw: str) -> bool:

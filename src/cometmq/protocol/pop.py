@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import LocalProtocolError, RemoteProtocolError
 from cometmq.protocol.headers import Header
 
 #: Property carrying a popped message's extra info (RocketMQ's MessageConst.PROPERTY_POP_CK).
@@ -138,12 +138,12 @@ class ExtraInfo(NamedTuple):
     def parse(cls, text: str) -> ExtraInfo:
         parts = text.split(" ") if isinstance(text, str) else []
         if len(parts) != 8:
-            raise ProtocolError(f"extra info {text!r} has {len(parts)} fields, expected 8")
+            raise RemoteProtocolError(f"extra info {text!r} has {len(parts)} fields, expected 8")
         try:
             return cls(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), parts[4], parts[5],
                        int(parts[6]), int(parts[7]))
         except ValueError:
-            raise ProtocolError(f"extra info {text!r} has a non-numeric field") from None
+            raise RemoteProtocolError(f"extra info {text!r} has a non-numeric field") from None
 
     @property
     def visible_at(self) -> int:
@@ -174,14 +174,14 @@ def parse_offset_info(text: str | None) -> dict[tuple[str, int], list[int]]:
     for item in text.split(";"):
         parts = item.split(" ")
         if len(parts) != 3:
-            raise ProtocolError(f"offset info item {item!r} is not 'retryFlag queueId values'")
+            raise RemoteProtocolError(f"offset info item {item!r} is not 'retryFlag queueId values'")
         try:
             key = (parts[0], int(parts[1]))
             values = [int(v) for v in parts[2].split(",") if v]
         except ValueError:
-            raise ProtocolError(f"offset info item {item!r} is not numeric") from None
+            raise RemoteProtocolError(f"offset info item {item!r} is not numeric") from None
         if key in out:
-            raise ProtocolError(f"offset info names queue {key[1]} twice")
+            raise RemoteProtocolError(f"offset info names queue {key[1]} twice")
         out[key] = values
     return out
 
@@ -216,7 +216,7 @@ class BatchAck:
         bits = 0
         for off in self.offsets:
             if off < self.start_offset:
-                raise ProtocolError(f"acked offset {off} is below the batch start {self.start_offset}")
+                raise LocalProtocolError(f"acked offset {off} is below the batch start {self.start_offset}")
             bits |= 1 << (off - self.start_offset)
         return {"c": self.consumer_group, "t": self.topic, "r": self.retry, "so": self.start_offset,
                 "q": self.queue_id, "rq": self.revive_queue_id, "pt": self.pop_time, "it": self.invisible_time,
@@ -225,7 +225,7 @@ class BatchAck:
     @classmethod
     def from_json(cls, raw: Any) -> BatchAck:
         if not isinstance(raw, dict):
-            raise ProtocolError("a batch ack must be a JSON object")
+            raise RemoteProtocolError("a batch ack must be a JSON object")
 
         def get(short: str, long: str) -> Any:
             return raw[short] if short in raw else raw.get(long)
@@ -238,7 +238,7 @@ class BatchAck:
                        int(get("q", "queueId")), int(get("rq", "reviveQueueId") or 0), int(get("pt", "popTime")),
                        int(get("it", "invisibleTime")), offsets)
         except (TypeError, ValueError, KeyError, binascii.Error) as exc:
-            raise ProtocolError(f"bad batch ack: {exc}") from None
+            raise RemoteProtocolError(f"bad batch ack: {exc}") from None
 
 
 def encode_batch_ack_body(broker_name: str, acks: list[BatchAck]) -> bytes:
@@ -248,13 +248,13 @@ def encode_batch_ack_body(broker_name: str, acks: list[BatchAck]) -> bytes:
 
 def decode_batch_ack_body(body: bytes | None) -> tuple[str | None, list[BatchAck]]:
     if not body:
-        raise ProtocolError("BATCH_ACK_MESSAGE needs a body")
+        raise RemoteProtocolError("BATCH_ACK_MESSAGE needs a body")
     try:
         raw = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"batch ack body is not JSON: {exc}") from None
+        raise RemoteProtocolError(f"batch ack body is not JSON: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("acks"), list):
-        raise ProtocolError("batch ack body needs an 'acks' list")
+        raise RemoteProtocolError("batch ack body needs an 'acks' list")
     return raw.get("brokerName"), [BatchAck.from_json(a) for a in raw["acks"]]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from operator import methodcaller
 
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import LocalProtocolError, RemoteProtocolError
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -39,19 +39,19 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
     parts = []
     for name, value in props.items():
         if not name:  # decode_properties drops nameless pairs, so refuse to write one
-            raise ProtocolError("property with an empty name")
+            raise LocalProtocolError("property with an empty name")
         if (
             NAME_VALUE_SEPARATOR in name
             or PROPERTY_SEPARATOR in name
             or NAME_VALUE_SEPARATOR in value
             or PROPERTY_SEPARATOR in value
         ):
-            raise ProtocolError(f"property {name!r} contains a reserved separator character")
+            raise LocalProtocolError(f"property {name!r} contains a reserved separator character")
         parts.append(f"{name}\x01{value}\x02")
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate, e.g. from a JSON "\ud800" escape
-        raise ProtocolError("properties cannot be encoded as UTF-8") from None
+        raise LocalProtocolError("properties cannot be encoded as UTF-8") from None
 
 
 _split_pair = methodcaller("split", NAME_VALUE_SEPARATOR, 1)
@@ -64,7 +64,7 @@ def decode_properties(data: bytes | bytearray | memoryview) -> dict[str, str]:
     try:
         text = (data if type(data) is bytes else bytes(data)).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ProtocolError(f"properties are not valid UTF-8: {exc}") from None
+        raise RemoteProtocolError(f"properties are not valid UTF-8: {exc}") from None
     # Fast path (this runs once per message on the send and pull paths): every pair well formed. A pair
     # without a separator makes dict() raise ValueError, a nameless one leaves the key "": both take the
     # careful path below, which gives the same result for well-formed input.
@@ -150,9 +150,9 @@ _NEEDLES = {name: name.encode() + b"\x01" for name in (TAGS, KEYS, UNIQ_KEY)}
 
 
 def check_utf8(raw: bytes) -> None:
-    """Raise ProtocolError unless ``raw`` is UTF-8 (what ``decode_properties`` would refuse)."""
+    """Raise RemoteProtocolError unless ``raw`` is UTF-8 (what ``decode_properties`` would refuse)."""
     if not raw.isascii():
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ProtocolError(f"properties are not valid UTF-8: {exc}") from None
+            raise RemoteProtocolError(f"properties are not valid UTF-8: {exc}") from None

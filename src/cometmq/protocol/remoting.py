@@ -2,7 +2,8 @@
 
 Frame: ``length`` (4, big-endian, excludes itself) | header word (4: serialize type << 24 | header length) |
 header | body. The header is JSON (all the C++ client sends and understands) or RocketMQ's binary layout.
-Everything a peer can get wrong raises ``ProtocolError``; nothing else escapes the decoder.
+Everything a peer can get wrong raises ``RemoteProtocolError``; nothing else escapes the decoder. A command we
+cannot encode (a field out of range for the wire) raises ``LocalProtocolError``: that is our bug, not the peer's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
 from cometmq.protocol.codes import LanguageCode, ResponseCode
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
 RESPONSE_FLAG = 0x1
 ONEWAY_FLAG = 0x2
@@ -118,7 +119,7 @@ def next_opaque() -> int:
     return next(_opaque_counter) & 0x7FFFFFFF
 
 
-def _ext_value(key: str, value: object) -> str | None:
+def _ext_value(key: str, value: object, error: type[ProtocolError]) -> str | None:
     if type(value) is str:
         return value
     if value is None:  # RocketMQ leaves null header fields out
@@ -129,17 +130,20 @@ def _ext_value(key: str, value: object) -> str | None:
         return "false"
     if isinstance(value, int | float):
         return str(value)
-    raise ProtocolError(f"extFields[{key!r}] is a {type(value).__name__}, not a scalar")
+    raise error(f"extFields[{key!r}] is a {type(value).__name__}, not a scalar")
 
 
-def normalize_ext_fields(fields: Mapping[str, object]) -> dict[str, str]:
+def normalize_ext_fields(
+    fields: Mapping[str, object], error: type[ProtocolError] = LocalProtocolError
+) -> dict[str, str]:
     """Return ``fields`` with every value as a string: the C++ client mixes JSON numbers, strings and
-    booleans, while replies must carry strings. ``None`` values are dropped; lists and objects are errors."""
+    booleans, while replies must carry strings. ``None`` values are dropped; lists and objects raise ``error``:
+    a ``LocalProtocolError`` for fields we are building, a ``RemoteProtocolError`` for fields a peer sent."""
     out: dict[str, str] = {}
     for key, value in fields.items():
         if type(key) is not str:
-            raise ProtocolError(f"extFields key {key!r} is not a string")
-        text = _ext_value(key, value)
+            raise error(f"extFields key {key!r} is not a string")
+        text = _ext_value(key, value, error)
         if text is not None:
             out[key] = text
     return out
@@ -229,9 +233,9 @@ def _utf8(text: str) -> bytes:
 
 def _binary_header(cmd: RemotingCommand) -> bytes:
     if not _INT16_MIN <= cmd.code <= _INT16_MAX:
-        raise ValueError(f"code {cmd.code} does not fit the binary header's int16; send it as JSON")
+        raise LocalProtocolError(f"code {cmd.code} does not fit the binary header's int16; send it as JSON")
     if not _INT16_MIN <= cmd.version <= _INT16_MAX:
-        raise ValueError(f"version {cmd.version} does not fit the binary header's int16")
+        raise LocalProtocolError(f"version {cmd.version} does not fit the binary header's int16")
     language = _LANGUAGE_BYTES.get(cmd.language, LanguageCode.OTHER)
     parts = [_BIN_FIXED.pack(cmd.code, language, cmd.version, cmd.opaque, cmd.flag)]
     if cmd.remark:
@@ -243,7 +247,7 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
     for key, value in _wire_fields(cmd.ext_fields).items():
         kb, vb = _utf8(key), _utf8(value)
         if len(kb) > _INT16_MAX:
-            raise ValueError(f"extFields key of {len(kb)} bytes is too long for the binary header")
+            raise LocalProtocolError(f"extFields key of {len(kb)} bytes is too long for the binary header")
         fields += (_I16.pack(len(kb)), kb, _I32.pack(len(vb)), vb)
     packed = b"".join(fields)
     parts += (_I32.pack(len(packed)), packed)
@@ -258,12 +262,12 @@ def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes]:
     elif stype == 1:  # SerializeType.ROCKETMQ
         header = _binary_header(cmd)
     else:
-        raise ValueError(f"unknown serialize type {cmd.serialize_type!r}")
+        raise LocalProtocolError(f"unknown serialize type {cmd.serialize_type!r}")
     if len(header) > MAX_HEADER_LENGTH:
-        raise ValueError(f"header of {len(header)} bytes exceeds the 24-bit header length")
+        raise LocalProtocolError(f"header of {len(header)} bytes exceeds the 24-bit header length")
     length = 4 + len(header) + len(cmd.body)
     if length > _INT32_MAX:
-        raise ValueError(f"frame of {length} bytes exceeds the 31-bit frame length")
+        raise LocalProtocolError(f"frame of {length} bytes exceeds the 31-bit frame length")
     return _PREFIX.pack(length, (int(stype) << 24) | len(header)) + header, cmd.body
 
 
@@ -279,9 +283,9 @@ def encode(cmd: RemotingCommand) -> bytes:
 def _int_field(header: dict[str, object], key: str, default: int | None) -> int:
     value = header.get(key, default)
     if type(value) is not int:  # bool is an int subclass; the C++ client drops frames with string codes too
-        raise ProtocolError(f"header field {key!r} must be an integer, got {value!r:.40}")
+        raise RemoteProtocolError(f"header field {key!r} must be an integer, got {value!r:.40}")
     if not _INT32_MIN <= value <= _INT32_MAX:
-        raise ProtocolError(f"header field {key!r} = {value} is outside int32")
+        raise RemoteProtocolError(f"header field {key!r} = {value} is outside int32")
     return value
 
 
@@ -291,12 +295,12 @@ def _decode_json_header(
     if _orjson is not None:
         try:
             return _header_fields(_orjson.loads(raw), from_orjson=True)
-        except ValueError:  # orjson.JSONDecodeError, or ProtocolError: the json module decides, as it always did
+        except ValueError:  # orjson.JSONDecodeError, or a ProtocolError: the json module decides, as it always did
             pass
     try:
         header = _json_decode(str(raw, "utf-8"))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ProtocolError(f"header is not valid JSON: {exc}") from None
+        raise RemoteProtocolError(f"header is not valid JSON: {exc}") from None
     return _header_fields(header, from_orjson=False)
 
 
@@ -304,7 +308,7 @@ def _header_fields(
     header: object, *, from_orjson: bool
 ) -> tuple[int, str, int, int, int, str | None, dict[str, str]]:
     if type(header) is not dict:
-        raise ProtocolError("JSON header is not an object")
+        raise RemoteProtocolError("JSON header is not an object")
     get = header.get
     code, opaque, flag, version = get("code"), get("opaque", 0), get("flag", 0), get("version", 0)
     # the usual header in one test; anything else field by field, for the error that names the field
@@ -318,23 +322,23 @@ def _header_fields(
     language = get("language", "JAVA")
     if type(language) is not str:
         if type(language) is not int:
-            raise ProtocolError(f"header field 'language' must be a string, got {language!r:.40}")
+            raise RemoteProtocolError(f"header field 'language' must be a string, got {language!r:.40}")
         language = _LANGUAGE_NAMES.get(language, "OTHER")
     remark = get("remark")
     if remark is not None and type(remark) is not str:
-        raise ProtocolError(f"header field 'remark' must be a string, got {remark!r:.40}")
+        raise RemoteProtocolError(f"header field 'remark' must be a string, got {remark!r:.40}")
     ext = get("extFields")
     if ext is None:
         ext = {}
     elif type(ext) is not dict:
-        raise ProtocolError("header field 'extFields' is not an object")
+        raise RemoteProtocolError("header field 'extFields' is not an object")
     else:
         for value in ext.values():
             if type(value) is not str:
                 # orjson reads an integer past 64 bits as a float; the json module keeps it exact
                 if from_orjson and any(type(v) is float for v in ext.values()):
-                    raise ProtocolError("a number in extFields needs the json module")
-                ext = normalize_ext_fields(ext)
+                    raise RemoteProtocolError("a number in extFields needs the json module")
+                ext = normalize_ext_fields(ext, RemoteProtocolError)
                 break
     return code, language, version, opaque, flag, remark, ext
 
@@ -350,32 +354,32 @@ def _decode_binary_header(
         (rlen,) = _I32.unpack_from(raw, pos)
         pos += 4
         if rlen < 0 or rlen > end - pos:
-            raise ProtocolError(f"remark length {rlen} does not fit the header")
+            raise RemoteProtocolError(f"remark length {rlen} does not fit the header")
         remark = raw[pos : pos + rlen].decode() if rlen else None
         pos += rlen
         (flen,) = _I32.unpack_from(raw, pos)
         pos += 4
         if flen < 0 or flen > end - pos:
-            raise ProtocolError(f"extFields length {flen} does not fit the header")
+            raise RemoteProtocolError(f"extFields length {flen} does not fit the header")
         ext: dict[str, str] = {}
         stop = pos + flen
         while pos < stop:
             (klen,) = _I16.unpack_from(raw, pos)
             pos += 2
             if klen < 0 or klen > stop - pos:
-                raise ProtocolError(f"extFields key length {klen} overruns the fields")
+                raise RemoteProtocolError(f"extFields key length {klen} overruns the fields")
             key = raw[pos : pos + klen].decode()
             pos += klen
             (vlen,) = _I32.unpack_from(raw, pos)
             pos += 4
             if vlen < 0 or vlen > stop - pos:
-                raise ProtocolError(f"extFields value length {vlen} overruns the fields")
+                raise RemoteProtocolError(f"extFields value length {vlen} overruns the fields")
             ext[key] = raw[pos : pos + vlen].decode()
             pos += vlen
     except struct.error:
-        raise ProtocolError("binary header is truncated") from None
+        raise RemoteProtocolError("binary header is truncated") from None
     except UnicodeDecodeError as exc:
-        raise ProtocolError(f"binary header string is not UTF-8: {exc}") from None
+        raise RemoteProtocolError(f"binary header string is not UTF-8: {exc}") from None
     # Bytes after extFields are ignored, as RocketMQ does.
     return code, _LANGUAGE_NAMES.get(lang, "OTHER"), version, opaque, flag, remark, ext
 
@@ -385,7 +389,7 @@ def _decode_frame(mv: memoryview, start: int, length: int) -> RemotingCommand:
     (word,) = _U32.unpack_from(mv, start)
     serialize_type, header_length = word >> 24, word & 0xFFFFFF
     if header_length > length - 4:
-        raise ProtocolError(f"header length {header_length} exceeds frame length {length}")
+        raise RemoteProtocolError(f"header length {header_length} exceeds frame length {length}")
     header_start = start + 4
     body_start = header_start + header_length
     header = mv[header_start:body_start]
@@ -396,7 +400,7 @@ def _decode_frame(mv: memoryview, start: int, length: int) -> RemotingCommand:
         fields = _decode_binary_header(header)
         stype = _ROCKETMQ
     else:
-        raise ProtocolError(f"unknown serialize type {serialize_type}")
+        raise RemoteProtocolError(f"unknown serialize type {serialize_type}")
     header.release()
     end = start + length
     body = bytes(mv[body_start:end]) if end > body_start else b""
@@ -409,8 +413,9 @@ class FrameDecoder:
 
     Partial frames are kept in one bytearray that is appended to and trimmed from the front (both amortised
     O(1) in CPython), and nothing is re-parsed until enough bytes for the next frame are there, so a large
-    frame arriving in many small pieces costs linear time. After a ``ProtocolError`` the stream has lost
+    frame arriving in many small pieces costs linear time. After a ``RemoteProtocolError`` the stream has lost
     framing, so every later ``feed()`` raises too; frames decoded earlier in the failing call are discarded.
+    Any bytes at all either decode or raise ``RemoteProtocolError`` (tests/protocol/test_remoting_fuzz.py).
     """
 
     __slots__ = ("_buf", "_failed", "_max_frame_size", "_need")
@@ -430,7 +435,7 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         if self._failed:
-            raise ProtocolError("frame decoder already failed")
+            raise RemoteProtocolError("frame decoder already failed")
         buf = self._buf
         if buf:
             buf += data
@@ -447,16 +452,16 @@ class FrameDecoder:
                 while end - pos >= 4:
                     (length,) = _U32.unpack_from(mv, pos)
                     if length < 4:
-                        raise ProtocolError(f"frame length {length} is shorter than the header word")
+                        raise RemoteProtocolError(f"frame length {length} is shorter than the header word")
                     if length > self._max_frame_size:
-                        raise ProtocolError(f"frame length {length} exceeds the limit {self._max_frame_size}")
+                        raise RemoteProtocolError(f"frame length {length} exceeds the limit {self._max_frame_size}")
                     if end - pos - 4 < length:
                         need = 4 + length
                         break
                     frames.append(_decode_frame(mv, pos + 4, length))
                     pos += 4 + length
                 rest = None if source is buf else bytes(mv[pos:]) if pos < end else None
-        except ProtocolError:
+        except RemoteProtocolError:
             self._failed = True
             self._buf = bytearray()
             raise
@@ -475,7 +480,7 @@ def decode(
     decoder = FrameDecoder(max_frame_size)
     frames = decoder.feed(frame)
     if len(frames) != 1 or decoder.buffered:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"expected exactly one frame, got {len(frames)} and {decoder.buffered} spare bytes"
         )
     return frames[0]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import RemoteProtocolError
 
 # Topic permissions (PermName).
 PERM_PRIORITY = 8
@@ -69,7 +69,7 @@ class TopicConfig:
                 message_type=str(attrs.get("+message.type", "NORMAL")) if isinstance(attrs, Mapping) else "NORMAL",
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"bad topic config: {exc}") from None
+            raise RemoteProtocolError(f"bad topic config: {exc}") from None
 
 
 # -- JSON helpers ------------------------------------------------------------------------------------------
@@ -89,11 +89,11 @@ def encode_json(value: object) -> bytes:
 
 
 def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
-    """Parse a JSON body; ``what`` names it in the ``ProtocolError`` raised for anything malformed."""
+    """Parse a JSON body; ``what`` names it in the ``RemoteProtocolError`` raised for anything malformed."""
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ProtocolError(f"{what} is not UTF-8: {exc}") from None
+        raise RemoteProtocolError(f"{what} is not UTF-8: {exc}") from None
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -103,12 +103,12 @@ def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
                 return json.loads(fixed)
             except (ValueError, RecursionError):
                 pass
-        raise ProtocolError(f"{what} is not valid JSON: {exc}") from None
+        raise RemoteProtocolError(f"{what} is not valid JSON: {exc}") from None
 
 
 def _obj(raw: object, what: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ProtocolError(f"{what} must be a JSON object, got {type(raw).__name__}")
+        raise RemoteProtocolError(f"{what} must be a JSON object, got {type(raw).__name__}")
     return raw
 
 
@@ -122,31 +122,31 @@ def _list(raw: object, what: str) -> list[Any]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise ProtocolError(f"{what} must be a JSON array, got {type(raw).__name__}")
+        raise RemoteProtocolError(f"{what} must be a JSON array, got {type(raw).__name__}")
     return raw
 
 
 def _str(raw: Mapping[str, Any], key: str, what: str, default: str | None = None) -> str:
     value = raw.get(key, default)
     if value is None:
-        raise ProtocolError(f"{what}: {key!r} is missing")
+        raise RemoteProtocolError(f"{what}: {key!r} is missing")
     if not isinstance(value, str):
-        raise ProtocolError(f"{what}: {key!r} must be a string, got {type(value).__name__}")
+        raise RemoteProtocolError(f"{what}: {key!r} must be a string, got {type(value).__name__}")
     return value
 
 
 def _int(raw: Mapping[str, Any], key: str, what: str, default: int | None = None, minimum: int | None = None) -> int:
     value = raw.get(key, default)
     if value is None:
-        raise ProtocolError(f"{what}: {key!r} is missing")
+        raise RemoteProtocolError(f"{what}: {key!r} is missing")
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ProtocolError(f"{what}: {key!r} must be an integer, got {value!r:.40}")
+        raise RemoteProtocolError(f"{what}: {key!r} must be an integer, got {value!r:.40}")
     try:
         number = int(value)  # fastjson and the C++ client sometimes send numbers as strings
     except ValueError:
-        raise ProtocolError(f"{what}: {key!r} must be an integer, got {value!r:.40}") from None
+        raise RemoteProtocolError(f"{what}: {key!r} must be an integer, got {value!r:.40}") from None
     if minimum is not None and number < minimum:
-        raise ProtocolError(f"{what}: {key!r} = {number} is below {minimum}")
+        raise RemoteProtocolError(f"{what}: {key!r} = {number} is below {minimum}")
     return number
 
 
@@ -226,9 +226,9 @@ class BrokerData:
             try:
                 broker_id = int(key)
             except ValueError:
-                raise ProtocolError(f"broker data: broker id {key!r} is not an integer") from None
+                raise RemoteProtocolError(f"broker data: broker id {key!r} is not an integer") from None
             if not isinstance(addr, str):
-                raise ProtocolError(f"broker data: address of broker id {key} is not a string")
+                raise RemoteProtocolError(f"broker data: address of broker id {key} is not a string")
             addrs[broker_id] = addr
         return cls(
             cluster=_str(obj, "cluster", "broker data", ""),
@@ -262,7 +262,7 @@ class TopicRouteData:
         obj = _obj(raw, "topic route")
         order = obj.get("orderTopicConf")
         if order is not None and not isinstance(order, str):
-            raise ProtocolError("topic route: 'orderTopicConf' must be a string")
+            raise RemoteProtocolError("topic route: 'orderTopicConf' must be a string")
         filters: dict[str, tuple[str, ...]] = {}
         for addr, servers in _member(obj, "filterServerTable", "topic route filterServerTable").items():
             filters[addr] = tuple(_str_list(servers, "topic route filter servers"))
@@ -285,7 +285,7 @@ def _str_list(raw: object, what: str) -> list[str]:
     items = _list(raw, what)
     for item in items:
         if not isinstance(item, str):
-            raise ProtocolError(f"{what} must hold strings, got {type(item).__name__}")
+            raise RemoteProtocolError(f"{what} must hold strings, got {type(item).__name__}")
     return items
 
 
@@ -341,7 +341,7 @@ class TopicList:
         obj = _obj(raw, "topic list")
         addr = obj.get("brokerAddr")
         if addr is not None and not isinstance(addr, str):
-            raise ProtocolError("topic list: 'brokerAddr' must be a string")
+            raise RemoteProtocolError("topic list: 'brokerAddr' must be a string")
         return cls(tuple(_str_list(obj.get("topicList"), "topic list")), addr)
 
     def encode(self) -> bytes:
@@ -467,7 +467,7 @@ class RegisterBrokerBody:
         version = DataVersion.from_json(decode_json(reader.framed(), "register body data version"))
         count = reader.int32()
         if count < 0 or count > len(raw) // 4:  # every entry takes at least its 4-byte length
-            raise ProtocolError(f"register body: topic count {count} does not fit the body")
+            raise RemoteProtocolError(f"register body: topic count {count} does not fit the body")
         configs = [_compact_topic(reader.framed()) for _ in range(count)]
         servers = _str_list(decode_json(reader.framed(), "register body filterServerList"), "filterServerList")
         # What follows (5.x static-topic mappings) does not concern routing; it is ignored.
@@ -478,14 +478,14 @@ def _topic_config(raw: Mapping[str, Any]) -> TopicConfig:
     try:
         return TopicConfig.from_json(raw)
     except OverflowError:  # int() of a JSON infinity, which TopicConfig.from_json does not expect
-        raise ProtocolError(f"topic config {raw.get('topicName')!r:.80}: a number is out of range") from None
+        raise RemoteProtocolError(f"topic config {raw.get('topicName')!r:.80}: a number is out of range") from None
 
 
 def _checked(config: TopicConfig) -> TopicConfig:
     if not config.topic_name:
-        raise ProtocolError("topic config: empty topic name")
+        raise RemoteProtocolError("topic config: empty topic name")
     if config.read_queue_nums < 0 or config.write_queue_nums < 0 or config.perm < 0:
-        raise ProtocolError(f"topic config {config.topic_name!r}: negative queue count or perm")
+        raise RemoteProtocolError(f"topic config {config.topic_name!r}: negative queue count or perm")
     return config
 
 
@@ -493,10 +493,10 @@ def _compact_topic(line_bytes: bytes) -> TopicConfig:
     try:
         line = line_bytes.decode("utf-8")
     except UnicodeDecodeError:
-        raise ProtocolError("register body: topic entry is not UTF-8") from None
+        raise RemoteProtocolError("register body: topic entry is not UTF-8") from None
     fields = line.split(" ")
     if len(fields) < 5:
-        raise ProtocolError(f"register body: topic entry {line[:80]!r} has fewer than 5 fields")
+        raise RemoteProtocolError(f"register body: topic entry {line[:80]!r} has fewer than 5 fields")
     attrs: object = {}
     if len(fields) >= 6 and fields[5]:
         try:
@@ -523,14 +523,14 @@ def _inflate(data: bytes) -> bytes:
     try:
         raw = inflater.decompress(data, MAX_INFLATED_SIZE + 1)
     except zlib.error as exc:
-        raise ProtocolError(f"compressed register body does not inflate: {exc}") from None
+        raise RemoteProtocolError(f"compressed register body does not inflate: {exc}") from None
     if len(raw) > MAX_INFLATED_SIZE or inflater.unconsumed_tail:
-        raise ProtocolError(f"compressed register body inflates beyond {MAX_INFLATED_SIZE} bytes")
+        raise RemoteProtocolError(f"compressed register body inflates beyond {MAX_INFLATED_SIZE} bytes")
     return raw
 
 
 class _Reader:
-    """Big-endian cursor over the inflated compact layout; running short is a ProtocolError."""
+    """Big-endian cursor over the inflated compact layout; running short is a RemoteProtocolError."""
 
     __slots__ = ("_data", "_pos")
 
@@ -540,7 +540,7 @@ class _Reader:
 
     def int32(self) -> int:
         if self._pos + 4 > len(self._data):
-            raise ProtocolError("compressed register body is truncated")
+            raise RemoteProtocolError("compressed register body is truncated")
         (value,) = _I32.unpack_from(self._data, self._pos)
         self._pos += 4
         return int(value)
@@ -548,7 +548,7 @@ class _Reader:
     def framed(self) -> bytes:
         length = self.int32()
         if length < 0 or self._pos + length > len(self._data):
-            raise ProtocolError(f"compressed register body: field length {length} overruns the body")
+            raise RemoteProtocolError(f"compressed register body: field length {length} overruns the body")
         chunk = self._data[self._pos : self._pos + length]
         self._pos += length
         return chunk

@@ -12,7 +12,8 @@ from cometmq.net.client import RemotingClient
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.store.message_store import MessageStore
-from tests.store.conftest import FakeClock, small_config
+from tests.kit import FakeClock
+from tests.store.conftest import small_config
 
 
 def broker_config(path: Path, **changes: Any) -> BrokerConfig:
@@ -76,7 +77,7 @@ def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
     stores: list[MessageStore] = []
 
     def make(**changes: object) -> MessageStore:
-        store = MessageStore(small_config(tmp_path / f"store{len(stores)}", **changes), clock=FakeClock())
+        store = MessageStore(small_config(tmp_path / f"store{len(stores)}", **changes), clock=FakeClock(None))
         store.start()
         stores.append(store)
         return store

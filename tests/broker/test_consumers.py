@@ -19,6 +19,7 @@ from cometmq.protocol.client_bodies import (
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import iter_records
 from cometmq.protocol.remoting import RemotingCommand, make_request
+from tests.kit import FakeClock
 
 from .conftest import StartBroker, props, pull_request, send_request
 
@@ -252,14 +253,14 @@ def test_silent_consumers_expire() -> None:
         def close(self) -> None:
             self.closed_calls += 1
 
-    now = [0]
-    mgr = ConsumerManager(lambda: now[0], channel_expired_ms=120_000)
+    clock = FakeClock(0)
+    mgr = ConsumerManager(clock, channel_expired_ms=120_000)
     a, c = FakeConn(), FakeConn()
     data = ConsumerData("G", subscriptions=(SubscriptionData("T"),))
     mgr.register(a, "A", "PYTHON", 1, data)  # type: ignore[arg-type]
-    now[0] = 100_000
+    clock.now = 100_000
     mgr.register(c, "C", "PYTHON", 1, data)  # type: ignore[arg-type]
-    now[0] = 150_000  # A silent for 150 s, C for 50 s
+    clock.now = 150_000  # A silent for 150 s, C for 50 s
     mgr.scan_expired()
     assert mgr.client_ids("G") == ["C"]
     assert a.closed_calls == 1 and c.closed_calls == 0

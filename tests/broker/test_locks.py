@@ -20,21 +20,11 @@ from cometmq.protocol.client_bodies import (
 )
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
+from tests.kit import FakeClock
 
 from .conftest import StartBroker
 
 LIFE = 60_000
-
-
-class FakeClock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 def qs(*ids: int, topic: str = "T") -> set[MessageQueue]:
@@ -42,7 +32,7 @@ def qs(*ids: int, topic: str = "T") -> set[MessageQueue]:
 
 
 def manager(life: int = LIFE) -> tuple[RebalanceLockManager, FakeClock]:
-    clock = FakeClock()
+    clock = FakeClock(1_000_000)
     return RebalanceLockManager(clock, life), clock
 
 
@@ -160,7 +150,7 @@ async def test_the_broker_uses_lock_max_live_time_and_frees_a_closed_clients_loc
                                                                                     tmp_path: Path) -> None:
     b = await start_broker(lock_max_live_time_ms=1500)
     assert b.locks.lock_max_live_ms == 1500
-    clock = FakeClock()
+    clock = FakeClock(1_000_000)
     b.locks.clock = clock
     mqs = qs(0, 1, 2)
     async with RemotingClient() as c1, RemotingClient() as c2:

@@ -21,6 +21,7 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import MessageRecord, decode_record, iter_records
 from cometmq.protocol.msgid import decode_offset_msg_id, offset_msg_id
 from cometmq.protocol.remoting import RemotingCommand, make_request
+from tests.kit import eventually
 
 from .conftest import StartBroker, props, pull_request, send_request
 
@@ -93,13 +94,6 @@ async def pull_all(client: RemotingClient, broker: BrokerController, topic: str,
     if r.code != ResponseCode.SUCCESS:
         return []
     return list(iter_records(r.body))
-
-
-async def wait_until(cond: Any, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 # -- visibility, commit, rollback -------------------------------------------------------------------------------
@@ -224,7 +218,7 @@ async def test_check_back_reaches_a_live_producer_and_its_answer_commits(
               "commitLogOffset": h["commitLogOffset"], "commitOrRollback": 8, "msgId": "U1",
               "transactionId": h["transactionId"], "fromTransactionCheck": "true"}
     conn.send_oneway(make_request(RequestCode.END_TRANSACTION, answer, oneway=True))
-    await wait_until(lambda: b.store.max_offset("TxC", 1) == 1)
+    await eventually(lambda: b.store.max_offset("TxC", 1) == 1, 20.0, what="the committed message in TxC")
     # The producer's own (late) commit naming the original half is now a no-op.
     assert (await p.end(sent, 8)).remark == "the transaction is already resolved"
     await asyncio.sleep(0.5)
@@ -243,7 +237,7 @@ async def test_unanswered_checks_end_in_the_check_max_topic(start_broker: StartB
         _, check = await p.next_check()
         counts.append(decode_record(check.body)[0].properties["TRANSACTION_CHECK_TIMES"])
     assert counts == ["1", "2", "3"]
-    await wait_until(lambda: b.transactions.metrics.discarded == 1)
+    await eventually(lambda: b.transactions.metrics.discarded == 1, 20.0, what="the half message discarded")
     [kept] = await pull_all(p.client, b, CHECK_MAX_TOPIC, 0)
     assert kept.body == b"forever-unknown" and kept.properties["REAL_TOPIC"] == "TxM"
     assert b.store.max_offset("TxM", 0) == 0 and len(b.transactions.table) == 0
@@ -257,7 +251,7 @@ async def test_checks_without_a_producer_are_counted(start_broker: StartBroker, 
     b = await start_broker(transaction_timeout_ms=100, transaction_check_interval_ms=100, transaction_check_max=2)
     r = await client.invoke(b.addr, send_request("TxN", b"orphan", 0, props(UNIQ_KEY="O1", TRAN_MSG="true")))
     assert r.code == ResponseCode.SUCCESS
-    await wait_until(lambda: b.transactions.metrics.discarded == 1)
+    await eventually(lambda: b.transactions.metrics.discarded == 1, 20.0, what="the half message discarded")
     assert b.transactions.metrics.checks_without_producer == 2 and b.transactions.metrics.checks_sent == 0
     # PGROUP was missing: the broker filled it from the request header's producerGroup.
     [kept] = await pull_all(client, b, CHECK_MAX_TOPIC, 0)
@@ -282,7 +276,7 @@ async def test_checks_take_turns_among_the_groups_producers(start_broker: StartB
     await p1.heartbeat("client-1")
     await p2.heartbeat("client-2")
     await p1.half("TxTurns", b"x")
-    await wait_until(lambda: b.transactions.metrics.checks_sent >= 4)
+    await eventually(lambda: b.transactions.metrics.checks_sent >= 4, 20.0, what="four check-backs sent")
     assert p1.checks.qsize() >= 1 and p2.checks.qsize() >= 1
 
 
@@ -315,7 +309,7 @@ async def test_pending_halves_survive_a_restart_and_commits_are_not_redelivered(
         "producerGroup": GROUP, "tranStateTableOffset": h["tranStateTableOffset"],
         "commitLogOffset": h["commitLogOffset"], "commitOrRollback": 8, "fromTransactionCheck": "true"},
         oneway=True))
-    await wait_until(lambda: len(b2.transactions.table) == 0)
+    await eventually(lambda: len(b2.transactions.table) == 0, 20.0, what="the restarted broker's table to empty")
     assert [m.body for m in await pull_all(p2.client, b2, "TxS", 0)] == [b"committed-before", b"pending"]
 
 

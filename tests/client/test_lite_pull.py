@@ -8,7 +8,6 @@ import dataclasses
 import pickle
 import time
 import zlib
-from collections.abc import Callable
 
 import pytest
 
@@ -28,17 +27,9 @@ from cometmq.client import (
 from cometmq.client.lite_pull_consumer import decode_pulled
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import MessageRecord, encode_record, iter_records
+from tests.kit import eventually
 
 from .conftest import Cluster
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        await asyncio.sleep(0.01)
 
 
 async def make_topic(cluster: Cluster, topic: str, queues: int = 2) -> None:
@@ -274,7 +265,7 @@ async def test_seek_to_offsets_beginning_end_and_time(cluster: Cluster) -> None:
             await c.seek(q, "3")  # type: ignore[arg-type]
         # A seek while messages sit in the buffer drops them: poll returns what follows the seek.
         await c.seek(q, 0)
-        await wait_until(lambda: c._buffered > 0, what="buffered messages")
+        await eventually(lambda: c._buffered > 0, what="buffered messages")
         await c.seek(q, 6)
         assert [m.queue_offset for m in await poll_n(c, 2)] == [6, 7]
 
@@ -359,7 +350,7 @@ async def test_the_buffer_is_bounded_and_pause_stops_pulling(cluster: Cluster) -
     async with consumer(cluster, consume_from="first", pull_batch_size=10, pull_threshold_for_queue=20,
                         pull_threshold_for_all=30) as c:
         await c.subscribe("LB")
-        await wait_until(lambda: c._buffered >= 30, what="a full buffer")
+        await eventually(lambda: c._buffered >= 30, what="a full buffer")
         await asyncio.sleep(0.2)
         assert c._buffered <= 40 and all(st.buffered <= 30 for st in c._states.values())
         c.pause([q1])
@@ -380,7 +371,7 @@ async def test_subscription_follows_route_changes(cluster: Cluster) -> None:
         await c.subscribe("LQ")
         assert len(c.assignment()) == 1
         await make_topic(cluster, "LQ", 3)
-        await wait_until(lambda: len(c.assignment()) == 3, what="three queues")
+        await eventually(lambda: len(c.assignment()) == 3, what="three queues")
         await send(cluster, "LQ", 1, queue=MessageQueue("LQ", "broker-a", 2))
         [m] = await poll_n(c, 1)
         assert m.queue.queue_id == 2
@@ -415,7 +406,7 @@ async def test_allocate_shares_the_queues_of_a_group(cluster: Cluster) -> None:
         assert len(a.assignment()) == 4  # alone in the group
         async with b:
             await b.subscribe("LG")
-            await wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, what="a 2+2 split")
+            await eventually(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, what="a 2+2 split")
             assert set(a.assignment()).isdisjoint(b.assignment())
             await send(cluster, "LG", 40)
             got: list[MessageExt] = []
@@ -425,4 +416,4 @@ async def test_allocate_shares_the_queues_of_a_group(cluster: Cluster) -> None:
                 got += await a.poll(0.1) + await b.poll(0.1)
             assert len({m.msg_id for m in got}) == 40
         # b left: a gets every queue back
-        await wait_until(lambda: len(a.assignment()) == 4, what="a taking all queues back")
+        await eventually(lambda: len(a.assignment()) == 4, what="a taking all queues back")

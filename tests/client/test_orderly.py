@@ -24,9 +24,10 @@ from cometmq.client import (
     PushConsumer,
 )
 from cometmq.client.process_queue import ProcessQueue
+from tests.kit import eventually
 
 from .conftest import Cluster
-from .test_push_consumer import committed, create_topic, stored, wait_until
+from .test_push_consumer import committed, create_topic, stored
 
 
 @dataclass(frozen=True)
@@ -131,18 +132,18 @@ async def test_per_key_order_with_two_consumers_a_rebalance_and_a_clean_leave(cl
         await a.start()
         try:
             sending = asyncio.create_task(send_keys(p, "Ord", keys, per_key, pause=0.002))
-            await wait_until(lambda: len(seen) >= total // 4, what="a quarter consumed by A")
+            await eventually(lambda: len(seen) >= total // 4, what="a quarter consumed by A")
             await b.start()  # A gives half its queues up while consuming them
-            await wait_until(lambda: len(ord_queues(a)) == 4 and len(ord_queues(b)) == 4, timeout=5,
+            await eventually(lambda: len(ord_queues(a)) == 4 and len(ord_queues(b)) == 4, timeout=5,
                              what="an even split")
             assert not a.locked_queues & b.locked_queues
-            await wait_until(lambda: len(seen) >= total * 2 // 3, what="two thirds consumed")
+            await eventually(lambda: len(seen) >= total * 2 // 3, what="two thirds consumed")
             t_leave = time.monotonic()
             await a.close()  # commits and unlocks at once: B need not wait for the lock to expire
-            took = await wait_until(lambda: len(ord_queues(b)) == 8, timeout=5, what="B takes all queues")
+            took = await eventually(lambda: len(ord_queues(b)) == 8, timeout=5, what="B takes all queues")
             assert took < 1.0, f"hand-over took {took:.2f}s"
             await sending
-            await wait_until(lambda: len(seen) >= total, timeout=20, what="everything consumed")
+            await eventually(lambda: len(seen) >= total, timeout=20, what="everything consumed")
             await asyncio.sleep(0.2)
         finally:
             await a.close()
@@ -180,7 +181,7 @@ async def test_lock_is_renewed_and_taken_over_only_after_it_expires(cluster: Clu
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
         await a.start()
         try:
-            await wait_until(lambda: a.locked_queues == set(queues), timeout=5, what="A locks both")
+            await eventually(lambda: a.locked_queues == set(queues), timeout=5, what="A locks both")
             await b.start()
             sending = asyncio.create_task(send_keys(p, "Exp", 4, 250, pause=0.02))
             await asyncio.sleep(2.0)  # longer than the lock lifetime: A renews, B keeps being refused
@@ -193,11 +194,11 @@ async def test_lock_is_renewed_and_taken_over_only_after_it_expires(cluster: Clu
             assert svc is not None and svc._keeper is not None
             svc._keeper.cancel()
             t_hang = time.monotonic()
-            await wait_until(lambda: b.locked_queues == set(queues), timeout=5, what="B takes over")
+            await eventually(lambda: b.locked_queues == set(queues), timeout=5, what="B takes over")
             assert time.monotonic() - t_hang < 1.5 + 1.0
-            await wait_until(lambda: any(s.who == "B" for s in seen), what="B consumes")
+            await eventually(lambda: any(s.who == "B" for s in seen), what="B consumes")
             await sending
-            await wait_until(lambda: len({(s.key, s.seq) for s in seen}) == 1000, timeout=15, what="all consumed")
+            await eventually(lambda: len({(s.key, s.seq) for s in seen}) == 1000, timeout=15, what="all consumed")
         finally:
             await a.close()  # its unlock does not free B's locks: only the owner unlocks
             assert {owner(cluster, "eg", mq) for mq in queues} == {b.instance.client_id}
@@ -237,16 +238,16 @@ async def test_a_queue_given_up_mid_batch_is_unlocked_only_after_the_batch(clust
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
         await a.start()
         try:
-            await wait_until(lambda: mq in a.locked_queues, what="A locks the queue")
+            await eventually(lambda: mq in a.locked_queues, what="A locks the queue")
             await b.start()
             for body in ("m0", "slow", "m1", "m2"):
                 await p.send(Message("Slow", body.encode()))
-            await wait_until(lambda: any(e[1] == "slow" for e in events), what="the slow batch")
+            await eventually(lambda: any(e[1] == "slow" for e in events), what="the slow batch")
             await a.unsubscribe("Slow")  # gives the queue up while the batch is in the listener
             svc = a.orderly_service
             assert svc is not None and mq in svc._releasing  # the unlock waits for the batch
             assert owner(cluster, "slg", mq) == a.instance.client_id
-            await wait_until(lambda: any(e[0] == "B" for e in events), timeout=5, what="B takes over")
+            await eventually(lambda: any(e[0] == "B" for e in events), timeout=5, what="B takes over")
         finally:
             await a.close()
             await b.close()
@@ -268,10 +269,10 @@ async def test_a_lost_lock_stops_the_queue_until_it_is_locked_again(cluster: Clu
     svc = c.orderly_service
     assert svc is not None
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p, c:
-        await wait_until(lambda: mq in c.locked_queues, what="the lock")
+        await eventually(lambda: mq in c.locked_queues, what="the lock")
         await send_keys(p, "Lost", 1, 5)
-        await wait_until(lambda: len(seen) == 5, what="5 messages")
-        await wait_until(lambda: committed(cluster, "lg", "Lost") == 5, what="the commit")
+        await eventually(lambda: len(seen) == 5, what="5 messages")
+        await eventually(lambda: committed(cluster, "lg", "Lost") == 5, what="the commit")
         if how == "refused":
             locks.unlock_batch("lg", [mq], c.instance.client_id)
             locks.try_lock_batch("lg", [mq], "intruder")  # someone else got it
@@ -281,7 +282,7 @@ async def test_a_lost_lock_stops_the_queue_until_it_is_locked_again(cluster: Clu
             locks.try_lock_batch("lg", [mq], "intruder")
             conns = c.instance.remoting.connections
             conns[cluster.brokers[0].addr].abort()
-            await wait_until(lambda: c.stats.locks_lost >= 1, what="the reset")  # (the retry queue too)
+            await eventually(lambda: c.stats.locks_lost >= 1, what="the reset")  # (the retry queue too)
             locks.unlock_batch("lg", [mq], c.instance.client_id)  # in case it was quicker than the intruder
             locks.try_lock_batch("lg", [mq], "intruder")
         assert c.stats.locks_lost >= 1 and mq not in c.locked_queues
@@ -289,7 +290,7 @@ async def test_a_lost_lock_stops_the_queue_until_it_is_locked_again(cluster: Clu
         await asyncio.sleep(0.6)
         assert len(seen) == 5
         locks.unlock_batch("lg", [mq], "intruder")
-        took = await wait_until(lambda: len(seen) == 8, timeout=5, what="consuming again")
+        took = await eventually(lambda: len(seen) == 8, timeout=5, what="consuming again")
         assert took < 1.5  # refused locks are tried again every 0.5 s at most
     assert [s.offset for s in seen] == list(range(8))  # started again from the committed offset: no gap, no replay
 
@@ -314,7 +315,7 @@ async def test_suspend_retries_the_batch_in_place_and_an_exception_counts_as_sus
         for i in range(6):
             await p.send(Message("Sus", f"m{i}".encode()))
         async with c:
-            await wait_until(lambda: len(got) == 9, what="9 deliveries")
+            await eventually(lambda: len(got) == 9, what="9 deliveries")
             await asyncio.sleep(0.1)
     assert got == [("m0", 0), ("m1", 0), ("m2", 0), ("m2", 1), ("m2", 2), ("m3", 0), ("m4", 0), ("m4", 1), ("m5", 0)]
     assert c.stats.failed == 3 and c.stats.consumed == 6 and c.stats.given_up == 0
@@ -345,8 +346,8 @@ async def test_commit_and_rollback_with_auto_commit_off(cluster: Cluster) -> Non
         for i in range(8):
             await p.send(Message("Man", f"m{i}".encode()))
         async with c:
-            await wait_until(lambda: len(got) == 11, what="11 deliveries")
-            await wait_until(lambda: committed(cluster, "mg", "Man") == 4, what="the commit")
+            await eventually(lambda: len(got) == 11, what="11 deliveries")
+            await eventually(lambda: committed(cluster, "mg", "Man") == 4, what="the commit")
             await asyncio.sleep(0.2)
             assert committed(cluster, "mg", "Man") == 4  # m4..m7 were consumed but never committed
         assert got == ["m0", "m1", "m2", "m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7"]
@@ -360,7 +361,7 @@ async def test_commit_and_rollback_with_auto_commit_off(cluster: Cluster) -> Non
         c2 = orderly(cluster, "mg", second)
         c2.subscribe("Man")
         async with c2:
-            await wait_until(lambda: len(again) == 4, what="the uncommitted ones again")
+            await eventually(lambda: len(again) == 4, what="the uncommitted ones again")
             await asyncio.sleep(0.1)
         assert again == ["m4", "m5", "m6", "m7"]
         assert committed(cluster, "mg", "Man") == 8  # auto-commit (the default) commits each batch
@@ -383,7 +384,7 @@ async def test_a_bad_message_goes_to_the_dlq_after_the_maximum_and_the_queue_mov
         for body in ("m0", "bad", "m1", "m2"):
             await p.send(Message("Bad", body.encode()))
         async with c:
-            await wait_until(lambda: ("m2", 0) in got, what="the queue moves on")
+            await eventually(lambda: ("m2", 0) in got, what="the queue moves on")
             await asyncio.sleep(0.1)
     assert got == [("m0", 0), ("bad", 0), ("bad", 1), ("bad", 2), ("m1", 0), ("m2", 0)]
     assert c.stats.given_up == 1 and c.stats.failed == 3
@@ -404,7 +405,7 @@ async def test_give_up_never_keeps_retrying_in_place(cluster: Cluster) -> None:
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
         await p.send(Message("Nev", b"x"))
         async with c:
-            await wait_until(lambda: len(got) >= 4, what="4 attempts")
+            await eventually(lambda: len(got) >= 4, what="4 attempts")
     assert got[:4] == [0, 1, 2, 3] and c.stats.given_up == 0
     assert committed(cluster, "ng", "Nev") == 0
 

@@ -24,19 +24,9 @@ from cometmq.client import (
 )
 from cometmq.protocol.message import iter_records
 from cometmq.protocol.route import TopicConfig
+from tests.kit import eventually
 
 from .conftest import Cluster
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> float:
-    """Poll ``cond`` until true; returns the seconds it took."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not cond():
-        if loop.time() - start > timeout:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        await asyncio.sleep(0.01)
-    return loop.time() - start
 
 
 class Collector:
@@ -98,7 +88,7 @@ async def test_consumes_what_a_producer_sent_with_tag_filtering(cluster: Cluster
         async with c:
             # long polling: messages sent now reach the waiting pulls at once
             sent += [await p.send(Message("Tags", f"late{t}".encode(), tags=t)) for t in "ABC"]
-            await wait_until(lambda: len(listener.got) == 10, what="10 messages")
+            await eventually(lambda: len(listener.got) == 10, what="10 messages")
             await asyncio.sleep(0.1)
     assert len(listener.got) == 10
     assert sorted(listener.bodies) == sorted([f"m{i}".encode() for i in range(12) if i % 3 != 1] +
@@ -136,7 +126,7 @@ async def test_sync_listener_runs_in_a_bounded_thread_pool_with_batches(cluster:
         c = consumer(cluster, "pool", listener, consume_from="first", max_concurrency=3, batch_max_size=4)
         c.subscribe("Pool")
         async with c:
-            await wait_until(lambda: sum(batches) == 40, what="40 messages")
+            await eventually(lambda: sum(batches) == 40, what="40 messages")
     assert peak <= 3 and peak >= 2
     assert max(batches) <= 4 and max(batches) > 1
     assert threading.main_thread().name not in threads
@@ -197,7 +187,7 @@ async def test_consumers_of_two_groups_share_one_client_instance(cluster: Cluste
         async with ca, cb:
             for i in range(1, 6):
                 await p.send(Message("Shared", f"{i}".encode()))
-            await wait_until(lambda: len(a.got) == 6 and len(b.got) == 6, what="both groups")
+            await eventually(lambda: len(a.got) == 6 and len(b.got) == 6, what="both groups")
     assert sorted(a.bodies) == sorted(b.bodies) == [f"{i}".encode() for i in range(6)]
     assert not inst.started
 
@@ -211,16 +201,16 @@ async def test_success_commits_offsets_and_a_new_consumer_resumes(cluster: Clust
         c1 = consumer(cluster, "resume", first, consume_from="first", auto_commit_interval=0.1)
         c1.subscribe("Resume")
         async with c1:
-            await wait_until(lambda: len(first.got) == 10, what="first batch")
+            await eventually(lambda: len(first.got) == 10, what="first batch")
             # committed by the auto-commit timer, before any close
-            await wait_until(lambda: committed(cluster, "resume", "Resume") == 10, what="auto commit")
+            await eventually(lambda: committed(cluster, "resume", "Resume") == 10, what="auto commit")
         for i in range(5):
             await p.send(Message("Resume", f"b{i}".encode()))
         second = Collector()
         c2 = consumer(cluster, "resume", second, consume_from="first")  # committed offsets win over "first"
         c2.subscribe("Resume")
         async with c2:
-            await wait_until(lambda: len(second.got) == 5, what="second batch")
+            await eventually(lambda: len(second.got) == 5, what="second batch")
             await asyncio.sleep(0.2)
         assert sorted(second.bodies) == [f"b{i}".encode() for i in range(5)]
         assert committed(cluster, "resume", "Resume") == 15  # committed on close
@@ -247,7 +237,7 @@ async def test_consume_from_first_last_and_timestamp(cluster: Cluster) -> None:
             for i in range(2):
                 await p.send(Message("From", f"new{i}".encode()))
             # one queue, read in order: once the new messages are in, nothing older can still come
-            await wait_until(lambda: all(any(m.body == b"new1" for m in x.got) for x in listeners.values()),
+            await eventually(lambda: all(any(m.body == b"new1" for m in x.got) for x in listeners.values()),
                              what="new messages everywhere")
         finally:
             for c in consumers:
@@ -277,9 +267,9 @@ async def test_reconsume_later_redelivers_through_the_retry_topic_then_dead_lett
         async with c:
             sent = {body: await p.send(Message("Retry", body, tags="T"))
                     for body in (b"ok", b"fail-once", b"boom-once", b"always")}
-            await wait_until(lambda: len(seen.get(b"always", [])) == 3 and len(seen.get(b"fail-once", [])) == 2
+            await eventually(lambda: len(seen.get(b"always", [])) == 3 and len(seen.get(b"fail-once", [])) == 2
                              and len(seen.get(b"boom-once", [])) == 2, timeout=15, what="redeliveries")
-            await wait_until(lambda: stored(cluster, "%DLQ%retrying") == [b"always"], what="dead letter")
+            await eventually(lambda: stored(cluster, "%DLQ%retrying") == [b"always"], what="dead letter")
             await asyncio.sleep(0.3)
     assert len(seen[b"ok"]) == 1
     assert [m.reconsume_times for m in seen[b"always"]] == [0, 1, 2]
@@ -303,11 +293,11 @@ async def test_failed_send_back_is_consumed_again_locally_without_skipping_the_o
     c.subscribe("Local")
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p, c:
         await p.send(Message("Local", b"x"))
-        await wait_until(lambda: len(listener.got) == 1, what="first delivery")
+        await eventually(lambda: len(listener.got) == 1, what="first delivery")
         await asyncio.sleep(0.1)
         assert committed(cluster, "local-retry", "Local") == 0  # held: it is still to be consumed
-        await wait_until(lambda: len(listener.got) == 2, what="local redelivery")
-        await wait_until(lambda: committed(cluster, "local-retry", "Local") == 1, what="commit after success")
+        await eventually(lambda: len(listener.got) == 2, what="local redelivery")
+        await eventually(lambda: committed(cluster, "local-retry", "Local") == 1, what="commit after success")
     assert [m.reconsume_times for m in listener.got] == [0, 1]
     assert listener.got[1].queue.topic == "Local"  # not through the retry topic
     assert c.stats.send_back_failed == 1 and c.stats.retried == 0
@@ -333,22 +323,22 @@ async def test_two_consumers_split_the_queues_and_one_takes_over_when_the_other_
         try:
             assert split_queues(c1) == all_queues
             await c2.start()
-            await wait_until(lambda: len(split_queues(c1)) == 4 and split_queues(c1) | split_queues(c2) == all_queues,
+            await eventually(lambda: len(split_queues(c1)) == 4 and split_queues(c1) | split_queues(c2) == all_queues,
                              timeout=5, what="an even split")
             assert not split_queues(c1) & split_queues(c2)
             for i in range(40):
                 await p.send(Message("Split", f"x{i}".encode()))
-            await wait_until(lambda: len(a.got) + len(b.got) == 40, what="40 messages")
+            await eventually(lambda: len(a.got) + len(b.got) == 40, what="40 messages")
             assert a.got and b.got
             assert sorted(a.bodies + b.bodies) == sorted(f"x{i}".encode() for i in range(40))  # each once
             assert {m.queue for m in a.got} <= split_queues(c1) and {m.queue for m in b.got} <= split_queues(c2)
 
             await c1.close()
-            took = await wait_until(lambda: split_queues(c2) == all_queues, timeout=5, what="takeover")
+            took = await eventually(lambda: split_queues(c2) == all_queues, timeout=5, what="takeover")
             assert took < 2.0  # well under the rebalance period
             for i in range(20):
                 await p.send(Message("Split", f"y{i}".encode()))
-            await wait_until(lambda: sum(m.body.startswith(b"y") for m in b.got) == 20, what="20 more")
+            await eventually(lambda: sum(m.body.startswith(b"y") for m in b.got) == 20, what="20 more")
             await asyncio.sleep(0.2)
         finally:
             await c1.close()
@@ -369,7 +359,7 @@ async def test_broadcasting_gives_every_consumer_every_message(cluster: Cluster,
             assert len(ca.assignment) == len(cb.assignment) == 4  # all queues, no retry topic
             for i in range(10):
                 await p.send(Message("Bcast", f"{i}".encode()))
-            await wait_until(lambda: len(a.got) == 10 and len(b.got) == 10, what="10 messages each")
+            await eventually(lambda: len(a.got) == 10 and len(b.got) == 10, what="10 messages each")
         assert sorted(a.bodies) == sorted(b.bodies) == sorted(f"{i}".encode() for i in range(10))
         assert (tmp_path / "a" / "bc" / "offsets.json").exists()
         assert committed(cluster, "bc", "Bcast") == 0  # nothing on the broker
@@ -381,7 +371,7 @@ async def test_broadcasting_gives_every_consumer_every_message(cluster: Cluster,
                      consume_from="first")
         c.subscribe("Bcast")
         async with c:
-            await wait_until(lambda: len(again.got) == 3, what="the 3 new messages")
+            await eventually(lambda: len(again.got) == 3, what="the 3 new messages")
             await asyncio.sleep(0.2)
     assert sorted(again.bodies) == [b"10", b"11", b"12"]
 
@@ -404,10 +394,10 @@ async def test_flow_control_holds_pulls_back_while_a_queue_is_full(cluster: Clus
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
         await p.send_batch([Message("Slow", f"{i}".encode()) for i in range(30)])
         async with c:
-            await wait_until(lambda: c.stats.flow_controlled > 2, what="flow control")
+            await eventually(lambda: c.stats.flow_controlled > 2, what="flow control")
             assert 5 <= c.in_flight(q) <= 8 and c.stats.pulled <= 8
             release.set()
-            await wait_until(lambda: len(got) == 30, what="all 30 after release")
+            await eventually(lambda: len(got) == 30, what="all 30 after release")
     assert sorted(int(m.body) for m in got) == list(range(30))
 
 
@@ -423,9 +413,9 @@ async def test_offset_moved_jumps_to_the_brokers_next_offset_and_persists_it(clu
         c.subscribe("Moved")
         async with c:
             # the queue starts at 0, so the broker moves the consumer back to 0 (as RocketMQ does)
-            await wait_until(lambda: len(listener.got) == 3, what="messages after the move")
+            await eventually(lambda: len(listener.got) == 3, what="messages after the move")
             await p.send(Message("Moved", b"after"))
-            await wait_until(lambda: len(listener.got) == 4, what="the next message")
+            await eventually(lambda: len(listener.got) == 4, what="the next message")
     assert listener.bodies == [b"m0", b"m1", b"m2", b"after"]
     assert broker.offsets.query("moved", "Moved", 0) == 4
 
@@ -438,19 +428,19 @@ async def test_subscribe_and_unsubscribe_while_running(cluster: Cluster) -> None
     c.subscribe("Early")
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p, c:
         c.subscribe("Later", "x")
-        await wait_until(lambda: any(mq.topic == "Later" for mq in c.assignment), what="queues of Later")
+        await eventually(lambda: any(mq.topic == "Later" for mq in c.assignment), what="queues of Later")
         sub = cluster.brokers[0].consumers.subscription("dyn", "Later")
         assert sub is not None and sub.sub_string == "x"
         await p.send(Message("Later", b"later-x", tags="x"))
         await p.send(Message("Later", b"later-y", tags="y"))
         await p.send(Message("Early", b"early"))
-        await wait_until(lambda: len(listener.got) == 2, what="two messages")
+        await eventually(lambda: len(listener.got) == 2, what="two messages")
         await c.unsubscribe("Early")
         assert not any(mq.topic == "Early" for mq in c.assignment)
         assert set(c.subscriptions) == {"Later"}
         await p.send(Message("Early", b"unheard"))
         await p.send(Message("Later", b"later-x2", tags="x"))
-        await wait_until(lambda: len(listener.got) == 3, what="the third message")
+        await eventually(lambda: len(listener.got) == 3, what="the third message")
         await asyncio.sleep(0.1)
     assert sorted(listener.bodies) == [b"early", b"later-x", b"later-x2"]
     assert committed(cluster, "dyn", "Early") == 1  # committed when its queues were given up

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -21,6 +20,7 @@ from cometmq.client import (
 from cometmq.client.sync import SyncProducer, loop_thread_running
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.message import iter_records
+from tests.kit import eventually, wait_until
 
 from .conftest import Cluster
 from .test_sync import ThreadCluster, tc  # noqa: F401 - the threaded cluster fixture
@@ -34,13 +34,6 @@ def delivered(cluster: Cluster, topic: str) -> list[str]:
         r = store.get_messages(topic, q, 0, 1000, max_bytes=1 << 24)
         out += [rec.properties["UNIQ_KEY"] for rec in iter_records(b"".join(bytes(v) for v in r.buffers))]
     return out
-
-
-async def eventually(cond: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 def handle(topic: str, broker: str, timestamp: str, msg_id: str) -> str:
@@ -59,7 +52,8 @@ async def test_recall_before_due_is_never_delivered(cluster: Cluster) -> None:
         assert await p.recall("RT", gone.recall_handle) == gone.msg_id
         assert await p.recall("RT", gone.recall_handle) == gone.msg_id  # again: still before due, harmless
         # ``stays`` is due after ``gone``: once it is there, ``gone``'s time has passed too
-        await eventually(lambda: stays.msg_id in delivered(cluster, "RT"), 10)
+        await eventually(lambda: stays.msg_id in delivered(cluster, "RT"), 10,
+                         what="the message not recalled delivered")
         await asyncio.sleep(0.2)
     assert delivered(cluster, "RT") == [plain.msg_id, stays.msg_id]
     stats = cluster.brokers[0].timer.service.stats  # type: ignore[union-attr]
@@ -70,7 +64,7 @@ async def test_recall_after_delivery_is_refused(cluster: Cluster) -> None:
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
         r = await p.send(Message("RL", b"x", delay=0.2))
         assert r.recall_handle is not None
-        await eventually(lambda: r.msg_id in delivered(cluster, "RL"), 10)
+        await eventually(lambda: r.msg_id in delivered(cluster, "RL"), 10, what="the message delivered")
         with pytest.raises(BrokerError) as err:
             await p.recall("RL", r.recall_handle)
     # as RocketMQ's broker answers: the message is already due, so there is nothing to cancel
@@ -114,10 +108,7 @@ def test_sync_recall(tc: ThreadCluster) -> None:  # noqa: F811 - the fixture
         assert p.recall("SR", r.recall_handle) == r.msg_id
         with pytest.raises(InvalidArgumentError):
             p.recall("SR", "nope")
-    deadline = time.monotonic() + 10
-    while keep.msg_id not in delivered(tc.cluster, "SR"):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: keep.msg_id in delivered(tc.cluster, "SR"), 10, "the kept message delivered", step=0.05)
     time.sleep(0.2)
     assert delivered(tc.cluster, "SR") == [keep.msg_id]
     assert not loop_thread_running()

@@ -30,6 +30,7 @@ from cometmq.client import (
 )
 from cometmq.client.sync import SyncAdmin, SyncLitePullConsumer, SyncProducer, SyncPushConsumer, loop_thread_running
 from cometmq.namesrv.server import NamesrvConfig, NamesrvController
+from tests.kit import wait_until
 
 from .conftest import Cluster
 
@@ -262,9 +263,7 @@ def test_push_consumer_facade(tc: ThreadCluster) -> None:
         with c:
             for i in range(6):
                 p.send(Message("SP", f"p{i}".encode()))
-            deadline = time.monotonic() + 15
-            while len(got) < 6 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: len(got) >= 6, 15, "six messages", step=0.02)
             assert sorted(got) == [f"p{i}".encode() for i in range(6)]
             assert len({q for q in c.assignment() if q.topic == "SP"}) == 2
             c.commit()

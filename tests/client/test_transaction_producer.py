@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from cometmq.client import (
     TransactionProducer,
 )
 from cometmq.client.sync import SyncLitePullConsumer, SyncTransactionProducer, loop_thread_running
+from tests.kit import eventually, wait_until
 
 from .conftest import Cluster
 from .test_sync import ThreadCluster, poll_n
@@ -111,9 +111,7 @@ async def test_async_functions_and_a_failing_local_transaction(fast_cluster: Clu
         failed = await p.send_in_transaction(Message("TxAsync", b"failed"), local_fails)
         assert failed.local_state is S.UNKNOW
         b = broker(fast_cluster)
-        async with asyncio.timeout(20):
-            while len(b.transactions.table):
-                await asyncio.sleep(0.05)
+        await eventually(lambda: not b.transactions.table, 20, what="the broker's half table to empty", step=0.05)
         assert p.checks_answered[S.ROLLBACK] == 1
     got = await consume(fast_cluster, "TxAsync", 1)
     assert [m.msg_id for m in got] == [ok.msg_id]
@@ -170,9 +168,7 @@ async def test_two_groups_share_one_instance(fast_cluster: Cluster) -> None:
         ra = await pa.send_in_transaction(Message("TxShare", b"a"), lambda m, a: S.UNKNOW)
         rb = await pb.send_in_transaction(Message("TxShare", b"b"), lambda m, a: S.UNKNOW)
         b = broker(fast_cluster)
-        async with asyncio.timeout(20):
-            while len(b.transactions.table):
-                await asyncio.sleep(0.05)
+        await eventually(lambda: not b.transactions.table, 20, what="the broker's half table to empty", step=0.05)
     assert seen == {"a": [ra.msg_id], "b": [rb.msg_id]}
     got = await consume(fast_cluster, "TxShare", 1)
     assert [m.body for m in got] == [b"a"]
@@ -200,10 +196,7 @@ def test_sync_facade(tmp_path: Path) -> None:
             r1 = p.send_in_transaction(Message("TxSync", b"yes"), local, S.COMMIT)
             r2 = p.send_in_transaction(Message("TxSync", b"no"), local, S.ROLLBACK)
             r3 = p.send_in_transaction(Message("TxSync", b"later"), local, S.UNKNOW)
-            deadline = time.monotonic() + 20
-            while b.transactions.metrics.committed < 2:
-                assert time.monotonic() < deadline, "the check-back did not commit"
-                time.sleep(0.05)
+            wait_until(lambda: b.transactions.metrics.committed >= 2, 20, "the check-back to commit", step=0.05)
         assert [r.local_state for r in (r1, r2, r3)] == [S.COMMIT, S.ROLLBACK, S.UNKNOW]
         me = threading.current_thread().name
         assert threads[:3] == [me] * 3  # local transactions run in the caller's thread

@@ -18,6 +18,7 @@ from cometmq.client import (
     TransactionProducer,
 )
 from tests.interop.cometmq_server import CometServer
+from tests.kit import eventually
 
 S = LocalTransactionState
 
@@ -62,9 +63,8 @@ async def test_pending_half_is_checked_after_a_restart(server: CometServer, hard
     async with TransactionProducer("tx-restart", instance=instance, checker=checker) as p:
         before = await p.send_in_transaction(Message("TxRestart", b"committed-before"), lambda m, a: S.COMMIT)
         pending = await p.send_in_transaction(Message("TxRestart", b"pending"), lambda m, a: S.UNKNOW)
-        async with asyncio.timeout(30):
-            while not asked:  # checked (and answered UNKNOW) at least once before the restart
-                await asyncio.sleep(0.05)
+        # checked (and answered UNKNOW) at least once before the restart
+        await eventually(lambda: bool(asked), 30, what="a check-back before the restart", step=0.05)
         await asyncio.to_thread(server.restart, hard=hard)
         asked.clear()
         decided.set()

@@ -20,13 +20,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
+from tests.kit import wait_until
 
 SERVING_MARKER = "cometmq serving"
 
@@ -230,13 +231,3 @@ class CometServer:
         if r.code != 0:
             raise ServerError(f"consume stats {group}/{topic}: code {r.code} {r.remark}")
         return {int(row["queueId"]): int(row["consumerOffset"]) for row in json.loads(r.body)["offsetTable"]}
-
-
-def wait_until(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)

@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.interop.cometmq_server import CometServer, wait_until
+from tests.interop.cometmq_server import CometServer
 from tests.interop.harness import ClientProcess, ClientResult, CppClientRunner
+from tests.kit import wait_until
 
 Server = Callable[..., CometServer]
 
@@ -420,7 +421,7 @@ def test_reconsume_later_until_dlq(cpp_client: CppClientRunner, cometmq_server: 
             res = cpp_client.run("pull_consume", namesrv=server.namesrv, topic=f"%DLQ%{group}")
             return {m["msg_id"] for m in res.messages}
 
-        wait_until(lambda: dlq_ids() >= ids, 70, "all messages in the DLQ", interval=1.0)
+        wait_until(lambda: dlq_ids() >= ids, 70, "all messages in the DLQ", step=1.0)
         consumer.stop()
         res = finish(consumer, server)
     dlq = pull_all(cpp_client, server, f"%DLQ%{group}")
@@ -449,7 +450,7 @@ def test_dlq_with_subscription_group_limit(cpp_client: CppClientRunner, cometmq_
         consumer.wait_for("started")
         wait_until(lambda: server.route(f"%DLQ%{group}") is not None
                    and len(pull_all(cpp_client, server, f"%DLQ%{group}").messages) >= len(ids),
-                   60, "the DLQ", interval=1.0)
+                   60, "the DLQ", step=1.0)
         consumer.stop()
         finish(consumer, server)
     dlq = pull_all(cpp_client, server, f"%DLQ%{group}")

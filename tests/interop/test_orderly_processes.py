@@ -35,6 +35,7 @@ import pytest
 from cometmq.client import Message, Producer
 from tests.interop.cometmq_server import CometServer
 from tests.interop.harness import ClientProcess, client_env, start_client
+from tests.kit import wait_until
 
 Server = Callable[..., CometServer]
 
@@ -182,15 +183,6 @@ def start_sdk_consumer(env: dict[str, str], server: CometServer, group: str) -> 
                                                 "--seconds", "120"], env, python=sys.executable)
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic() - t0
-
-
 def progress(procs: dict[str, ClientProcess]) -> str:
     """Per process and queue: messages consumed and the last offset (for failure messages)."""
     out = []
@@ -218,9 +210,9 @@ def test_sdk_orderly_consumers_keep_key_order_through_a_kill9(tmp_path: Path, co
     try:
         for p in procs.values():
             p.wait_for("started", timeout=30)
-        wait_for(lambda: all(latest_locked(p) for p in procs.values()) and
-                 sorted(q for p in procs.values() for q in latest_locked(p)) == list(range(QUEUES)), 15,
-                 "the three consumers to lock all queues between them")
+        wait_until(lambda: all(latest_locked(p) for p in procs.values()) and
+                   sorted(q for p in procs.values() for q in latest_locked(p)) == list(range(QUEUES)), 15,
+                   "the three consumers to lock all queues between them")
         producer = KeyedProducer(server.namesrv, pause=0.02)
         producer.start()
         total = KEYS * PER_KEY
@@ -228,7 +220,7 @@ def test_sdk_orderly_consumers_keep_key_order_through_a_kill9(tmp_path: Path, co
         def consumed() -> int:
             return sum(len(msg_lines(p)) for p in procs.values())
 
-        wait_for(lambda: consumed() >= total * 0.35, 60, "a third of the messages consumed")
+        wait_until(lambda: consumed() >= total * 0.35, 60, "a third of the messages consumed")
         victim = procs["c1"]
         victim_queues = latest_locked(victim)
         kill_ns = time.time_ns()
@@ -242,7 +234,7 @@ def test_sdk_orderly_consumers_keep_key_order_through_a_kill9(tmp_path: Path, co
         def distinct() -> int:
             return len({m["body"] for p in procs.values() for m in msg_lines(p)})
 
-        wait_for(lambda: distinct() >= total, 60, "every message consumed")
+        wait_until(lambda: distinct() >= total, 60, "every message consumed")
         time.sleep(0.3)
     finally:
         for p in procs.values():
@@ -277,7 +269,7 @@ def test_cpp_orderly_consumers_keep_key_order_through_a_kill9(cpp_client: Any, c
             procs[f"c{i}"] = cpp_client.start("push_consume", namesrv=server.namesrv, topic=TOPIC, group=group,
                                               orderly=True, instance_name=f"c{i}", seconds=100)
             procs[f"c{i}"].wait_for("started", timeout=30)
-            wait_for(lambda i=i: len(server.consumer_ids(group)) == i, 15, f"{i} consumers registered")
+            wait_until(lambda i=i: len(server.consumer_ids(group)) == i, 15, f"{i} consumers registered")
             time.sleep(0.5)
         producer = KeyedProducer(server.namesrv, keys=keys, per_key=per_key, pause=0.05)
         producer.start()
@@ -286,7 +278,7 @@ def test_cpp_orderly_consumers_keep_key_order_through_a_kill9(cpp_client: Any, c
         def consumed() -> int:
             return sum(len(msg_lines(p)) for p in procs.values())
 
-        wait_for(lambda: consumed() >= total * 0.3, 60, "a third of the messages consumed")
+        wait_until(lambda: consumed() >= total * 0.3, 60, "a third of the messages consumed")
         kill_ns = time.time_ns()
         procs["c1"].stop(signal.SIGKILL)
         procs["c1"].proc.wait(timeout=10)
@@ -299,7 +291,7 @@ def test_cpp_orderly_consumers_keep_key_order_through_a_kill9(cpp_client: Any, c
             return len({m["body"] for p in procs.values() for m in msg_lines(p)})
 
         try:
-            wait_for(lambda: distinct() >= total, 70, "every message consumed")
+            wait_until(lambda: distinct() >= total, 70, "every message consumed")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{progress(procs)}\nserver log:\n{server.log_tail(6000)}") from None
     finally:

@@ -22,26 +22,19 @@ from cometmq.protocol.route import (
     TopicRouteData,
     body_crc32,
 )
+from tests.kit import FakeClock, eventually
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(0)
 
 
 @pytest.fixture
 async def namesrv(clock: FakeClock) -> AsyncIterator[NamesrvController]:
-    ctl = NamesrvController(NamesrvConfig(port=0, scan_interval_s=0.01), clock=clock)
+    ctl = NamesrvController(NamesrvConfig(port=0, scan_interval_s=0.01), clock=clock.seconds)
     await ctl.start()
     yield ctl
     await ctl.stop()
@@ -77,13 +70,6 @@ def register_request(
         },
         body,
     )
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """For effects that happen on the server's side of a socket (a close callback, a background round)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 async def route(client: RemotingClient, ns: str, topic: str) -> RemotingCommand:
@@ -200,7 +186,7 @@ async def test_missing_headers(
 async def test_broker_connection_close_removes_it(namesrv: NamesrvController, client: RemotingClient) -> None:
     async with RemotingClient() as broker:
         await broker.invoke(namesrv.addr, register_request("broker-a", "127.0.0.1:10911", ["T"]))
-    await wait_for(lambda: not namesrv.route_info.live_brokers())
+    await eventually(lambda: not namesrv.route_info.live_brokers(), 5.0, what="the broker dropped")
     assert (await route(client, namesrv.addr, "T")).code == ResponseCode.TOPIC_NOT_EXIST
 
 
@@ -210,11 +196,12 @@ async def test_scan_expires_silent_broker_and_closes_its_connection(
     async with RemotingClient() as broker:
         await broker.invoke(namesrv.addr, register_request("broker-a", "127.0.0.1:10911", ["T"]))
         conn = next(iter(broker.connections.values()))
-        clock.now += 119
+        clock.advance(119_000)
         await asyncio.sleep(0.05)  # several scan periods pass: nothing expires early
         assert namesrv.route_info.live_brokers()
-        clock.now += 2
-        await wait_for(lambda: conn.closed)  # the scan loop noticed, dropped the broker, closed its connection
+        clock.advance(2_000)
+        # the scan loop notices, drops the broker, closes its connection
+        await eventually(lambda: conn.closed, 5.0, what="the silent broker's connection closed")
     assert (await route(client, namesrv.addr, "T")).code == ResponseCode.TOPIC_NOT_EXIST
 
 
@@ -305,7 +292,7 @@ async def test_registrar_heartbeats_periodically(namesrv: NamesrvController) -> 
             broker_client, [namesrv.addr], "c", "broker-r", 1, "127.0.0.1:10921", "", topics, interval_s=0.01
         )
         await registrar.start()
-        await wait_for(lambda: calls >= 3)
+        await eventually(lambda: calls >= 3, 5.0, what="three registrations")
         assert registrar.master_addr is None  # a replica without a master yet
         await registrar.stop()
         stopped_at = calls
@@ -361,7 +348,8 @@ async def test_registrar_stop_cancels_a_round_in_flight(namesrv: NamesrvControll
                 timeout_s=20,
             )
             round_task = asyncio.create_task(registrar.register_now())
-            await wait_for(lambda: bool(namesrv.route_info.live_brokers()))  # the live nameserver answered
+            await eventually(lambda: bool(namesrv.route_info.live_brokers()), 5.0,
+                             what="the live nameserver to answer a registration")
             async with asyncio.timeout(2):  # not the 20 s the silent nameserver would hold it
                 await registrar.stop()
             assert round_task.cancelled()

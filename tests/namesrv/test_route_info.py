@@ -4,24 +4,17 @@ import pytest
 
 from cometmq.namesrv.route_info import ExpiredBroker, RouteInfoManager
 from cometmq.protocol.route import BrokerData, DataVersion, QueueData, RegisterBrokerResult, TopicConfig
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.kit import FakeClock
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_000_000)  # 1000 s: the route table's clock is in seconds (clock.seconds)
 
 
 @pytest.fixture
 def rim(clock: FakeClock) -> RouteInfoManager:
-    return RouteInfoManager(clock)
+    return RouteInfoManager(clock.seconds)
 
 
 V1 = DataVersion(1, 1)
@@ -112,17 +105,17 @@ def test_expiry_with_fake_clock(rim: RouteInfoManager, clock: FakeClock) -> None
     conn = object()
     rim.register_broker("c1", "broker-a", A0, 0, "", topics("T"), V1, conn)
     rim.register_broker("c1", "broker-b", B0, 0, "", topics("T"), V1)
-    clock.now += 100
+    clock.advance(100_000)
     rim.register_broker("c1", "broker-b", B0, 0, "", topics("T"), V1)  # b stays fresh
-    clock.now += 20
+    clock.advance(20_000)
     assert rim.scan_inactive() == []  # a silent for exactly 120 s: not yet
-    clock.now += 0.5
+    clock.advance(500)
     assert rim.scan_inactive() == [ExpiredBroker(A0, conn)]
     route = rim.pick_route("T")
     assert route is not None and [bd.broker_name for bd in route.broker_datas] == ["broker-b"]
     assert "broker-a" not in rim.cluster_info().broker_addr_table
     assert not rim.conn_in_use(conn)
-    assert [b.addr for b in rim.scan_inactive(clock.now + 121)] == [B0]
+    assert [b.addr for b in rim.scan_inactive(clock.seconds() + 121)] == [B0]
     assert rim.pick_route("T") is None
     assert rim.all_topics() == []
     assert rim.cluster_info().cluster_addr_table == {}
@@ -130,15 +123,15 @@ def test_expiry_with_fake_clock(rim: RouteInfoManager, clock: FakeClock) -> None
 
 def test_per_broker_timeout(rim: RouteInfoManager, clock: FakeClock) -> None:
     rim.register_broker("c1", "broker-a", A0, 0, "", topics("T"), V1, timeout_s=10)
-    clock.now += 11
+    clock.advance(11_000)
     assert [b.addr for b in rim.scan_inactive()] == [A0]
 
 
 def test_replica_expiry_keeps_master_and_master_expiry_keeps_queues(rim: RouteInfoManager, clock: FakeClock) -> None:
     rim.register_broker("c1", "broker-a", A0, 0, "", topics("T"), V1)
-    clock.now += 60
+    clock.advance(60_000)
     rim.register_broker("c1", "broker-a", A1, 1, "", [], V1)
-    clock.now += 61
+    clock.advance(61_000)
     rim.scan_inactive()  # the master expires, the replica still serves reads
     route = rim.pick_route("T")
     assert route is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,19 +13,7 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.broker.controller import BrokerController
 from cometmq.client.admin import Admin
 from cometmq.namesrv.server import NamesrvConfig, NamesrvController
-
-
-@dataclass
-class FakeClock:
-    """Wall time plus an offset the test moves forward: invisible times pass without sleeping."""
-
-    skew_ms: int = 0
-
-    def __call__(self) -> int:
-        return time.time_ns() // 1_000_000 + self.skew_ms
-
-    def advance(self, seconds: float) -> None:
-        self.skew_ms += int(seconds * 1000)
+from tests.kit import FakeClock
 
 
 @dataclass
@@ -74,7 +61,7 @@ class PopCluster:
 async def pop_cluster(tmp_path: Path) -> AsyncIterator[PopCluster]:
     ns = NamesrvController(NamesrvConfig(port=0))
     await ns.start()
-    c = PopCluster(ns, tmp_path, FakeClock())
+    c = PopCluster(ns, tmp_path, FakeClock(None, ticking=True))  # invisible times pass without sleeping
     await c.add_broker()
     yield c
     for b in c.brokers:

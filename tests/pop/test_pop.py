@@ -61,7 +61,7 @@ async def test_receive_ack_and_nothing_more(pop_cluster: PopCluster) -> None:
         got = await drain(sc)
         assert sorted(m.msg_id for m in got) == sorted(ids)
         assert all(m.reconsume_times == 0 and m.delivery_attempt == 1 for m in got)
-        pop_cluster.clock.advance(120)  # far past the invisible time: acked messages stay acked
+        pop_cluster.clock.advance(120_000)  # far past the invisible time: acked messages stay acked
         await asyncio.sleep(0.1)
         assert await sc.receive(32, wait=0.2) == []
     offsets = await committed(pop_cluster)
@@ -102,13 +102,13 @@ async def test_unacked_message_comes_back_after_invisible_time(pop_cluster: PopC
         [first] = await sc.receive(1, invisible_duration=30, wait=1)
         assert first.msg_id == mid and first.reconsume_times == 0
         assert await sc.receive(1, wait=0.1) == []  # invisible
-        pop_cluster.clock.advance(31)
+        pop_cluster.clock.advance(31_000)
         [again] = await sc.receive(1, wait=2)
         assert again.msg_id == mid and again.reconsume_times == 1
         with pytest.raises(StaleHandleError):
             await sc.ack(first)  # the first delivery's handle is stale now
         await sc.ack(again)
-        pop_cluster.clock.advance(31)
+        pop_cluster.clock.advance(31_000)
         assert await sc.receive(1, wait=0.2) == []
 
 
@@ -120,7 +120,7 @@ async def test_change_invisible_extends_and_old_handle_is_stale(pop_cluster: Pop
         old = m.handle
         await sc.change_invisible_duration(m, 60)
         assert m.handle.pop_time > old.pop_time and m.handle.invisible_time == 60_000
-        pop_cluster.clock.advance(20)  # past the first invisible time, not the new one
+        pop_cluster.clock.advance(20_000)  # past the first invisible time, not the new one
         assert await sc.receive(1, wait=0.2) == []
         stale = ReceivedMessage(m.message, old, m.group, m.broker_addr)
         with pytest.raises(StaleHandleError):
@@ -129,7 +129,7 @@ async def test_change_invisible_extends_and_old_handle_is_stale(pop_cluster: Pop
             await sc.change_invisible_duration(stale, 5)
         await sc.ack(m)
         await sc.ack(m)  # a repeated ack of a done message is harmless
-        pop_cluster.clock.advance(120)
+        pop_cluster.clock.advance(120_000)
         assert await sc.receive(1, wait=0.2) == []
 
 
@@ -145,7 +145,7 @@ async def test_dead_letter_after_max_reconsume_times(pop_cluster: PopCluster) ->
         for _ in range(3):
             [m] = await sc.receive(1, invisible_duration=5, wait=2)
             attempts.append(m.reconsume_times)
-            pop_cluster.clock.advance(6)
+            pop_cluster.clock.advance(6_000)
         await asyncio.sleep(0.3)  # the revive tick moves it to the DLQ
         assert await sc.receive(1, wait=0.3) == []
     assert attempts == [0, 1, 2]
@@ -170,7 +170,7 @@ async def test_revive_redelivers_exactly_the_unacked_ten_percent(pop_cluster: Po
             got.extend(msgs)
             await sc.ack_many([m for m in msgs if m.msg_id not in keep])
         assert sorted(m.msg_id for m in got) == sorted(ids)
-        pop_cluster.clock.advance(61)
+        pop_cluster.clock.advance(61_000)
         again = await drain(sc, batch=256, wait=0.5)
     assert sorted(m.msg_id for m in again) == sorted(keep)
     assert all(m.reconsume_times == 1 for m in again)
@@ -197,7 +197,7 @@ async def test_ordered_pop_keeps_queue_order_with_three_consumers(pop_cluster: P
                 states = pop_cluster.broker.pop.states
                 if abandoned and all(not qs.inflight or k[2] in abandoned for k, qs in states.items()):
                     # only dropped deliveries are out: let their invisible time pass so they come back
-                    pop_cluster.clock.advance(3)
+                    pop_cluster.clock.advance(3_000)
                     abandoned.clear()
                 continue
             idle = 0
@@ -316,7 +316,7 @@ async def test_acked_stay_acked_and_inflight_survive_a_clean_restart(pop_cluster
     await pop_cluster.restart()
     async with consumer(pop_cluster) as sc:
         assert await sc.receive(32, wait=0.2) == []  # still invisible after the restart
-        pop_cluster.clock.advance(31)
+        pop_cluster.clock.advance(31_000)
         again = await drain(sc, wait=0.5)
     assert {m.msg_id for m in again} == unacked
     assert len(ids) == 100

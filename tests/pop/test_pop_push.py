@@ -7,6 +7,7 @@ import collections
 
 from cometmq.client import ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from cometmq.client.pop_push_consumer import PopPushConsumer
+from tests.kit import eventually
 from tests.pop.conftest import PopCluster
 
 TOPIC = "PopPush"
@@ -16,13 +17,6 @@ GROUP = "pop-push"
 async def send(c: PopCluster, n: int) -> list[str]:
     async with Producer("pp", namesrv=c.namesrv_addr) as p:
         return [r.msg_id for r in await p.send_batch([Message(TOPIC, f"m{i}".encode()) for i in range(n)])]
-
-
-async def wait_for(cond: object, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():  # type: ignore[operator]
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 async def test_pop_push_consumers_share_a_topic(pop_cluster: PopCluster) -> None:
@@ -47,7 +41,7 @@ async def test_pop_push_consumers_share_a_topic(pop_cluster: PopCluster) -> None
         await c.start()
     try:
         ids = await send(pop_cluster, 300)
-        await wait_for(lambda: len(seen) == 300)
+        await eventually(lambda: len(seen) == 300, 20.0, what="300 messages consumed")
         await asyncio.sleep(0.5)
     finally:
         for c in consumers:
@@ -69,7 +63,7 @@ async def test_slow_listener_is_renewed_not_redelivered(pop_cluster: PopCluster)
     c.subscribe(TOPIC)
     async with c:
         await send(pop_cluster, 1)
-        await wait_for(lambda: c.stats.consumed == 1)  # type: ignore[union-attr]
+        await eventually(lambda: c.stats.consumed == 1, 20.0, what="one message consumed")  # type: ignore[union-attr]
         await asyncio.sleep(1.0)
     assert calls == [0]
     assert c.renewed >= 1  # type: ignore[union-attr]
@@ -88,7 +82,7 @@ async def test_reconsume_later_comes_back_with_a_higher_count(pop_cluster: PopCl
     c.subscribe(TOPIC)
     async with c:
         await send(pop_cluster, 1)
-        await wait_for(lambda: len(attempts) == 2)
+        await eventually(lambda: len(attempts) == 2, 20.0, what="the second attempt")
     assert attempts == [0, 1]
 
 
@@ -114,7 +108,7 @@ async def test_ordered_pop_push_consumes_each_queue_in_order(pop_cluster: PopClu
         c.subscribe(TOPIC)
         await c.start()
     try:
-        await wait_for(lambda: sum(len(v) for v in order.values()) == 60, timeout=40)
+        await eventually(lambda: sum(len(v) for v in order.values()) == 60, 40, what="60 messages consumed")
     finally:
         for c in consumers:
             await c.close()

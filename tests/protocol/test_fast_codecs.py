@@ -8,6 +8,7 @@ from cometmq.protocol.batch import decode_batch, decode_batch_raw, encode_batch,
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.msgid import UniqKeyGenerator
 from cometmq.protocol.properties import decode_properties, encode_properties
+from tests.kit import FakeClock
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -54,8 +55,8 @@ def test_raw_batch_encode_rejects_oversized_properties() -> None:
 
 
 def test_new_keys_are_unique_and_continue_new_key() -> None:
-    now = [1_800_000_000_000]
-    gen = UniqKeyGenerator("10.0.0.1", clock_ms=lambda: now[0])
+    clock = FakeClock(1_800_000_000_000)
+    gen = UniqKeyGenerator("10.0.0.1", clock_ms=clock)
     first = gen.new_key()
     batch = gen.new_keys(1000)
     last = gen.new_key()
@@ -63,6 +64,6 @@ def test_new_keys_are_unique_and_continue_new_key() -> None:
     assert len(set(keys)) == len(keys) and all(len(k) == 32 for k in keys)
     assert keys == sorted(keys)  # one prefix, values only grow
     assert [int(k[20:], 16) for k in keys] == list(range(int(first[20:], 16), int(first[20:], 16) + 1002))
-    now[0] += 5
+    clock.advance(5)
     later = gen.new_keys(3)
     assert later[0] > last and gen.new_keys(0) == []

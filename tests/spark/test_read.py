@@ -13,7 +13,8 @@ from pyspark.sql import SparkSession
 
 from cometmq.client import Message, MessageQueue
 from cometmq.client.sync import SyncAdmin, SyncProducer
-from tests.interop.cometmq_server import CometServer, wait_until
+from tests.interop.cometmq_server import CometServer
+from tests.kit import wait_until
 from tests.spark.conftest import send
 
 SparkError = (PySparkException, Py4JJavaError)

@@ -13,7 +13,8 @@ from pyspark.sql import functions as F
 
 from cometmq.client import MessageQueue
 from cometmq.client.sync import SyncAdmin
-from tests.interop.cometmq_server import CometServer, wait_until
+from tests.interop.cometmq_server import CometServer
+from tests.kit import wait_until
 
 SparkError = (PySparkException, Py4JJavaError)
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,20 +8,7 @@ import pytest
 from cometmq.store.config import FlushDiskType, StoreConfig
 from cometmq.store.message import MessageInner
 from cometmq.store.message_store import MessageStore
-
-
-class FakeClock:
-    """Milliseconds that move only when a test moves them."""
-
-    def __init__(self, start_ms: int | None = None) -> None:
-        # Starts at the real time: retention compares against file modification times.
-        self.now = int(time.time() * 1000) if start_ms is None else start_ms
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
+from tests.kit import FakeClock
 
 
 def small_config(path: Path, **changes: object) -> StoreConfig:
@@ -57,7 +43,7 @@ def msg(topic: str = "T", body: bytes = b"x" * 100, queue_id: int = 0, tags: str
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(None)  # at the wall time: retention compares it with file modification times
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from cometmq.store import message_store
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetResult
+from tests.kit import FakeClock
 
-from .conftest import FakeClock, msg, small_config
+from .conftest import msg, small_config
 
 
 def same(a: GetResult, b: GetResult) -> None:
@@ -47,7 +48,7 @@ def test_coalesced_reads_equal_record_reads(helper: str, tmp_path_factory: objec
                                             queries: list[tuple[int, int, int, int]], tiny: bool) -> None:
     path = Path(tmp_path_factory.mktemp("coalesce"))  # type: ignore[attr-defined]
     changes: dict[str, object] = {"commitlog_segment_size": 4096, "consume_queue_units_per_file": 7} if tiny else {}
-    store = MessageStore(small_config(path, **changes), clock=FakeClock())
+    store = MessageStore(small_config(path, **changes), clock=FakeClock(None))
     store.start()
     try:
         for i, (qid, count, size) in enumerate(batches):

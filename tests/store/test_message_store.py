@@ -12,8 +12,9 @@ from cometmq.protocol.taghash import tags_code
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetStatus, PutStatus
+from tests.kit import FakeClock
 
-from .conftest import ASYNC, SYNC, FakeClock, msg
+from .conftest import ASYNC, SYNC, msg
 
 MakeStore = Callable[..., MessageStore]
 

@@ -17,8 +17,9 @@ from cometmq.protocol.message import decode_record
 from cometmq.store.checkpoint import Checkpoint
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetStatus
+from tests.kit import FakeClock
 
-from .conftest import ASYNC, SYNC, FakeClock, msg, small_config
+from .conftest import ASYNC, SYNC, msg, small_config
 
 MakeStore = Callable[..., MessageStore]
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -17,23 +16,7 @@ from cometmq.timer.config import TimerConfig
 from cometmq.timer.message import Rewrite, delete_marker, rewrite_for_timer
 from cometmq.timer.service import TimerMessageService
 from tests.broker.conftest import client, start_broker  # noqa: F401 - fixtures for the broker-level tests
-
-START_MS = 1_790_000_000_000
-
-
-class FakeClock:
-    def __init__(self, now: int = START_MS) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+from tests.kit import wall_ms
 
 
 def store_config(path: Path) -> StoreConfig:
@@ -107,14 +90,6 @@ class Timer:
 
     def uniq_keys(self, topic: str = "T", queue_id: int = 0) -> list[str]:
         return [r.properties["UNIQ_KEY"] for r in self.delivered(topic, queue_id)]
-
-
-async def eventually(pred: Callable[[], bool], timeout: float = 5.0, step: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(step)
 
 
 async def settle(timer: Timer, rounds: int = 3) -> None:

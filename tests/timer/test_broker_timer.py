@@ -17,8 +17,7 @@ from cometmq.protocol.message import MessageRecord, iter_records
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.timer.message import TIMER_OUT_MS, TIMER_TOPIC, RecallHandle
 from tests.broker.conftest import StartBroker, props, pull_request, send_request
-
-from .conftest import eventually
+from tests.kit import eventually
 
 
 def now_ms() -> int:
@@ -73,7 +72,7 @@ async def test_v2_and_batch_sends(start_broker: StartBroker, client: RemotingCli
     r = await client.invoke(b.addr, send_request("TB", body, 0, batch="1"))
     assert r.code == ResponseCode.SUCCESS and "recallHandle" not in r.ext_fields
     assert b.store.max_offset("TB", 0) == 0
-    await eventually(lambda: b.store.max_offset("TB", 0) == 6, 5)
+    await eventually(lambda: b.store.max_offset("TB", 0) == 6, 5, what="6 messages in TB")
     recs = await pull_all(client, b.addr, "TB")
     assert sorted(x.uniq_key or "" for x in recs) == ["B0", "B1", "B2", "B3", "B4", "V2"]
 
@@ -84,7 +83,8 @@ async def test_delay_level_wins_and_bad_timer_requests_are_refused(start_broker:
     r = await client.invoke(b.addr, send_request("TD", b"x", 0, props(UNIQ_KEY="L", DELAY="1",
                                                                       TIMER_DELAY_SEC="3000")))
     assert r.code == ResponseCode.SUCCESS and "recallHandle" not in r.ext_fields
-    await eventually(lambda: b.store.max_offset("TD", 0) == 1, 5)  # level 1 = 300 ms in these tests
+    await eventually(lambda: b.store.max_offset("TD", 0) == 1, 5,
+                     what="the level-1 delayed message in TD")  # level 1 = 300 ms in these tests
     [rec] = await pull_all(client, b.addr, "TD")
     assert "TIMER_DELAY_SEC" not in rec.properties
     r = await client.invoke(b.addr, send_request("TD", b"x", 0, props(TIMER_DELAY_SEC="3601")))
@@ -103,7 +103,7 @@ async def test_recall_before_due(start_broker: StartBroker, client: RemotingClie
     rr = await client.invoke(b.addr, recall_request("TR", r.ext_fields["recallHandle"]))
     assert rr.code == ResponseCode.SUCCESS, rr.remark
     assert rr.ext_fields["msgId"] == "GONE"
-    await eventually(lambda: b.store.max_offset("TR", 0) == 1, 5)
+    await eventually(lambda: b.store.max_offset("TR", 0) == 1, 5, what="the message in TR")
     await asyncio.sleep(0.3)
     assert [x.uniq_key for x in await pull_all(client, b.addr, "TR")] == ["STAYS"]
     m = await client.invoke(b.addr, make_request(RequestCode.GET_TIMER_METRICS))
@@ -127,7 +127,7 @@ async def test_recall_refusals(start_broker: StartBroker, client: RemotingClient
     for req, code in cases:
         resp = await client.invoke(b.addr, req)
         assert resp.code == code, (req.ext_fields, resp.remark)
-    await eventually(lambda: b.store.max_offset("TQ", 0) == 1, 5)
+    await eventually(lambda: b.store.max_offset("TQ", 0) == 1, 5, what="the message in TQ")
     late = await client.invoke(b.addr, recall_request("TQ", handle))  # after its time
     assert late.code == ResponseCode.ILLEGAL_OPERATION and "timestamp invalid" in (late.remark or "")
 
@@ -155,10 +155,11 @@ async def test_pending_timers_survive_a_broker_restart_once(start_broker: StartB
         r = await client.invoke(b.addr, send_request("TS", b"x", 0, props(UNIQ_KEY=f"S{i}",
                                                                           TIMER_DELAY_MS=str(300 + i * 40))))
         assert r.code == ResponseCode.SUCCESS
-    await eventually(lambda: b.store.max_offset("TS", 0) >= 3, 5, 0.001)
+    await eventually(lambda: b.store.max_offset("TS", 0) >= 3, 5,
+                     what="3 messages in TS before the restart", step=0.001)
     await b.stop()
     b2 = await start_broker(path)
-    await eventually(lambda: b2.store.max_offset("TS", 0) >= 20, 5)
+    await eventually(lambda: b2.store.max_offset("TS", 0) >= 20, 5, what="20 messages in TS after the restart")
     await asyncio.sleep(0.3)
     keys = [x.uniq_key for x in await pull_all(client, b2.addr, "TS")]
     assert sorted(keys) == sorted(f"S{i}" for i in range(20))

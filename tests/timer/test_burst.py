@@ -14,8 +14,9 @@ import pytest
 import cometmq.store.index_builder as index_builder
 from cometmq.store.message import MessageInner
 from cometmq.timer.slotwork import BurstGcPause
+from tests.kit import FakeClock, eventually
 
-from .conftest import FakeClock, Timer, eventually, settle
+from .conftest import Timer, settle
 
 MakeTimer = Callable[..., Awaitable[Any]]
 
@@ -80,7 +81,8 @@ async def test_index_builder_deferral_keeps_lookups_right(make_timer: MakeTimer,
     builder.defer(30)
     assert t.store.put_messages([MessageInner(topic="IX", body=b"y", properties={"KEYS": "late"})]).ok
     # deferred longer than MAX_DEFER_S at a stretch: the thread indexes anyway
-    await eventually(lambda: builder.applied_offset == builder.submitted_offset, 10)
+    await eventually(lambda: builder.applied_offset == builder.submitted_offset, 10,
+                     what="the builder to apply all it was given")
 
 
 async def test_a_burst_slot_is_read_ahead_sooner_and_delivered_whole(make_timer: MakeTimer,
@@ -92,7 +94,7 @@ async def test_a_burst_slot_is_read_ahead_sooner_and_delivered_whole(make_timer:
     due = clock.now + 60_000
     small_due = due + 5000
     t.schedule_many([(f"B{i:03}", due) for i in range(120)] + [(f"S{i}", small_due) for i in range(5)])
-    await eventually(lambda: svc.enqueue_offset == 125)
+    await eventually(lambda: svc.enqueue_offset == 125, 5, what="125 indexed")
     await settle(t)
     assert svc.metrics()["prefetched"] == 0  # neither is near yet
     clock.now = due - 8000  # beyond prefetch_ms, within burst_prefetch_ms
@@ -100,13 +102,13 @@ async def test_a_burst_slot_is_read_ahead_sooner_and_delivered_whole(make_timer:
     assert svc.metrics()["prefetched"] == 120  # the burst is ready; the small slot 13 s away is not
     clock.now = due
     await settle(t)
-    await eventually(lambda: len(t.uniq_keys()) == 120)
+    await eventually(lambda: len(t.uniq_keys()) == 120, 5, what="120 delivered")
     assert t.uniq_keys() == [f"B{i:03}" for i in range(120)]  # once each, in the order they were sent
     assert svc._gc_pause.pauses == 1 and gc.isenabled()  # held off for the burst, given back after it
     assert [r.properties["UNIQ_KEY"] for r in map(_decode, t.store.query_by_key("T", "B007"))] == ["B007"]
     clock.now = small_due
     await settle(t)
-    await eventually(lambda: len(t.uniq_keys()) == 125)
+    await eventually(lambda: len(t.uniq_keys()) == 125, 5, what="125 delivered")
     assert svc._gc_pause.pauses == 1  # five messages are no burst
     assert svc.stats.delivered == 125 and svc.metrics()["scheduled"] == 0
 
@@ -117,7 +119,7 @@ async def test_a_small_slot_is_read_ahead_only_within_prefetch_ms(make_timer: Ma
     svc = t.service
     due = clock.now + 60_000
     t.schedule_many([(f"N{i}", due) for i in range(120)])
-    await eventually(lambda: svc.enqueue_offset == 120)
+    await eventually(lambda: svc.enqueue_offset == 120, 5, what="120 indexed")
     clock.now = due - 8000
     await settle(t)
     assert svc.metrics()["prefetched"] == 0

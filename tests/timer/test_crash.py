@@ -20,8 +20,7 @@ from cometmq.protocol.remoting import make_request
 from cometmq.store.message_store import MessageStore
 from cometmq.timer.message import TIMER_OUT_MS
 from tests.broker.conftest import StartBroker, send_request
-
-from .conftest import eventually
+from tests.kit import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "TK"
@@ -98,14 +97,15 @@ async def test_kill_during_enqueue(tmp_path: Path, start_broker: StartBroker, cl
     batches = [[(f"E{b}-{i}", base + (b * 100 + i) % 1500) for i in range(100)] for b in range(200)]
     acked: set[str] = set()
     sender = asyncio.create_task(send_batches(client, addr, batches, acked))
-    await eventually(lambda: len(acked) >= 5000, 20, 0.002)
+    await eventually(lambda: len(acked) >= 5000, 20, what="5000 acknowledged sends", step=0.002)
     kill9(proc)
     await proc.wait()
     await sender
     assert 5000 <= len(acked) < 20_000
     b = await start_broker(path)
     ready = now_ms()
-    await eventually(lambda: b.store.max_offset(TOPIC, 0) >= len(acked), 20, 0.05)
+    await eventually(lambda: b.store.max_offset(TOPIC, 0) >= len(acked), 20,
+                     what="every acknowledged message delivered", step=0.05)
     await asyncio.sleep(0.5)
     check(delivered(b.store), acked, ready)
     assert b.timer.service is not None and b.timer.service.recovered_abnormally
@@ -133,7 +133,7 @@ async def test_kill_during_dequeue(tmp_path: Path, start_broker: StartBroker, cl
     assert 0 < seen < n, seen
     b = await start_broker(path)
     ready = now_ms()
-    await eventually(lambda: b.store.max_offset(TOPIC, 0) >= n, 20, 0.05)
+    await eventually(lambda: b.store.max_offset(TOPIC, 0) >= n, 20, what="every message delivered", step=0.05)
     await asyncio.sleep(0.5)
     records = delivered(b.store)
     check(records, acked, ready)

@@ -21,8 +21,9 @@ from cometmq.timer.message import (
     rewrite_for_timer,
 )
 from cometmq.timer.timerlog import UNIT_SIZE
+from tests.kit import START_MS, FakeClock, eventually, wall_ms
 
-from .conftest import START_MS, FakeClock, Timer, eventually, settle, wall_ms
+from .conftest import Timer, settle
 
 MakeTimer = Callable[..., Any]
 DAY = 86_400_000
@@ -35,7 +36,7 @@ async def test_delivers_each_message_at_its_time_never_early(make_timer: MakeTim
     t.schedule("Q2", now + 350, queue_id=2, TAGS="tag")
     await asyncio.sleep(0.2)
     assert t.delivered() == []  # nothing early
-    await eventually(lambda: len(t.delivered()) == 150, 5)
+    await eventually(lambda: len(t.delivered()) == 150, 5, what="150 delivered")
     for rec in t.delivered():
         due = int(rec.properties[TIMER_OUT_MS])
         assert due <= rec.store_timestamp < due + 250, (due, rec.store_timestamp)
@@ -54,7 +55,7 @@ async def test_a_burst_in_one_slot_does_not_stall_the_next(make_timer: MakeTimer
     due = (wall_ms() // 100 + 8) * 100
     t.schedule_many([(f"B{i}", due) for i in range(20_000)])
     t.schedule("NEXT", due + 100)
-    await eventually(lambda: t.service.stats.delivered == 20_001, 20)
+    await eventually(lambda: t.service.stats.delivered == 20_001, 20, what="20001 delivered")
     recs = t.delivered()
     assert len(recs) == 20_001 and len({r.properties["UNIQ_KEY"] for r in recs}) == 20_001
     late = [r.store_timestamp - int(r.properties[TIMER_OUT_MS]) for r in recs]
@@ -71,7 +72,7 @@ async def test_past_due_records_are_delivered_at_once(make_timer: MakeTimer) -> 
     m = MessageInner(topic=TIMER_TOPIC, body=b"late", properties={
         "UNIQ_KEY": "LATE", TIMER_OUT_MS: str(now - 5000), REAL_TOPIC: "T", REAL_QID: "0"})
     assert t.store.put_messages([m]).ok
-    await eventually(lambda: len(t.delivered()) == 1, 3)
+    await eventually(lambda: len(t.delivered()) == 1, 3, what="one delivered")
     assert t.service.stats.lateness.max_ms >= 5000
     # A send whose time has already passed is stored as an ordinary message.
     t.schedule("PAST", now - 1)
@@ -88,7 +89,7 @@ async def test_cancel_before_due(make_timer: MakeTimer) -> None:
     t.cancel("DROP", due)
     t.cancel("OTHER-TOPIC", due)  # names T + OTHER-TOPIC: a different message, nothing cancelled
     assert t.service.metrics()["scheduled"] <= 3
-    await eventually(lambda: t.service.stats.delivered == 2, 3)
+    await eventually(lambda: t.service.stats.delivered == 2, 3, what="two delivered")
     await asyncio.sleep(0.2)
     assert t.uniq_keys() == ["KEEP"] and t.uniq_keys("T2") == ["OTHER-TOPIC"]
     assert t.service.stats.cancelled == 1
@@ -129,7 +130,8 @@ async def test_forty_day_delay_rolls_and_arrives_on_time(make_timer: MakeTimer) 
     while clock.now < due - 6 * 3_600_000:
         clock.advance(6 * 3_600_000)
         await settle(t, 1)
-        await eventually(lambda: t.service._cur is None or t.service._cur.next_at() is None, 5)
+        await eventually(lambda: t.service._cur is None or t.service._cur.next_at() is None, 5,
+                         what="the current slot to have nothing left")
     await settle(t)
     assert t.uniq_keys() == ["NEAR"]
     assert t.service.stats.rolled >= 39
@@ -149,7 +151,8 @@ async def test_window_edge(make_timer: MakeTimer) -> None:
     t: Timer = await make_timer(clock=clock, roll_window_slot=100)  # a 10 s window of 100 ms slots
     t.schedule("INSIDE", clock.now + 99 * 100)
     t.schedule("EDGE", clock.now + 100 * 100)
-    await eventually(lambda: t.service.enqueue_offset == 2)  # indexed at the time they were sent
+    await eventually(lambda: t.service.enqueue_offset == 2, 5,
+                     what="both indexed")  # indexed at the time they were sent
     for _ in range(9):
         clock.advance(1000)
         await settle(t, 1)
@@ -169,12 +172,12 @@ async def test_clean_restart_delivers_nothing_twice(make_timer: MakeTimer, tmp_p
     now = wall_ms()
     n = 3000
     t.schedule_many([(f"R{i}", now + 400 + i * 800 // n) for i in range(n)])
-    await eventually(lambda: len(t.delivered()) > 200, 5, 0.001)
+    await eventually(lambda: len(t.delivered()) > 200, 5, what="over 200 delivered before the crash", step=0.001)
     await t.stop()
     before = t.service.stats.delivered
     assert 0 < before < n
     t2: Timer = await make_timer(path)
-    await eventually(lambda: len(t2.delivered()) >= n, 10)
+    await eventually(lambda: len(t2.delivered()) >= n, 10, what="every message delivered after the restart")
     await asyncio.sleep(0.3)
     keys = t2.uniq_keys()
     assert len(keys) == n and Counter(keys).most_common(1)[0][1] == 1
@@ -201,11 +204,11 @@ async def test_crash_replays_without_loss_or_duplicates(make_timer: MakeTimer, t
     now = wall_ms()
     n = 4000
     t.schedule_many([(f"C{i}", now + 300 + i * 900 // n) for i in range(n)])
-    await eventually(lambda: len(t.delivered()) > 300, 5, 0.001)
+    await eventually(lambda: len(t.delivered()) > 300, 5, what="over 300 delivered before the crash", step=0.001)
     await crash(t)
     t2: Timer = await make_timer(path, flush_interval_ms=200)
     assert t2.service.recovered_abnormally
-    await eventually(lambda: len(t2.delivered()) >= n, 10)
+    await eventually(lambda: len(t2.delivered()) >= n, 10, what="every message delivered after the restart")
     await asyncio.sleep(0.3)
     keys = t2.uniq_keys()
     assert len(keys) == n and Counter(keys).most_common(1)[0][1] == 1
@@ -217,7 +220,7 @@ async def test_crash_with_a_torn_timer_log_tail(make_timer: MakeTimer, tmp_path:
     t: Timer = await make_timer(path, clock=clock, flush_interval_ms=10_000)
     await settle(t)
     t.schedule_many([(f"X{i}", clock.now + 5000 + i) for i in range(50)])
-    await eventually(lambda: t.service.enqueue_offset == 50)
+    await eventually(lambda: t.service.enqueue_offset == 50, 5, what="50 indexed")
     tl = t.service._tl()
     last = tl.write_pos - UNIT_SIZE
     await crash(t)
@@ -227,10 +230,10 @@ async def test_crash_with_a_torn_timer_log_tail(make_timer: MakeTimer, tmp_path:
         f.write(b"\xff\xff")
     t2: Timer = await make_timer(path, clock=clock)
     assert t2.service.recovered_abnormally
-    await eventually(lambda: t2.service.enqueue_offset == 50)
+    await eventually(lambda: t2.service.enqueue_offset == 50, 5, what="50 indexed after the restart")
     clock.advance(6000)
     await settle(t2)
-    await eventually(lambda: len(t2.delivered()) == 50)
+    await eventually(lambda: len(t2.delivered()) == 50, 5, what="50 delivered after the restart")
     assert sorted(t2.uniq_keys()) == sorted(f"X{i}" for i in range(50))
 
 
@@ -242,7 +245,7 @@ async def test_records_stored_before_start_are_indexed_from_the_queue(tmp_path: 
     t.store.add_arrival_listener(t.service.on_arrival)
     await t.service.start()
     try:
-        await eventually(lambda: len(t.delivered()) == 10, 3)
+        await eventually(lambda: len(t.delivered()) == 10, 3, what="10 delivered")
     finally:
         await t.stop()
 
@@ -251,8 +254,9 @@ async def test_delivered_timer_log_segments_are_deleted(make_timer: MakeTimer) -
     t: Timer = await make_timer(timerlog_file_size=4096)  # 73 entries per segment
     now = wall_ms()
     t.schedule_many([(f"S{i}", now + 100 + i) for i in range(500)])
-    await eventually(lambda: len(t.delivered()) == 500, 5)
-    await eventually(lambda: len(t.service._tl().segment_starts()) == 1, 5)
+    await eventually(lambda: len(t.delivered()) == 500, 5, what="500 delivered")
+    await eventually(lambda: len(t.service._tl().segment_starts()) == 1, 5,
+                     what="the timer log rolled down to one segment")
 
 
 async def test_metrics_scheduled_and_due_backlog(make_timer: MakeTimer) -> None:
@@ -260,7 +264,7 @@ async def test_metrics_scheduled_and_due_backlog(make_timer: MakeTimer) -> None:
     t: Timer = await make_timer(clock=clock)
     t.schedule_many([(f"M{i}", clock.now + 5000 + i) for i in range(10)])
     t.schedule("LATER", clock.now + 60_000)
-    await eventually(lambda: t.service.enqueue_offset == 11)
+    await eventually(lambda: t.service.enqueue_offset == 11, 5, what="11 indexed")
     m = t.service.metrics()
     assert (m["scheduled"], m["dueUndelivered"], m["enqueueLag"]) == (11, 0, 0)
     clock.advance(6000)  # due, but the dequeue has not run yet
@@ -276,7 +280,7 @@ async def test_a_changed_precision_waits_until_nothing_is_pending(make_timer: Ma
     clock = FakeClock()
     t: Timer = await make_timer(path, clock=clock)
     t.schedule("G", clock.now + 10_000)
-    await eventually(lambda: t.service.enqueue_offset == 1)
+    await eventually(lambda: t.service.enqueue_offset == 1, 5, what="one indexed")
     await t.stop()
     t2: Timer = await make_timer(path, clock=clock, precision_ms=1000)
     assert t2.service.precision_ms == 100  # kept: a message is pending on the old wheel
@@ -289,7 +293,7 @@ async def test_a_changed_precision_waits_until_nothing_is_pending(make_timer: Ma
     t3.schedule("H", clock.now + 3000)
     clock.advance(3000)
     await settle(t3)
-    await eventually(lambda: t3.uniq_keys() == ["G", "H"])
+    await eventually(lambda: t3.uniq_keys() == ["G", "H"], 5, what="G and H delivered")
     assert clock.now > START_MS
 
 
@@ -300,7 +304,7 @@ async def test_read_ahead_is_not_skipped_when_the_clock_moves_between_step_and_d
     svc = t.service
     due = clock.now + 20_000
     t.schedule_many([(f"P{i}", due) for i in range(10)])
-    await eventually(lambda: svc.enqueue_offset == 10)
+    await eventually(lambda: svc.enqueue_offset == 10, 5, what="10 indexed")
     await settle(t)
     # One step 1 ms before the slot enters the read-ahead horizon, the deadline computed 1 ms later.
     clock.now = due - svc.config.prefetch_ms - 1

@@ -53,6 +53,7 @@ from cometmq.client.lite_pull_state import Batch, QueueState, Subscription
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.pulled import decode_pulled
 from cometmq.client.rebalance import AllocateStrategy
+from cometmq.common.periodic import Periodic
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -128,7 +129,7 @@ class LitePullConsumer:
         self._buffered = 0
         self._data = asyncio.Event()
         self._errors: collections.deque[MQClientError] = collections.deque(maxlen=16)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._services: list[Periodic] = []
         self._pending: set[asyncio.Task[Any]] = set()
         self._lock = asyncio.Lock()
         self.started = False
@@ -149,8 +150,11 @@ class LitePullConsumer:
         except BaseException:
             await self.close()
             raise
-        self._tasks.append(asyncio.create_task(self._auto_commit_loop(), name=f"lite-commit-{self.group}"))
-        self._tasks.append(asyncio.create_task(self._route_loop(), name=f"lite-routes-{self.group}"))
+        self._services = [
+            Periodic(f"lite-commit-{self.group}", self.auto_commit_interval, self._auto_commit_pass, logger=log),
+            Periodic(f"lite-routes-{self.group}", self.route_refresh_interval, self._route_pass, logger=log)]
+        for service in self._services:
+            service.start()
 
     async def close(self) -> None:
         """Stop pulling, commit the consumed offsets (when ``auto_commit``) and leave the group. A closed
@@ -158,12 +162,14 @@ class LitePullConsumer:
         if not self.started or self._closing:
             return
         self._closing = True
-        tasks = [*self._tasks, *([self._rebalance_task] if self._rebalance_task else []),
+        for service in self._services:
+            await service.stop()
+        self._services.clear()
+        tasks = [*([self._rebalance_task] if self._rebalance_task else []),
                  *(st.task for st in self._states.values() if st.task is not None)]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self.auto_commit:
@@ -645,23 +651,19 @@ class LitePullConsumer:
         task.add_done_callback(done)
         return task
 
-    async def _auto_commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.auto_commit_interval)
-            if not self.auto_commit:
-                continue
-            try:
-                await self.commit()
-            except MQClientError as exc:
-                log.warning("auto-commit of %s failed: %s", self.group, exc)
+    async def _auto_commit_pass(self) -> None:
+        if not self.auto_commit:
+            return
+        try:
+            await self.commit()
+        except MQClientError as exc:
+            log.warning("auto-commit of %s failed: %s", self.group, exc)
 
-    async def _route_loop(self) -> None:
+    async def _route_pass(self) -> None:
         """Subscriptions follow their topics' routes: queues added or removed are picked up here."""
-        while True:
-            await asyncio.sleep(self.route_refresh_interval)
-            if self._mode != "subscribe":
-                continue
-            try:
-                await self._apply()
-            except MQClientError as exc:
-                log.warning("refreshing the queues of %s failed: %s", self.group, exc)
+        if self._mode != "subscribe":
+            return
+        try:
+            await self._apply()
+        except MQClientError as exc:
+            log.warning("refreshing the queues of %s failed: %s", self.group, exc)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
-from cometmq.common.tasks import cancel_and_wait
+from cometmq.common.periodic import Periodic
 from cometmq.namesrv.processors import NamesrvProcessors
 from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
 from cometmq.net.connection import RemotingConnection
@@ -37,7 +36,7 @@ class NamesrvController:
         self.processors = NamesrvProcessors(self.route_info)
         self._server = RemotingServer(self.config.host, self.config.port, self.processors.dispatcher())
         self._server.add_close_callback(self._connection_closed)
-        self._scan_task: asyncio.Task[None] | None = None
+        self._scan = Periodic("namesrv-scan", self.config.scan_interval_s, self.scan_once, logger=log)
 
     @property
     def port(self) -> int:
@@ -50,15 +49,14 @@ class NamesrvController:
         return f"{self.config.host}:{self.port}"
 
     async def start(self) -> None:
-        if self._scan_task is not None:
+        if self._scan.running:
             raise RuntimeError("nameserver already started")
         await self._server.start()
-        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="namesrv-scan")
+        self._scan.start()  # a failing pass is logged with its traceback; the scan goes on
         log.info("nameserver serving on %s", self.addr)
 
     async def stop(self) -> None:
-        task, self._scan_task = self._scan_task, None
-        await cancel_and_wait([task])
+        await self._scan.stop()
         await self._server.stop()
 
     async def __aenter__(self) -> NamesrvController:
@@ -81,14 +79,6 @@ class NamesrvController:
             if isinstance(conn, RemotingConnection) and not conn.closed and not self.route_info.conn_in_use(conn):
                 conn.close()  # as RocketMQ does: a broker that stopped talking gets a fresh connection
         return expired
-
-    async def _scan_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.scan_interval_s)
-            try:
-                self.scan_once()
-            except Exception:  # the scan must survive one bad pass
-                log.exception("inactive-broker scan failed")
 
     def _connection_closed(self, conn: RemotingConnection) -> None:
         self.route_info.on_connection_closed(conn)

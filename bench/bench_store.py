@@ -24,8 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from cometmq.broker.append_batcher import AppendBatcher
-from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.broker.appender import Appender
+from cometmq.broker.offset_waiter import OffsetWaiter
 from cometmq.net.loop import run as run_loop
 from cometmq.protocol.properties import encode_properties
 from cometmq.store.config import FlushDiskType, StoreConfig
@@ -79,12 +79,12 @@ def bench_append(total: int) -> None:
 
 async def _sync_writers(store: MessageStore, writers: int, per_writer: int, size: int, batcher: bool) -> float:
     loop = asyncio.get_running_loop()
-    waiter = FlushWaiter(loop, store.flushed_offset)
+    waiter = OffsetWaiter(loop, store.flushed_offset)
     store.add_flush_listener(waiter.on_flushed)
     msg = make_messages(1, size)[0]
-    # As the broker's controller builds it under SYNC_FLUSH.
-    appender = AppendBatcher(loop, lambda msgs: store.put_messages(msgs, request_flush=False),
-                             wait_flushed=lambda end: waiter.wait(end, 5.0), commit=store.commit)
+    # The broker's one write path (broker/appender.py), as its controller builds it.
+    appender = Appender(store, sync_flush_timeout_s=5.0)
+    appender.start(loop)
 
     async def writer() -> None:
         for _ in range(per_writer):
@@ -102,7 +102,7 @@ async def _sync_writers(store: MessageStore, writers: int, per_writer: int, size
 
 def bench_sync(total: int) -> None:
     """Each writer appends one record and waits for the fsync covering it. ``via``: "store" calls
-    ``store.put_message`` per record; "broker" goes through the broker's AppendBatcher, which coalesces the
+    ``store.put_message`` per record; "broker" goes through the broker's Appender, which coalesces the
     appends that arrive in one event-loop turn into one batch append (what the broker's send path does)."""
     for writers, via, inline_max_us in ((1, "store", 0), (64, "store", 0), (64, "broker", 0), (64, "broker", 2000)):
         path = workdir()

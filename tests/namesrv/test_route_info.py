@@ -183,8 +183,12 @@ def test_replica_promoted_in_place(rim: RouteInfoManager) -> None:
     assert route.queue_datas[0].write_queue_nums == 2  # a new master: its table is read even at the same version
 
 
-def test_new_machine_takes_over_an_id(rim: RouteInfoManager) -> None:
+def test_new_machine_takes_over_an_id_once_the_old_one_is_gone(rim: RouteInfoManager, clock: FakeClock) -> None:
     rim.register_broker("c1", "broker-a", A0, 0, "", topics("T"), V1)
+    # Same state version: the live holder keeps the id (no flapping between two claimants).
+    assert rim.register_broker("c1", "broker-a", B0, 0, "", topics("T"), V1) == RegisterBrokerResult(None, None)
+    assert set(rim.live_brokers()) == {A0}
+    clock.advance(120_500)  # A0 is silent past its timeout; the scan has not run yet
     rim.register_broker("c1", "broker-a", B0, 0, "", topics("T"), V1)
     assert set(rim.live_brokers()) == {B0}
     assert rim.cluster_info().broker_addr_table["broker-a"].broker_addrs == {0: B0}

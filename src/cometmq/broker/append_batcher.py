@@ -35,8 +35,10 @@ _Pending = tuple[list[MessageInner], "asyncio.Future[PutResult]", OnStored | Non
 class AppendBatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop, put_messages: PutMessages, *, max_batch: int = 1024,
                  max_bytes: int = 4 << 20, wait_durable: WaitDurable | None = None,
-                 durable_now: DurableNow | None = None) -> None:
-        self._loop = loop
+                 durable_now: DurableNow | None = None, eager_first: bool | None = None) -> None:
+        self.loop = self._loop = loop
+        #: the first request of a loop turn is appended at once (default: when nothing needs a group commit)
+        self._eager_first = wait_durable is None if eager_first is None else eager_first
         self._put = put_messages
         self._durable_now = durable_now
         #: with it, a request's future resolves only once its records are durable (one wait per batch)
@@ -60,7 +62,7 @@ class AppendBatcher:
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._drain)
-            if self._wait_durable is None:
+            if self._eager_first:
                 # ASYNC_FLUSH: the first request of a loop turn is appended at once (no added latency for a lone
                 # request); the window it opens gathers the requests that arrive later in the same turn. Under
                 # SYNC_FLUSH the whole turn waits for one group commit, so its first request waits with the rest.

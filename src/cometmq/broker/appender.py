@@ -19,12 +19,60 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Awaitable
+from typing import Protocol
 
 from cometmq.broker.append_batcher import AppendBatcher, OnStored
-from cometmq.broker.flush_waiter import FlushWaiter
+from cometmq.broker.offset_waiter import OffsetWaiter
+from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.store.message import MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult, PutStatus
+
+#: a write that is in the log is answered with its records' ids and one of these codes
+_STORED_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+}
+#: a refused write is answered with one of these codes and its reason (RocketMQ's SendMessageProcessor table)
+_REFUSED_CODES = {
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: ResponseCode.SYSTEM_ERROR,
+}
+
+
+def answer_code(result: PutResult) -> int:
+    """The response code for a write's outcome: SUCCESS, or a timeout for a write that is stored but not
+    durable as configured. A refused write raises RemotingError with its code and reason."""
+    code = _STORED_CODES.get(result.status)
+    if code is None:
+        raise RemotingError(_REFUSED_CODES.get(result.status, ResponseCode.SYSTEM_ERROR),
+                            f"{result.status.value}: {result.remark}")
+    return code
+
+
+class ReplicationGate(Protocol):
+    """What replication adds to the write path (``broker/ha``): whether this broker may write at all, and the
+    in-sync replicas' acknowledgements."""
+
+    def refusal(self) -> PutResult | None:
+        """None when a write may start; else the refusal to answer (a replica; too few in-sync replicas)."""
+        ...
+
+    def appended(self, end: int) -> None:
+        """The log now ends at ``end``: ship it to the replicas."""
+        ...
+
+    def acked(self, end: int) -> bool:
+        """Whether every replica the rule needs has the log up to ``end``."""
+        ...
+
+    def wait_acked(self, end: int) -> Awaitable[bool]:
+        """Resolves True once ``acked(end)``, False when the wait for the replicas timed out."""
+        ...
 
 
 class Appender:
@@ -32,8 +80,10 @@ class Appender:
         self._store = store
         self._sync_flush = store.sync_flush
         self._timeout_s = sync_flush_timeout_s
-        self._flush_waiter: FlushWaiter | None = None
+        self._flush_waiter: OffsetWaiter | None = None
         self._batcher: AppendBatcher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gate: ReplicationGate | None = None
 
     @property
     def batcher(self) -> AppendBatcher:
@@ -43,15 +93,37 @@ class Appender:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the broker's event loop (after the store has started)."""
-        store = self._store
+        self._loop = loop
         if self._sync_flush:
-            waiter = self._flush_waiter = FlushWaiter(loop, store.flushed_offset)
-            store.add_flush_listener(waiter.on_flushed)
+            waiter = self._flush_waiter = OffsetWaiter(loop, self._store.flushed_offset)
+            self._store.add_flush_listener(waiter.on_flushed)
+        self._batcher = self._new_batcher()
+
+    def set_replication(self, gate: ReplicationGate | None) -> None:
+        """Writes from now on also wait for the gate's replicas (None: this broker replicates to nobody)."""
+        self._gate = gate
+        if self._loop is not None:
+            # Requests already gathered by the old batcher are appended by it at the end of this loop turn.
+            self._batcher = self._new_batcher()
+
+    def _new_batcher(self) -> AppendBatcher:
+        assert self._loop is not None
+        store = self._store
+        put = store.put_messages if self._gate is None else self._put_and_ship
+        if self._sync_flush:
             # The batcher commits each batch itself (durable_now), so its appends do not wake the flush thread.
-            self._batcher = AppendBatcher(loop, functools.partial(store.put_messages, request_flush=False),
-                                          wait_durable=self._wait_durable, durable_now=self._durable_now)
-        else:
-            self._batcher = AppendBatcher(loop, store.put_messages)
+            return AppendBatcher(self._loop, functools.partial(put, request_flush=False),
+                                 wait_durable=self._wait_durable, durable_now=self._durable_now)
+        if self._gate is not None:
+            return AppendBatcher(self._loop, put, wait_durable=self._wait_durable, durable_now=self._durable_now,
+                                 eager_first=True)
+        return AppendBatcher(self._loop, put)
+
+    def _put_and_ship(self, msgs: list[MessageInner], request_flush: bool = True) -> PutResult:
+        result = self._store.put_messages(msgs, request_flush)
+        if result.ok and self._gate is not None:
+            self._gate.appended(result.end_offset)
+        return result
 
     def close(self) -> None:
         """Fail the waits still pending (their records are stored, not acknowledged)."""
@@ -62,11 +134,27 @@ class Appender:
     def put(self, msgs: list[MessageInner], on_stored: OnStored | None = None) -> asyncio.Future[PutResult]:
         """Append, coalesced with the other requests of this loop turn; resolves once durable as configured.
         ``on_stored`` is told the result as soon as the records are in the log (see ``AppendBatcher.put``)."""
+        if self._gate is not None:
+            refusal = self._gate.refusal()
+            if refusal is not None:
+                fut: asyncio.Future[PutResult] = self.batcher.loop.create_future()
+                fut.set_result(refusal)
+                return fut
         return self.batcher.put(msgs, on_stored)
 
     def append(self, msgs: list[MessageInner]) -> PutResult:
         """Append now, as one contiguous batch, and dispatch; not yet durable (``durable`` waits for that)."""
+        if self._gate is not None:
+            refusal = self._gate.refusal()
+            if refusal is not None:
+                return refusal
+            return self._put_and_ship(msgs)
         return self._store.put_messages(msgs)
+
+    def append_replicated(self, offset: int, data: bytes | memoryview) -> bool:
+        """A replica appends its master's log bytes at ``offset`` (its log end); False when they don't fit there.
+        Not gated: a replica refuses writes from clients, not its master's."""
+        return self._store.append_raw(offset, data)
 
     async def durable(self, result: PutResult) -> PutResult:
         """Wait until ``append``'s records are durable as configured; on timeout the status says which wait
@@ -77,11 +165,16 @@ class Appender:
 
     # -- the one rule ---------------------------------------------------------------------------------------
     def _durable_now(self, end: int) -> bool:
-        return not self._sync_flush or self._store.commit(end)
+        if self._sync_flush and not self._store.commit(end):
+            return False
+        return self._gate is None or self._gate.acked(end)
 
     async def _wait_durable(self, end: int) -> PutStatus:
         if self._sync_flush:
             waiter = self._flush_waiter
             if waiter is None or not await waiter.wait(end, self._timeout_s):
                 return PutStatus.FLUSH_DISK_TIMEOUT
+        gate = self._gate
+        if gate is not None and not gate.acked(end) and not await gate.wait_acked(end):
+            return PutStatus.FLUSH_SLAVE_TIMEOUT
         return PutStatus.PUT_OK

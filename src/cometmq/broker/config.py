@@ -80,11 +80,35 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6000
     transaction_check_max: int = 15
     transaction_check_interval_ms: int = 30_000
+    #: replication (RocketMQ 5's auto-switch HA; docs/replication.md). -1: the broker port + 1
+    ha_listen_port: int = -1
+    #: an acknowledged send waits until every member of the SyncStateSet has it (RocketMQ's default is false)
+    all_ack_in_sync_state_set: bool = True
+    #: fewer in-sync replicas (the master counts) than this refuse sends before writing
+    min_in_sync_replicas: int = 1
+    #: a replica that has not caught up for this long leaves the SyncStateSet
+    ha_max_time_slave_not_catchup_ms: int = 15_000
+    #: the master's heartbeat on an idle HA link; a link silent for 4 intervals is closed
+    ha_send_heartbeat_interval_ms: int = 5_000
+    #: how often the master looks at the SyncStateSet
+    ha_housekeeping_interval_ms: int = 5_000
+    #: a send waits this long for the in-sync replicas' acks, then answers FLUSH_SLAVE_TIMEOUT
+    slave_ack_timeout_ms: int = 3_000
+    #: the most log bytes one transfer frame carries (RocketMQ: 32 KiB; its replicas read up to 4 MiB)
+    ha_transfer_batch_size: int = 256 * 1024
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
     def advertised_addr(self) -> str:
         return f"{self.broker_ip or self.listen_host}:{self.listen_port}"
+
+    @property
+    def ha_port(self) -> int:
+        return self.ha_listen_port if self.ha_listen_port >= 0 else self.listen_port + 1
+
+    @property
+    def ha_addr(self) -> str:
+        return f"{self.broker_ip or self.listen_host}:{self.ha_port}"
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -135,9 +159,17 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "transactionTimeOut": ("transaction_timeout_ms", int),
     "transactionCheckMax": ("transaction_check_max", int),
     "transactionCheckInterval": ("transaction_check_interval_ms", int),
+    "haListenPort": ("ha_listen_port", int),
+    "allAckInSyncStateSet": ("all_ack_in_sync_state_set", _bool),
+    "minInSyncReplicas": ("min_in_sync_replicas", int),
+    "haMaxTimeSlaveNotCatchup": ("ha_max_time_slave_not_catchup_ms", int),
+    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval_ms", int),
+    "haHousekeepingInterval": ("ha_housekeeping_interval_ms", int),
+    "slaveTimeout": ("slave_ack_timeout_ms", int),
+    "haTransferBatchSize": ("ha_transfer_batch_size", int),
 }
 #: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
-IGNORED_KEYS = frozenset({"brokerRole", "haListenPort", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
+IGNORED_KEYS = frozenset({"brokerRole", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
                           "storePathCommitLog", "storePathConsumeQueue", "storePathIndex", "storeCheckpoint",
                           "abortFile", "brokerIP2", "traceTopicEnable", "aclEnable"})
 

@@ -6,12 +6,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from cometmq.broker.admin import AdminProcessor
 from cometmq.broker.appender import Appender
 from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupManager
+from cometmq.broker.ha.metadata import MetadataProcessor, SlaveMetadataSync
+from cometmq.broker.ha.processor import HAProcessor
+from cometmq.broker.ha.service import HAConfig, ReplicationService, Role
 from cometmq.broker.locks import RebalanceLockManager
 from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.pop.processor import PopProcessor
@@ -30,6 +34,7 @@ from cometmq.net.client import RemotingClient
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
 from cometmq.protocol.codes import RequestCode
+from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -82,6 +87,25 @@ class BrokerController:
                                     consumers=self.consumers, producers=self.producers, locks=self.locks,
                                     held_pulls=lambda: self.hold.held_count, clock=clock)
         self.pop_processor = PopProcessor(config, store, groups, topics, self.pop)
+        # Replication: the broker's role in its group, the HA link, and the gate the appender asks.
+        self.replication = ReplicationService(
+            # Port 0 (tests): the HA port is an ephemeral one too.
+            HAConfig(config.listen_host, config.ha_port if config.listen_port else max(config.ha_listen_port, 0),
+                     all_ack=config.all_ack_in_sync_state_set,
+                     min_in_sync_replicas=config.min_in_sync_replicas,
+                     max_not_catchup_ms=config.ha_max_time_slave_not_catchup_ms,
+                     heartbeat_interval_ms=config.ha_send_heartbeat_interval_ms,
+                     housekeeping_interval_ms=config.ha_housekeeping_interval_ms,
+                     ack_timeout_ms=config.slave_ack_timeout_ms, transfer_batch_size=config.ha_transfer_batch_size),
+            store, appender, EpochFile(Path(store_cfg.store_path) / "epochFileCheckpoint"),
+            broker_id=config.broker_id,
+            clock=clock, register=self._register_as, master_ha_addr=self._master_ha_addr,
+            master_addr=lambda: self.registrar.master_addr if self.registrar is not None else None,
+            on_truncated=self.timer.service.on_log_truncated if self.timer.service is not None else None,
+            start_master_services=self._start_master_services, stop_master_services=self._stop_master_services)
+        self.ha_processor = HAProcessor(self.replication, cluster=config.broker_cluster_name,
+                                        broker_name=config.broker_name)
+        self.metadata = MetadataProcessor(offsets=offsets, schedule=self.schedule, timer=self.timer.service)
         self.dispatcher: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: self.send_processor.send,
             RequestCode.SEND_MESSAGE_V2: self.send_processor.send,
@@ -92,10 +116,13 @@ class BrokerController:
             **self.timer.handlers(),
             **self.pop_processor.handlers(),
             **self.transactions.handlers(),
+            **self.ha_processor.handlers(),
+            **self.metadata.handlers(),
         }
         self.server: RemotingServer | None = None
         self.client: RemotingClient | None = None
         self.registrar: NamesrvRegistrar | None = None
+        self.metadata_sync: SlaveMetadataSync | None = None
         self._housekeeping = Periodic("broker-housekeeping", config.consumer_offset_persist_interval_ms / 1000,
                                       self._housekeep, logger=log)
         self._tasks: set[asyncio.Task[object]] = set()
@@ -113,19 +140,27 @@ class BrokerController:
         self.topics.persist()
         self.groups.load()
         self.offsets.load()
-        self.schedule.load()
         self.appender.start(loop)
         self.store.add_arrival_batch_listener(self.hold.on_arrivals)
         self.store.add_arrival_batch_listener(self.schedule.on_arrivals)
         self.store.add_arrival_batch_listener(self.timer.on_arrivals)
         self.store.add_arrival_batch_listener(self.pop.on_arrivals)
-        self.pop.load()
-        self.transactions.load()
         await self.hold.start()
-        await self.schedule.start()
+        master = self.replication.role is Role.MASTER
+        if self.timer.service is not None:
+            # A replica's timer indexes the master's timer records and delivers nothing (timer/replica.py).
+            self.timer.service.deliver = master
         await self.timer.start()
-        await self.pop.start()
-        await self.transactions.start()
+        if master:
+            await self._start_master_services()
+        # The role and its gate are in force before the first request: a replica never takes a write.
+        await self.replication.start()
+        self.appender.set_replication(self.replication)
+        self.client = RemotingClient()
+        self.metadata_sync = SlaveMetadataSync(
+            self.client, self.replication.master_broker_addr, topics=self.topics, groups=self.groups,
+            offsets=self.offsets, schedule=self.schedule, timer=self.timer.service)
+        self.metadata_sync.start()
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port, self.dispatcher)
         self.server.add_close_callback(self._connection_closed)
         await self.server.start()
@@ -135,10 +170,11 @@ class BrokerController:
             self.store.commitlog.store_host = _packed_host(self.config)
         self._housekeeping.start()
         if self.config.namesrv_addrs:
-            self.client = RemotingClient()
             registrar = NamesrvRegistrar(self.client, self.config.namesrv_addrs, self.config.broker_cluster_name,
-                                         self.config.broker_name, self.config.broker_id, self.addr, self.addr,
-                                         self.topics.all, self.config.register_interval_ms / 1000)
+                                         self.config.broker_name, self.replication.broker_id, self.addr,
+                                         self.ha_addr, self.topics.all,
+                                         self.config.register_interval_ms / 1000,
+                                         state_version=self.replication.epoch)
             self.registrar = registrar
             await registrar.start()
         self.started = True
@@ -153,10 +189,12 @@ class BrokerController:
             await self.registrar.stop()
         await self._housekeeping.stop()
         await cancel_and_wait(self._tasks)
-        await self.transactions.stop()
-        await self.pop.stop()
+        if self.metadata_sync is not None:
+            await self.metadata_sync.stop()
+        await self.replication.stop()
+        if self.replication.role is Role.MASTER:
+            await self._stop_master_services()
         await self.timer.stop()
-        await self.schedule.stop()
         await self.hold.stop()
         if self.server is not None:
             await self.server.stop()
@@ -169,6 +207,49 @@ class BrokerController:
     @property
     def addr(self) -> str:
         return self.config.advertised_addr
+
+    @property
+    def ha_addr(self) -> str:
+        """Where replicas reach this broker's HA port (the bound one, when it listens)."""
+        master = self.replication.master
+        port = master.port if master is not None else self.replication.config.port
+        return f"{self.config.broker_ip or self.config.listen_host}:{port}"
+
+    # -- the master's own services (a replica runs none: they write) ----------------------------------------
+    async def _start_master_services(self) -> None:
+        self.schedule.load()
+        self.pop.load()
+        self.transactions.load()
+        await self.schedule.start()
+        if self.timer.service is not None:
+            self.timer.service.set_deliver(True)
+        await self.pop.start()
+        await self.transactions.start()
+
+    async def _stop_master_services(self) -> None:
+        await self.transactions.stop()
+        await self.pop.stop()
+        if self.timer.service is not None:
+            self.timer.service.set_deliver(False)
+        await self.schedule.stop()
+
+    async def _register_as(self, broker_id: int, state_version: int) -> None:
+        if self.metadata_sync is not None:
+            self.metadata_sync.wakeup()
+        if self.registrar is not None:
+            await self.registrar.set_identity(broker_id, state_version, self.ha_addr)
+
+    def _master_ha_addr(self) -> str | None:
+        registrar = self.registrar
+        if registrar is None:
+            return None
+        addr = registrar.master_ha_addr
+        if addr is None and not self._tasks:
+            # Not known yet (the master registered after this replica): ask the nameservers again now.
+            task: asyncio.Task[object] = asyncio.ensure_future(registrar.register_now())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return addr
 
     def _housekeep(self) -> None:
         self.offsets.persist_if_dirty()

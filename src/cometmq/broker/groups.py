@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,15 @@ class SubscriptionGroupManager:
     def put(self, cfg: SubscriptionGroupConfig) -> None:
         self.groups[cfg.groupName] = cfg
         self.persist()
+
+    def replace_all(self, groups: Iterable[SubscriptionGroupConfig]) -> bool:
+        """Take the master's table (a replica's copy, broker/ha/metadata.py); persisted when anything changed."""
+        table = {cfg.groupName: cfg for cfg in groups}
+        if table == self.groups:
+            return False
+        self.groups = table
+        self.persist()
+        return True
 
     def delete(self, group: str) -> bool:
         if self.groups.pop(group, None) is None:

@@ -59,6 +59,15 @@ class ConsumerOffsetManager:
             del self.table[key]
             self.dirty = True
 
+    def replace_all(self, table: dict[str, dict[int, int]]) -> bool:
+        """Take the master's table (a replica's copy, broker/ha/metadata.py): written by the next periodic
+        persist, as every change here is."""
+        if table == self.table:
+            return False
+        self.table = {key: dict(queues) for key, queues in table.items()}
+        self.dirty = True
+        return True
+
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         self.table[f"{topic}@{group}"] = dict(offsets)
         self.dirty = True

@@ -64,6 +64,7 @@ class NamesrvRegistrar:
         interval_s: float = 30.0,
         *,
         timeout_s: float = DEFAULT_REGISTER_TIMEOUT_S,
+        state_version: int = 0,
     ) -> None:
         self.client = client
         self.namesrv_addrs = list(namesrv_addrs)
@@ -75,7 +76,8 @@ class NamesrvRegistrar:
         self.topics = topics
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.data_version = DataVersion(int(time.time() * 1000), 0)
+        #: the state version is the master epoch: of two brokers claiming id 0, nameservers keep the higher
+        self.data_version = DataVersion(int(time.time() * 1000), 0, state_version)
         #: the last successful answer of each nameserver
         self.results: dict[str, RegisterBrokerResult] = {}
         self._last_topics: tuple[TopicConfig, ...] | None = None
@@ -83,6 +85,26 @@ class NamesrvRegistrar:
         self._started = False
         self._rounds: set[asyncio.Future[list[RegisterBrokerResult | BaseException]]] = set()
         self._stopped = False
+
+    async def set_identity(self, broker_id: int, state_version: int, ha_addr: str | None = None) -> None:
+        """Register from now on as ``broker_id`` at ``state_version`` (a role change), starting with a round now.
+        The old id is unregistered first, so the nameservers never list this address under two ids."""
+        if broker_id != self.broker_id and self._started:
+            await asyncio.gather(*(self._unregister_one(addr) for addr in self.namesrv_addrs))
+        self.broker_id = broker_id
+        if ha_addr is not None:
+            self.ha_addr = ha_addr
+        dv = self.data_version
+        self.data_version = DataVersion(int(time.time() * 1000), dv.counter + 1, state_version)
+        await self.register_now()
+
+    @property
+    def master_ha_addr(self) -> str | None:
+        """The group master's HA address as some nameserver reported it (replicas only)."""
+        for result in self.results.values():
+            if result.ha_server_addr:
+                return result.ha_server_addr
+        return None
 
     @property
     def master_addr(self) -> str | None:

@@ -90,6 +90,15 @@ class ScheduleMessageService:
         write_atomic(self.path, json.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
                      .encode())
 
+    def replace_offsets(self, offsets: dict[int, int]) -> bool:
+        """Take the master's delivery progress (a replica's copy, broker/ha/metadata.py); persisted at once, as
+        every change of it is."""
+        if offsets == self.offsets:
+            return False
+        self.offsets = dict(offsets)
+        self.persist()
+        return True
+
     async def start(self) -> None:
         for level in range(1, len(self.delays) + 1):
             self._events[level] = asyncio.Event()

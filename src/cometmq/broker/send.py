@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 
-from cometmq.broker.appender import Appender
+from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.send_hooks import SendContext, SendHooks, SendKind
@@ -43,19 +43,10 @@ from cometmq.protocol.properties import (
 from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import perm_writable
 from cometmq.store.message import MessageInner
-from cometmq.store.status import PutResult, PutStatus
+from cometmq.store.status import PutResult
 from cometmq.timer.message import TIMER_TOPIC
 
 log = logging.getLogger(__name__)
-
-_PUT_STATUS_CODES = {
-    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
-    PutStatus.OS_ERROR: ResponseCode.SYSTEM_ERROR,
-    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
-}
 
 #: Property names (with the name/value separator where a longer name could end in them) whose presence needs
 #: the per-message delay (DELAY), timer (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_OUT_MS)
@@ -70,13 +61,15 @@ if [f.name for f in fields(MessageInner)][:10] != ["topic", "body", "queue_id", 
 
 
 def born_host_of(conn: RemotingConnection) -> bytes:
+    """The peer as a record's BORNHOST: 8 bytes for an IPv4 peer, 20 for an IPv6 one. The store sets the sys
+    flag's BORNHOST_V6 bit from the width, as RocketMQ's CommitLog does from the address."""
     cached = conn.attributes.get("born_host")
     if cached is None:
         host, _, port = conn.remote_address.rpartition(":")
         try:
             cached = pack_host(host.strip("[]"), int(port))
         except (ProtocolError, ValueError):
-            cached = b"\x7f\x00\x00\x01\x00\x00\x00\x00"  # an IPv6 peer: the v1 record has no room for it
+            cached = b"\x7f\x00\x00\x01\x00\x00\x00\x00"  # not an IP peer (in-process): 127.0.0.1:0
         conn.attributes["born_host"] = cached
     return cached
 
@@ -203,13 +196,7 @@ class SendProcessor:
             m.topic, m.queue_id = dlq, 0
 
     def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
-        if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
-            code = ResponseCode.FLUSH_DISK_TIMEOUT
-        elif not result.ok:
-            raise RemotingError(_PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR),
-                                f"{result.status.value}: {result.remark}")
-        else:
-            code = ResponseCode.SUCCESS
+        code = answer_code(result)
         store_host = self._store_host()
         prefix = self._id_prefix
         if prefix is None or self._id_host != store_host:
@@ -265,8 +252,9 @@ class SendProcessor:
         self.hooks.before_put([msg], ctx)
         result = await self.appender.put([msg])
         self.hooks.after_put([msg], result, ctx)
-        if not result.ok:
-            raise RemotingError(_PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR), result.remark)
+        if not result.ok:  # as before: a send-back that is not durable in time is an error to the consumer
+            answer_code(result)
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
         return make_response(cmd, ResponseCode.SUCCESS)
 
 

@@ -19,7 +19,7 @@ from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import perm_writable
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
-from cometmq.store.status import PutResult, PutStatus
+from cometmq.store.status import PutResult
 from cometmq.timer.config import TimerConfig
 from cometmq.timer.message import (
     RecallHandle,
@@ -141,7 +141,7 @@ class TimerBridge:
         if rewrite_for_timer(marker, now, self.config.max_delay_ms).outcome is not Rewrite.SCHEDULED:
             raise RemotingError(ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
         result = await self.appender.put([marker])
-        if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+        if not result.stored:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"recall failed, execute error: {result.status.value}")
         return make_response(cmd, ResponseCode.SUCCESS, None, {"msgId": handle.message_id})
 

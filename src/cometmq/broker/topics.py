@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from cometmq.common.atomic_file import read_optional, write_atomic
@@ -138,3 +138,14 @@ class TopicConfigManager:
 
     def all(self) -> list[TopicConfig]:
         return list(self.topics.values())
+
+    def replace_all(self, configs: Iterable[TopicConfig], data_version: int) -> bool:
+        """Take the master's table and data version (a replica's copy, broker/ha/metadata.py); persisted when
+        anything changed. The registrar is not told: the nameserver reads topics from the master only."""
+        table = {cfg.topic_name: cfg for cfg in configs}
+        if table == self.topics and data_version == self.data_version:
+            return False
+        self.topics = table
+        self.data_version = data_version
+        self.persist()
+        return True

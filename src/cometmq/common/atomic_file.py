@@ -20,7 +20,15 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, target)
-    dir_fd = os.open(target.parent, os.O_RDONLY)
+    fsync_dir(target.parent)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make the folder's entries (files created, renamed or removed in it) durable."""
+    try:
+        dir_fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
     try:
         os.fsync(dir_fd)
     finally:

@@ -45,6 +45,11 @@ class BrokerLiveInfo:
     timeout_s: float
 
 
+class _Holder(NamedTuple):
+    addr: str
+    state_version: int
+
+
 @dataclass(slots=True)
 class _BrokerGroup:
     cluster: str
@@ -83,6 +88,15 @@ class RouteInfoManager:
         filter_servers: Sequence[str] = (),
         timeout_s: float | None = None,
     ) -> RegisterBrokerResult:
+        holder = self._conflicting_holder(broker_name, broker_addr, broker_id, data_version)
+        if holder is not None:
+            # #6316: another live broker holds this id at a higher state version (a newer controller epoch);
+            # this one is stale, e.g. an isolated former master. As RocketMQ, it is answered with an empty
+            # result and changes nothing, so it neither takes the id back nor learns a master to follow.
+            log.warning("broker %s id %d: %s (state version %d) is refused; %s holds the id at state version %d",
+                        broker_name, broker_id, broker_addr, data_version.state_version, holder.addr,
+                        holder.state_version)
+            return RegisterBrokerResult(None, None)
         prev = self._live.get(broker_addr)
         if prev is not None and prev.broker_name != broker_name:
             # The address now belongs to another broker group (renamed broker): forget its old membership.
@@ -108,6 +122,7 @@ class RouteInfoManager:
             # Another machine took over this id; the old one no longer has a slot to be alive in.
             log.info("broker %s id %d moved from %s to %s", broker_name, broker_id, old_addr, broker_addr)
             self._forget_live(old_addr)
+            self._filter_servers.pop(old_addr, None)
         first = first or old_addr != broker_addr
 
         # Only the master's topic table defines the queues. Topics it leaves out are kept, not removed: 5.x
@@ -145,6 +160,28 @@ class RouteInfoManager:
             if master_addr is not None and master is not None:
                 return RegisterBrokerResult(master_addr, master.ha_server_addr)
         return RegisterBrokerResult(None, None)
+
+    def _conflicting_holder(self, broker_name: str, broker_addr: str, broker_id: int,
+                            data_version: DataVersion) -> _Holder | None:
+        """The live broker that keeps ``broker_id`` against this registration, if any.
+
+        The higher ``state_version`` (the controller's master epoch) wins; on a tie the current holder keeps the
+        id, so two claimants at one version cannot take turns in the routes (RocketMQ lets a tie replace; with
+        state version 0, i.e. without a controller, a new machine takes an id over once the old one's
+        registration is gone: unregistered, disconnected or expired)."""
+        group = self._groups.get(broker_name)
+        if group is None:
+            return None
+        held_by = group.addrs.get(broker_id)
+        if held_by is None or held_by == broker_addr:
+            return None
+        info = self._live.get(held_by)
+        if info is None or info.last_update + info.timeout_s < self._clock():
+            return None  # silent past its timeout: gone, even if the scan has not removed it yet
+        held = info.data_version.state_version
+        if held < data_version.state_version:
+            return None
+        return _Holder(held_by, held)
 
     def unregister_broker(self, cluster: str, broker_name: str, broker_addr: str, broker_id: int) -> bool:
         """Remove one broker (a clean shutdown). False when no broker ``broker_id`` was at ``broker_addr``:

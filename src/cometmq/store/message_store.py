@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cometmq.common.atomic_file import fsync_dir
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.message import pack_host
 from cometmq.store.checkpoint import Checkpoint
@@ -259,9 +260,16 @@ class MessageStore:
         return True
 
     def truncate(self, offset: int) -> None:
-        """Cut the log back to ``offset`` and drop consume-queue units and index files past it."""
+        """Cut the log back to ``offset`` and drop consume-queue units and index files past it.
+
+        Durable on return (RocketMQ #10666 resurrected a truncated tail after a crash): the zeroed tail is
+        fdatasync'd (``MappedFiles.set_write_end``), removed segments' directory entries are synced, and the flushed
+        offset drops to ``offset``, so a recovery after a crash finds the log ending here."""
         with self.lock:
             self.commitlog.truncate(offset)
+            fsync_dir(self.config.commitlog_dir)
+            service = self.flush_service
+            service.flushed_offset = min(service.flushed_offset, offset)
             for cq in self.queues.values():
                 cq.truncate_from_phy(offset)
             if self.index is not None:

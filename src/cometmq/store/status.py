@@ -12,6 +12,10 @@ from cometmq.store.message import DispatchRequest
 class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    #: stored, but the in-sync replicas did not all acknowledge it in time
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    #: refused before the write: fewer in-sync replicas than minInSyncReplicas
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
@@ -44,6 +48,14 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+    @property
+    def stored(self) -> bool:
+        """In the log, whether or not it became durable in time (a timeout is not a refusal)."""
+        return self.status in _STORED
+
+
+_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT})
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ import mmap
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +48,7 @@ class TimerServiceBase:
     _force_rebuild = False
 
     def __init__(self, store: MessageStore, config: TimerConfig, put: PutFn, *,
-                 clock: Callable[[], int] = wall_ms, root: Path | None = None) -> None:
+                 clock: Callable[[], int] = wall_ms, root: Path | None = None, deliver: bool = True) -> None:
         self.store = store
         self.config = config
         self._put = put
@@ -83,6 +83,13 @@ class TimerServiceBase:
         self._pf_frontier = 0
         self._pf_todo: set[int] = set()
         self.stats = TimerStats()
+        #: off on a replica: index the master's timer records, deliver nothing (timer/replica.py)
+        self.deliver = deliver
+        #: a replica's bound from the master's checkpoint: its copies of pending messages lie past this offset
+        self.master_commit_offset: int | None = None
+        self._replica_deleted: set[str] = set()
+        #: a replica's slot waiting for the master: (slot, its head, the records not yet accounted for)
+        self._blocked: tuple[int, int, set[int]] | None = None
         self.recovered_abnormally = False
         self.loaded = False
         self._stopping = False
@@ -194,6 +201,16 @@ class TimerServiceBase:
                 await ev.wait()
         except TimeoutError:
             pass
+
+    # implemented by timer/replica.py
+    def _note_copies(self, reqs: Iterable[DispatchRequest]) -> None:
+        raise NotImplementedError
+
+    def _follow_step(self) -> bool:
+        raise NotImplementedError
+
+    def _follow_deadline(self) -> int | None:
+        raise NotImplementedError
 
     def _wake_dequeue(self) -> None:
         ev = self._dq_event

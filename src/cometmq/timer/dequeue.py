@@ -27,6 +27,17 @@ class TimerDequeue(TimerServiceBase):
         await self._caught_up.wait()
         while not self._stopping:
             ev.clear()
+            if not self.deliver:  # a replica: follow the master's deliveries (timer/replica.py)
+                try:
+                    did = self._follow_step()
+                except Exception:
+                    log.exception("timer replica step failed; retrying in 1 s")
+                    did = False
+                if did:
+                    await asyncio.sleep(0)
+                else:
+                    await self._wait(ev, self._follow_deadline())
+                continue
             try:
                 did = await self._dequeue_step()
             except Exception:

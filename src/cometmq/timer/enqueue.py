@@ -18,6 +18,8 @@ _ARRIVAL_CACHE = 65_536
 class TimerEnqueue(TimerServiceBase):
     def on_arrivals(self, reqs: list[DispatchRequest]) -> None:
         """``on_arrival`` for a dispatched batch (one wake-up for all of it)."""
+        if not self.deliver:
+            self._note_copies(reqs)
         arrivals = self._arrivals
         found = False
         for req in reqs:
@@ -30,6 +32,8 @@ class TimerEnqueue(TimerServiceBase):
 
     def on_arrival(self, req: DispatchRequest) -> None:
         """The store's arrival listener: note timer-topic records and wake the enqueue."""
+        if not self.deliver:
+            self._note_copies((req,))
         if req.topic != TIMER_TOPIC or req.queue_id != 0:
             return
         if len(self._arrivals) < _ARRIVAL_CACHE:

@@ -45,12 +45,17 @@ class TimerRecovery(TimerServiceBase):
 
     def _snapshot(self, *, clean: bool) -> dict[str, Any]:
         read_slot, commit = self._durable_point()
+        if not self.deliver:
+            # A replica re-reads the master's copies from the master's bound (timer/replica.py); before the
+            # first one is known, from the start of the log.
+            commit = self.master_commit_offset if self.master_commit_offset is not None else 0
         geo = self.geometry
         s = self.stats
         return {"version": 1, "precision_ms": geo.precision_ms, "slots": geo.slots, "roll_slots": geo.roll_slots,
                 "timerlog_file_size": geo.file_size, "enqueue_offset": self.enqueue_offset,
                 "timerlog_end": self._tl().write_pos, "read_slot": read_slot, "commit_offset": commit,
                 "segments": {str(k): v for k, v in sorted(self._seg_max.items())}, "clean": clean,
+                "deliver": self.deliver,
                 "time_ms": self.clock(),
                 "stats": {"enqueued": s.enqueued, "delivered": s.delivered, "rolled": s.rolled,
                           "cancelled": s.cancelled}}
@@ -122,6 +127,8 @@ class TimerRecovery(TimerServiceBase):
                 self.recovered_abnormally = True
                 self._replay_tail(end)
             self._find_delivered(int(ck["commit_offset"]))
+            if not ck.get("deliver", True):
+                self.master_commit_offset = int(ck["commit_offset"])
         cq = self.store.queues.get((TIMER_TOPIC, 0))
         if cq is None:
             if self.enqueue_offset:

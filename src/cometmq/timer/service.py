@@ -29,9 +29,14 @@ offset is found by its TIMER_SRC_PHY property, so replay skips what was already 
 lost and nothing is delivered twice (``duplicates_avoided`` counts what replay skipped). A clean stop
 does the same with nothing to replay but the open slot.
 
+Replicas. With ``deliver`` off (a replica of a broker group) the enqueue runs on the replicated timer
+records and nothing is delivered; the read slot follows the master's copies, so a promoted replica
+(``set_deliver(True)``) neither delivers twice nor loses a message (:mod:`~cometmq.timer.replica`).
+
 Modules: :mod:`~cometmq.timer.base` (state, files), :mod:`~cometmq.timer.enqueue`,
 :mod:`~cometmq.timer.dequeue` (with :mod:`~cometmq.timer.slotwork`), :mod:`~cometmq.timer.recovery`
-(checkpoint, recovery) and :mod:`~cometmq.timer.stats`; this module ties them together.
+(checkpoint, recovery), :mod:`~cometmq.timer.replica` and :mod:`~cometmq.timer.stats`; this module ties them
+together.
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ from cometmq.timer.dequeue import TimerDequeue
 from cometmq.timer.enqueue import TimerEnqueue
 from cometmq.timer.message import TIMER_TOPIC
 from cometmq.timer.recovery import TimerRecovery
+from cometmq.timer.replica import TimerReplica
 from cometmq.timer.stats import LATENESS_BUCKETS_MS, LatenessHistogram, TimerStats
 
 
-class TimerMessageService(TimerRecovery, TimerEnqueue, TimerDequeue, TimerServiceBase):
+class TimerMessageService(TimerReplica, TimerRecovery, TimerEnqueue, TimerDequeue, TimerServiceBase):
     """The timer: ``load()`` (in a thread), ``start()``, ``on_arrival`` as the store's listener, ``stop()``."""
 
     # == lifecycle =================================================================================

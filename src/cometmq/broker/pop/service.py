@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cometmq.broker.appender import Appender
+from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.offsets import ConsumerOffsetManager
@@ -35,17 +35,16 @@ from cometmq.broker.pop.state import QueueState
 from cometmq.broker.topics import TopicConfigManager, dlq_topic
 from cometmq.common.periodic import Periodic
 from cometmq.protocol.codes import RemotingError, ResponseCode
-from cometmq.protocol.message import decode_record, pack_host
+from cometmq.protocol.message import decode_record, pack_host, record_layout
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.pop import INIT_MODE_MIN
 from cometmq.protocol.properties import ORIGIN_MESSAGE_ID, UNIQ_KEY, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
-from cometmq.store.status import PutResult, PutStatus
+from cometmq.store.status import PutResult
 
 log = logging.getLogger(__name__)
 
-RECONSUME_TIMES_POS = 72
 _I32 = struct.Struct(">i")
 
 
@@ -200,9 +199,9 @@ class PopService:
 
     async def durable(self, result: PutResult) -> None:
         """Wait until the records of ``result`` are durable as configured (broker/appender.py)."""
-        status = (await self.appender.durable(result)).status
-        if status is PutStatus.FLUSH_DISK_TIMEOUT:
-            raise RemotingError(ResponseCode.FLUSH_DISK_TIMEOUT, "POP state was not flushed in time")
+        code = answer_code(await self.appender.durable(result))
+        if code != ResponseCode.SUCCESS:
+            raise RemotingError(code, f"POP state is not durable in time ({result.status.value})")
 
     def track_expiry(self, key: QueueKey, visible_at: int) -> None:
         heapq.heappush(self._expiry, (visible_at, key))
@@ -217,8 +216,9 @@ class PopService:
         if attempts <= 0:
             return view
         buf = bytearray(view)
-        (stored,) = _I32.unpack_from(buf, RECONSUME_TIMES_POS)
-        _I32.pack_into(buf, RECONSUME_TIMES_POS, stored + attempts)
+        reconsume_times_pos = record_layout(buf).reconsume_times_pos  # an IPv6 born or store host moves it
+        (stored,) = _I32.unpack_from(buf, reconsume_times_pos)
+        _I32.pack_into(buf, reconsume_times_pos, stored + attempts)
         return buf
 
     # -- revive ----------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
-from cometmq.broker.appender import Appender
+from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.clients import ClientChannel, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.send_hooks import SendContext, SendKind
@@ -54,7 +54,7 @@ from cometmq.store.message import (
     MessageInner,
 )
 from cometmq.store.message_store import MessageStore
-from cometmq.store.status import PutResult, PutStatus
+from cometmq.store.status import PutResult
 
 log = logging.getLogger(__name__)
 
@@ -228,9 +228,7 @@ class TransactionalMessageService:
             self.metrics.committed += 1
         else:
             self.metrics.rolled_back += 1
-        result = await self.appender.durable(result)
-        code = ResponseCode.FLUSH_DISK_TIMEOUT if result.status is PutStatus.FLUSH_DISK_TIMEOUT else 0
-        return make_response(cmd, code)
+        return make_response(cmd, answer_code(await self.appender.durable(result)))
 
     def _half_at(self, h: EndTransactionRequestHeader) -> MessageRecord:
         """The half record the request names, checked as RocketMQ checks it (group, queue and log offsets)."""

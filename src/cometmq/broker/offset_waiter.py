@@ -1,7 +1,9 @@
-"""SYNC_FLUSH acknowledgements on the event loop: wait until the commit log is flushed past an offset.
+"""Acknowledgements on the event loop: wait until an offset that only grows has passed a point — the commit
+log's flushed offset (SYNC_FLUSH), or the in-sync replicas' confirm offset (replication).
 
 The store's flush thread reports each new flushed offset once per group commit; one thread-safe
-call per flush then resolves every waiting future it covers, instead of one call per message.
+call per flush then resolves every waiting future it covers, instead of one call per message (the HA
+service reports the confirm offset from the loop's own thread, which resolves them at once).
 Timeouts are swept by one timer rather than a ``wait_for`` per message, which would cost more than
 the append itself.
 """
@@ -14,7 +16,7 @@ import itertools
 import threading
 
 
-class FlushWaiter:
+class OffsetWaiter:
     def __init__(self, loop: asyncio.AbstractEventLoop, flushed_offset: int = 0,
                  sweep_interval_s: float = 0.1) -> None:
         self._loop = loop
@@ -29,7 +31,7 @@ class FlushWaiter:
         self._sweeper: asyncio.TimerHandle | None = None
 
     def on_flushed(self, offset: int) -> None:
-        """The store's flush listener (called in the flush thread, or in the loop's own)."""
+        """The offset grew to ``offset`` (called in any thread: the flush thread, or the loop's own)."""
         self._latest = offset
         if threading.get_ident() == self._loop_thread:
             if self._heap:

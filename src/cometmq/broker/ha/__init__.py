@@ -1,0 +1,1 @@
+"""Replication of a broker group: the HA link (master and replica sides), the SyncStateSet and the roles."""

@@ -1,0 +1,224 @@
+"""The master's side of the HA link (RocketMQ 5's auto-switch protocol, ``protocol/ha.py``), one per replica.
+
+A replica connects to the HA port and says who it is (handshake); the master answers with its epoch list; the
+replica truncates to the last common epoch point and reports its log end; from there the master streams raw log
+bytes, a frame never crossing the end of an epoch, each frame carrying the master's confirm offset, and a
+heartbeat frame when idle. The replica acks with its log end; the acks move the SyncStateSet and the confirm
+offset (``sync_state.py``).
+
+Bad input (garbage, a second handshake, an id already linked, a report beyond the master's log, silence past
+four heartbeats) closes that link with one log line and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
+from cometmq.protocol import ha
+from cometmq.store.epoch_file import EpochFile
+from cometmq.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from cometmq.broker.ha.service import HAConfig
+
+log = logging.getLogger(__name__)
+
+_READ_SIZE = 64 * 1024
+
+
+class HAMaster:
+    def __init__(self, config: HAConfig, store: MessageStore, epochs: EpochFile, sync: SyncState, *,
+                 clock: Callable[[], int], on_change: Callable[[], None]) -> None:
+        self.config = config
+        self.store = store
+        self.epochs = epochs
+        self.sync = sync
+        self.clock = clock
+        self._on_change = on_change
+        self._server: asyncio.Server | None = None
+        self.links: dict[int, _Link] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
+                                                  reuse_address=True)
+        log.info("HA port listening on %s:%d", self.config.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.links.clear()
+
+    def appended(self) -> None:
+        """The log grew: wake the links that are waiting for bytes."""
+        for link in self.links.values():
+            link.wake.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        link: _Link | None = None
+        try:
+            link = await self._handshake(reader, writer, peer)
+            if link is not None:
+                await link.run()
+        except (ha.HAProtocolError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("HA link from %s closed: %s", peer, exc)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if link is not None and self.links.get(link.replica_id) is link:
+                del self.links[link.replica_id]
+                self.sync.disconnected(link.replica_id)
+            writer.close()
+            self._tasks.discard(task)
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         peer: object) -> _Link | None:
+        silence_s = 4 * self.config.heartbeat_interval_ms / 1000
+        decoder = ha.SlaveFrameDecoder()
+        frames: list[ha.SlaveFrame] = []
+        while not frames:
+            data = await asyncio.wait_for(reader.read(_READ_SIZE), silence_s)
+            if not data:
+                return None
+            frames = decoder.feed(data)
+        hello = frames.pop(0)
+        if not isinstance(hello, ha.SlaveHandshake):
+            raise ha.HAProtocolError(f"expected a handshake first, got {hello}")
+        rid = hello.slave_broker_id
+        if rid <= MASTER_ID:
+            raise ha.HAProtocolError(f"a replica's broker id is 1 or more, not {rid}")
+        if rid in self.links:
+            raise ha.HAProtocolError(f"replica {rid} is already linked from {self.links[rid].peer}")
+        writer.write(ha.encode_master_handshake(self.store.commitlog.max_offset, self.epochs.entries))
+        await writer.drain()
+        link = _Link(self, rid, peer, reader, writer, decoder, frames, hello.is_sync_from_last_file)
+        self.links[rid] = link
+        return link
+
+
+class _Link:
+    def __init__(self, master: HAMaster, replica_id: int, peer: object, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, decoder: ha.SlaveFrameDecoder, pending: list[ha.SlaveFrame],
+                 from_last_file: bool) -> None:
+        self.master = master
+        self.replica_id = replica_id
+        self.peer = peer
+        self.reader = reader
+        self.writer = writer
+        self.decoder = decoder
+        self.pending = pending
+        self.from_last_file = from_last_file
+        self.wake = asyncio.Event()
+        #: where the next transfer frame starts; None until the replica's first report
+        self.offset: int | None = None
+
+    async def run(self) -> None:
+        sender = asyncio.get_running_loop().create_task(self._send_loop(), name=f"ha-send-{self.replica_id}")
+        try:
+            await self._read_loop()
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+
+    # -- acks -------------------------------------------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        m = self.master
+        silence_s = 4 * m.config.heartbeat_interval_ms / 1000
+        while True:
+            for frame in self.pending:
+                self._on_frame(frame)
+            data = await asyncio.wait_for(self.reader.read(_READ_SIZE), silence_s)
+            if not data:
+                raise ConnectionError("the replica closed the link")
+            self.pending = self.decoder.feed(data)
+
+    def _on_frame(self, frame: ha.SlaveFrame) -> None:
+        m = self.master
+        if not isinstance(frame, ha.SlaveReport):
+            raise ha.HAProtocolError(f"unexpected {frame} after the handshake")
+        end = m.store.commitlog.max_offset
+        if frame.max_offset > end:
+            raise ha.HAProtocolError(f"replica {self.replica_id} reports offset {frame.max_offset} beyond the "
+                                     f"master's log end {end}")
+        if self.offset is None:  # the first report: where the replica's log ends after its truncation
+            start = frame.max_offset
+            if start == 0:
+                start = m.store.commitlog.min_offset
+            self.offset = start
+            m.sync.connected(self.replica_id, m.clock())
+            log.info("replica %d (%s) linked; transfer starts at %d", self.replica_id, self.peer, start)
+            self.wake.set()
+        if m.sync.on_ack(self.replica_id, frame.max_offset, end, m.clock()):
+            log.info("replica %d joined the SyncStateSet, now %s", self.replica_id, sorted(m.sync.members))
+        m._on_change()
+
+    # -- transfer ---------------------------------------------------------------------------------------------
+    async def _send_loop(self) -> None:
+        m = self.master
+        heartbeat_s = m.config.heartbeat_interval_ms / 1000
+        batch = m.config.transfer_batch_size
+        while True:
+            offset = self.offset
+            end = m.store.commitlog.max_offset
+            if offset is not None and offset < end:
+                sent = self._send_frame(offset, end, batch)
+                await self.writer.drain()
+                if sent:
+                    continue
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), heartbeat_s)
+            except TimeoutError:
+                if self.offset is not None:
+                    self._send_heartbeat()
+                    await self.writer.drain()
+
+    def _send_frame(self, offset: int, end: int, batch: int) -> int:
+        """One frame of log bytes from ``offset``; the bytes sent (0 when none could be read)."""
+        m = self.master
+        entry = m.epochs.find_epoch(offset)
+        if entry is None:
+            raise ha.HAProtocolError(f"no epoch covers offset {offset} of the master's log")
+        epoch, epoch_start, epoch_end = entry
+        limit = min(end, epoch_end if epoch_end is not None else end)
+        mf = m.store.commitlog.files.find(offset)
+        if mf is None:
+            raise ha.HAProtocolError(f"offset {offset} is no longer in the master's log")
+        pos = offset - mf.file_from_offset
+        n = min(batch, limit - offset, mf.wrote_position - pos)
+        if n <= 0:
+            return 0
+        body = mf.view(pos, n)
+        confirm = m.sync.confirm_offset(end)
+        self.writer.write(ha.encode_transfer_header(offset, epoch, epoch_start, confirm, n))
+        self.writer.write(body)
+        self.offset = offset + n
+        m.sync.sent(self.replica_id, end)
+        return n
+
+    def _send_heartbeat(self) -> None:
+        m = self.master
+        end = m.store.commitlog.max_offset
+        assert self.offset is not None
+        entry = m.epochs.find_epoch(max(self.offset - 1, 0)) or m.epochs.find_epoch(self.offset)
+        epoch, epoch_start = (entry[0], entry[1]) if entry is not None else (m.epochs.last_epoch(), 0)
+        self.writer.write(ha.encode_transfer_header(self.offset, epoch, epoch_start, m.sync.confirm_offset(end), 0))
+        m.sync.sent(self.replica_id, self.offset)

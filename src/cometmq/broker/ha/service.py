@@ -1,0 +1,262 @@
+"""The broker's replication: its role in the group, the master epoch, the HA link and the write-path gate.
+
+A master (brokerId 0) serves the HA port (``master.py``): replicas copy its log, their acks move the SyncStateSet
+(``sync_state.py``) and the confirm offset, below which consumers see messages (the store holds dispatch back to
+it) and above which no send is acknowledged (the appender waits, ``ReplicationGate``). A replica (brokerId ≥ 1)
+copies the master's log (``replica.py``) and refuses writes.
+
+Role changes come from ``promote`` and ``demote`` (the admin command now, the controller in [12]). Nothing acts
+on an epoch lower than the one it has (fencing). A new master appends its epoch entry, waits until its log is
+dispatched, starts the master-only services and registers as id 0 with the epoch as its state version; a
+demoted master stops them, follows the new master (which truncates what the new master does not have) and
+registers under a replica id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from cometmq.broker.appender import Appender
+from cometmq.broker.ha.master import HAMaster
+from cometmq.broker.ha.replica import HAReplica
+from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
+from cometmq.broker.offset_waiter import OffsetWaiter
+from cometmq.common.periodic import Periodic
+from cometmq.store.epoch_file import EpochFile
+from cometmq.store.message_store import MessageStore
+from cometmq.store.status import PutResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+
+class Role(enum.Enum):
+    MASTER = "MASTER"
+    SLAVE = "SLAVE"
+
+
+class FencedError(Exception):
+    """A role change at an epoch not higher than the broker's own."""
+
+
+@dataclass(frozen=True)
+class HAConfig:
+    host: str
+    port: int
+    all_ack: bool = True
+    min_in_sync_replicas: int = 1
+    max_not_catchup_ms: int = 15_000
+    heartbeat_interval_ms: int = 5_000
+    housekeeping_interval_ms: int = 5_000
+    ack_timeout_ms: int = 3_000
+    transfer_batch_size: int = 256 * 1024
+
+
+#: registers the broker with the nameservers under (broker id, state version)
+Register = Callable[[int, int], Awaitable[None]]
+#: an address of the group's master as the nameservers report it (replicas), or None
+MasterAddr = Callable[[], str | None]
+
+
+class ReplicationService:
+    """Implements ``ReplicationGate`` (broker/appender.py) for the appender."""
+
+    def __init__(self, config: HAConfig, store: MessageStore, appender: Appender, epochs: EpochFile, *,
+                 broker_id: int,
+                 clock: Callable[[], int], register: Register, master_ha_addr: MasterAddr,
+                 master_addr: MasterAddr, start_master_services: Callable[[], Awaitable[None]],
+                 stop_master_services: Callable[[], Awaitable[None]],
+                 on_truncated: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.appender = appender
+        self.epochs = epochs
+        self.clock = clock
+        #: the id this broker has as a replica (its configured id; 1 for a configured master that is demoted)
+        self.replica_id = broker_id if broker_id != MASTER_ID else 1
+        self.role = Role.MASTER if broker_id == MASTER_ID else Role.SLAVE
+        self._register = register
+        self._master_ha_addr = master_ha_addr
+        self._master_addr = master_addr
+        self._on_truncated = on_truncated
+        #: the master named by the last demote (it wins over what the nameservers say)
+        self._named_master: tuple[str | None, str | None] = (None, None)
+        self._start_master_services = start_master_services
+        self._stop_master_services = stop_master_services
+        self.sync = SyncState(all_ack=config.all_ack, max_not_catchup_ms=config.max_not_catchup_ms)
+        self.master: HAMaster | None = None
+        self.replica: HAReplica | None = None
+        self._acks: OffsetWaiter | None = None
+        self._housekeeping = Periodic("ha-housekeeping", config.housekeeping_interval_ms / 1000,
+                                      self._housekeep, logger=log)
+        self._lock = asyncio.Lock()
+        self._master_services_running = False
+
+    @property
+    def broker_id(self) -> int:
+        return MASTER_ID if self.role is Role.MASTER else self.replica_id
+
+    @property
+    def epoch(self) -> int:
+        return self.epochs.last_epoch()
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Take the configured role (the master services are started by the broker for a master)."""
+        self._acks = OffsetWaiter(asyncio.get_running_loop(), 0, sweep_interval_s=0.05)
+        if self.role is Role.MASTER:
+            if self.epochs.last_epoch() == 0:
+                self.epochs.append(1, self.store.commitlog.min_offset)
+            self._master_services_running = True
+            await self._become_master()
+        else:
+            self._become_replica()
+        self._housekeeping.start()
+
+    async def stop(self) -> None:
+        await self._housekeeping.stop()
+        await self._stop_link()
+        if self._acks is not None:
+            self._acks.close()
+
+    async def _stop_link(self) -> None:
+        if self.master is not None:
+            await self.master.stop()
+            self.master = None
+        if self.replica is not None:
+            await self.replica.stop()
+            self.replica = None
+
+    async def _become_master(self) -> None:
+        self.sync = SyncState(all_ack=self.config.all_ack, max_not_catchup_ms=self.config.max_not_catchup_ms,
+                              epoch_start=self.epochs.entries[-1].start_offset if self.epochs.entries else 0)
+        self._publish_confirm()
+        self.master = HAMaster(self.config, self.store, self.epochs, self.sync, clock=self.clock,
+                               on_change=self._publish_confirm)
+        await self.master.start()
+
+    def _become_replica(self) -> None:
+        # What arrives from now on is visible only once the master's frames confirm it.
+        self.store.set_confirm_offset(self.store.commitlog.max_offset)
+        self.replica = HAReplica(self.config, self.store, self.appender, self.epochs, self.replica_id,
+                                 self.master_ha_addr, on_truncated=self._on_truncated)
+        self.replica.start()
+
+    def master_ha_addr(self) -> str | None:
+        """Where this replica's HA link connects (None while this broker is the master)."""
+        if self.role is Role.MASTER:
+            return None
+        return self._named_master[1] or self._master_ha_addr()
+
+    def master_broker_addr(self) -> str | None:
+        """The master's remoting address, for the metadata a replica copies (None while this broker is the
+        master)."""
+        if self.role is Role.MASTER:
+            return None
+        return self._named_master[0] or self._master_addr()
+
+    # -- role changes -----------------------------------------------------------------------------------------
+    async def promote(self, epoch: int) -> None:
+        """Become the group's master at ``epoch`` (> the broker's own)."""
+        async with self._lock:
+            if epoch <= self.epoch:
+                raise FencedError(f"epoch {epoch} is not above this broker's epoch {self.epoch}")
+            await self._stop_link()
+            end = self.store.commitlog.max_offset
+            self.epochs.append(epoch, end)
+            self.role = Role.MASTER
+            self.store.set_confirm_offset(None)
+            await self._dispatched(end)
+            await self._become_master()
+            if not self._master_services_running:
+                await self._start_master_services()
+                self._master_services_running = True
+            log.warning("promoted to master at epoch %d (log end %d)", epoch, end)
+        await self._register(MASTER_ID, epoch)
+
+    async def demote(self, epoch: int, master_ha_addr: str | None = None, replica_id: int | None = None,
+                     master_addr: str | None = None) -> None:
+        """Follow the master of ``epoch`` (≥ the broker's own) as a replica."""
+        async with self._lock:
+            if epoch < self.epoch or (epoch == self.epoch and self.role is Role.MASTER):
+                raise FencedError(f"epoch {epoch} is not above this broker's epoch {self.epoch}")
+            if replica_id is not None:
+                if replica_id == MASTER_ID:
+                    raise ValueError("a replica's id is 1 or more")
+                self.replica_id = replica_id
+            was_master = self.role is Role.MASTER
+            self.role = Role.SLAVE
+            self._named_master = (master_addr, master_ha_addr)
+            await self._stop_link()
+            if was_master and self._master_services_running:
+                await self._stop_master_services()
+                self._master_services_running = False
+            self._become_replica()
+            log.warning("now a replica (id %d) following the master of epoch %d", self.replica_id, epoch)
+        await self._register(self.replica_id, self.epoch)
+
+    async def _dispatched(self, end: int, timeout_s: float = 30.0) -> None:
+        """Wait until the dispatcher has caught up with the log end (a new master serves its whole log)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.store.reput.reput_offset < end and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+
+    # -- the gate the appender asks ---------------------------------------------------------------------------
+    def refusal(self) -> PutResult | None:
+        if self.role is not Role.MASTER:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                             remark="this broker is a replica (slave) of its group: writes go to the master")
+        if self.sync.in_sync() < self.config.min_in_sync_replicas:
+            return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                             remark=f"in-sync replicas not enough: {self.sync.in_sync()} of "
+                                    f"{self.config.min_in_sync_replicas} needed")
+        return None
+
+    def appended(self, end: int) -> None:
+        if self.master is not None:
+            self.master.appended()
+
+    def acked(self, end: int) -> bool:
+        return self.sync.confirm_offset(self.store.commitlog.max_offset) >= end
+
+    def wait_acked(self, end: int) -> Awaitable[bool]:
+        assert self._acks is not None
+        return self._acks.wait(end, self.config.ack_timeout_ms / 1000)
+
+    # -- confirm offset ---------------------------------------------------------------------------------------
+    def _publish_confirm(self) -> None:
+        """The set or an ack changed: move the store's confirm offset and release acknowledged sends."""
+        if self.role is not Role.MASTER:
+            return
+        end = self.store.commitlog.max_offset
+        confirm = self.sync.confirm_offset(end)
+        # The master alone: everything written is confirmed (dispatch needs no hold-back).
+        self.store.set_confirm_offset(None if self.sync.counted() == {MASTER_ID} else confirm)
+        if self._acks is not None:
+            self._acks.on_flushed(confirm)
+
+    def _housekeep(self) -> None:
+        if self.role is Role.MASTER:
+            gone = self.sync.shrink(self.clock())
+            if gone:
+                log.warning("replicas %s left the SyncStateSet (not caught up for %d ms); set is now %s",
+                            sorted(gone), self.config.max_not_catchup_ms, sorted(self.sync.members))
+                self._publish_confirm()
+
+    def status(self) -> dict[str, object]:
+        out: dict[str, object] = {"role": self.role.value, "brokerId": self.broker_id, "epoch": self.epoch,
+                                  "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries],
+                                  "maxOffset": self.store.commitlog.max_offset}
+        if self.role is Role.MASTER:
+            out["syncStateSet"] = sorted(self.sync.members)
+            out["syncStateSetEpoch"] = self.sync.epoch
+            out["confirmOffset"] = self.sync.confirm_offset(self.store.commitlog.max_offset)
+            out["replicas"] = {str(rid): rep.ack for rid, rep in sorted(self.sync.replicas.items())}
+        elif self.replica is not None:
+            out["masterAddr"] = self.replica.master_addr
+            out["connected"] = self.replica.connected
+        return out

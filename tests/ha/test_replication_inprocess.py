@@ -1,0 +1,43 @@
+"""A master and a replica in one process, linked over the HA port on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from cometmq.broker.controller import BrokerController
+from cometmq.net.client import RemotingClient
+from cometmq.protocol.codes import ResponseCode
+from tests.broker.conftest import StartBroker, send_request
+from tests.kit import eventually
+
+
+async def link(replica: BrokerController, master: BrokerController, replica_id: int = 1) -> None:
+    await replica.replication.demote(master.replication.epoch, master.ha_addr, replica_id, master.addr)
+
+
+async def test_a_replica_copies_the_log_and_sends_are_acked_by_both(start_broker: StartBroker,
+                                                                    client: RemotingClient, tmp_path: Path) -> None:
+    master = await start_broker(tmp_path / "m")
+    for i in range(20):
+        reply = await client.invoke(master.addr, send_request("T", f"before-{i}".encode()), 5)
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+    replica = await start_broker(tmp_path / "r", broker_id=1)
+    await link(replica, master)
+    await eventually(lambda: master.replication.sync.members == {0, 1}, 10, what="the replica in the set")
+    for i in range(50):
+        reply = await client.invoke(master.addr, send_request("T", f"after-{i}".encode()), 5)
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+        # acknowledged: the replica has it
+        assert replica.store.commitlog.max_offset >= master.store.commitlog.max_offset or \
+            master.replication.sync.confirm_offset(master.store.commitlog.max_offset) <= \
+            replica.store.commitlog.max_offset
+    await eventually(lambda: replica.store.commitlog.max_offset == master.store.commitlog.max_offset, 10,
+                     what="the replica caught up")
+    m_end = master.store.commitlog.max_offset
+    assert bytes(master.store.commitlog.read(0, m_end)) == bytes(replica.store.commitlog.read(0, m_end))
+    await eventually(lambda: replica.store.max_offset("T", 0) == master.store.max_offset("T", 0), 10,
+                     what="the replica's consume queue")
+    refused = await client.invoke(replica.addr, send_request("T", b"x"), 5)
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    await asyncio.sleep(0)

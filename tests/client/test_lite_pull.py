@@ -111,6 +111,32 @@ def test_decode_pulled_handles_compression_and_refuses_garbage() -> None:
         decode_pulled(b"\x00" * 200, q)
 
 
+@pytest.mark.parametrize(("born", "store"), [(("::1", 5), ("10.0.0.1", 9)), (("10.0.0.2", 5), ("2001:db8::1", 9)),
+                                             (("fe80::7", 5), ("::1", 9))])
+def test_decode_pulled_reads_records_with_ipv6_hosts(born: tuple[str, int], store: tuple[str, int]) -> None:
+    """An IPv6 host moves the fields after it; mixed with IPv4 records, every lazy field is what the eager decoder
+    makes of the same record, hosts as ``[ip]:port``."""
+    q = MessageQueue("T", "b", 0)
+    recs = [MessageRecord("T", zlib.compress(b"z" * 50), sys_flag=1, queue_offset=1, physical_offset=300,
+                          born_host=born, store_host=store, born_timestamp=7, store_timestamp=8, reconsume_times=2,
+                          flag=4, properties={"UNIQ_KEY": "A" * 32, "TAGS": "t"}),
+            MessageRecord("T", b"plain", queue_offset=2, physical_offset=600, properties={}),
+            MessageRecord("T", b"", queue_offset=3, physical_offset=900, born_host=born, store_host=store)]
+    body = b"".join(encode_record(r) for r in recs)
+    got = decode_pulled(body, q)
+    assert [m.body for m in got] == [b"z" * 50, b"plain", b""]
+    for m, rec in zip(got, iter_records(body), strict=True):
+        assert m == MessageExt.from_record(rec, "b")
+    a, _, c = got
+    assert a.born_host == (f"[{born[0]}]:5" if ":" in born[0] else f"{born[0]}:5")
+    assert a.store_host == (f"[{store[0]}]:9" if ":" in store[0] else f"{store[0]}:9")
+    assert (a.store_timestamp, a.reconsume_times, a.flag, a.tags, a.msg_id) == (8, 2, 4, "t", "A" * 32)
+    assert c.msg_id == c.offset_msg_id and len(c.offset_msg_id) == (56 if ":" in store[0] else 32)
+    with pytest.raises(ProtocolError, match="malformed"):  # claims two IPv6 hosts it has no room for
+        decode_pulled(encode_record(MessageRecord("T", b"", sys_flag=0))[:36] + b"\x00\x00\x00\x30"
+                      + bytes(52), q)
+
+
 async def test_tag_filter_and_max_messages_split_batches(cluster: Cluster) -> None:
     await make_topic(cluster, "LF", 1)
     q = MessageQueue("LF", "broker-a", 0)

@@ -37,7 +37,7 @@ def reference_from_ext(cls: type[H.Header], ext: Mapping[str, str]) -> H.Header:
                 raise ProtocolError(f"header field {key!r} is missing")
             continue
         try:
-            values[name] = int(raw.strip()) if kind == "int" else H.parse_bool(raw) if kind == "bool" else raw
+            values[name] = int(raw) if kind == "int" else H.parse_bool(raw) if kind == "bool" else raw
         except ValueError:
             raise ProtocolError(f"header field {key!r} has a bad value {raw!r}") from None
     return cls(**values)

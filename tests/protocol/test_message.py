@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import socket
 import struct
 import zlib
 
@@ -18,8 +20,10 @@ from cometmq.protocol.message import (
     decode_record,
     encode_parts,
     encode_record,
+    host_string,
     iter_records,
     pack_host,
+    record_properties,
     record_size_at,
     transaction_value,
     unpack_host,
@@ -36,7 +40,16 @@ def _cut_utf8(text: str, limit: int) -> str:
 
 
 topics = st.text(st.characters(codec="utf-8"), max_size=127).map(lambda t: _cut_utf8(t, 127))
-hosts = st.tuples(st.ip_addresses(v=4).map(str), INT32)
+
+def _v6_text(ip: ipaddress.IPv6Address) -> str:
+    """The address as decode_record gives it back (inet_ntop's spelling)."""
+    return socket.inet_ntop(socket.AF_INET6, ip.packed)
+
+
+hosts_v4 = st.tuples(st.ip_addresses(v=4).map(str), INT32)
+#: IPv6 addresses other than IPv4-mapped ones (those pack as IPv4, as Java's InetAddress makes them)
+hosts_v6 = st.tuples(st.ip_addresses(v=6).filter(lambda ip: ip.ipv4_mapped is None).map(_v6_text), INT32)
+hosts = st.one_of(hosts_v4, hosts_v6)
 property_maps = st.dictionaries(
     st.text(_chars, min_size=1, max_size=12), st.text(_chars, max_size=30), max_size=6
 )
@@ -204,9 +217,9 @@ def test_out_of_range_fields_are_refused(change: dict[str, object]) -> None:
 
 
 @pytest.mark.parametrize(
-    "host", ["127.1", "1", "1.2.3.4 x", "localhost", "::1", "256.0.0.1", "1.2.3.4\x00", ""]
+    "host", ["127.1", "1", "1.2.3.4 x", "localhost", "::1::2", ":::", "1.2.3.4%eth0", "256.0.0.1", "1.2.3.4\x00", ""]
 )
-def test_non_ipv4_hosts_are_refused(host: str) -> None:
+def test_non_ip_hosts_are_refused(host: str) -> None:
     with pytest.raises(ProtocolError):
         pack_host(host, 1)
     with pytest.raises(ProtocolError):
@@ -229,11 +242,14 @@ def test_round_trip_all_fields(rec: MessageRecord) -> None:
     data = encode_record(rec)
     topic_bytes = rec.topic.encode("utf-8")
     prop_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in rec.properties.items())
-    assert len(data) == 91 + len(rec.body) + len(topic_bytes) + prop_bytes
+    v6_hosts = (":" in rec.born_host[0]) + (":" in rec.store_host[0])
+    assert len(data) == 91 + 12 * v6_hosts + len(rec.body) + len(topic_bytes) + prop_bytes
     decoded, size = decode_record(data)
     assert size == len(data)
     expected_crc = body_crc(rec.body) if rec.body_crc is None else rec.body_crc
-    assert decoded == dataclasses.replace(rec, body_crc=expected_crc)
+    # The host bits of the sys flag follow the hosts given.
+    flags = (0x10 if ":" in rec.born_host[0] else 0) | (0x20 if ":" in rec.store_host[0] else 0)
+    assert decoded == dataclasses.replace(rec, body_crc=expected_crc, sys_flag=rec.sys_flag & ~0x30 | flags)
     assert encode_record(decoded) == data
 
 
@@ -379,3 +395,94 @@ def test_record_accessors() -> None:
     assert rec.uniq_key == "AB"
     bare = MessageRecord(topic="T", body=b"")
     assert (bare.tags, bare.keys, bare.uniq_key) == (None, [], None)
+
+
+# -- IPv6 hosts ------------------------------------------------------------------------------------------
+
+
+def test_layout_of_a_known_record_with_ipv6_hosts() -> None:
+    """Java's MessageDecoder: with BORNHOST_V6 / STOREHOST_V6 a host is 16 address bytes + port, and every
+    field after it moves."""
+    rec = _sample(born_host=("2001:db8::7", 51234), store_host=("::1", 10911), sys_flag=int(SysFlag.MULTI_TAGS))
+    data = encode_record(rec)
+    n, t, p = 5, len("TopicTest"), len(b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02WAIT\x01true\x02")
+    assert len(data) == 91 + 24 + n + t + p
+    assert struct.unpack_from(">i", data, 0)[0] == len(data)
+    assert struct.unpack_from(">i", data, 36)[0] == 0x2 | 0x10 | 0x20
+    assert struct.unpack_from(">q", data, 40)[0] == 1_700_000_000_000
+    assert data[48:68] == socket.inet_pton(socket.AF_INET6, "2001:db8::7") + struct.pack(">i", 51234)
+    assert struct.unpack_from(">q", data, 68)[0] == 1_700_000_000_005
+    assert data[76:96] == bytes(15) + b"\x01" + struct.pack(">i", 10911)
+    assert struct.unpack_from(">iqi", data, 96) == (2, 99, 5)
+    assert data[112:117] == b"hello"
+    back, size = decode_record(data)
+    assert size == len(data)
+    assert back == dataclasses.replace(rec, sys_flag=0x32, body_crc=body_crc(b"hello"))
+    assert record_properties(data) == rec.properties
+
+
+@pytest.mark.parametrize(("born", "store", "flags", "extra"), [
+    (("::1", 1), ("10.0.0.1", 2), 0x10, 12),
+    (("10.0.0.1", 1), ("::1", 2), 0x20, 12),
+    (("::ffff:10.0.0.9", 1), ("10.0.0.1", 2), 0, 0),  # IPv4-mapped: stored as IPv4, as Java does
+])
+def test_one_ipv6_host(born: tuple[str, int], store: tuple[str, int], flags: int, extra: int) -> None:
+    data = encode_record(MessageRecord("T", b"body", born_host=born, store_host=store, sys_flag=0x30 ^ flags))
+    assert len(data) == 91 + extra + 4 + 1
+    rec, _ = decode_record(data)
+    assert rec.sys_flag == flags  # the host bits follow the hosts, whatever the record said
+    assert rec.born_host == (born[0].removeprefix("::ffff:"), 1) and rec.store_host == store and rec.body == b"body"
+
+
+def test_pack_host_ipv6() -> None:
+    assert pack_host("::1", 10911) == bytes(15) + b"\x01" + bytes([0, 0, 0x2A, 0x9F])
+    assert pack_host("fe80::1%eth0", 1) == pack_host("fe80::1", 1)  # the zone is not stored
+    assert pack_host("::ffff:10.1.2.3", 5) == pack_host("10.1.2.3", 5)
+    assert unpack_host(pack_host("2001:db8::1:0", -1)) == ("2001:db8::1:0", -1)
+    for bad in (b"\x00" * 9, b"\x00" * 19, b"\x00" * 21):
+        with pytest.raises(ProtocolError):
+            unpack_host(bad)
+    assert host_string(("::1", 5)) == "[::1]:5" and host_string(("10.0.0.1", 5)) == "10.0.0.1:5"
+
+
+def test_encode_parts_refuses_a_host_of_another_width() -> None:
+    for host in (b"", b"\x01" * 7, b"\x01" * 9, b"\x01" * 16):
+        with pytest.raises(ProtocolError):
+            encode_parts(topic=b"T", body=b"", properties=b"", born_host=host)
+        with pytest.raises(ProtocolError):
+            encode_parts(topic=b"T", body=b"", properties=b"", store_host=host)
+
+
+def test_an_ipv4_record_is_byte_identical_to_the_old_layout() -> None:
+    """What the fixed 84-byte header always was (struct ">iIiiiqqiq4siq4siiq"), for records with IPv4 hosts."""
+    rec = _sample()
+    head = struct.pack(">iIiiiqqiq4siq4siiq", len(encode_record(rec)), 0xDAA320A7, body_crc(b"hello"), 3, 7, 42,
+                       123456789, 2, 1_700_000_000_000, bytes([192, 168, 0, 1]), 51234, 1_700_000_000_005,
+                       bytes([10, 0, 0, 2]), 10911, 2, 99)
+    assert encode_record(rec)[:84] == head
+
+
+def test_records_too_short_for_their_ipv6_hosts_are_refused() -> None:
+    data = bytearray(encode_record(MessageRecord("T", b"")))  # 92 bytes, IPv4 hosts
+    data[39] |= 0x30  # now claims two IPv6 hosts: 24 more header bytes than there are
+    with pytest.raises(ProtocolError):
+        decode_record(data)
+    with pytest.raises(ProtocolError):
+        record_properties(data)
+    with pytest.raises(ProtocolError):
+        decode_record(bytes(data) + bytes(30))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.builds(MessageRecord, topic=topics, body=st.binary(max_size=40), born_host=hosts,
+                          store_host=hosts, properties=property_maps), min_size=1, max_size=4))
+def test_mixed_ipv4_and_ipv6_records_back_to_back(recs: list[MessageRecord]) -> None:
+    blob = b"".join(encode_record(r) for r in recs)
+    back = list(iter_records(blob))
+    assert [(r.born_host, r.store_host, r.body, r.topic, dict(r.properties)) for r in back] == [
+        (r.born_host, r.store_host, r.body, r.topic, dict(r.properties)) for r in recs]
+    pos = 0
+    for r in recs:
+        size = len(encode_record(r))
+        assert record_properties(blob[pos : pos + size]) == r.properties
+        pos += size

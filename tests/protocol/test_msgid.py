@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import os
 import re
@@ -118,6 +119,38 @@ def test_fuzz_decode_offset_msg_id(data: bytes | str) -> None:
     except ProtocolError:
         return
     assert offset_msg_id((ip, port), offset) == (data if isinstance(data, str) else data.decode()).upper()
+
+
+def test_offset_msg_id_of_an_ipv6_store_host() -> None:
+    """Java's MessageDecoder.createMessageId: 16 address bytes + port + offset, 56 hex digits."""
+    expected = "2001" + "0DB8" + "0" * 20 + "0001" + "00002A9F" + "0000000000001234"
+    assert len(expected) == 56
+    assert offset_msg_id(("2001:db8::1", 10911), 0x1234) == expected
+    assert offset_msg_id(pack_host("2001:db8::1", 10911), 0x1234) == expected
+    assert decode_offset_msg_id(expected) == OffsetMsgId("2001:db8::1", 10911, 0x1234)
+    assert decode_offset_msg_id(expected.lower().encode()) == ("2001:db8::1", 10911, 0x1234)
+    for bad in (expected[:-1], expected + "0", expected[:-1] + "G", b"\xff" * 56):
+        with pytest.raises(ProtocolError):
+            decode_offset_msg_id(bad)
+    with pytest.raises(ProtocolError):
+        offset_msg_id(b"\x00" * 16, 0)  # neither 8 nor 20 bytes
+
+
+def test_offset_msg_id_of_a_stored_ipv6_record() -> None:
+    rec = MessageRecord("T", b"x", physical_offset=4096, store_host=("::1", 80), born_host=("fe80::2", 1))
+    data = encode_record(rec)
+    [back] = list(iter_records(data))
+    assert offset_msg_id(back.store_host, back.physical_offset) == "0" * 30 + "01" + "00000050" + "0000000000001000"
+    assert offset_msg_id(data[76:96], 4096) == offset_msg_id(("::1", 80), 4096)
+
+
+@settings(max_examples=200)
+@given(st.ip_addresses(v=6).filter(lambda ip: ip.ipv4_mapped is None), INT32, INT64)
+def test_offset_msg_id_round_trip_ipv6(ip: ipaddress.IPv6Address, port: int, offset: int) -> None:
+    msg_id = offset_msg_id((str(ip), port), offset)
+    assert re.fullmatch(r"[0-9A-F]{56}", msg_id)
+    host, got_port, got_offset = decode_offset_msg_id(msg_id)
+    assert (ipaddress.ip_address(host), got_port, got_offset) == (ip, port, offset)
 
 
 # -- UNIQ_KEY --------------------------------------------------------------------------------------------
@@ -280,7 +313,7 @@ def test_uniq_key_helpers_refuse_malformed_keys(bad: str) -> None:
         uniq_key_ip(bad)
 
 
-@pytest.mark.parametrize("ip", ["localhost", "1.2.3", b"\x01\x02\x03"])
+@pytest.mark.parametrize("ip", ["localhost", "1.2.3", b"\x01\x02\x03", "::1"])
 def test_generator_refuses_bad_ip(ip: str | bytes) -> None:
     with pytest.raises(ProtocolError):
         UniqKeyGenerator(ip)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cometmq.common.native import load_c_helper
+from cometmq.protocol import record_layout
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import MAGIC_CODE, SysFlag, encode_parts
 from cometmq.spark import decode
@@ -40,14 +41,16 @@ pair = st.one_of(
 properties = st.tuples(st.lists(pair, max_size=7), st.booleans()).map(
     lambda p: b"".join(x + b"\x02" for x in p[0])[: None if p[1] else -1] if p[0] else b"")
 body = st.one_of(st.binary(max_size=60), st.just(MAGIC_CODE.to_bytes(4, "big") + (300).to_bytes(4, "big")))
+#: a packed host: IPv4 mostly, IPv6 (20 bytes: the record's sys flag says so, and the fields after it move)
+host = st.one_of(st.binary(min_size=8, max_size=8), st.binary(min_size=8, max_size=8),
+                 st.binary(min_size=20, max_size=20))
 record = st.builds(
-    lambda props, body, compressed, qid, off, ts, host, rc: encode_parts(
+    lambda props, body, compressed, qid, off, ts, born, host, rc: encode_parts(
         topic=b"T", body=zlib.compress(body) if compressed == 1 else body, properties=props[: 32000],
         queue_id=qid, queue_offset=off, physical_offset=off * 300, sys_flag=int(SysFlag.COMPRESSED) if compressed
-        else 0, born_timestamp=ts, store_timestamp=ts + 7, store_host=host, reconsume_times=rc),
+        else 0, born_timestamp=ts, born_host=born, store_timestamp=ts + 7, store_host=host, reconsume_times=rc),
     properties, body, st.sampled_from([0, 0, 0, 1, 2]),  # 2: flagged compressed, not inflatable
-    st.integers(0, 2**31 - 1), st.integers(0, 2**52), st.integers(0, 2**50), st.binary(min_size=8, max_size=8),
-    st.integers(0, 16))
+    st.integers(0, 2**31 - 1), st.integers(0, 2**52), st.integers(0, 2**50), host, host, st.integers(0, 16))
 
 
 def both(chunks: list[bytes], schema: pa.Schema) -> tuple[object, object]:
@@ -184,6 +187,48 @@ def test_c_path_gives_up_on_bad_utf8_in_a_column(before: list[bytes], after: lis
         out = decode.C_HELPER.decode(answers, with_map, decode._WANTED, decode._HIDDEN)
         assert (out is None) == (with_map or name in decode._WANTED)
         same(*both(answers, schema))
+
+
+@needs_c
+def test_c_layout_constants_are_the_owners() -> None:
+    """The C helper keeps its own copies of the record layout: they must be protocol.record_layout's."""
+    got = decode.C_HELPER.layout()
+    owner = {name: getattr(record_layout, name) for name in (
+        "MAGIC_CODE", "MAGIC_CODE_POS", "QUEUE_ID_POS", "QUEUE_OFFSET_POS", "PHYSICAL_OFFSET_POS", "SYS_FLAG_POS",
+        "BORN_TIMESTAMP_POS", "BORN_HOST_POS", "IPV4_HOST_SIZE", "IPV6_HOST_SIZE", "BORNHOST_V6_FLAG",
+        "STOREHOST_V6_FLAG", "HOST_FLAGS_SHIFT", "MIN_RECORD_SIZE")}
+    owner["COMPRESSED"] = int(SysFlag.COMPRESSED)
+    owner["LAYOUTS"] = [{name: getattr(layout, name) for name in (
+        "store_timestamp_pos", "store_host_pos", "store_host_size", "reconsume_times_pos", "body_length_pos",
+        "body_pos", "min_record_size")} for layout in record_layout.LAYOUTS]
+    assert got == owner
+
+
+@needs_c
+@pytest.mark.parametrize("hosts", [(20, 8), (8, 20), (20, 20)])
+def test_c_path_takes_records_with_ipv6_hosts(hosts: tuple[int, int]) -> None:
+    """IPv6 born or store hosts are decoded in C too, mixed with IPv4 ones, to the reference's batch; the offset
+    message id of an IPv6 store host is 56 hex digits."""
+    born, store = b"\x20\x01" + bytes(range(14)) + b"\x00\x00\x01\x02", bytes(16) + b"\x00\x00\x2a\x9f"
+    recs = [encode_parts(topic=b"T", body=b"x" * i, queue_id=1, queue_offset=i, physical_offset=1000 + i,
+                         born_timestamp=5, store_timestamp=9, reconsume_times=i,
+                         born_host=born[: hosts[0]] if i % 2 else born[:8],
+                         store_host=store[: hosts[1]] if i % 2 else store[:8],
+                         properties=b"TAGS\x01a\x02" if i % 3 else b"UNIQ_KEY\x01U\x02")
+            for i in range(12)]
+    answers = [b"".join(recs[:5]), b"".join(recs[5:])]
+    for schema in SCHEMAS:
+        assert decode.C_HELPER.decode(answers, "properties" in schema.names, decode._WANTED, decode._HIDDEN)
+        same(*both(answers, schema))
+    rows = decode.decode_answers(answers, "T", "b", SCHEMAS[0]).to_pylist()
+    for i, row in enumerate(rows):
+        assert (row["queueOffset"], row["body"], row["reconsumeTimes"]) == (i, b"x" * i, i)
+        assert row["storeTimestamp"].timestamp() * 1000 == 9 and row["tags"] == ("a" if i % 3 else None)
+        if i % 3 == 0:
+            assert row["msgId"] == "U"
+        else:
+            host = store[: hosts[1]] if i % 2 else store[:8]
+            assert row["msgId"] == host.hex().upper() + f"{1000 + i:016X}"
 
 
 def test_pure_python_switch(monkeypatch: pytest.MonkeyPatch) -> None:

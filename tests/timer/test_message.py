@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from cometmq.protocol.message import MessageRecord, decode_record, encode_record
+from cometmq.protocol.message import MessageRecord, decode_record, encode_record, pack_host
 from cometmq.protocol.properties import (
     REAL_QID,
     REAL_TOPIC,
@@ -161,3 +161,22 @@ def test_a_record_without_real_topic_is_not_delivered() -> None:
     raw = encode_record(MessageRecord(topic=TIMER_TOPIC, body=b"", properties={"UNIQ_KEY": "U"}))
     rec = parse_timer_record(memoryview(raw))
     assert rec is not None and delivery_message(rec, 1) is None
+
+
+@pytest.mark.parametrize(("born", "store"), [(("2001:db8::9", 1234), ("10.0.0.2", 1)),
+                                             (("10.0.0.1", 1234), ("::1", 1)),
+                                             (("fe80::1", 1234), ("::1", 1))])
+def test_timer_records_with_ipv6_hosts(born: tuple[str, int], store: tuple[str, int]) -> None:
+    """An IPv6 host moves the fields after it: the re-put reads them where the record's sys flag says."""
+    props = {"UNIQ_KEY": "U1", TIMER_OUT_MS: "5", REAL_TOPIC: "T", REAL_QID: "2"}
+    raw = encode_record(MessageRecord(topic=TIMER_TOPIC, body=b"hello", queue_offset=9, properties=props, flag=3,
+                                      born_host=born, store_host=store, born_timestamp=77, reconsume_times=4,
+                                      sys_flag=0x2))
+    rec = parse_timer_record(memoryview(raw))
+    assert rec is not None and rec.is_timer_topic
+    assert (rec.queue_offset, rec.flag, rec.born_timestamp, rec.reconsume_times, rec.body) == (9, 3, 77, 4, b"hello")
+    assert rec.born_host == pack_host(*born) and rec.sys_flag & 0x2
+    d = delivery_message(rec, 1)
+    assert d is not None and d.born_host == pack_host(*born) and d.properties["UNIQ_KEY"] == "U1"
+    assert parse_timer_record(memoryview(raw[:-1])) is None
+    assert parse_timer_record(memoryview(raw[:100])) is None

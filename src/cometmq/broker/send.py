@@ -200,7 +200,7 @@ class SendProcessor:
         store_host = self._store_host()
         prefix = self._id_prefix
         if prefix is None or self._id_host != store_host:
-            self._id_host, prefix = store_host, offset_msg_id(store_host, 0)[:16]
+            self._id_host, prefix = store_host, offset_msg_id(store_host, 0)[:-16]
             self._id_prefix = prefix
         # offset_msg_id's layout (host hex + 16 hex digits of the offset); commit-log offsets are never negative.
         # One %-format over all offsets: a third of the cost of an f-string per message on a batch.

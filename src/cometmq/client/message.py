@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from cometmq.client.errors import InvalidArgumentError
 from cometmq.protocol.client_bodies import MessageQueue
-from cometmq.protocol.message import MessageRecord, SysFlag, pack_host
+from cometmq.protocol.message import MessageRecord, SysFlag, host_string, pack_host
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import (
     DELAY,
@@ -206,8 +206,8 @@ class MessageExt:
         offset_id = offset_msg_id(pack_host(*rec.store_host), rec.physical_offset)
         values = (topic, body, rec.properties, rec.properties.get(UNIQ_KEY) or offset_id, offset_id,
                   MessageQueue(rec.topic, broker_name, rec.queue_id), rec.queue_offset, rec.physical_offset,
-                  rec.born_timestamp, rec.store_timestamp, f"{rec.born_host[0]}:{rec.born_host[1]}",
-                  f"{rec.store_host[0]}:{rec.store_host[1]}", rec.reconsume_times, rec.sys_flag, rec.flag)
+                  rec.born_timestamp, rec.store_timestamp, host_string(rec.born_host), host_string(rec.store_host),
+                  rec.reconsume_times, rec.sys_flag, rec.flag)
         if cls is not MessageExt:
             return cls(*values)
         # What the frozen dataclass's __init__ does, without an object.__setattr__ call per field.

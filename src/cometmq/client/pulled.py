@@ -8,7 +8,6 @@ three slices.
 from __future__ import annotations
 
 import dataclasses
-import socket
 import struct
 import zlib
 from collections.abc import Mapping
@@ -17,26 +16,38 @@ from typing import Any
 from cometmq.client.admin import queue_label
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import MAGIC_CODE, MIN_RECORD_SIZE, SysFlag
+from cometmq.protocol.message import SysFlag, host_string, unpack_host
 from cometmq.protocol.properties import RETRY_TOPIC, UNIQ_KEY, decode_properties
+from cometmq.protocol.record_layout import (
+    BORN_TIMESTAMP_POS,
+    FLAG_POS,
+    HOST_V6_FLAGS,
+    LAYOUT_V4,
+    MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    QUEUE_OFFSET_POS,
+    SYS_FLAG_POS,
+    layout_for,
+    record_layout,
+)
 
 __all__ = ["decode_pulled"]
 
-#: TOTALSIZE, MAGIC, SYSFLAG (at 36) and BODYLEN (at 84): all a pull needs to cut a record out of the body
-_CUT = struct.Struct(">iI28xi44xi")
-_BODY_AT = 88
+#: TOTALSIZE, MAGIC, SYSFLAG and BODYLEN (of a record with IPv4 hosts): all a pull needs to cut a record out
+_CUT = LAYOUT_V4.struct_of("total_size", "magic_code", "sys_flag", "body_length")
+_BODY_AT = LAYOUT_V4.body_pos
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_HOST = struct.Struct(">4si")
 _RETRY_PREFIX = "%RETRY%"
 _COMPRESSED = int(SysFlag.COMPRESSED)  # a plain int: IntFlag's & costs microseconds
+_V6 = HOST_V6_FLAGS
 _props_slot = MessageExt.__dict__["properties"]  # the base class's slot, used as the properties cache
 
 
-def _host(rec: bytes, at: int) -> str:
-    ip, port = _HOST.unpack_from(rec, at)
-    return f"{socket.inet_ntoa(ip)}:{port}"
+def _host(rec: bytes, at: int, size: int) -> str:
+    return host_string(unpack_host(rec[at : at + size]))
 
 
 class _PulledMessage(MessageExt):
@@ -59,7 +70,8 @@ class _PulledMessage(MessageExt):
             return _props_slot.__get__(self, MessageExt)  # type: ignore[no-any-return]
         except AttributeError:
             rec = self._r
-            at = _BODY_AT + _I32.unpack_from(rec, 84)[0]
+            layout = record_layout(rec)
+            at = layout.body_pos + _I32.unpack_from(rec, layout.body_length_pos)[0]
             at += 1 + rec[at]
             (n,) = _I16.unpack_from(rec, at)
             props = decode_properties(rec[at + 2 : at + 2 + n])
@@ -76,7 +88,9 @@ class _PulledMessage(MessageExt):
     @property
     def offset_msg_id(self) -> str:
         rec = self._r
-        return f"{rec[64:72].hex().upper()}{_I64.unpack_from(rec, 28)[0] & 0xFFFFFFFFFFFFFFFF:016X}"
+        layout = record_layout(rec)
+        host = rec[layout.store_host_pos : layout.store_host_pos + layout.store_host_size]
+        return f"{host.hex().upper()}{_I64.unpack_from(rec, PHYSICAL_OFFSET_POS)[0] & 0xFFFFFFFFFFFFFFFF:016X}"
 
     @property
     def msg_id(self) -> str:
@@ -84,39 +98,41 @@ class _PulledMessage(MessageExt):
 
     @property
     def flag(self) -> int:
-        return _I32.unpack_from(self._r, 16)[0]  # type: ignore[no-any-return]
+        return _I32.unpack_from(self._r, FLAG_POS)[0]  # type: ignore[no-any-return]
 
     @property
     def queue_offset(self) -> int:
-        return _I64.unpack_from(self._r, 20)[0]  # type: ignore[no-any-return]
+        return _I64.unpack_from(self._r, QUEUE_OFFSET_POS)[0]  # type: ignore[no-any-return]
 
     @property
     def commit_log_offset(self) -> int:
-        return _I64.unpack_from(self._r, 28)[0]  # type: ignore[no-any-return]
+        return _I64.unpack_from(self._r, PHYSICAL_OFFSET_POS)[0]  # type: ignore[no-any-return]
 
     @property
     def sys_flag(self) -> int:
-        return _I32.unpack_from(self._r, 36)[0]  # type: ignore[no-any-return]
+        return _I32.unpack_from(self._r, SYS_FLAG_POS)[0]  # type: ignore[no-any-return]
 
     @property
     def born_timestamp(self) -> int:
-        return _I64.unpack_from(self._r, 40)[0]  # type: ignore[no-any-return]
+        return _I64.unpack_from(self._r, BORN_TIMESTAMP_POS)[0]  # type: ignore[no-any-return]
 
     @property
     def born_host(self) -> str:
-        return _host(self._r, 48)
+        layout = record_layout(self._r)
+        return _host(self._r, layout.born_host_pos, layout.born_host_size)
 
     @property
     def store_timestamp(self) -> int:
-        return _I64.unpack_from(self._r, 56)[0]  # type: ignore[no-any-return]
+        return _I64.unpack_from(self._r, record_layout(self._r).store_timestamp_pos)[0]  # type: ignore[no-any-return]
 
     @property
     def store_host(self) -> str:
-        return _host(self._r, 64)
+        layout = record_layout(self._r)
+        return _host(self._r, layout.store_host_pos, layout.store_host_size)
 
     @property
     def reconsume_times(self) -> int:
-        return _I32.unpack_from(self._r, 72)[0]  # type: ignore[no-any-return]
+        return _I32.unpack_from(self._r, record_layout(self._r).reconsume_times_pos)[0]  # type: ignore[no-any-return]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (MessageExt, tuple(getattr(self, f.name) for f in dataclasses.fields(MessageExt)))
@@ -138,6 +154,15 @@ _set_body = MessageExt.__dict__["body"].__set__
 _set_queue = MessageExt.__dict__["queue"].__set__
 
 
+def _body_with_v6_hosts(body: bytes, pos: int, total: int, sys_flag: int) -> tuple[int, int]:
+    """(where the body starts, its length) in a record with an IPv6 host; a negative length when the record is
+    too short for its hosts (the caller refuses it)."""
+    layout = layout_for(sys_flag)
+    if total < layout.min_record_size or pos + total > len(body):
+        return layout.body_pos, -1
+    return layout.body_pos, _I32.unpack_from(body, pos + layout.body_length_pos)[0]
+
+
 def decode_pulled(body: bytes, queue: MessageQueue) -> list[MessageExt]:
     """The records of a pull response body as lazy :class:`MessageExt` objects; ProtocolError when malformed.
 
@@ -146,19 +171,24 @@ def decode_pulled(body: bytes, queue: MessageQueue) -> list[MessageExt]:
     out: list[MessageExt] = []
     append = out.append
     cut = _CUT.unpack_from
+    v6 = _V6
     pos, end = 0, len(body)
     while pos < end:
         if end - pos < MIN_RECORD_SIZE:
             raise ProtocolError(f"truncated record at {pos} of a pull of {queue_label(queue)}")
         total, magic, sys_flag, body_len = cut(body, pos)
         stop = pos + total
+        if sys_flag & v6:  # an IPv6 host moves the body length and the body
+            body_at, body_len = _body_with_v6_hosts(body, pos, total, sys_flag)
+        else:
+            body_at = _BODY_AT
         if magic != MAGIC_CODE or total < MIN_RECORD_SIZE or stop > end or body_len < 0 \
-                or body_len > total - MIN_RECORD_SIZE:
+                or body_len > total - (body_at + 3):
             raise ProtocolError(f"malformed record at {pos} of a pull of {queue_label(queue)}")
         m = _new(_PulledMessage)
         _set_r(m, body[pos:stop])
         _set_queue(m, queue)
-        payload = body[pos + _BODY_AT : pos + _BODY_AT + body_len]
+        payload = body[pos + body_at : pos + body_at + body_len]
         if sys_flag & _COMPRESSED:
             try:
                 payload = zlib.decompress(payload)

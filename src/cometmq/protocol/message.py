@@ -1,12 +1,15 @@
-"""Stored-message records in RocketMQ's v1 layout (remoting-protocol.md §4).
+"""Stored-message records in RocketMQ's v1 layout (remoting-protocol.md §4): encode and decode.
 
-A record is a fixed 84-byte header, then the body, topic and properties, all big-endian::
+The byte layout itself (field positions, the hosts' widths by sys flag) is owned by
+:mod:`cometmq.protocol.record_layout`; the names re-exported here are its values for records with IPv4 hosts,
+the fixed 84-byte header::
 
     TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
-    BORNTIMESTAMP BORNHOST(ip4+port) STORETIMESTAMP STOREHOST(ip4+port)
+    BORNTIMESTAMP BORNHOST(ip+port) STORETIMESTAMP STOREHOST(ip+port)
     RECONSUMETIMES PREPAREDTRANSACTIONOFFSET | BODYLEN BODY | TOPICLEN(1) TOPIC | PROPLEN(2) PROPS
 
-The same bytes are what the commit log stores and what a pull response carries back to back.
+A host is IPv4 (4 address bytes + int32 port) or, flagged in SYSFLAG, IPv6 (16 + 4), which moves every later
+field. The same bytes are what the commit log stores and what a pull response carries back to back.
 """
 
 from __future__ import annotations
@@ -20,27 +23,47 @@ from dataclasses import dataclass, field
 
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record_layout import (
+    BLANK_FILL_SIZE,
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    HOST_V6_FLAGS,
+    IPV4_HOST_SIZE,
+    IPV6_HOST_SIZE,
+    LAYOUT_V4,
+    LAYOUTS,
+    MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    QUEUE_OFFSET_POS,
+    STOREHOST_V6_FLAG,
+    SYS_FLAG_POS,
+    RecordLayout,
+    host_flags,
+    layout_for,
+    record_layout,
+)
 
-MAGIC_CODE = 0xDAA320A7  # -626843481 as a Java int
-BLANK_MAGIC_CODE = 0xCBD43194  # marks the unused tail of a commit-log segment
+__all__ = [
+    "BLANK_FILL_SIZE", "BLANK_MAGIC_CODE", "BORNHOST_V6_FLAG", "HEADER", "HEADER_SIZE", "HOST_V6_FLAGS", "LAYOUTS",
+    "LAYOUT_V4", "MAGIC_CODE", "MAX_PROPERTIES_LENGTH", "MAX_TOPIC_LENGTH", "MIN_RECORD_SIZE", "PHYSICAL_OFFSET_POS",
+    "QUEUE_OFFSET_POS", "STOREHOST_V6_FLAG", "STORE_TIMESTAMP_POS", "SYS_FLAG_POS", "TRANSACTION_MASK",
+    "MessageRecord", "RecordLayout", "SysFlag", "body_crc", "decode_record", "encode_parts", "encode_record",
+    "host_flags", "host_string", "iter_records", "layout_for", "pack_host", "record_layout", "record_properties",
+    "record_size_at", "transaction_value", "unpack_host",
+]
 
-#: TOTALSIZE .. PREPAREDTRANSACTIONOFFSET; hosts are 4 address bytes + an int32 port.
-HEADER = struct.Struct(">iIiiiqqiq4siq4siiq")
-HEADER_SIZE = HEADER.size  # 84
-#: Offsets of fields that the store patches or reads on their own.
-QUEUE_OFFSET_POS = 20
-PHYSICAL_OFFSET_POS = 28
-STORE_TIMESTAMP_POS = 56
-#: Smallest possible record: empty body, topic and properties.
-MIN_RECORD_SIZE = HEADER_SIZE + 4 + 1 + 2  # 91
-#: Blank filler needs TOTALSIZE + MAGIC.
-BLANK_FILL_SIZE = 8
+#: TOTALSIZE .. PREPAREDTRANSACTIONOFFSET of a record with IPv4 hosts (address and port apart)
+HEADER = LAYOUT_V4.header
+HEADER_SIZE = LAYOUT_V4.header_size  # 84
+#: where STORETIMESTAMP is in a record with an IPv4 born host
+STORE_TIMESTAMP_POS = LAYOUT_V4.store_timestamp_pos
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
-_U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_SIZE_MAGIC = struct.Struct(">iI")
+_SIZE_MAGIC = LAYOUT_V4.struct_of("total_size", "magic_code")
+_LOCALHOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"  # 127.0.0.1:0
 
 
 class SysFlag(enum.IntFlag):
@@ -49,8 +72,8 @@ class SysFlag(enum.IntFlag):
     TRANSACTION_PREPARED = 0x4
     TRANSACTION_COMMIT = 0x8
     TRANSACTION_ROLLBACK = 0xC
-    BORNHOST_V6 = 0x10
-    STOREHOST_V6 = 0x20
+    BORNHOST_V6 = BORNHOST_V6_FLAG
+    STOREHOST_V6 = STOREHOST_V6_FLAG
 
 
 TRANSACTION_MASK = 0xC
@@ -66,26 +89,48 @@ def body_crc(body: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
+_V4_MAPPED = bytes(10) + b"\xff\xff"
+
+
 def pack_host(host: str, port: int) -> bytes:
-    """8 bytes: IPv4 address + int32 port. A name that is not a dotted-quad IPv4 literal is refused."""
+    """A host as a record stores it: 8 bytes (IPv4 address + int32 port) or 20 (IPv6 address + port).
+
+    An IPv4-mapped IPv6 address (``::ffff:10.0.0.1``, what a dual-stack socket reports for an IPv4 peer) packs
+    as the IPv4 address, as Java's InetAddress turns it into one; an IPv6 zone (``%eth0``) is dropped. A name
+    that is not an IP literal is refused."""
     # inet_pton, not inet_aton: inet_aton also takes "127.1", "1" and "1.2.3.4 junk", which would not
     # round-trip, and a NUL in the string raises ValueError rather than OSError.
     try:
-        return socket.inet_pton(socket.AF_INET, host) + _I32.pack(port)
+        if ":" in host:
+            addr = socket.inet_pton(socket.AF_INET6, host.partition("%")[0])
+            if addr[:12] == _V4_MAPPED:
+                addr = addr[12:]
+        else:
+            addr = socket.inet_pton(socket.AF_INET, host)
+        return addr + _I32.pack(port)
     except (OSError, ValueError, TypeError, struct.error) as exc:
-        raise ProtocolError(f"host {host!r}:{port} is not an IPv4 address and port") from exc
+        raise ProtocolError(f"host {host!r}:{port} is not an IP address and port") from exc
 
 
 def unpack_host(data: bytes | bytearray | memoryview) -> tuple[str, int]:
-    """Inverse of :func:`pack_host`; fewer than 8 bytes raise ProtocolError."""
-    if len(data) < 8:
-        raise ProtocolError(f"a host needs 8 bytes, got {len(data)}")
-    return socket.inet_ntoa(bytes(data[:4])), _I32.unpack_from(data, 4)[0]
+    """Inverse of :func:`pack_host`: 8 bytes give an IPv4 host, 20 an IPv6 one; other sizes raise ProtocolError."""
+    if len(data) == IPV4_HOST_SIZE:
+        return socket.inet_ntoa(bytes(data[:4])), _I32.unpack_from(data, 4)[0]
+    if len(data) == IPV6_HOST_SIZE:
+        return socket.inet_ntop(socket.AF_INET6, bytes(data[:16])), _I32.unpack_from(data, 16)[0]
+    raise ProtocolError(f"a host is {IPV4_HOST_SIZE} or {IPV6_HOST_SIZE} bytes, got {len(data)}")
+
+
+def host_string(host: tuple[str, int]) -> str:
+    """``ip:port``, or ``[ip]:port`` for an IPv6 address (the form the network layer parses)."""
+    ip, port = host
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
-    """One stored message with every v1 field. Hosts are (IPv4, port) pairs."""
+    """One stored message with every v1 field. Hosts are (IPv4 or IPv6 address, port) pairs; the host bits of
+    ``sys_flag`` follow them when the record is encoded."""
 
     topic: str
     body: bytes
@@ -127,22 +172,31 @@ def encode_parts(
     physical_offset: int = 0,
     sys_flag: int = 0,
     born_timestamp: int = 0,
-    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00",
+    born_host: bytes = _LOCALHOST,
     store_timestamp: int = 0,
-    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00",
+    store_host: bytes = _LOCALHOST,
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
     crc: int | None = None,
 ) -> bytes:
-    """Encode one record from already-encoded parts; the hot path of the store and the broker."""
+    """Encode one record from already-encoded parts (hosts packed, 8 or 20 bytes each, as by :func:`pack_host`).
+
+    The host bits of ``sys_flag`` are set from the hosts' widths, so the record always reads back as written."""
     if len(topic) > MAX_TOPIC_LENGTH:
         raise ProtocolError(f"topic is {len(topic)} bytes, at most {MAX_TOPIC_LENGTH}")
     if len(properties) > MAX_PROPERTIES_LENGTH:
         raise ProtocolError(f"properties are {len(properties)} bytes, at most {MAX_PROPERTIES_LENGTH}")
-    body_len = len(body)
-    total = MIN_RECORD_SIZE + body_len + len(topic) + len(properties)
     try:
-        header = HEADER.pack(
+        sys_flag = (sys_flag & ~HOST_V6_FLAGS) | host_flags(born_host, store_host)
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+    except TypeError:
+        raise ProtocolError(f"sys flag {sys_flag!r} is not an int") from None
+    layout = layout_for(sys_flag)
+    body_len = len(body)
+    total = layout.min_record_size + body_len + len(topic) + len(properties)
+    try:
+        header = layout.head.pack(
             total,
             MAGIC_CODE,
             body_crc(body) if crc is None else crc,
@@ -152,20 +206,18 @@ def encode_parts(
             physical_offset,
             sys_flag,
             born_timestamp,
-            born_host[:4],
-            _I32.unpack_from(born_host, 4)[0],
+            born_host,
             store_timestamp,
-            store_host[:4],
-            _I32.unpack_from(store_host, 4)[0],
+            store_host,
             reconsume_times,
             prepared_transaction_offset,
+            body_len,
         )
     except struct.error as exc:
         raise ProtocolError(f"record field out of range: {exc}") from None
     return b"".join(
         (
             header,
-            _I32.pack(body_len),
             body,
             bytes((len(topic),)),
             topic,
@@ -210,6 +262,10 @@ def record_size_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[i
     return size, magic
 
 
+def _ip_text(ip: bytes) -> str:
+    return socket.inet_ntoa(ip) if len(ip) == 4 else socket.inet_ntop(socket.AF_INET6, ip)
+
+
 def decode_record(
     buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False
 ) -> tuple[MessageRecord, int]:
@@ -219,6 +275,14 @@ def decode_record(
         raise ProtocolError(f"negative record position {pos}")
     if end_of_buf - pos < MIN_RECORD_SIZE:
         raise ProtocolError(f"truncated record: {end_of_buf - pos} bytes, at least {MIN_RECORD_SIZE} needed")
+    layout = LAYOUT_V4
+    fields = HEADER.unpack_from(buf, pos)
+    if fields[7] & HOST_V6_FLAGS:  # SYSFLAG: an IPv6 host moves the fields after it
+        layout = layout_for(fields[7])
+        if end_of_buf - pos < layout.min_record_size:
+            raise ProtocolError(f"truncated record: {end_of_buf - pos} bytes, at least {layout.min_record_size}"
+                                " needed with IPv6 hosts")
+        fields = layout.header.unpack_from(buf, pos)
     (
         total,
         magic,
@@ -236,13 +300,13 @@ def decode_record(
         store_port,
         reconsume,
         prepared,
-    ) = HEADER.unpack_from(buf, pos)
+    ) = fields
     if magic != MAGIC_CODE:
         raise ProtocolError(f"bad magic code {magic:#010x} at {pos}")
-    if total < MIN_RECORD_SIZE or total > end_of_buf - pos:
+    if total < layout.min_record_size or total > end_of_buf - pos:
         raise ProtocolError(f"record size {total} at {pos} does not fit the {end_of_buf - pos} bytes left")
     end = pos + total
-    p = pos + HEADER_SIZE
+    p = pos + layout.header_size
     (body_len,) = _I32.unpack_from(buf, p)
     p += 4
     if body_len < 0 or p + body_len + 3 > end:
@@ -274,9 +338,9 @@ def decode_record(
         physical_offset=physical_offset,
         sys_flag=sys_flag,
         born_timestamp=born_ts,
-        born_host=(socket.inet_ntoa(born_ip), born_port),
+        born_host=(_ip_text(born_ip), born_port),
         store_timestamp=store_ts,
-        store_host=(socket.inet_ntoa(store_ip), store_port),
+        store_host=(_ip_text(store_ip), store_port),
         reconsume_times=reconsume,
         prepared_transaction_offset=prepared,
         properties=properties,
@@ -298,8 +362,11 @@ def record_properties(view: bytes | bytearray | memoryview) -> dict[str, str]:
     """Only the properties of a stored record (what a property filter needs), without decoding the rest."""
     if len(view) < MIN_RECORD_SIZE:
         raise ProtocolError("truncated record")
-    (body_len,) = _I32.unpack_from(view, HEADER_SIZE)
-    p = HEADER_SIZE + 4 + body_len
+    layout = record_layout(view)
+    if len(view) < layout.min_record_size:
+        raise ProtocolError("truncated record")
+    (body_len,) = _I32.unpack_from(view, layout.body_length_pos)
+    p = layout.body_pos + body_len
     if body_len < 0 or p + 3 > len(view):
         raise ProtocolError("body length overruns the record")
     p += 1 + view[p]

@@ -1,8 +1,9 @@
 """Message ids (remoting-protocol.md §4): the offset msgId and the UNIQ_KEY.
 
-* The **offset msgId** names a stored record: uppercase hex of the store host's IPv4 address (4 bytes), its
-  port (int32) and the record's commit-log offset (int64), 32 characters. The send reply carries it and a
-  client can rebuild it from a pulled record's STOREHOST and PHYSICALOFFSET, so it must be exact.
+* The **offset msgId** names a stored record: uppercase hex of the store host's address (4 bytes, or 16 for
+  an IPv6 store host), its port (int32) and the record's commit-log offset (int64): 32 characters, or 56 with
+  an IPv6 store host (Java's MessageDecoder.createMessageId). The send reply carries it and a client can
+  rebuild it from a pulled record's STOREHOST and PHYSICALOFFSET, so it must be exact.
 * The **UNIQ_KEY** is a client-assigned id the server treats as opaque. When the broker has to mint one
   (a message that arrived without it), :class:`UniqKeyGenerator` makes it in the clients' shape, so that
   tools that read the address and the time out of a key (as Java's ``MessageClientIDSetter`` does) work.
@@ -21,14 +22,19 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import pack_host
+from cometmq.protocol.message import pack_host, unpack_host
+from cometmq.protocol.record_layout import IPV4_HOST_SIZE, IPV6_HOST_SIZE
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 _U64_MASK = (1 << 64) - 1
-_ID = struct.Struct(">4siq")
 _HEX32 = re.compile(r"[0-9A-Fa-f]{32}")  # explicit classes: no "0x", "+", "_", spaces or non-ASCII digits
-MSG_ID_LENGTH = 32
+_HEX = re.compile(r"[0-9A-Fa-f]*")
+_OFFSET = struct.Struct(">q")
+#: hex digits of an offset msgId with an IPv4 store host, and of a UNIQ_KEY
+MSG_ID_LENGTH = 2 * (IPV4_HOST_SIZE + 8)
+#: hex digits of an offset msgId with an IPv6 store host
+MSG_ID_V6_LENGTH = 2 * (IPV6_HOST_SIZE + 8)
 
 
 class OffsetMsgId(NamedTuple):
@@ -41,16 +47,17 @@ StoreHost = bytes | bytearray | memoryview | tuple[str, int]
 
 
 def offset_msg_id(store_host: StoreHost, commit_log_offset: int) -> str:
-    """The 32-character offset msgId of the record at ``commit_log_offset`` on ``store_host``.
+    """The offset msgId of the record at ``commit_log_offset`` on ``store_host``: 32 characters, 56 for an IPv6 host.
 
-    ``store_host`` is either the 8 packed STOREHOST bytes of a record or an ``(ipv4, port)`` pair.
+    ``store_host`` is either the packed STOREHOST bytes of a record (8, or 20 for IPv6) or an ``(ip, port)`` pair.
     """
     if isinstance(store_host, tuple):
         host = pack_host(*store_host)
     else:
         host = bytes(store_host)
-        if len(host) != 8:
-            raise ProtocolError(f"a store host is 8 bytes (IPv4 + port), got {len(host)}")
+        if len(host) != IPV4_HOST_SIZE and len(host) != IPV6_HOST_SIZE:
+            raise ProtocolError(f"a store host is {IPV4_HOST_SIZE} bytes (IPv4 + port) or {IPV6_HOST_SIZE}"
+                                f" (IPv6 + port), got {len(host)}")
     if not INT64_MIN <= commit_log_offset <= INT64_MAX:
         raise ProtocolError(f"commit-log offset {commit_log_offset} is not an int64")
     # Java writes the offset with putLong, so a negative one would appear in two's complement.
@@ -58,16 +65,18 @@ def offset_msg_id(store_host: StoreHost, commit_log_offset: int) -> str:
 
 
 def decode_offset_msg_id(msg_id: str | bytes | bytearray | memoryview) -> OffsetMsgId:
-    """(ipv4, port, commit-log offset) from an offset msgId; hex digits of either case are accepted."""
+    """(ip, port, commit-log offset) from an offset msgId (32 hex digits, or 56 with an IPv6 store host); hex
+    digits of either case are accepted."""
     if not isinstance(msg_id, str):
         try:
             msg_id = bytes(msg_id).decode("ascii")
         except UnicodeDecodeError:
             raise ProtocolError("msgId is not ASCII") from None
-    if len(msg_id) != MSG_ID_LENGTH or _HEX32.fullmatch(msg_id) is None:
-        raise ProtocolError(f"msgId {msg_id[:64]!r} is not {MSG_ID_LENGTH} hex digits")
-    ip, port, offset = _ID.unpack(bytes.fromhex(msg_id))
-    return OffsetMsgId(socket.inet_ntoa(ip), port, offset)
+    if len(msg_id) not in (MSG_ID_LENGTH, MSG_ID_V6_LENGTH) or _HEX.fullmatch(msg_id) is None:
+        raise ProtocolError(f"msgId {msg_id[:64]!r} is not {MSG_ID_LENGTH} or {MSG_ID_V6_LENGTH} hex digits")
+    raw = bytes.fromhex(msg_id)
+    host, port = unpack_host(raw[:-8])
+    return OffsetMsgId(host, port, _OFFSET.unpack_from(raw, len(raw) - 8)[0])
 
 
 # -- UNIQ_KEY --------------------------------------------------------------------------------------------
@@ -108,7 +117,10 @@ class UniqKeyGenerator:
         self, ip: str | bytes = "127.0.0.1", *, clock_ms: Callable[[], int] = _wall_clock_ms
     ) -> None:
         if isinstance(ip, str):
-            self._ip = pack_host(ip, 0)[:4]
+            host = pack_host(ip, 0)
+            if len(host) != IPV4_HOST_SIZE:  # the key's layout has room for an IPv4 address only
+                raise ProtocolError(f"{ip!r} is not an IPv4 address")
+            self._ip = host[:4]
         elif len(ip) == 4:
             self._ip = bytes(ip)
         else:

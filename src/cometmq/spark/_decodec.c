@@ -15,14 +15,23 @@
  *        compressed: i64 indices of the records whose body is compressed (bytes))
  *
  *   None when anything is not the common case the Python code (the reference) handles the same way: a
- *   malformed or truncated record, an IPv6 host, a property value or name that is not UTF-8, 2 GiB of records
- *   or more. The caller then decodes with the pure-Python path, which raises the error or handles the case.
+ *   malformed or truncated record, a property value or name that is not UTF-8, 2 GiB of records or more. The
+ *   caller then decodes with the pure-Python path, which raises the error or handles the case.
+ *
+ *   layout() -> dict
+ *       The record-layout constants below and the positions derived from them for each of the four host
+ *       layouts: a test checks them against cometmq.protocol.record_layout, the owner of the layout.
  *
  * Semantics, as the Python path: the records are found by walking the sizes from the start of each buffer; each
  * property string is split at \x02 into pairs, each pair at its first \x01 into name and value (a pair without
  * \x01, or with an empty name, is dropped); the last pair of a wanted name gives its column (null when none); the map keeps the
  * other pairs, in order, whose names are not hidden; msgId is UNIQ_KEY, else the offset message id (store host
- * and commit-log offset, 32 upper-case hex digits). Compressed bodies are copied as stored (the caller inflates).
+ * and commit-log offset, 32 upper-case hex digits, 56 with an IPv6 store host). Compressed bodies are copied as
+ * stored (the caller inflates).
+ *
+ * Records: RocketMQ's v1 layout (cometmq/protocol/record_layout.py). Fields up to the born host are at fixed
+ * positions; a host is 8 bytes (IPv4 + port) or, flagged in SYSFLAG, 20 (IPv6 + port), which moves the fields
+ * after it: their positions come from the record's entry in LAYOUTS.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,19 +39,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The record layout: copies of cometmq.protocol.record_layout's values (tests/spark/test_decode_c.py checks). */
 #define MAGIC_CODE 0xDAA320A7u
-#define MIN_RECORD_SIZE 91
-#define BODY_AT 88
-#define V6_FLAGS (0x10 | 0x20)
+#define MAGIC_CODE_POS 4
+#define QUEUE_ID_POS 12
+#define QUEUE_OFFSET_POS 20
+#define PHYSICAL_OFFSET_POS 28
+#define SYS_FLAG_POS 36
+#define BORN_TIMESTAMP_POS 40
+#define BORN_HOST_POS 48
+#define IPV4_HOST_SIZE 8
+#define IPV6_HOST_SIZE 20
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOST_V6_FLAG 0x20
+#define HOST_FLAGS_SHIFT 4 /* (sys_flag >> HOST_FLAGS_SHIFT) & 3 indexes LAYOUTS */
+#define MIN_RECORD_SIZE 91 /* the smallest record of any layout: both hosts IPv4 */
 #define COMPRESSED 0x1
+#if BORNHOST_V6_FLAG != (1 << HOST_FLAGS_SHIFT) || STOREHOST_V6_FLAG != (2 << HOST_FLAGS_SHIFT)
+#error "the host flags must be bits 0 and 1 of the layout index"
+#endif
 #define MAX_HIDDEN 32
-#define OFFSET_ID_LEN 32
 
 #if defined(__GNUC__)
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define ALWAYS_INLINE inline
 #endif
+
+/* Where the fields after the born host are, for one pair of host widths. Constants, so that the code for records
+ * with IPv4 hosts (LAYOUTS[0], named as such) compiles to fixed offsets. */
+typedef struct {
+    int32_t store_timestamp, store_host, store_host_size, reconsume_times, body_length, body_at, min_size;
+} Layout;
+
+/* STORETIMESTAMP after the born host, STOREHOSTADDRESS, RECONSUMETIMES (4) and PREPAREDTRANSACTIONOFFSET (8), the
+ * body length (4), the body; a record holds at least a topic length byte and a properties length (2) more. */
+#define LAYOUT_OF(born, store)                                                                                   \
+    {BORN_HOST_POS + (born), BORN_HOST_POS + (born) + 8, (store), BORN_HOST_POS + (born) + 8 + (store),          \
+     BORN_HOST_POS + (born) + 8 + (store) + 4 + 8, BORN_HOST_POS + (born) + 8 + (store) + 4 + 8 + 4,             \
+     BORN_HOST_POS + (born) + 8 + (store) + 4 + 8 + 4 + 1 + 2}
+
+static const Layout LAYOUTS[4] = {LAYOUT_OF(IPV4_HOST_SIZE, IPV4_HOST_SIZE), LAYOUT_OF(IPV6_HOST_SIZE, IPV4_HOST_SIZE),
+                                  LAYOUT_OF(IPV4_HOST_SIZE, IPV6_HOST_SIZE), LAYOUT_OF(IPV6_HOST_SIZE, IPV6_HOST_SIZE)};
+#define V4_LAYOUT (&LAYOUTS[0])
 
 static inline uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
@@ -248,6 +287,7 @@ static inline unsigned slot_of(uint64_t head, Py_ssize_t n) {
 
 typedef struct {
     const unsigned char *start;  /* the record */
+    int layout;                  /* where its fields after the born host are: its index in LAYOUTS */
     const unsigned char *at[3];  /* wanted[k]'s value, or NULL */
     int32_t len[3];
     int32_t body_len;
@@ -406,12 +446,16 @@ static ALWAYS_INLINE int take_pair(Scan *sc, Rec *rec, const unsigned char *p, c
  * 0: fine; 1: not the common case (the caller falls back); -1: an exception is set. */
 static int scan_record(Scan *sc, const unsigned char *r, Py_ssize_t size, Py_ssize_t index, Rec *rec) {
     rec->start = r;
-    if (be32(r + 4) != MAGIC_CODE) return 1;
-    int32_t sys_flag = (int32_t)be32(r + 36);
-    if (sys_flag & V6_FLAGS) return 1;
-    int32_t body_len = (int32_t)be32(r + 84);
-    if (body_len < 0 || BODY_AT + (Py_ssize_t)body_len + 3 > size) return 1;
-    Py_ssize_t props_len_at = BODY_AT + (Py_ssize_t)body_len + 1 + r[BODY_AT + body_len];
+    if (be32(r + MAGIC_CODE_POS) != MAGIC_CODE) return 1;
+    int32_t sys_flag = (int32_t)be32(r + SYS_FLAG_POS);
+    int k = (sys_flag >> HOST_FLAGS_SHIFT) & 3;
+    const Layout *layout = k ? &LAYOUTS[k] : V4_LAYOUT;
+    rec->layout = k;
+    if (k && size < layout->min_size) return 1; /* too short for its IPv6 hosts */
+    Py_ssize_t body_at = k ? layout->body_at : V4_LAYOUT->body_at;
+    int32_t body_len = (int32_t)be32(r + (k ? layout->body_length : V4_LAYOUT->body_length));
+    if (body_len < 0 || body_at + (Py_ssize_t)body_len + 3 > size) return 1;
+    Py_ssize_t props_len_at = body_at + (Py_ssize_t)body_len + 1 + r[body_at + body_len];
     if (props_len_at + 2 > size) return 1;
     Py_ssize_t props_len = ((Py_ssize_t)r[props_len_at] << 8) | r[props_len_at + 1];
     if (props_len_at + 2 + props_len > size || props_len >= (1 << 15)) return 1;
@@ -464,7 +508,7 @@ static int scan_record(Scan *sc, const unsigned char *r, Py_ssize_t size, Py_ssi
     }
     for (int k = 0; k < 3; k++) {
         if (rec->at[k] == NULL) {
-            if (k == 2) sc->id_total += OFFSET_ID_LEN;
+            if (k == 2) sc->id_total += 2 * (layout->store_host_size + 8);
             else sc->nulls[k]++;
         } else {
             if (k == 2) sc->id_total += rec->len[k];
@@ -610,26 +654,38 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     for (i = 0; i < n; i++) {
         const Rec *rec = &recs[i];
         const unsigned char *r = rec->start;
-        qid[i] = (int32_t)be32(r + 12);
-        qoff[i] = (int64_t)be64(r + 20);
-        born[i] = (int64_t)be64(r + 40) * 1000;
-        store[i] = (int64_t)be64(r + 56) * 1000;
-        rc[i] = (int32_t)be32(r + 72);
-        memcpy(bdata + bo, r + BODY_AT, (size_t)rec->body_len);
+        qid[i] = (int32_t)be32(r + QUEUE_ID_POS);
+        qoff[i] = (int64_t)be64(r + QUEUE_OFFSET_POS);
+        born[i] = (int64_t)be64(r + BORN_TIMESTAMP_POS) * 1000;
+        /* The fields an IPv6 host moves, written for a constant layout in the common case (fixed offsets). */
+#define MOVED_FIELDS(layout)                                                                                     \
+    do {                                                                                                         \
+        store[i] = (int64_t)be64(r + (layout)->store_timestamp) * 1000;                                        \
+        rc[i] = (int32_t)be32(r + (layout)->reconsume_times);                                                  \
+        memcpy(bdata + bo, r + (layout)->body_at, (size_t)rec->body_len);                                      \
+        if (rec->at[2] == NULL) { /* the offset message id: store host and commit-log offset in hex */         \
+            char *h = idata + io;                                                                                \
+            const unsigned char *host = r + (layout)->store_host;                                              \
+            for (int32_t b = 0; b < (layout)->store_host_size; b++) {                                          \
+                h[2 * b] = HEX[host[b] >> 4];                                                                    \
+                h[2 * b + 1] = HEX[host[b] & 15];                                                                \
+            }                                                                                                    \
+            h += 2 * (layout)->store_host_size;                                                                  \
+            for (int b = 0; b < 8; b++) {                                                                        \
+                h[2 * b] = HEX[r[PHYSICAL_OFFSET_POS + b] >> 4];                                                 \
+                h[2 * b + 1] = HEX[r[PHYSICAL_OFFSET_POS + b] & 15];                                             \
+            }                                                                                                    \
+            io += 2 * ((layout)->store_host_size + 8);                                                           \
+        }                                                                                                        \
+    } while (0)
+        if (rec->layout == 0) MOVED_FIELDS(V4_LAYOUT);
+        else MOVED_FIELDS(&LAYOUTS[rec->layout]);
+#undef MOVED_FIELDS
         bo += rec->body_len;
         boff[i + 1] = bo;
         if (rec->at[2] != NULL) {
             copy_short(idata + io, rec->at[2], (size_t)rec->len[2]);
             io += rec->len[2];
-        } else {
-            char *h = idata + io;
-            for (int b = 0; b < 8; b++) {
-                h[2 * b] = HEX[r[64 + b] >> 4];
-                h[2 * b + 1] = HEX[r[64 + b] & 15];
-                h[16 + 2 * b] = HEX[r[28 + b] >> 4];
-                h[16 + 2 * b + 1] = HEX[r[28 + b] & 15];
-            }
-            io += OFFSET_ID_LEN;
         }
         ioff[i + 1] = io;
         for (int k = 0; k < 2; k++) {
@@ -685,8 +741,36 @@ done:
     return result;
 }
 
+/* layout(): the constants and each layout's positions, for the test that checks them against the owner. */
+static PyObject *layout(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    PyObject *layouts = PyList_New(4);
+    if (layouts == NULL) return NULL;
+    for (int k = 0; k < 4; k++) {
+        const Layout *l = &LAYOUTS[k];
+        PyObject *d = Py_BuildValue("{sisisisisisisi}", "store_timestamp_pos", l->store_timestamp, "store_host_pos",
+                                    l->store_host, "store_host_size", l->store_host_size, "reconsume_times_pos",
+                                    l->reconsume_times, "body_length_pos", l->body_length, "body_pos", l->body_at,
+                                    "min_record_size", l->min_size);
+        if (d == NULL) {
+            Py_DECREF(layouts);
+            return NULL;
+        }
+        PyList_SET_ITEM(layouts, k, d);
+    }
+    return Py_BuildValue("{sksisisisisisisisisisisisisisisN}", "MAGIC_CODE", (unsigned long)MAGIC_CODE,
+                         "MAGIC_CODE_POS", MAGIC_CODE_POS, "QUEUE_ID_POS", QUEUE_ID_POS, "QUEUE_OFFSET_POS",
+                         QUEUE_OFFSET_POS, "PHYSICAL_OFFSET_POS", PHYSICAL_OFFSET_POS, "SYS_FLAG_POS", SYS_FLAG_POS,
+                         "BORN_TIMESTAMP_POS", BORN_TIMESTAMP_POS, "BORN_HOST_POS", BORN_HOST_POS, "IPV4_HOST_SIZE",
+                         IPV4_HOST_SIZE, "IPV6_HOST_SIZE", IPV6_HOST_SIZE, "BORNHOST_V6_FLAG", BORNHOST_V6_FLAG,
+                         "STOREHOST_V6_FLAG", STOREHOST_V6_FLAG, "HOST_FLAGS_SHIFT", HOST_FLAGS_SHIFT,
+                         "MIN_RECORD_SIZE", MIN_RECORD_SIZE, "COMPRESSED", COMPRESSED, "LAYOUTS", layouts);
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "Pulled records -> the buffers of the Arrow columns (see the module source)."},
+    {"layout", layout, METH_NOARGS, "The record-layout constants and positions this helper uses."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,10 @@
 """Pulled message records -> one Arrow record batch, column at a time, with no Python work per record.
 
-A PULL_MESSAGE answer is stored records back to back (RocketMQ's v1 layout, IPv4 hosts). The record starts
-are where the magic code is, checked to chain by the record sizes (else the sizes are walked one by one). A
-binary array laid over the answer itself, with the record boundaries as offsets, lets Arrow's ``take`` copy
-out the 88-byte headers (read as a numpy structured array), the bodies and the property strings in one call
+A PULL_MESSAGE answer is stored records back to back (RocketMQ's v1 layout, protocol.record_layout). The record
+starts are where the magic code is, checked to chain by the record sizes (else the sizes are walked one by one).
+A binary array laid over the answer itself, with the record boundaries as offsets, lets Arrow's ``take`` copy
+out the 88-byte headers of records with IPv4 hosts (read as a numpy structured array; the few fields that an
+IPv6 host moves are read again for the records that have one), the bodies and the property strings in one call
 each. The properties are split with numpy on the separator positions into zero-copy name and value arrays;
 the well-known names are found by comparing each name's first 8 bytes as one integer. Property strings of an
 unusual shape (a separator inside a value, no final separator) take Arrow's string kernels instead.
@@ -12,8 +13,8 @@ Compressed bodies, rare, are inflated one by one.
 An optional C helper (``cometmq.spark._decodec``, built by setup.py when a compiler is there; ``COMETMQ_PURE_PYTHON=1``
 turns it off) does the same in one pass over the records, copying each value once straight into the Arrow
 buffers. The numpy/Arrow code stays the reference: the helper gives up (returns None) on anything but the common
-case — a malformed record, an IPv6 host, a property that is not UTF-8 — and that code then decodes or raises, so
-both paths give the same batch or the same error (tests compare them).
+case — a malformed record, a property that is not UTF-8 — and that code then decodes or raises, so both paths
+give the same batch or the same error (tests compare them).
 """
 
 from __future__ import annotations
@@ -29,8 +30,18 @@ import pyarrow.compute as pc
 
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import MAGIC_CODE, MIN_RECORD_SIZE, SysFlag
+from cometmq.protocol.message import SysFlag
 from cometmq.protocol.properties import KEYS, TAGS, UNIQ_KEY
+from cometmq.protocol.record_layout import (
+    HOST_FLAGS_SHIFT,
+    HOST_V6_FLAGS,
+    LAYOUT_V4,
+    LAYOUTS,
+    MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    layout_for,
+)
 from cometmq.spark.schema import HIDDEN_PROPERTIES
 
 __all__ = ["decode_answers", "decode_records", "empty_batch"]
@@ -42,18 +53,27 @@ Buffer: TypeAlias = bytes | bytearray | memoryview
 C_HELPER: Any = load_c_helper("cometmq.spark._decodec")
 
 _SIZE = struct.Struct(">i")
-_V6 = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+_V6 = HOST_V6_FLAGS
 _COMPRESSED = int(SysFlag.COMPRESSED)
-_BODY_AT = 88
+_BODY_AT = LAYOUT_V4.body_pos
 _MAGIC = MAGIC_CODE.to_bytes(4, "big")
 _MAGIC0 = _MAGIC[0]
-#: the fixed part of a v1 record, up to and with the body length (the layout of protocol.message.HEADER)
+#: column name -> (record field, numpy type) of the fixed part of a record, up to and with the body length
+_HEAD_FIELDS = {"magic": ("magic_code", ">u4"), "queueId": ("queue_id", ">i4"), "queueOffset": ("queue_offset", ">i8"),
+                "sysFlag": ("sys_flag", ">i4"), "born": ("born_timestamp", ">i8"), "store": ("store_timestamp", ">i8"),
+                "reconsume": ("reconsume_times", ">i4"), "bodyLen": ("body_length", ">i4")}
+#: that fixed part of a record with IPv4 hosts
 _HEADER = np.dtype({
-    "names": ["magic", "queueId", "queueOffset", "sysFlag", "born", "store", "reconsume", "bodyLen"],
-    "formats": [">u4", ">i4", ">i8", ">i4", ">i8", ">i8", ">i4", ">i4"],
-    "offsets": [4, 12, 20, 36, 40, 56, 72, 84],
+    "names": list(_HEAD_FIELDS),
+    "formats": [kind for _, kind in _HEAD_FIELDS.values()],
+    "offsets": [LAYOUT_V4.position(name) for name, _ in _HEAD_FIELDS.values()],
     "itemsize": _BODY_AT,
 })
+#: the fields an IPv6 host moves: column -> (position in each layout, by layout index, and width)
+_MOVED = {column: (np.array([layout.position(name) for layout in LAYOUTS], dtype=np.int64), int(kind[2:]))
+          for column, (name, kind) in _HEAD_FIELDS.items()
+          if len({layout.position(name) for layout in LAYOUTS}) > 1}
+_BODY_POS = np.array([layout.body_pos for layout in LAYOUTS], dtype=np.int64)
 
 
 def _walk_slow(buf: bytes) -> np.ndarray:
@@ -286,13 +306,30 @@ def _properties(props: pa.Array, n: int, include_map: bool) -> tuple[pa.Array, p
                                                      _text(pairs.values.take(index)))
 
 
-def _offset_ids(raw: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> list[str]:
+def _offset_ids(raw: np.ndarray, starts: np.ndarray, sys_flag: np.ndarray, rows: np.ndarray) -> list[str]:
     """RocketMQ offset message ids (store host + commit-log offset, hex) of ``rows``."""
     out = []
+    phy = PHYSICAL_OFFSET_POS
     for i in rows.tolist():
         s = int(starts[i])
-        out.append(raw[s + 64 : s + 72].tobytes().hex().upper() + raw[s + 28 : s + 36].tobytes().hex().upper())
+        layout = layout_for(int(sys_flag[i]))
+        host = raw[s + layout.store_host_pos : s + layout.store_host_pos + layout.store_host_size]
+        out.append(host.tobytes().hex().upper() + raw[s + phy : s + phy + 8].tobytes().hex().upper())
     return out
+
+
+def _moved_fields(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray, sys_flag: np.ndarray,
+                  columns: dict[str, np.ndarray]) -> np.ndarray:
+    """The fields of the records with an IPv6 host read again where their layout has them (``columns``, the
+    header's columns as int64, changed in place); returns where each record's body starts."""
+    index = (sys_flag >> HOST_FLAGS_SHIFT) & 3
+    body_at: np.ndarray = starts + _BODY_POS[index]
+    rows = np.flatnonzero(index)
+    if ((body_at[rows] + 3) > ends[rows]).any():
+        raise ProtocolError("a record is too short for its IPv6 hosts")
+    for column, (positions, width) in _MOVED.items():
+        columns[column][rows] = _ints(raw, starts[rows] + positions[index[rows]], width)
+    return body_at
 
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -388,10 +425,13 @@ def _decode_py(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) -> p
     ends[:-1] = starts[1:]
     ends[-1] = len(buf)
     sys_flag = head["sysFlag"].astype(np.int64)
+    moved = {"store": head["store"].astype(np.int64), "reconsume": head["reconsume"].astype(np.int64),
+             "bodyLen": head["bodyLen"].astype(np.int64)}
     if (sys_flag & _V6).any():
-        raise ProtocolError("records with IPv6 hosts are not supported")
-    body_len = head["bodyLen"].astype(np.int64)
-    body_at = starts + _BODY_AT
+        body_at = _moved_fields(raw, starts, ends, sys_flag, moved)
+    else:
+        body_at = starts + _BODY_AT
+    body_len = moved["bodyLen"]
     if ((body_len < 0) | (body_at + body_len + 3 > ends)).any():
         raise ProtocolError("a record's body length overruns the record")
     topic_len = raw[body_at + body_len].astype(np.int64)
@@ -419,7 +459,7 @@ def _decode_py(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) -> p
     if uniq.null_count:
         missing = np.flatnonzero(np.asarray(uniq.is_null(), dtype=bool))
         ids = np.array(uniq.to_pylist(), dtype=object)
-        ids[missing] = _offset_ids(raw, starts, missing)
+        ids[missing] = _offset_ids(raw, starts, sys_flag, missing)
         uniq = pa.array(ids.tolist(), pa.string())
 
     columns: dict[str, pa.Array] = {
@@ -432,8 +472,8 @@ def _decode_py(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) -> p
         "keys": keys,
         "body": body,
         "bornTimestamp": _timestamps(head["born"].astype(np.int64)),
-        "storeTimestamp": _timestamps(head["store"].astype(np.int64)),
-        "reconsumeTimes": pa.array(head["reconsume"].astype(np.int32)),
+        "storeTimestamp": _timestamps(moved["store"]),
+        "reconsumeTimes": pa.array(moved["reconsume"].astype(np.int32)),
     }
     if prop_map is not None:
         columns["properties"] = prop_map

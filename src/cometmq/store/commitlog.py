@@ -15,22 +15,31 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import (
-    BLANK_MAGIC_CODE,
-    HEADER,
-    HEADER_SIZE,
-    MAGIC_CODE,
-    MAX_PROPERTIES_LENGTH,
-    MAX_TOPIC_LENGTH,
-    MIN_RECORD_SIZE,
-    QUEUE_OFFSET_POS,
-    STORE_TIMESTAMP_POS,
-)
+from cometmq.protocol.message import MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH
 from cometmq.protocol.properties import decode_properties, encode_properties
+from cometmq.protocol.record_layout import (
+    BLANK_MAGIC_CODE,
+    BODY_CRC_POS,
+    BORNHOST_V6_FLAG,
+    HOST_V6_FLAGS,
+    IPV4_HOST_SIZE,
+    IPV6_HOST_SIZE,
+    LAYOUT_V4,
+    LAYOUTS,
+    MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    QUEUE_ID_POS,
+    QUEUE_OFFSET_POS,
+    STOREHOST_V6_FLAG,
+    RecordLayout,
+    layout_for,
+    record_layout,
+)
 from cometmq.protocol.taghash import tags_code
 from cometmq.store.config import StoreConfig
 from cometmq.store.mapped_file import MappedFile, MappedFileQueue
 from cometmq.store.message import (
+    TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     DispatchRequest,
@@ -42,16 +51,18 @@ log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_SIZE_MAGIC = struct.Struct(">iI")
 _Q = struct.Struct(">q")
-_BLANK = struct.Struct(">iI")
-#: The record header with whole 8-byte hosts and the body length: one pack per record on the hot path.
-_RECORD_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
-assert _RECORD_HEAD.size == HEADER_SIZE + 4
-#: what an append writes into a record encoded ahead (``CommitLog.prepare``): queue offset and position, then
-#: store time and store host
-_QOFF_PHY = struct.Struct(">qq")
-_STORE_TS_HOST = struct.Struct(">q8s")
+#: TOTALSIZE and MAGIC: what a scan reads first, and all a blank segment tail holds
+_SIZE_MAGIC = LAYOUT_V4.struct_of("total_size", "magic_code")
+#: what an append writes into a record encoded ahead (``CommitLog.prepare``), at QUEUE_OFFSET_POS: queue offset
+#: and position (then store time and store host, whose place depends on the layout: ``CommitLog._append_layout``)
+_QOFF_PHY = LAYOUT_V4.struct_of("queue_offset", "physical_offset")
+#: the transaction bit set in exactly the halves that take no queue offset: prepared (0x4) and rolled back (0xC)
+_HALVES_BIT = TRANSACTION_PREPARED_TYPE & TRANSACTION_ROLLBACK_TYPE
+assert _HALVES_BIT and not _HALVES_BIT & TRANSACTION_COMMIT_TYPE
+#: what the dispatcher needs of a stored record, at QUEUE_ID_POS, by layout
+_DISPATCH_FIELDS = tuple(layout.struct_of("queue_id", "queue_offset", "sys_flag", "store_timestamp", "body_length")
+                         for layout in LAYOUTS)
 
 
 @dataclass(slots=True)
@@ -76,6 +87,30 @@ class CommitLog:
         #: topic -> its encoded length byte + name, reused by every append to that topic
         self._topic_parts: dict[str, bytes] = {}
 
+    # -- store host ------------------------------------------------------------------------
+    @property
+    def store_host(self) -> bytes:
+        """The STOREHOSTADDRESS of every record appended: 8 bytes (IPv4 + port) or 20 (IPv6 + port)."""
+        return self._store_host
+
+    @store_host.setter
+    def store_host(self, host: bytes) -> None:
+        # Set before messages are appended or prepared (the broker sets it once it knows its port): a record
+        # prepared under another host width would be patched at the wrong place.
+        if len(host) == IPV4_HOST_SIZE:
+            self._store_flags = 0
+        elif len(host) == IPV6_HOST_SIZE:
+            self._store_flags = STOREHOST_V6_FLAG  # as RocketMQ's CommitLog sets for an Inet6Address
+        else:
+            raise ValueError(f"a store host is {IPV4_HOST_SIZE} or {IPV6_HOST_SIZE} bytes, got {len(host)}")
+        self._store_host = bytes(host)
+        #: the layout of this store's records with an IPv4 born host
+        self._layout = layout = layout_for(self._store_flags)
+        #: what an append needs of it, in one attribute: fixed size (header, body length, properties length),
+        #: header packer, the store's host bits, and the store time + host patcher of a prepared record and where
+        self._append_layout = (layout.body_pos + 2, layout.head.pack, self._store_flags,
+                               layout.struct_of("store_timestamp", "store_host").pack_into, layout.store_timestamp_pos)
+
     # -- offsets ---------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
@@ -90,7 +125,7 @@ class CommitLog:
         """Append messages contiguously (a batch stays in one segment). All or nothing.
 
         The result's records are also the dispatch requests for the dispatcher."""
-        prepared: list[tuple[MessageInner, bytes, bytes, int]] = []
+        prepared: list[tuple[MessageInner, bytes, bytes, int, Callable[..., bytes]]] = []
         add_prepared = prepared.append
         total = 0
         max_body = self.config.max_message_size
@@ -100,12 +135,15 @@ class CommitLog:
         # Runs of one topic (a batch is one) look its encoded name up once.
         last_topic: str | None = None
         topic_part = b""
-        fixed = HEADER_SIZE + 4 + 2  # header, body length, properties length
+        fixed, pack, store_flags, ts_pack, ts_pos = self._append_layout
+        v4_host = IPV4_HOST_SIZE
+        # A born host known to take the fast path (IPv4, on a store with an IPv4 host): a batch's messages share one.
+        fast_born: bytes | None = None
         for m in msgs:
             enc = m.encoded
             if enc is not None:
                 size = len(enc)
-                add_prepared((m, b"", b"", size))  # an empty topic part marks it: written from ``encoded``
+                add_prepared((m, b"", b"", size, _encoded))  # an empty topic part marks it: written from ``encoded``
                 total += size
                 continue
             if m.topic != last_topic:
@@ -129,8 +167,19 @@ class CommitLog:
             if body_len > max_body:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL,
                                  remark=f"message body of {body_len} bytes exceeds {max_body}")
+            born = m.born_host
+            if born is not fast_born:
+                if len(born) != v4_host or store_flags:  # an IPv6 host: the sys flag's host bits are set now
+                    other = _layout_of(m, store_flags)
+                    if other is None:
+                        return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"born host of {len(born)} bytes")
+                    size = other.body_pos + 2 + body_len + len(topic_part) + len(props_b)
+                    add_prepared((m, topic_part, props_b, size, other.head.pack))
+                    total += size
+                    continue
+                fast_born = born
             size = fixed + body_len + len(topic_part) + len(props_b)
-            add_prepared((m, topic_part, props_b, size))
+            add_prepared((m, topic_part, props_b, size, pack))
             total += size
         if not prepared:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, remark="no message")
@@ -153,19 +202,20 @@ class CommitLog:
             records: list[DispatchRequest] = []
             add_record = records.append
             table = self.queue_table
-            store_host = self.store_host
-            pack = _RECORD_HEAD.pack
+            store_host = self._store_host
             i16 = _I16.pack
-            qp_pack, ts_pack = _QOFF_PHY.pack_into, _STORE_TS_HOST.pack_into
+            qp_pack = _QOFF_PHY.pack_into
             crc32 = zlib.crc32
+            halves_bit, rare_bits = _HALVES_BIT, _HALVES_BIT | HOST_V6_FLAGS
             # The next queue offset of the current run of one (topic, queue): written back when the run ends.
             key: tuple[str, int] | None = None
             next_qoff = 0
-            for m, topic_part, props_b, size in prepared:
+            for m, topic_part, props_b, size, pack_head in prepared:
                 sys_flag = m.sys_flag
-                tran = sys_flag & 0xC
                 qid = m.queue_id
-                if tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE:
+                # Not a prepared or rolled-back half: it takes a queue offset. A sys flag with host bits has them
+                # checked first (those of a record with IPv4 hosts cleared: a client may send any sys flag).
+                if not sys_flag & rare_bits or not (sys_flag := _checked_flags(m, pack_head is pack)) & halves_bit:
                     if key is None or qid != key[1] or m.topic != key[0]:
                         if key is not None:
                             table[key] = next_qoff
@@ -179,13 +229,13 @@ class CommitLog:
                     enc = m.encoded
                     assert enc is not None
                     qp_pack(enc, QUEUE_OFFSET_POS, qoff, phy)
-                    ts_pack(enc, STORE_TIMESTAMP_POS, now, store_host)
+                    ts_pack(enc, ts_pos, now, store_host)
                     add(enc)
                 else:
                     body = m.body
-                    add(pack(size, MAGIC_CODE, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff, phy, sys_flag,
-                             m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
-                             m.prepared_transaction_offset, len(body)))
+                    add(pack_head(size, MAGIC_CODE, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff, phy, sys_flag,
+                                  m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
+                                  m.prepared_transaction_offset, len(body)))
                     add(body)
                     add(topic_part)
                     add(i16(len(props_b)))
@@ -204,22 +254,26 @@ class CommitLog:
         """Encode ``m``'s record now (into ``m.encoded``), so that appending it later only writes in its queue
         offset, position, store time and store host: the timer reads due messages ahead and puts a burst of
         them at once, when every microsecond of the append counts. False (nothing set) when the message would
-        be refused; its append then reports why. Not for transactional halves (their queue offset is 0)."""
+        be refused, its append then reports why, or has an IPv6 born host, encoded when appended. Not for
+        transactional halves (their queue offset is 0)."""
         topic_b = m.topic.encode("utf-8")
         props_b = m.properties_raw
         if props_b is None:
             props_b = _encode_props(m.properties)
         body = m.body
         if (props_b is None or not topic_b or len(topic_b) > MAX_TOPIC_LENGTH or len(props_b) > MAX_PROPERTIES_LENGTH
-                or len(body) > self.config.max_message_size or m.sys_flag & 0xC):
+                or len(body) > self.config.max_message_size or m.sys_flag & 0xC
+                or len(m.born_host) != IPV4_HOST_SIZE):
             return False
         if m.tags_code is None:
             m.tags_code = tags_code(m.properties.get("TAGS"))
-        size = HEADER_SIZE + 4 + len(body) + 1 + len(topic_b) + 2 + len(props_b)
+        layout = self._layout
+        m.sys_flag = m.sys_flag & ~HOST_V6_FLAGS | self._store_flags
+        size = layout.body_pos + len(body) + 1 + len(topic_b) + 2 + len(props_b)
         m.encoded = bytearray(b"".join((
-            _RECORD_HEAD.pack(size, MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, 0, 0, m.sys_flag,
-                              m.born_timestamp, m.born_host, 0, self.store_host, m.reconsume_times,
-                              m.prepared_transaction_offset, len(body)),
+            layout.head.pack(size, MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, m.flag, 0, 0, m.sys_flag,
+                             m.born_timestamp, m.born_host, 0, self._store_host, m.reconsume_times,
+                             m.prepared_transaction_offset, len(body)),
             body, bytes((len(topic_b),)), topic_b, _I16.pack(len(props_b)), props_b)))
         return True
 
@@ -230,7 +284,7 @@ class CommitLog:
         if size + 8 > mf.remaining:
             remaining = mf.remaining
             if remaining >= 8:
-                mf.write_at(mf.wrote_position, _BLANK.pack(remaining, BLANK_MAGIC_CODE))
+                mf.write_at(mf.wrote_position, _SIZE_MAGIC.pack(remaining, BLANK_MAGIC_CODE))
             mf.wrote_position = mf.size
             mf = self.files.last_for_append()
         return mf
@@ -269,9 +323,12 @@ class CommitLog:
 
     def store_time_at(self, offset: int, size: int) -> int | None:
         view = self.read(offset, size)
-        if view is None or size < HEADER_SIZE:
+        if view is None or size < MIN_RECORD_SIZE:
             return None
-        return int(_Q.unpack_from(view, STORE_TIMESTAMP_POS)[0])
+        pos = record_layout(view).store_timestamp_pos
+        if size < pos + 8:
+            return None
+        return int(_Q.unpack_from(view, pos)[0])
 
     def record_at(self, offset: int) -> memoryview | None:
         """The whole record that starts at ``offset``, read by its own size field."""
@@ -343,6 +400,31 @@ class CommitLog:
         self.files.close()
 
 
+def _encoded(*fields: object) -> bytes:
+    """The header packer listed for a record encoded ahead, which has its header already: never called."""
+    raise AssertionError("a prepared record is not packed again")
+
+
+def _checked_flags(m: MessageInner, ipv4_hosts: bool) -> int:
+    """``m``'s sys flag, its host bits cleared when its record has IPv4 hosts (others were set by ``_layout_of``)."""
+    if ipv4_hosts:
+        m.sys_flag &= ~HOST_V6_FLAGS
+    return m.sys_flag
+
+
+def _layout_of(m: MessageInner, store_flags: int) -> RecordLayout | None:
+    """The layout of ``m``'s record on a store whose host has ``store_flags``, with the host bits of ``m.sys_flag``
+    set to match (as RocketMQ's CommitLog sets them from the addresses); None for a born host of neither width."""
+    if len(m.born_host) == IPV4_HOST_SIZE:
+        flags = store_flags
+    elif len(m.born_host) == IPV6_HOST_SIZE:
+        flags = store_flags | BORNHOST_V6_FLAG
+    else:
+        return None
+    m.sys_flag = m.sys_flag & ~HOST_V6_FLAGS | flags
+    return layout_for(flags)
+
+
 def _encode_props(props: Mapping[str, str]) -> bytes | None:
     try:
         return encode_properties(props)
@@ -353,8 +435,12 @@ def _encode_props(props: Mapping[str, str]) -> bytes | None:
 def record_is_valid(view: memoryview, check_crc: bool) -> bool:
     """Structural checks (lengths add up to TOTALSIZE) and, optionally, the body CRC."""
     total = len(view)
-    (body_len,) = _I32.unpack_from(view, HEADER_SIZE)
-    p = HEADER_SIZE + 4 + body_len
+    layout = record_layout(view)
+    if total < layout.min_record_size:
+        return False
+    (body_len,) = _I32.unpack_from(view, layout.body_length_pos)
+    body_at = layout.body_pos
+    p = body_at + body_len
     if body_len < 0 or p + 3 > total:
         return False
     topic_len = view[p]
@@ -365,8 +451,8 @@ def record_is_valid(view: memoryview, check_crc: bool) -> bool:
     if props_len < 0 or p + 2 + props_len != total:
         return False
     if check_crc:
-        crc = _I32.unpack_from(view, 8)[0]
-        if zlib.crc32(view[HEADER_SIZE + 4 : HEADER_SIZE + 4 + body_len]) & 0x7FFFFFFF != crc:
+        crc = _I32.unpack_from(view, BODY_CRC_POS)[0]
+        if zlib.crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
             return False
     return True
 
@@ -374,9 +460,10 @@ def record_is_valid(view: memoryview, check_crc: bool) -> bool:
 def dispatch_request_from_record(offset: int, view: memoryview) -> DispatchRequest | None:
     """Decode the fields the dispatcher needs from a stored record (recovery, replicas)."""
     try:
-        (_, _, _, queue_id, _, qoff, _, sys_flag, _, _, _, store_ts, _, _, _, _) = HEADER.unpack_from(view, 0)
-        (body_len,) = _I32.unpack_from(view, HEADER_SIZE)
-        p = HEADER_SIZE + 4 + body_len
+        layout = record_layout(view)
+        queue_id, qoff, sys_flag, store_ts, body_len = _DISPATCH_FIELDS[layout.index].unpack_from(
+            view, QUEUE_ID_POS)
+        p = layout.body_pos + body_len
         topic_len = view[p]
         topic = bytes(view[p + 1 : p + 1 + topic_len]).decode("utf-8")
         p += 1 + topic_len

@@ -31,6 +31,8 @@ class MessageInner:
     flag: int = 0
     sys_flag: int = 0
     born_timestamp: int = 0
+    #: packed as a record holds it: 8 bytes (IPv4 + port) or 20 (IPv6 + port); the append sets the sys flag's
+    #: host bits from the width (and from the store host's)
     born_host: bytes = LOCALHOST_ADDR
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from sys import intern
 
-from cometmq.protocol.message import HEADER_SIZE, MAGIC_CODE, TRANSACTION_MASK
+from cometmq.protocol.message import TRANSACTION_MASK
 from cometmq.protocol.properties import (
     REAL_QID,
     REAL_TOPIC,
@@ -31,6 +31,7 @@ from cometmq.protocol.properties import (
     UNIQ_KEY,
     encode_properties,
 )
+from cometmq.protocol.record_layout import HOST_V6_FLAGS, LAYOUT_V4, LAYOUTS, MAGIC_CODE, layout_for
 from cometmq.protocol.taghash import tags_code
 from cometmq.store.message import TRANSACTION_PREPARED_TYPE, MessageInner
 
@@ -173,9 +174,12 @@ def delete_marker(topic: str, uniq_key: str, deliver_ms: int, *, producer_group:
 
 
 # -- re-put ---------------------------------------------------------------------------------------------
-#: TOTALSIZE MAGIC (crc, queueId) FLAG QUEUEOFFSET (physicalOffset) SYSFLAG BORNTIMESTAMP BORNHOST
-#: (storeTimestamp, storeHost) RECONSUMETIMES (preparedTransactionOffset) BODYLEN: only what a re-put needs
-_FIELDS = struct.Struct(">iI8xiq8xiq8s16xi8xi")
+#: TOTALSIZE MAGIC FLAG QUEUEOFFSET SYSFLAG BORNTIMESTAMP BORNHOST RECONSUMETIMES BODYLEN: only what a re-put
+#: needs, by layout (an IPv6 host moves the fields after it)
+_FIELDS = tuple(layout.struct_of("total_size", "magic_code", "flag", "queue_offset", "sys_flag", "born_timestamp",
+                                 "born_host", "reconsume_times", "body_length") for layout in LAYOUTS)
+_FIELDS_V4 = _FIELDS[LAYOUT_V4.index]
+_BODY_POS_V4 = LAYOUT_V4.body_pos
 _TIMER_TOPIC_BYTES = TIMER_TOPIC.encode()
 _SRC_PAIR = TIMER_SRC_PHY + "\x01"
 
@@ -200,10 +204,15 @@ class TimerRecord:
 def parse_timer_record(view: memoryview) -> TimerRecord | None:
     """Decode a stored record (None when it is not a well-formed one)."""
     try:
-        total, magic, flag, qoff, sys_flag, born_ts, born_host, reconsume, body_len = _FIELDS.unpack_from(view, 0)
+        total, magic, flag, qoff, sys_flag, born_ts, born_host, reconsume, body_len = _FIELDS_V4.unpack_from(view, 0)
+        p = _BODY_POS_V4
+        if sys_flag & HOST_V6_FLAGS:
+            layout = layout_for(sys_flag)
+            total, magic, flag, qoff, sys_flag, born_ts, born_host, reconsume, body_len = \
+                _FIELDS[layout.index].unpack_from(view, 0)
+            p = layout.body_pos
         if magic != MAGIC_CODE or total != len(view) or body_len < 0:
             return None
-        p = HEADER_SIZE + 4
         body = bytes(view[p:p + body_len])
         p += body_len
         topic_len = view[p]

@@ -123,6 +123,7 @@ class BrokerController:
         self.client: RemotingClient | None = None
         self.registrar: NamesrvRegistrar | None = None
         self.metadata_sync: SlaveMetadataSync | None = None
+        self._master_asked_at = time.monotonic()
         self._housekeeping = Periodic("broker-housekeeping", config.consumer_offset_persist_interval_ms / 1000,
                                       self._housekeep, logger=log)
         self._tasks: set[asyncio.Task[object]] = set()
@@ -243,13 +244,15 @@ class BrokerController:
         registrar = self.registrar
         if registrar is None:
             return None
-        addr = registrar.master_ha_addr
-        if addr is None and not self._tasks:
-            # Not known yet (the master registered after this replica): ask the nameservers again now.
+        now = time.monotonic()
+        if now - self._master_asked_at >= 2.0:
+            # The replica is (re)connecting: the master may have changed or registered only now. Ask the
+            # nameservers again (at most every 2 s); the next attempt uses their answer.
+            self._master_asked_at = now
             task: asyncio.Task[object] = asyncio.ensure_future(registrar.register_now())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        return addr
+        return registrar.master_ha_addr
 
     def _housekeep(self) -> None:
         self.offsets.persist_if_dirty()

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 64 * 1024
+#: an idle link tells its replica of a new confirm offset after this long without new data to carry it
+_CONFIRM_LINGER_S = 0.005
 
 
 class HAMaster:
@@ -64,8 +66,9 @@ class HAMaster:
         self.links.clear()
 
     def appended(self) -> None:
-        """The log grew: wake the links that are waiting for bytes."""
+        """The log grew, or the confirm offset moved: ship to idle links now, wake the others."""
         for link in self.links.values():
+            link.ship_now()
             link.wake.set()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -129,6 +132,10 @@ class _Link:
         self.wake = asyncio.Event()
         #: where the next transfer frame starts; None until the replica's first report
         self.offset: int | None = None
+        #: the confirm offset the replica was last told (an idle link tells it when it moves)
+        self.told_confirm = -1
+        #: the send loop is waiting for bytes to ship (not draining): an append may write the frame itself
+        self.idle = False
 
     async def run(self) -> None:
         sender = asyncio.get_running_loop().create_task(self._send_loop(), name=f"ha-send-{self.replica_id}")
@@ -158,6 +165,10 @@ class _Link:
         if frame.max_offset > end:
             raise ha.HAProtocolError(f"replica {self.replica_id} reports offset {frame.max_offset} beyond the "
                                      f"master's log end {end}")
+        rep = m.sync.replicas.get(self.replica_id)
+        if self.offset is not None and rep is not None and frame.max_offset <= rep.ack \
+                and not m.sync.on_ack(self.replica_id, frame.max_offset, end, m.clock()):
+            return  # an ack of nothing new (after a heartbeat): it still counts as caught up; nothing moved
         if self.offset is None:  # the first report: where the replica's log ends after its truncation
             start = frame.max_offset
             if start == 0:
@@ -171,6 +182,16 @@ class _Link:
         m._on_change()
 
     # -- transfer ---------------------------------------------------------------------------------------------
+    def ship_now(self) -> None:
+        """Called by the append itself: an idle link writes the new bytes at once, a loop turn earlier than its
+        send loop would (the loop still drains and ships the rest)."""
+        m = self.master
+        offset = self.offset
+        if self.idle and offset is not None and self.writer.transport.get_write_buffer_size() == 0:
+            end = m.store.commitlog.max_offset
+            if offset < end:
+                self._send_frame(offset, end, m.config.transfer_batch_size)
+
     async def _send_loop(self) -> None:
         m = self.master
         heartbeat_s = m.config.heartbeat_interval_ms / 1000
@@ -183,13 +204,26 @@ class _Link:
                 await self.writer.drain()
                 if sent:
                     continue
+            elif offset is not None and m.sync.confirm_offset(end) != self.told_confirm:
+                # Nothing to ship, but the confirm offset moved: tell the replica soon, not at the next heartbeat,
+                # so that its consumers see the confirmed messages. Under load the next data frame carries it.
+                self.wake.clear()
+                try:
+                    await asyncio.wait_for(self.wake.wait(), _CONFIRM_LINGER_S)
+                except TimeoutError:
+                    self._send_heartbeat()
+                    await self.writer.drain()
+                continue
             self.wake.clear()
+            self.idle = True
             try:
                 await asyncio.wait_for(self.wake.wait(), heartbeat_s)
             except TimeoutError:
                 if self.offset is not None:
                     self._send_heartbeat()
                     await self.writer.drain()
+            finally:
+                self.idle = False
 
     def _send_frame(self, offset: int, end: int, batch: int) -> int:
         """One frame of log bytes from ``offset``; the bytes sent (0 when none could be read)."""
@@ -207,7 +241,7 @@ class _Link:
         if n <= 0:
             return 0
         body = mf.view(pos, n)
-        confirm = m.sync.confirm_offset(end)
+        confirm = self.told_confirm = m.sync.confirm_offset(end)
         self.writer.write(ha.encode_transfer_header(offset, epoch, epoch_start, confirm, n))
         self.writer.write(body)
         self.offset = offset + n
@@ -220,5 +254,6 @@ class _Link:
         assert self.offset is not None
         entry = m.epochs.find_epoch(max(self.offset - 1, 0)) or m.epochs.find_epoch(self.offset)
         epoch, epoch_start = (entry[0], entry[1]) if entry is not None else (m.epochs.last_epoch(), 0)
-        self.writer.write(ha.encode_transfer_header(self.offset, epoch, epoch_start, m.sync.confirm_offset(end), 0))
+        confirm = self.told_confirm = m.sync.confirm_offset(end)
+        self.writer.write(ha.encode_transfer_header(self.offset, epoch, epoch_start, confirm, 0))
         m.sync.sent(self.replica_id, self.offset)

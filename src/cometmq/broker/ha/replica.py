@@ -95,12 +95,14 @@ class HAReplica:
             self.connected = True
             log.info("HA link to master %s up; log end %d", addr, self.store.commitlog.max_offset)
             while True:
-                acked = False
+                confirm = -1
                 for frame in frames:
-                    self._apply(frame)
-                    acked = True
-                if acked:
-                    writer.write(ha.encode_slave_report(self.store.commitlog.max_offset))
+                    confirm = self._apply(frame)
+                if frames:
+                    end = self.store.commitlog.max_offset
+                    # Ack first: the master waits for it; the dispatch of what the master confirmed can follow.
+                    writer.write(ha.encode_slave_report(end))
+                    self.store.set_confirm_offset(min(confirm, end))
                 data = await asyncio.wait_for(reader.read(_READ_SIZE), silence_s)
                 if not data:
                     raise ConnectionError("the master closed the link")
@@ -128,7 +130,8 @@ class HAReplica:
                 self._on_truncated()
         self.epochs.truncate_suffix(point)
 
-    def _apply(self, frame: ha.MasterFrame) -> None:
+    def _apply(self, frame: ha.MasterFrame) -> int:
+        """Append a transfer frame's bytes; returns the master's confirm offset it carried."""
         if not isinstance(frame, ha.Transfer):
             raise ha.HAProtocolError(f"unexpected {frame} after the handshake")
         store = self.store
@@ -144,4 +147,4 @@ class HAReplica:
             if not self.appender.append_replicated(frame.start_offset, frame.body):
                 raise ha.HAProtocolError(f"cannot append {len(frame.body)} bytes at {frame.start_offset}")
             self.frames += 1
-        store.set_confirm_offset(min(frame.confirm_offset, store.commitlog.max_offset))
+        return frame.confirm_offset

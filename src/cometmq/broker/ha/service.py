@@ -238,6 +238,8 @@ class ReplicationService:
         self.store.set_confirm_offset(None if self.sync.counted() == {MASTER_ID} else confirm)
         if self._acks is not None:
             self._acks.on_flushed(confirm)
+        if self.master is not None:
+            self.master.appended()
 
     def _housekeep(self) -> None:
         if self.role is Role.MASTER:

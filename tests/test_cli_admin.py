@@ -96,3 +96,75 @@ def test_timer_status_with_timers_off(tmp_path: Path) -> None:
         assert json.loads(out.stdout) == {s.broker_addr: {"enabled": False}}
     finally:
         s.close()
+
+
+# -- replication: ha-status, promote, demote (a lone master; a real group is in test_cli_cluster.py) ----------
+@pytest.fixture
+def lone(tmp_path: Path) -> Iterator[CometServer]:
+    s = CometServer(tmp_path / "lone")
+    s.start()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _rows(stdout: str) -> dict[str, str]:
+    return {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in stdout.splitlines() if line.count("│") >= 3}
+
+
+def test_ha_status_of_a_lone_master(lone: CometServer) -> None:
+    out = cometmq("admin", "ha-status", "-b", lone.broker_addr)
+    assert out.returncode == 0, out.stderr
+    rows = _rows(out.stdout)
+    assert (rows["role"], rows["broker id"], rows["master epoch"]) == ("master", "0", "1")
+    assert rows["SyncStateSet"] == "{0}" and rows["replicas linked"] == "none"
+    out = cometmq("admin", "ha-status", "--broker", lone.broker_addr, "--json")
+    status = json.loads(out.stdout)
+    assert (status["role"], status["syncStateSet"], status["epochs"]) == ("MASTER", [0], [[1, 0]])
+    out = cometmq("admin", "ha-status", "-b", f"127.0.0.1:{free_port()}", "--timeout", "1")
+    assert out.returncode == 1 and out.stderr.startswith("error:")
+    assert cometmq("admin", "ha-status").returncode == 2  # -b is required
+
+
+async def test_sdk_promote_demote_and_epoch_cache(lone: CometServer) -> None:
+    from cometmq.client.admin import Admin, EpochRange
+    from cometmq.client.errors import BrokerError, ClientConnectionError, InvalidArgumentError
+    from cometmq.protocol.codes import ResponseCode
+
+    with SyncProducer("ha-pg", namesrv=lone.namesrv) as p:
+        p.send(Message("HAT", b"one"))
+    addr = lone.broker_addr
+    async with Admin(namesrv=lone.namesrv) as admin:
+        status = await admin.ha_status(addr)
+        assert status.is_master and (status.broker_id, status.epoch, status.sync_state_set) == (0, 1, (0,))
+        assert status.confirm_offset == status.max_offset > 0
+        end = status.max_offset
+        assert (await admin.promote(addr)).epoch == 2  # its own epoch + 1
+        with pytest.raises(BrokerError) as fenced:
+            await admin.promote(addr, 2)
+        assert fenced.value.code == ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH
+        cache = await admin.epoch_cache(addr)
+        assert (cache.broker_name, cache.broker_id, cache.max_offset) == ("broker-a", 0, end)
+        assert cache.epochs == (EpochRange(1, 0, end), EpochRange(2, end, end))
+        with pytest.raises(InvalidArgumentError):
+            await admin.demote(addr, "127.0.0.1:1", epoch=3, broker_id=0)
+        with pytest.raises(ClientConnectionError):  # no epoch given: asked from the (absent) master
+            await admin.demote(addr, f"127.0.0.1:{free_port()}")
+
+    # The CLI: follow a master that is not there; the HA address defaults to its port + 1.
+    gone = free_port()
+    out = cometmq("admin", "demote", "-b", addr, "--master", f"127.0.0.1:{gone}", "--epoch", "2")
+    # a master is not demoted at its own epoch
+    assert out.returncode == 1 and "CONTROLLER_FENCED_MASTER_EPOCH" in out.stderr
+    out = cometmq("admin", "demote", "-b", addr, "--master", f"127.0.0.1:{gone}", "--epoch", "3", "--broker-id", "2")
+    assert out.returncode == 0, out.stderr
+    assert f"now follows 127.0.0.1:{gone} as replica 2 (its log's last epoch: 2)" in out.stdout  # nothing copied
+    status_json = json.loads(cometmq("admin", "ha-status", "-b", addr, "--json").stdout)
+    assert (status_json["role"], status_json["brokerId"]) == ("SLAVE", 2)
+    assert status_json["masterAddr"] == f"127.0.0.1:{gone + 1}" and status_json["connected"] is False
+    rows = _rows(cometmq("admin", "ha-status", "-b", addr).stdout)
+    assert rows["role"] == "replica (slave)" and rows["link"] == "not connected"
+    out = cometmq("admin", "promote", "-b", addr, "--epoch", "4")
+    assert out.returncode == 0 and "at epoch 4" in out.stdout

@@ -131,3 +131,99 @@ def timer_status(
     console = Console(width=max(100, Console().width))
     for table in _timer_tables(metrics):
         console.print(table)
+
+
+# -- replication (docs/replication.md) ------------------------------------------------------------------------
+def _admin_call(addr: str, timeout: float, call: Any) -> Any:
+    """Run ``call(admin)`` with an admin client that talks to broker addresses directly (no nameserver);
+    an SDK error becomes ``error: …`` on stderr and exit code 1."""
+    from cometmq.client.admin import Admin
+    from cometmq.client.errors import MQClientError
+
+    async def main() -> Any:
+        # The client's nameserver list stays unused: every request here goes to a broker address.
+        async with Admin(namesrv=addr, timeout=timeout) as admin:
+            return await call(admin)
+
+    try:
+        return asyncio.run(main())
+    except MQClientError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _ha_table(status: Any) -> Table:
+    table = Table(title=f"replication of {status.addr}", title_justify="left")
+    table.add_column("")
+    table.add_column("value")
+    table.add_row("role", "master" if status.is_master else "replica (slave)")
+    table.add_row("broker id", str(status.broker_id))
+    table.add_row("master epoch", str(status.epoch))
+    table.add_row("epochs (epoch@start)", ", ".join(f"{e}@{o}" for e, o in status.epochs) or "-")
+    table.add_row("log end (maxOffset)", str(status.max_offset))
+    if status.is_master:
+        table.add_row("SyncStateSet", "{" + ", ".join(str(i) for i in status.sync_state_set or ()) + "}")
+        table.add_row("SyncStateSet epoch", str(status.sync_state_set_epoch))
+        table.add_row("confirm offset", str(status.confirm_offset))
+        for rid, ack in sorted(status.replica_acks.items()):
+            state = "in sync" if rid in (status.sync_state_set or ()) else "not in sync"
+            behind = "-" if ack < 0 else f"{max(0, status.max_offset - ack)} bytes behind"
+            table.add_row(f"replica {rid} ack", f"{ack} ({behind}, {state})")
+        if not status.replica_acks:
+            table.add_row("replicas linked", "none")
+    else:
+        table.add_row("master (HA address)", status.master_ha_addr or "not known yet")
+        table.add_row("link", "connected" if status.connected else "not connected")
+    return table
+
+
+_ADDR_HELP = "the broker's remoting address, host:port"
+_TIMEOUT_HELP = "request timeout (seconds)"
+
+
+@admin_app.command("ha-status")
+def ha_status(
+    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP)],
+    as_json: Annotated[bool, typer.Option("--json", help="print the broker's GET_BROKER_HA_STATUS JSON")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
+) -> None:
+    """Replication state of one broker: role, id, master epoch, log end; a master's SyncStateSet, confirm
+    offset and replica acks; a replica's master and link (GET_BROKER_HA_STATUS)."""
+    status = _admin_call(broker, timeout, lambda admin: admin.ha_status(broker))
+    if as_json:
+        typer.echo(json.dumps(dict(status.raw), indent=2, sort_keys=True))
+        return
+    Console(width=max(100, Console().width)).print(_ha_table(status))
+
+
+@admin_app.command()
+def promote(
+    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP)],
+    epoch: Annotated[int | None, typer.Option(min=1, help="the new master epoch (default: the broker's + 1)",
+                                              show_default=False)] = None,
+    timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
+) -> None:
+    """Make a broker its group's master (NOTIFY_BROKER_ROLE_CHANGED). Kill or demote the old master first:
+    a group with two masters takes writes on both."""
+    change = _admin_call(broker, timeout, lambda admin: admin.promote(broker, epoch))
+    typer.echo(f"{broker} is now the master (brokerId {change.broker_id}) at epoch {change.epoch}")
+
+
+@admin_app.command()
+def demote(
+    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP)],
+    master: Annotated[str, typer.Option("--master", help="the master's remoting address, host:port")],
+    epoch: Annotated[int | None, typer.Option(min=1, help="the master's epoch (default: asked from the master)",
+                                              show_default=False)] = None,
+    broker_id: Annotated[int | None, typer.Option(min=1, help="this broker's replica id (default: the one it "
+                                                              "has; 1 for a former master)",
+                                                  show_default=False)] = None,
+    master_ha: Annotated[str | None, typer.Option(help="the master's HA address (default: its host, port + 1)",
+                                                  show_default=False)] = None,
+    timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
+) -> None:
+    """Make a broker follow a master as a replica (NOTIFY_BROKER_ROLE_CHANGED): it truncates what the master
+    does not have and copies the rest."""
+    change = _admin_call(broker, timeout, lambda admin: admin.demote(broker, master, epoch=epoch, broker_id=broker_id,
+                                                             master_ha_addr=master_ha))
+    typer.echo(f"{broker} now follows {master} as replica {change.broker_id} (its log's last epoch: {change.epoch})")

@@ -26,7 +26,7 @@ I32 = (1 << 31) - 1
 I64 = (1 << 63) - 1
 
 
-# -- the layouts, byte for byte ------------------------------------------------------------------------------------- -
+# -- the layouts, byte for byte -------------------------------------------------------------------------------------
 def test_sizes() -> None:
     assert (ha.SLAVE_HANDSHAKE_SIZE, ha.SLAVE_REPORT_SIZE) == (16, 12)
     assert (ha.MASTER_HANDSHAKE_HEADER_SIZE, ha.TRANSFER_HEADER_SIZE, ha.EPOCH_ENTRY_SIZE) == (20, 36, 12)
@@ -84,7 +84,7 @@ def test_error_is_a_remote_protocol_error_and_a_value_error() -> None:
     assert issubclass(HAProtocolError, ValueError)
 
 
-# -- encoders refuse what the wire cannot carry ------------------------------------------------------------------------ 
+# -- encoders refuse what the wire cannot carry ---------------------------------------------------------------------
 @pytest.mark.parametrize("call", [
     lambda: ha.encode_slave_handshake(-1),
     lambda: ha.encode_slave_report(-1),
@@ -103,7 +103,7 @@ def test_encoders_refuse_out_of_range(call: object) -> None:
         call()  # type: ignore[operator]
 
 
-# -- decoders refuse garbage ------------------------------------------------------------------------------------------
+# -- decoders refuse garbage ----------------------------------------------------------------------------------------
 def _raw_master_handshake(body_size: int, max_offset: int, last_epoch: int, body: bytes) -> bytes:
     return struct.pack(">iiqi", 1, body_size, max_offset, last_epoch) + body
 
@@ -172,7 +172,7 @@ def test_partial_frames_wait_for_more() -> None:
     assert decoder.buffered == 0
 
 
-# -- properties -------------------------------------------------------------------------------------------------------
+# -- properties -----------------------------------------------------------------------------------------------------
 offsets = st.integers(0, I64)
 epochs = st.integers(0, I32)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from cometmq.client.admin_ha import EpochCache, EpochRange, HAStatus, ReplicationAdmin, RoleChange
 from cometmq.client.errors import (
     BrokerError,
     ClientStateError,
@@ -43,8 +44,12 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Admin",
     "ConsumeStats",
+    "EpochCache",
+    "EpochRange",
+    "HAStatus",
     "OffsetReset",
     "OffsetWrapper",
+    "RoleChange",
     "TopicOffset",
     "to_millis",
 ]
@@ -236,7 +241,7 @@ def _records(body: bytes, broker_name: str) -> list[MessageExt]:
 
 
 # -- the admin client ---------------------------------------------------------------------------------------------
-class Admin:
+class Admin(ReplicationAdmin):
     """An asyncio admin client (RocketMQ's DefaultMQAdminExt, the parts a user needs)."""
 
     def __init__(self, *, namesrv: str | Iterable[str] | None = None, instance: ClientInstance | None = None,

@@ -39,8 +39,8 @@ class HAProcessor:
         }
 
     async def role_changed(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        """masterBrokerId 0 with ``toThisBroker=true`` (or no masterAddress): this broker becomes the master at
-        masterEpoch. Otherwise it follows the master at masterAddress / masterHaAddress as replica ``brokerId``."""
+        """``toThisBroker=true``: this broker becomes the master at masterEpoch. Otherwise it follows the master at
+        masterAddress / masterHaAddress (the nameservers' master when they are absent) as replica ``brokerId``."""
         epoch = _int_field(cmd, "masterEpoch")
         fields = cmd.ext_fields
         promote = fields.get("toThisBroker", "").lower() == "true"

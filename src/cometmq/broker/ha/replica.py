@@ -90,6 +90,7 @@ class HAReplica:
             if not isinstance(hello, ha.MasterHandshake):
                 raise ha.HAProtocolError(f"expected the master's handshake, got {hello}")
             self._truncate_to_common_point(hello)
+            self._learn_epochs(hello.entries)
             writer.write(ha.encode_slave_report(self.store.commitlog.max_offset))
             await writer.drain()
             self.connected = True
@@ -130,20 +131,29 @@ class HAReplica:
                 self._on_truncated()
         self.epochs.truncate_suffix(point)
 
+    def _learn_epochs(self, entries: tuple[ha.EpochEntry, ...] | list[ha.EpochEntry]) -> None:
+        """Take the master's epochs that start within this log (after the truncation its history agrees with
+        the master's up to its end), so the replica knows the current epoch before any new byte arrives."""
+        end = self.store.commitlog.max_offset
+        for epoch, start in entries:
+            if epoch > self.epochs.last_epoch() and start <= end:
+                self.epochs.append(epoch, start)
+
     def _apply(self, frame: ha.MasterFrame) -> int:
         """Append a transfer frame's bytes; returns the master's confirm offset it carried."""
         if not isinstance(frame, ha.Transfer):
             raise ha.HAProtocolError(f"unexpected {frame} after the handshake")
         store = self.store
         end = store.commitlog.max_offset
-        if frame.start_offset != end and not (end == 0 and not frame.body):
+        # (a heartbeat may come before the master knows where the transfer starts: offset -1, as Java's do)
+        if frame.start_offset != end and not (not frame.body and (end == 0 or frame.start_offset == -1)):
             raise ha.HAProtocolError(f"the master sent offset {frame.start_offset}; this log ends at {end}")
+        last = self.epochs.last_epoch()
+        if frame.body and frame.epoch < last:
+            raise ha.HAProtocolError(f"the master sent epoch {frame.epoch}, older than this log's {last}")
+        if frame.epoch > last and frame.epoch_start_offset <= end:
+            self.epochs.append(frame.epoch, frame.epoch_start_offset)
         if frame.body:
-            last = self.epochs.last_epoch()
-            if frame.epoch < last:
-                raise ha.HAProtocolError(f"the master sent epoch {frame.epoch}, older than this log's {last}")
-            if frame.epoch > last:
-                self.epochs.append(frame.epoch, frame.epoch_start_offset)
             if not self.appender.append_replicated(frame.start_offset, frame.body):
                 raise ha.HAProtocolError(f"cannot append {len(frame.body)} bytes at {frame.start_offset}")
             self.frames += 1

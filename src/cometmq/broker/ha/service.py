@@ -250,7 +250,9 @@ class ReplicationService:
                 self._publish_confirm()
 
     def status(self) -> dict[str, object]:
+        port = self.master.port if self.master is not None else self.config.port
         out: dict[str, object] = {"role": self.role.value, "brokerId": self.broker_id, "epoch": self.epoch,
+                                  "haAddr": f"{self.config.host}:{port}",
                                   "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries],
                                   "maxOffset": self.store.commitlog.max_offset}
         if self.role is Role.MASTER:

@@ -1,0 +1,179 @@
+"""``cometmq cluster``: a nameserver, a master and a replica as four real processes; a failover by hand with
+``cometmq admin``; every process gone after the cluster is stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cometmq.client import Message
+from cometmq.client.sync import SyncProducer
+from tests.interop.cometmq_server import free_port
+from tests.kit import wait_until
+
+_PROC_LINE = re.compile(r"^(namesrv|master|replica)\s+(\S+)\s+pid (\d+)\s+(\S+)")
+
+
+def cometmq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cometmq.cli", *args], capture_output=True, text=True, timeout=60,
+                          env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
+
+
+def _free_base_port() -> int:
+    """A port P with P, P+1, P+10, P+11 free (broker 0 and 1, remoting and HA)."""
+    import socket
+
+    for _ in range(50):
+        base = free_port()
+        if base > 65000:
+            continue
+        try:
+            socks = []
+            for port in (base, base + 1, base + 10, base + 11):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return base
+    raise AssertionError("no four free ports found")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is still one of our cometmq processes (not a zombie, not a reused PID)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return b"cometmq.cli" in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class Cluster:
+    """``cometmq cluster`` in a subprocess; its stdout read by a thread so every wait is bounded."""
+
+    def __init__(self, data: Path, replicas: int) -> None:
+        self.base_port = _free_base_port()
+        self.namesrv_port = free_port()
+        while self.namesrv_port in (self.base_port, self.base_port + 1, self.base_port + 10, self.base_port + 11):
+            self.namesrv_port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cometmq.cli", "cluster", "--replicas", str(replicas), "--data", str(data),
+             "--base-port", str(self.base_port), "--namesrv-port", str(self.namesrv_port),
+             "--stop-timeout", "10"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        #: role -> [(name, pid, addr)]
+        self.procs: dict[str, list[tuple[str, int, str]]] = {}
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def next_line(self, deadline: float) -> str:
+        try:
+            line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no more output in time; so far: {self.output}") from None
+        self.output.append(line)
+        return line
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not (line := self.next_line(deadline)).startswith("cometmq cluster ready"):
+            m = _PROC_LINE.match(line)
+            if m:
+                role, name, pid, addr = m.groups()
+                self.procs.setdefault(role, []).append((name, int(pid), addr))
+
+    def pids(self) -> list[int]:
+        return [pid for procs in self.procs.values() for _, pid, _ in procs]
+
+    def addr(self, role: str) -> str:
+        return self.procs[role][0][2]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for pid in self.pids():  # only if the supervisor died before stopping them
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        self._reader.join(10)  # the pipe is at its end once the supervisor (and its children) are gone
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path / "group", replicas=1)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def ha_status(addr: str) -> dict[str, Any]:
+    out = cometmq("admin", "ha-status", "-b", addr, "--json")
+    assert out.returncode == 0, out.stderr
+    status: dict[str, Any] = json.loads(out.stdout)
+    return status
+
+
+def test_a_group_replicates_fails_over_by_hand_and_stops(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.wait_ready()
+    assert sorted(cluster.procs) == ["master", "namesrv", "replica"]
+    master, replica = cluster.addr("master"), cluster.addr("replica")
+    assert master == f"127.0.0.1:{cluster.base_port}" and replica == f"127.0.0.1:{cluster.base_port + 10}"
+    conf = (tmp_path / "group" / "broker-1" / "broker.conf").read_text()
+    assert "brokerId=1" in conf and f"haListenPort={cluster.base_port + 11}" in conf
+
+    with SyncProducer("cluster-pg", namesrv=f"127.0.0.1:{cluster.namesrv_port}", send_timeout=10) as producer:
+        sent = producer.send(Message("ClusterT", b"replicated"))
+    assert sent.status.name == "SEND_OK"
+
+    wait_until(lambda: ha_status(master).get("syncStateSet") == [0, 1], 15, "the replica in the SyncStateSet")
+    end = ha_status(master)["maxOffset"]
+    assert end > 0
+    wait_until(lambda: ha_status(replica)["maxOffset"] == end, 10, "the replica caught up")
+    table = cometmq("admin", "ha-status", "-b", master)
+    assert table.returncode == 0, table.stderr
+    assert "{0, 1}" in table.stdout and "in sync" in table.stdout
+
+    # The failover the cluster's hint suggests: kill the master, promote the replica.
+    [(_, master_pid, _)] = cluster.procs["master"]
+    os.kill(master_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while "exited with code -9" not in cluster.next_line(deadline):
+        pass
+    out = cometmq("admin", "promote", "-b", replica)
+    assert out.returncode == 0, out.stderr
+    assert "now the master (brokerId 0) at epoch 2" in out.stdout
+    promoted = ha_status(replica)
+    assert (promoted["role"], promoted["epoch"], promoted["maxOffset"]) == ("MASTER", 2, end)
+    assert promoted["epochs"] == [[1, 0], [2, end]]
+    again = cometmq("admin", "promote", "-b", replica, "--epoch", "2")
+    assert again.returncode == 1 and "CONTROLLER_FENCED_MASTER_EPOCH" in again.stderr
+
+    cluster.proc.send_signal(signal.SIGTERM)
+    assert cluster.proc.wait(40) == 0, cluster.output
+    wait_until(lambda: not any(_alive(pid) for pid in cluster.pids()), 10, "every child process gone")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from cometmq.client.admin_ha import EpochCache, EpochRange, HAStatus, ReplicationAdmin, RoleChange
+from cometmq.client.admin_ha import EpochCache, EpochRange, HAStatus, ReplicationAdmin, RoleChange, _json_object
 from cometmq.client.errors import (
     BrokerError,
     ClientStateError,
@@ -655,16 +654,6 @@ class Admin(ReplicationAdmin):
                 if (m.properties.get(UNIQ_KEY) == key) if unique else (key in m.keys):
                     found[m.offset_msg_id] = m
         return sorted(found.values(), key=lambda m: (m.store_timestamp, m.commit_log_offset))[:max_num]
-
-
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
-    try:
-        raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{what}: body is not JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{what}: body is not a JSON object")
-    return raw
 
 
 def _offset_table(body: bytes, what: str, raw: dict[str, Any] | None = None) -> list[Mapping[str, Any]]:

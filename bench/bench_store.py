@@ -1,7 +1,7 @@
 """Store benchmarks: append, SYNC_FLUSH group commit, read, recovery and memory.
 
     .venv/bin/python bench/bench_store.py all          # everything (several minutes, ~2 GiB of disk)
-    .venv/bin/python bench/bench_store.py append       # one part: append | sync | read | recovery | memory
+    .venv/bin/python bench/bench_store.py append       # one part: append | sync | read | recovery | memory | replica
 
 Prints one JSON object per measurement. Data goes to a temporary folder (BENCH_DIR to choose).
 """
@@ -29,6 +29,7 @@ from cometmq.broker.offset_waiter import OffsetWaiter
 from cometmq.net.loop import run as run_loop
 from cometmq.protocol.properties import encode_properties
 from cometmq.store.config import FlushDiskType, StoreConfig
+from cometmq.store.dispatch import ReputService
 from cometmq.store.message import MessageInner
 from cometmq.store.message_store import MessageStore
 
@@ -142,13 +143,64 @@ def bench_read(total: int) -> None:
     shutil.rmtree(path)
 
 
+def bench_replica(total: int, chunk: int = 20_000) -> None:
+    """A replica's append path: a master's log (batches of 128 records of 100 B) copied in ``chunk``-byte pieces
+    with ``append_raw``, as replication ships it (chunks end mid-record), each piece dispatched from the log.
+    ``cpu_us_per_record``: the whole copy (append, decode, consume-queue units, key index); ``decode_us_per_record``:
+    the dispatcher's decode alone, re-run over the replica's log with no dispatchers; ``master_cpu_us_per_record``:
+    the master's own append of the same records, for comparison."""
+    for index in (True, False):
+        path = workdir()
+        master = MessageStore(StoreConfig(store_path=path / "master", message_index_enable=index))
+        master.start()
+        msgs = make_messages(128, 100)
+        rounds = max(1, total // 128)
+        cpu0 = time.process_time()
+        for _ in range(rounds):
+            master.put_messages(msgs)
+        master_cpu = time.process_time() - cpu0
+        replica = MessageStore(StoreConfig(store_path=path / "replica", message_index_enable=index))
+        replica.start()
+        end = master.commitlog.max_offset
+        files = master.commitlog.files
+        pieces = []
+        offset = 0
+        while offset < end:  # read ahead, so that the timing is the replica's work alone
+            mf = files.find(offset)
+            assert mf is not None
+            pos = offset - mf.file_from_offset
+            n = min(chunk, mf.wrote_position - pos)
+            pieces.append((offset, bytes(mf.view(pos, n))))
+            offset += n
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        for offset, data in pieces:
+            assert replica.append_raw(offset, data)
+        if replica.index_builder is not None:
+            replica.index_builder.drain()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        n = rounds * 128
+        assert replica.reput.reput_offset == end
+        decoder = ReputService(replica.commitlog)  # no dispatchers, no listeners: the decode alone
+        cpu0 = time.process_time()
+        assert decoder.reput_from_log(end, notify=False) == n
+        decode = time.process_time() - cpu0
+        report(bench="replica", body=100, batch=128, chunk=chunk, index=index, records=n,
+               records_per_s=round(n / wall), cpu_us_per_record=round(cpu / n * 1e6, 2),
+               decode_us_per_record=round(decode / n * 1e6, 2),
+               master_cpu_us_per_record=round(master_cpu / n * 1e6, 2))
+        replica.shutdown()
+        master.shutdown()
+        shutil.rmtree(path)
+
+
 FILLER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
     from cometmq.store.config import StoreConfig
     from cometmq.store.message import MessageInner
-    from cometmq.store.message_store import MessageStore
+    from cometmq.store.dispatch import ReputService
+from cometmq.store.message_store import MessageStore
     store = MessageStore(StoreConfig(store_path=Path(sys.argv[1])))
     store.start()
     target = int(sys.argv[2])
@@ -202,7 +254,7 @@ def bench_memory(counts: list[int]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["all", "append", "sync", "read", "recovery", "memory"])
+    parser.add_argument("part", choices=["all", "append", "sync", "read", "recovery", "memory", "replica"])
     parser.add_argument("--quick", action="store_true", help="smaller counts, for a smoke run")
     args = parser.parse_args()
     q = args.quick
@@ -217,6 +269,8 @@ def main() -> None:
         bench_recovery((32 << 20) if q else (1 << 30))
     if args.part in ("all", "memory"):
         bench_memory([100_000, 200_000] if q else [1_000_000, 5_000_000])
+    if args.part in ("all", "replica"):
+        bench_replica(12_800 if q else 128_000)
 
 
 if __name__ == "__main__":

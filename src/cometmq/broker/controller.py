@@ -33,7 +33,9 @@ from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
-from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.remoting import make_request
+from cometmq.protocol.route import ClusterInfo
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
 
@@ -102,6 +104,7 @@ class BrokerController:
             clock=clock, register=self._register_as, master_ha_addr=self._master_ha_addr,
             master_addr=lambda: self.registrar.master_addr if self.registrar is not None else None,
             on_truncated=self.timer.service.on_log_truncated if self.timer.service is not None else None,
+            admit=self._is_group_member,
             start_master_services=self._start_master_services, stop_master_services=self._stop_master_services)
         self.ha_processor = HAProcessor(self.replication, cluster=config.broker_cluster_name,
                                         broker_name=config.broker_name)
@@ -253,6 +256,27 @@ class BrokerController:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return registrar.master_ha_addr
+
+    async def _is_group_member(self, replica_id: int, host: str) -> bool:
+        """Whether some nameserver has broker ``replica_id`` of this group registered at ``host``: only such a
+        peer may link to the HA port and count as an in-sync replica (RocketMQ #3015). With no nameserver
+        there is nobody to ask; replicas then come only by an operator's demote command, and any id may link."""
+        client = self.client
+        if not self.config.namesrv_addrs or client is None:
+            return True
+        for addr in self.config.namesrv_addrs:
+            try:
+                reply = await client.invoke(addr, make_request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
+                if reply.code != ResponseCode.SUCCESS:
+                    continue
+                group = ClusterInfo.decode(reply.body).broker_addr_table.get(self.config.broker_name)
+            except Exception as exc:  # one nameserver down or odd: ask the next
+                log.warning("cannot check HA peer %d with nameserver %s: %s", replica_id, addr, exc)
+                continue
+            registered = group.broker_addrs.get(replica_id) if group is not None else None
+            if registered is not None and registered.rpartition(":")[0].strip("[]") == host:
+                return True
+        return False
 
     def _housekeep(self) -> None:
         self.offsets.persist_if_dirty()

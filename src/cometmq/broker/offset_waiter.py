@@ -80,6 +80,13 @@ class OffsetWaiter:
             self._sweeper = self._loop.call_later(self._sweep_interval_s, self._sweep)
         return fut
 
+    def fail_all(self) -> None:
+        """Resolve every waiting future False now (what it waits for will not come in time)."""
+        heap, self._heap = self._heap, []
+        for item in heap:
+            if not item[3].done():
+                item[3].set_result(False)
+
     def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()

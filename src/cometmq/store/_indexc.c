@@ -23,6 +23,15 @@
  *       record below ``log_min``, every unit fitting while fewer than ``count`` were given (the rest is in the
  *       next consume-queue file), more than ``max_runs`` runs.
  *
+ * And one for a replica's dispatcher (cometmq.store.record_walk, CommitLog.dispatch_requests):
+ *
+ *   walk_records(buf, pos, end, base, limit, request_type, raw_type) -> (requests, pos, why)
+ *       record_walk.walk_records_py in C: a DispatchRequest (``request_type``) for each record from ``pos`` of a
+ *       segment's buffer, at most ``limit``, none past ``end``; its properties a ``raw_type`` (RawProperties) over
+ *       their bytes, checked to be UTF-8; its tag code the Java hash of their TAGS. Stops where that function
+ *       stops, with the same ``why``. ``layout()`` returns the record-layout constants below, which a test checks
+ *       against cometmq.protocol.record_layout (their owner).
+ *
  * The pure-Python code stays the reference: tests compare the files (and the reads) both produce.
  */
 #define PY_SSIZE_T_CLEAN
@@ -325,10 +334,216 @@ fallback:
     Py_RETURN_NONE;
 }
 
+/* -- walk_records ------------------------------------------------------------------------------------------------ */
+
+/* Copies of cometmq.protocol.record_layout (test_record_walk.py checks them through layout()). */
+#define MAGIC_CODE 0xDAA320A7u
+#define BLANK_MAGIC_CODE 0xCBD43194u
+#define MAGIC_CODE_POS 4
+#define QUEUE_ID_POS 12
+#define QUEUE_OFFSET_POS 20
+#define SYS_FLAG_POS 36
+#define BORN_HOST_POS 48
+#define HOST_FLAGS_BYTE (SYS_FLAG_POS + 3)
+#define HOST_FLAGS_SHIFT 4
+#define IPV4_HOST_SIZE 8
+#define IPV6_HOST_SIZE 20
+#define MIN_RECORD_SIZE 91
+
+/* Per layout ((sys_flag >> 4) & 3: IPv4 hosts, IPv6 born host, IPv6 store host, both): where STORETIMESTAMP and
+ * BODYLEN are, where the body starts, the smallest record. After the born host: STORETIMESTAMP (8), the store host,
+ * RECONSUMETIMES (4), PREPAREDTRANSACTIONOFFSET (8), BODYLEN (4); a record holds a topic length (1) and a
+ * properties length (2) more. */
+typedef struct { Py_ssize_t store_timestamp, body_length, body_pos, min_size; } walk_layout_t;
+#define WALK_LAYOUT(born, store)                                                                                 \
+    {BORN_HOST_POS + (born), BORN_HOST_POS + (born) + 8 + (store) + 12, BORN_HOST_POS + (born) + 8 + (store) + 16, \
+     BORN_HOST_POS + (born) + 8 + (store) + 16 + 3}
+static const walk_layout_t WALK_LAYOUTS[4] = {
+    WALK_LAYOUT(IPV4_HOST_SIZE, IPV4_HOST_SIZE), WALK_LAYOUT(IPV6_HOST_SIZE, IPV4_HOST_SIZE),
+    WALK_LAYOUT(IPV4_HOST_SIZE, IPV6_HOST_SIZE), WALK_LAYOUT(IPV6_HOST_SIZE, IPV6_HOST_SIZE)};
+
+/* Why a walk stopped: record_walk's LIMIT, BLANK, SHORT, INVALID, UNDECODABLE. */
+enum { WALK_LIMIT, WALK_BLANK, WALK_SHORT, WALK_INVALID, WALK_UNDECODABLE };
+
+static inline int64_t get_be64s(const unsigned char *p) { return (int64_t)be64(p); }
+
+static int all_ascii(const unsigned char *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (w & 0x8080808080808080ull) return 0;
+    }
+    for (; i < n; i++)
+        if (p[i] & 0x80) return 0;
+    return 1;
+}
+
+/* 1 when ``p`` is strict UTF-8 (Python's own check), 0 when not, -1 on another error. */
+static int utf8_valid(const unsigned char *p, Py_ssize_t n) {
+    if (all_ascii(p, n)) return 1;
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+    if (s != NULL) {
+        Py_DECREF(s);
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* Java's String.hashCode of valid UTF-8 (taghash.java_string_hash): over UTF-16 code units, wrapped to int32. */
+static int32_t java_hash_utf8(const unsigned char *s, Py_ssize_t n) {
+    uint32_t h = 0;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint32_t c = s[i];
+        if (c < 0x80) {
+            i += 1;
+        } else if (c < 0xE0) {
+            c = ((c & 0x1F) << 6) | (s[i + 1] & 0x3F);
+            i += 2;
+        } else if (c < 0xF0) {
+            c = ((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+            i += 3;
+        } else {
+            c = ((c & 0x07) << 18) | ((s[i + 1] & 0x3F) << 12) | ((s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+            i += 4;
+        }
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            h = 31 * h + (0xDC00 + (c & 0x3FF));
+        } else {
+            h = 31 * h + c;
+        }
+    }
+    return (int32_t)h;
+}
+
+static PyObject *walk_records(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf;
+    Py_ssize_t pos, end, limit;
+    long long base;
+    PyObject *request_type, *raw_type;
+    if (!PyArg_ParseTuple(args, "y*nnLnOO", &buf, &pos, &end, &base, &limit, &request_type, &raw_type)) return NULL;
+    if (pos < 0 || end > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "the walk does not fit the buffer");
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    PyObject *out = PyList_New(0), *topic = NULL;
+    const unsigned char *topic_p = NULL;
+    Py_ssize_t topic_n = -1, count = 0;
+    int why = WALK_LIMIT;
+    if (out == NULL) goto error;
+    while (count < limit) {
+        if (pos + 8 > end) { why = WALK_SHORT; break; }
+        const unsigned char *r = b + pos;
+        int64_t size = get_be32(r);
+        uint32_t magic = (uint32_t)get_be32(r + MAGIC_CODE_POS);
+        if (magic != MAGIC_CODE) { why = magic == BLANK_MAGIC_CODE ? WALK_BLANK : WALK_INVALID; break; }
+        if (size < MIN_RECORD_SIZE || pos + size > end) { why = WALK_INVALID; break; }
+        const walk_layout_t *L = &WALK_LAYOUTS[(r[HOST_FLAGS_BYTE] >> HOST_FLAGS_SHIFT) & 3];
+        if (size < L->min_size) { why = WALK_INVALID; break; }
+        int64_t body_len = get_be32(r + L->body_length);
+        int64_t p = L->body_pos + body_len;
+        if (body_len < 0 || p + 3 > size) { why = WALK_INVALID; break; }
+        Py_ssize_t topic_len = r[p];
+        int64_t q = p + 1 + topic_len;
+        if (q + 2 > size) { why = WALK_INVALID; break; }
+        int64_t props_len = (int16_t)(((unsigned)r[q] << 8) | r[q + 1]);
+        if (props_len < 0 || q + 2 + props_len != size) { why = WALK_INVALID; break; }
+        const unsigned char *tp = r + p + 1, *pp = r + q + 2;
+        /* A batch is one topic: its name is decoded once. */
+        if (topic == NULL || topic_len != topic_n || memcmp(tp, topic_p, topic_len) != 0) {
+            PyObject *t = PyUnicode_DecodeUTF8((const char *)tp, topic_len, "strict");
+            if (t == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto error;
+                PyErr_Clear();
+                why = WALK_UNDECODABLE;
+                break;
+            }
+            Py_XSETREF(topic, t);
+            topic_p = tp;
+            topic_n = topic_len;
+        }
+        int ok = utf8_valid(pp, props_len);
+        if (ok < 0) goto error;
+        if (!ok) { why = WALK_UNDECODABLE; break; }
+        const char *tv;
+        Py_ssize_t tlen = 0;
+        int32_t tags_code = raw_get((const char *)pp, props_len, "TAGS", 4, &tv, &tlen) && tlen > 0
+                                ? java_hash_utf8((const unsigned char *)tv, tlen) : 0;
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)pp, props_len);
+        if (raw == NULL) goto error;
+        PyObject *props = PyObject_CallOneArg(raw_type, raw);
+        Py_DECREF(raw);
+        if (props == NULL) goto error;
+        PyObject *fields[9] = {topic,
+                               PyLong_FromLong(get_be32(r + QUEUE_ID_POS)),
+                               PyLong_FromLongLong(base + pos),
+                               PyLong_FromLongLong(size),
+                               PyLong_FromLong(tags_code),
+                               PyLong_FromLongLong(get_be64s(r + L->store_timestamp)),
+                               PyLong_FromLongLong(get_be64s(r + QUEUE_OFFSET_POS)),
+                               PyLong_FromLong(get_be32(r + SYS_FLAG_POS)),
+                               props};
+        PyObject *req = NULL;
+        int filled = 1;
+        for (int k = 1; k < 8; k++) filled &= fields[k] != NULL;
+        if (filled) req = PyObject_Vectorcall(request_type, fields, 9, NULL);
+        for (int k = 1; k < 9; k++) Py_XDECREF(fields[k]);
+        if (req == NULL) goto error;
+        int rc = PyList_Append(out, req);
+        Py_DECREF(req);
+        if (rc < 0) goto error;
+        count++;
+        pos += size;
+    }
+    Py_XDECREF(topic);
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(Nni)", out, pos, why);
+error:
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
+static PyObject *layout(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    PyObject *layouts = PyList_New(4);
+    if (layouts == NULL) return NULL;
+    for (int i = 0; i < 4; i++) {
+        const walk_layout_t *L = &WALK_LAYOUTS[i];
+        PyObject *d = Py_BuildValue("{snsnsnsn}", "store_timestamp_pos", L->store_timestamp, "body_length_pos",
+                                    L->body_length, "body_pos", L->body_pos, "min_record_size", L->min_size);
+        if (d == NULL) {
+            Py_DECREF(layouts);
+            return NULL;
+        }
+        PyList_SET_ITEM(layouts, i, d);
+    }
+    return Py_BuildValue(
+        "{sksk" "sisisisisisisisisisi" "sisisisisi" "sN}", "MAGIC_CODE", (unsigned long)MAGIC_CODE, "BLANK_MAGIC_CODE",
+        (unsigned long)BLANK_MAGIC_CODE, "MAGIC_CODE_POS", MAGIC_CODE_POS, "QUEUE_ID_POS", QUEUE_ID_POS,
+        "QUEUE_OFFSET_POS", QUEUE_OFFSET_POS, "SYS_FLAG_POS", SYS_FLAG_POS, "BORN_HOST_POS", BORN_HOST_POS,
+        "HOST_FLAGS_BYTE", HOST_FLAGS_BYTE, "HOST_FLAGS_SHIFT", HOST_FLAGS_SHIFT, "IPV4_HOST_SIZE", IPV4_HOST_SIZE,
+        "IPV6_HOST_SIZE", IPV6_HOST_SIZE, "MIN_RECORD_SIZE", MIN_RECORD_SIZE, "LIMIT", WALK_LIMIT, "BLANK",
+        WALK_BLANK, "SHORT", WALK_SHORT, "INVALID", WALK_INVALID, "UNDECODABLE", WALK_UNDECODABLE, "LAYOUTS",
+        layouts);
+}
+
 static PyMethodDef methods[] = {
     {"collect", collect, METH_VARARGS, "The hashed UNIQ_KEY/KEYS entries of a dispatched batch, or None."},
     {"put_run", put_run, METH_VARARGS, "Write index entries into one file's mapping until Python must step in."},
     {"runs", runs, METH_VARARGS, "The records one unfiltered read returns, as runs back to back in the log, or None."},
+    {"walk_records", walk_records, METH_VARARGS, "Dispatch requests for a run of records in a segment's buffer."},
+    {"layout", layout, METH_NOARGS, "The record-layout constants this helper keeps copies of."},
     {NULL, NULL, 0, NULL},
 };
 

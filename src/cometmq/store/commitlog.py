@@ -45,6 +45,7 @@ from cometmq.store.message import (
     DispatchRequest,
     MessageInner,
 )
+from cometmq.store.record_walk import BLANK, SHORT, walk_records
 from cometmq.store.status import PutResult, PutStatus
 
 log = logging.getLogger(__name__)
@@ -367,13 +368,31 @@ class CommitLog:
             if magic == BLANK_MAGIC_CODE:
                 offset = mf.end_offset
                 continue
-            if magic != MAGIC_CODE or size < MIN_RECORD_SIZE or pos + size > mf.size:
+            # A record must end within the bytes written (and asked for): a replica's log can end inside one,
+            # whose missing tail reads as zeros until the rest arrives.
+            if magic != MAGIC_CODE or size < MIN_RECORD_SIZE or pos + size > file_end:
                 return
             view = mf.view(pos, size)
             if not record_is_valid(view, check_crc):
                 return
             yield offset, view
             offset += size
+
+    def dispatch_requests(self, start: int, end: int, limit: int) -> tuple[list[DispatchRequest], int, int]:
+        """What ``scan`` and ``dispatch_request_from_record`` give for up to ``limit`` records from ``start`` (a record
+        boundary) on, read in one go from the segment holding it (``record_walk``), none reaching past ``end``.
+
+        Returns the requests, the offset to go on from, and why the walk stopped there: ``LIMIT`` (more may
+        follow), ``BLANK`` (the offset is the next segment's start), ``UNDECODABLE`` (the record at the offset
+        cannot be dispatched), or anything else: no more valid records for now."""
+        mf = self.files.find(start)
+        if mf is None:
+            return [], start, SHORT
+        base = mf.file_from_offset
+        reqs, pos, why = walk_records(mf.mm, start - base, min(mf.wrote_position, end - base), base, limit)
+        if why == BLANK or (why == SHORT and mf.wrote_position == mf.size and mf is not self.files.last):
+            return reqs, mf.end_offset, BLANK
+        return reqs, base + pos, why
 
     def recover_end(self, start: int) -> ScanResult:
         """Scan valid records from ``start`` and return where they end (the new max offset)."""

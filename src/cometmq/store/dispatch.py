@@ -4,7 +4,7 @@ arrival notices, in log order, up to the confirmed offset.
 It runs in the appending thread right after an append (no polling loop), so listeners hear of a
 message in the same call that stored it. When replication holds the confirmed offset back, the
 requests wait in ``pending`` until ``confirm`` moves it; records that arrived as raw bytes (a
-replica) are decoded from the log.
+replica) are read from the log by ``CommitLog.dispatch_requests`` (store/record_walk.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from cometmq.store.commitlog import CommitLog, dispatch_request_from_record
-from cometmq.store.message import DispatchRequest
+from cometmq.store.commitlog import CommitLog
+from cometmq.store.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, DispatchRequest
+from cometmq.store.record_walk import BLANK, LIMIT, UNDECODABLE
 
 log = logging.getLogger(__name__)
+
+#: the transaction bit of exactly the halves that go to no consume queue (``DispatchRequest.goes_to_consume_queue``)
+_HALVES_BIT = TRANSACTION_PREPARED_TYPE & TRANSACTION_ROLLBACK_TYPE
 
 Dispatcher = Callable[[DispatchRequest], None]
 #: Built-in dispatchers take a whole batch, so a consumer of many records pays its per-call cost once.
@@ -67,29 +71,22 @@ class ReputService:
     def reput_from_log(self, until: int, *, notify: bool = True) -> int:
         """Decode and dispatch records from the reput offset up to ``until``; returns how many."""
         count = 0
-        batch: list[DispatchRequest] = []
-        table = self.commitlog.queue_table
-        for offset, view in self.commitlog.scan(self.reput_offset, until, check_crc=False):
-            req = dispatch_request_from_record(offset, view)
-            if req is None:
-                log.error("undecodable record at %d stops the dispatch", offset)
-                break
-            for hook in self.tag_code_hooks:
-                hook(req)
-            if req.goes_to_consume_queue:
-                # Records that came in as bytes (a replica) were numbered by another log: later local
-                # appends must continue from their queue offsets.
-                key = (req.topic, req.queue_id)
-                if table.get(key, 0) <= req.queue_offset:
-                    table[key] = req.queue_offset + 1
-            batch.append(req)
-            if len(batch) >= 1024:
+        read = self.commitlog.dispatch_requests
+        offset = self.reput_offset
+        while offset < until:
+            # Up to 1,024 records of one segment at a time, read straight from its bytes (store/record_walk.py).
+            batch, offset, why = read(offset, until, 1024)
+            if batch:
+                self._note_queue_offsets(batch)
                 self._dispatch_all(batch, notify=notify)
                 count += len(batch)
-                batch = []
-        if batch:
-            self._dispatch_all(batch, notify=notify)
-            count += len(batch)
+            if why == UNDECODABLE:
+                # Its topic or properties are not UTF-8 (no append of ours writes such a record): the dispatch
+                # stays before it rather than skip a record, and each later confirm tries (and logs) again.
+                log.error("undecodable record at %d stops the dispatch", offset)
+                break
+            if why != LIMIT and why != BLANK:
+                break
         # Blank segment tails are not records: skip them so the reput offset reaches ``until``.
         if self.reput_offset < until:
             mf = self.commitlog.files.find(self.reput_offset)
@@ -98,6 +95,30 @@ class ReputService:
                 if self.reput_offset < until:
                     count += self.reput_from_log(until, notify=notify)
         return count
+
+    def _note_queue_offsets(self, batch: list[DispatchRequest]) -> None:
+        """Tag-code hooks, then the queue offsets: records that came in as bytes (a replica) were numbered by
+        another log, so later local appends must continue from their queue offsets."""
+        hooks = self.tag_code_hooks
+        if hooks:
+            for req in batch:
+                for hook in hooks:
+                    hook(req)
+        table = self.commitlog.queue_table
+        # Per run of one (topic, queue) (a batch is one): the table ends as the record-by-record update leaves it.
+        key: tuple[str, int] | None = None
+        top = -1
+        for req in batch:
+            if req.sys_flag & _HALVES_BIT:  # prepared and rolled-back halves take no queue offset
+                continue
+            if key is None or req.queue_id != key[1] or req.topic != key[0]:
+                if key is not None and table.get(key, 0) <= top:
+                    table[key] = top + 1
+                key, top = (req.topic, req.queue_id), req.queue_offset
+            elif req.queue_offset > top:
+                top = req.queue_offset
+        if key is not None and table.get(key, 0) <= top:
+            table[key] = top + 1
 
     def _dispatch_all(self, requests: list[DispatchRequest], *, notify: bool = True) -> None:
         for dispatcher in self.dispatchers:

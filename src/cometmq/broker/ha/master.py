@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
@@ -34,13 +34,16 @@ _CONFIRM_LINGER_S = 0.005
 
 class HAMaster:
     def __init__(self, config: HAConfig, store: MessageStore, epochs: EpochFile, sync: SyncState, *,
-                 clock: Callable[[], int], on_change: Callable[[], None]) -> None:
+                 clock: Callable[[], int], on_change: Callable[[], None],
+                 admit: Callable[[int, str], Awaitable[bool]] | None = None) -> None:
         self.config = config
         self.store = store
         self.epochs = epochs
         self.sync = sync
         self.clock = clock
         self._on_change = on_change
+        #: checks that a handshaking peer is a broker of this group (#3015); None: anyone with an id may link
+        self._admit = admit
         self._server: asyncio.Server | None = None
         self.links: dict[int, _Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -109,6 +112,11 @@ class HAMaster:
         if rid <= MASTER_ID:
             raise ha.HAProtocolError(f"a replica's broker id is 1 or more, not {rid}")
         if rid in self.links:
+            raise ha.HAProtocolError(f"replica {rid} is already linked from {self.links[rid].peer}")
+        host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+        if self._admit is not None and not await self._admit(rid, host):
+            raise ha.HAProtocolError(f"no broker {rid} of this group is registered at {host}: not a replica")
+        if rid in self.links:  # (linked meanwhile)
             raise ha.HAProtocolError(f"replica {rid} is already linked from {self.links[rid].peer}")
         writer.write(ha.encode_master_handshake(self.store.commitlog.max_offset, self.epochs.entries))
         await writer.drain()

@@ -59,6 +59,8 @@ class HAConfig:
 Register = Callable[[int, int], Awaitable[None]]
 #: an address of the group's master as the nameservers report it (replicas), or None
 MasterAddr = Callable[[], str | None]
+#: whether a peer on the HA port that says it is replica ``id`` from ``host`` is a broker of this group
+Admit = Callable[[int, str], Awaitable[bool]]
 
 
 class ReplicationService:
@@ -69,7 +71,7 @@ class ReplicationService:
                  clock: Callable[[], int], register: Register, master_ha_addr: MasterAddr,
                  master_addr: MasterAddr, start_master_services: Callable[[], Awaitable[None]],
                  stop_master_services: Callable[[], Awaitable[None]],
-                 on_truncated: Callable[[], None] | None = None) -> None:
+                 on_truncated: Callable[[], None] | None = None, admit: Admit | None = None) -> None:
         self.config = config
         self.store = store
         self.appender = appender
@@ -82,6 +84,7 @@ class ReplicationService:
         self._master_ha_addr = master_ha_addr
         self._master_addr = master_addr
         self._on_truncated = on_truncated
+        self._admit = admit
         #: the master named by the last demote (it wins over what the nameservers say)
         self._named_master: tuple[str | None, str | None] = (None, None)
         self._start_master_services = start_master_services
@@ -135,7 +138,7 @@ class ReplicationService:
                               epoch_start=self.epochs.entries[-1].start_offset if self.epochs.entries else 0)
         self._publish_confirm()
         self.master = HAMaster(self.config, self.store, self.epochs, self.sync, clock=self.clock,
-                               on_change=self._publish_confirm)
+                               on_change=self._publish_confirm, admit=self._admit)
         await self.master.start()
 
     def _become_replica(self) -> None:
@@ -221,7 +224,10 @@ class ReplicationService:
             self.master.appended()
 
     def acked(self, end: int) -> bool:
-        return self.sync.confirm_offset(self.store.commitlog.max_offset) >= end
+        # Below minInSyncReplicas nothing is acknowledged, not even what was waiting when the set shrank: those
+        # sends time out (FLUSH_SLAVE_TIMEOUT) rather than count as kept by too few brokers.
+        return self.sync.in_sync() >= self.config.min_in_sync_replicas and \
+            self.sync.confirm_offset(self.store.commitlog.max_offset) >= end
 
     def wait_acked(self, end: int) -> Awaitable[bool]:
         assert self._acks is not None
@@ -237,7 +243,10 @@ class ReplicationService:
         # The master alone: everything written is confirmed (dispatch needs no hold-back).
         self.store.set_confirm_offset(None if self.sync.counted() == {MASTER_ID} else confirm)
         if self._acks is not None:
-            self._acks.on_flushed(confirm)
+            if self.sync.in_sync() >= self.config.min_in_sync_replicas:
+                self._acks.on_flushed(confirm)
+            else:  # too few brokers keep them now: the waiting sends end FLUSH_SLAVE_TIMEOUT at once
+                self._acks.fail_all()
         if self.master is not None:
             self.master.appended()
 

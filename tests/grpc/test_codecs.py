@@ -132,6 +132,9 @@ def test_remoting_codes_map_to_grpc_codes() -> None:
     assert from_remoting(ResponseCode.TOPIC_NOT_EXIST) == pb.Code.TOPIC_NOT_FOUND
     assert from_remoting(ResponseCode.NO_MESSAGE) == pb.Code.INVALID_RECEIPT_HANDLE
     assert from_remoting(ResponseCode.SYSTEM_BUSY) == pb.Code.TOO_MANY_REQUESTS
+    # replication ([11]): stored but not acknowledged by the in-sync replicas; a replica refusing a send
+    assert from_remoting(ResponseCode.FLUSH_SLAVE_TIMEOUT) == pb.Code.SLAVE_PERSISTENCE_TIMEOUT
+    assert from_remoting(ResponseCode.FLUSH_DISK_TIMEOUT) == pb.Code.MASTER_PERSISTENCE_TIMEOUT
     assert from_remoting(99999) == pb.Code.INTERNAL_SERVER_ERROR
 
 

@@ -97,7 +97,7 @@ def test_killed_query_restarts_from_its_checkpoint(spark: SparkSession, server: 
     try:
         # Kill it (the driver and its JVM, SIGKILL) once 2 of its 5 micro-batches are committed.
         wait_until(lambda: (ck / "commits").exists() and len(list((ck / "commits").glob("[0-9]*"))) >= 2,
-                   150, "two committed micro-batches", interval=0.05)
+                   150, "two committed micro-batches", step=0.05)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)

@@ -164,8 +164,9 @@ def bench_produce(rounds: int, conf: dict[str, str], count: int) -> None:
            ratio_by_round=[round(x, 3) for x in ratios], median_ratio=round(statistics.median(ratios), 3))
 
 
-async def _paced_sends(namesrv: str, rate: int, seconds: float) -> list[float]:
-    """Single sends at ``rate`` per second (a tick every ms, each sending its share): send-to-ack latencies."""
+async def _paced_sends(namesrv: str, rate: int, seconds: float, batch: int = 1) -> list[float]:
+    """``rate`` messages per second, as sends of ``batch`` messages, each started on its due time:
+    send-to-ack latencies in ms (a failed or timed-out send counts as infinite)."""
     lat: list[float] = []
     pending: set[asyncio.Task[None]] = set()
     async with Producer("bench-ha-latency", namesrv=namesrv) as producer:
@@ -174,20 +175,26 @@ async def _paced_sends(namesrv: str, rate: int, seconds: float) -> list[float]:
         async def one(i: int) -> None:
             t0 = time.perf_counter()
             try:
-                result = await producer.send(Message("BenchLatency", b"x" * 100), queue=queues[i % len(queues)])
+                q = queues[i % len(queues)]
+                if batch == 1:
+                    ok = (await producer.send(Message("BenchLatency", b"x" * 100), queue=q)).ok
+                else:
+                    sent = await producer.send_batch([Message("BenchLatency", b"x" * 100)] * batch, queue=q)
+                    ok = all(r.ok for r in sent)
             except Exception:  # a timeout: counted as the longest latency there is
                 lat.append(float("inf"))
                 return
-            lat.append((time.perf_counter() - t0) * 1000 if result.ok else float("inf"))
+            lat.append((time.perf_counter() - t0) * 1000 if ok else float("inf"))
 
         for i in range(200):  # warm up the route and the connections
             await one(i)
         lat.clear()
         loop = asyncio.get_running_loop()
         start = loop.time()
-        total = int(rate * seconds)
+        sends_per_s = rate / batch
+        total = int(sends_per_s * seconds)
         for i in range(total):
-            due = start + i / rate
+            due = start + i / sends_per_s
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -198,18 +205,18 @@ async def _paced_sends(namesrv: str, rate: int, seconds: float) -> list[float]:
     return sorted(lat)
 
 
-def bench_latency(rounds: int, conf: dict[str, str], rate: int, seconds: float) -> None:
+def bench_latency(rounds: int, conf: dict[str, str], rate: int, seconds: float, batch: int) -> None:
     got: dict[str, list[tuple[float, float]]] = {"single": [], "replicated": []}
     for r in range(rounds):
         for setup, replicas in (("single", 0), ("replicated", 1)):
             with group(conf, replicas) as g:
-                lat = asyncio.run(_paced_sends(g.namesrv, rate, seconds))
+                lat = asyncio.run(_paced_sends(g.namesrv, rate, seconds, batch))
             p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
             got[setup].append((p50, p99))
-            report(part="latency", round=r, setup=setup, rate=rate, sends=len(lat), p50_ms=round(p50, 3),
+            report(part="latency", round=r, setup=setup, rate=rate, batch=batch, sends=len(lat), p50_ms=round(p50, 3),
                    p99_ms=round(p99, 3), max_ms=round(lat[-1], 3))
     added = [rep[1] - one[1] for rep, one in zip(got["replicated"], got["single"], strict=True)]
-    report(summary="latency", rate=rate, added_p99_ms_by_round=[round(x, 3) for x in added],
+    report(summary="latency", rate=rate, batch=batch, added_p99_ms_by_round=[round(x, 3) for x in added],
            median_added_p99_ms=round(statistics.median(added), 3))
 
 
@@ -286,6 +293,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=300_000, help="produce: messages per run")
     parser.add_argument("--rate", type=int, default=10_000, help="latency: sends per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency: how long")
+    parser.add_argument("--batch", type=int, default=1, help="latency: messages per send")
     parser.add_argument("--gib", type=float, default=1.0, help="catchup: backlog size")
     parser.add_argument("--defaults", action="store_true", help="RocketMQ's HA timings instead of the fast ones")
     parser.add_argument("--sync-flush", action="store_true", help="flushDiskType=SYNC_FLUSH on every broker")
@@ -298,7 +306,7 @@ def main() -> None:
     if "produce" in parts:
         bench_produce(args.rounds, conf, args.count)
     if "latency" in parts:
-        bench_latency(args.rounds, conf, args.rate, args.seconds)
+        bench_latency(args.rounds, conf, args.rate, args.seconds, args.batch)
     if "catchup" in parts:
         bench_catchup(args.rounds, conf, args.gib)
     if "failover" in parts:

@@ -173,10 +173,6 @@ class _Link:
         if frame.max_offset > end:
             raise ha.HAProtocolError(f"replica {self.replica_id} reports offset {frame.max_offset} beyond the "
                                      f"master's log end {end}")
-        rep = m.sync.replicas.get(self.replica_id)
-        if self.offset is not None and rep is not None and frame.max_offset <= rep.ack \
-                and not m.sync.on_ack(self.replica_id, frame.max_offset, end, m.clock()):
-            return  # an ack of nothing new (after a heartbeat): it still counts as caught up; nothing moved
         if self.offset is None:  # the first report: where the replica's log ends after its truncation
             start = frame.max_offset
             if start == 0:
@@ -185,8 +181,12 @@ class _Link:
             m.sync.connected(self.replica_id, m.clock())
             log.info("replica %d (%s) linked; transfer starts at %d", self.replica_id, self.peer, start)
             self.wake.set()
+        rep = m.sync.replicas[self.replica_id]
+        moved = frame.max_offset > rep.ack
         if m.sync.on_ack(self.replica_id, frame.max_offset, end, m.clock()):
             log.info("replica %d joined the SyncStateSet, now %s", self.replica_id, sorted(m.sync.members))
+        elif not moved:
+            return  # an ack of nothing new (after a heartbeat): it still counts as caught up; nothing moved
         m._on_change()
 
     # -- transfer ---------------------------------------------------------------------------------------------

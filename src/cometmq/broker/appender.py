@@ -120,9 +120,16 @@ class Appender:
         return AppendBatcher(self._loop, put)
 
     def _put_and_ship(self, msgs: list[MessageInner], request_flush: bool = True) -> PutResult:
+        gate = self._gate
+        if gate is not None:
+            # Asked again at the append itself: a batched request waits for the end of the loop turn, and the
+            # broker's role may have changed since it was taken (a demoted master must not write).
+            refusal = gate.refusal()
+            if refusal is not None:
+                return refusal
         result = self._store.put_messages(msgs, request_flush)
-        if result.ok and self._gate is not None:
-            self._gate.appended(result.end_offset)
+        if result.ok and gate is not None:
+            gate.appended(result.end_offset)
         return result
 
     def close(self) -> None:
@@ -145,9 +152,6 @@ class Appender:
     def append(self, msgs: list[MessageInner]) -> PutResult:
         """Append now, as one contiguous batch, and dispatch; not yet durable (``durable`` waits for that)."""
         if self._gate is not None:
-            refusal = self._gate.refusal()
-            if refusal is not None:
-                return refusal
             return self._put_and_ship(msgs)
         return self._store.put_messages(msgs)
 

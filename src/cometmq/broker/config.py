@@ -96,6 +96,21 @@ class BrokerConfig:
     slave_ack_timeout_ms: int = 3_000
     #: the most log bytes one transfer frame carries (RocketMQ: 32 KiB; its replicas read up to 4 MiB)
     ha_transfer_batch_size: int = 256 * 1024
+    #: controller mode (RocketMQ 5's keys; docs/replication.md "Controller mode"): the controller hands out the
+    #: broker id, elects the master and keeps the SyncStateSet. Off by default.
+    enable_controller_mode: bool = False
+    #: the controllers, "host:port;host:port"
+    controller_addr: str = ""
+    #: how often a broker heartbeats to every controller (oneway BROKER_HEARTBEAT)
+    broker_heartbeat_interval_ms: int = 1000
+    #: a broker not heard from for this long is dead to the controller; a master also uses it for its lease
+    controller_heartbeat_timeout_ms: int = 10_000
+    #: how often a replica asks the controller leader for the group's master and set (GET_REPLICA_INFO)
+    sync_broker_metadata_period_ms: int = 5000
+    #: how often a broker asks the controllers who their leader is (GET_METADATA_INFO)
+    sync_controller_metadata_period_ms: int = 5000
+    #: lower is preferred in elections (RocketMQ's default: Integer.MAX_VALUE)
+    election_priority: int = 2**31 - 1
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -109,6 +124,10 @@ class BrokerConfig:
     @property
     def ha_addr(self) -> str:
         return f"{self.broker_ip or self.listen_host}:{self.ha_port}"
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        return [a.strip() for a in self.controller_addr.replace(",", ";").split(";") if a.strip()]
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -167,6 +186,14 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "haHousekeepingInterval": ("ha_housekeeping_interval_ms", int),
     "slaveTimeout": ("slave_ack_timeout_ms", int),
     "haTransferBatchSize": ("ha_transfer_batch_size", int),
+    "enableControllerMode": ("enable_controller_mode", _bool),
+    "controllerAddr": ("controller_addr", str),
+    "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int),
+    "controllerHeartBeatTimeoutMills": ("controller_heartbeat_timeout_ms", int),
+    "syncBrokerMetadataPeriod": ("sync_broker_metadata_period_ms", int),
+    "syncControllerMetadataPeriod": ("sync_controller_metadata_period_ms", int),
+    "brokerElectionPriority": ("election_priority", int),
+    "electionPriority": ("election_priority", int),
 }
 #: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
 IGNORED_KEYS = frozenset({"brokerRole", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",

@@ -13,6 +13,7 @@ from cometmq.broker.appender import Appender
 from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupManager
+from cometmq.broker.ha.controller_client import ControllerClient, ControllerModeConfig
 from cometmq.broker.ha.metadata import MetadataProcessor, SlaveMetadataSync
 from cometmq.broker.ha.processor import HAProcessor
 from cometmq.broker.ha.service import HAConfig, ReplicationService, Role
@@ -89,6 +90,15 @@ class BrokerController:
                                     consumers=self.consumers, producers=self.producers, locks=self.locks,
                                     held_pulls=lambda: self.hold.held_count, clock=clock)
         self.pop_processor = PopProcessor(config, store, groups, topics, self.pop)
+        # Controller mode (off by default): the controller names the id, the role and the SyncStateSet.
+        self.controller_mode = ControllerModeConfig(
+            config.broker_cluster_name, config.broker_name, tuple(config.controller_addrs),
+            heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+            heartbeat_timeout_ms=config.controller_heartbeat_timeout_ms,
+            sync_broker_metadata_period_ms=config.sync_broker_metadata_period_ms,
+            sync_controller_metadata_period_ms=config.sync_controller_metadata_period_ms,
+            election_priority=config.election_priority) if config.enable_controller_mode else None
+        self.controller_client: ControllerClient | None = None
         # Replication: the broker's role in its group, the HA link, and the gate the appender asks.
         self.replication = ReplicationService(
             # Port 0 (tests): the HA port is an ephemeral one too.
@@ -105,7 +115,10 @@ class BrokerController:
             master_addr=lambda: self.registrar.master_addr if self.registrar is not None else None,
             on_truncated=self.timer.service.on_log_truncated if self.timer.service is not None else None,
             admit=self._is_group_member,
-            start_master_services=self._start_master_services, stop_master_services=self._stop_master_services)
+            start_master_services=self._start_master_services, stop_master_services=self._stop_master_services,
+            controller_mode=self.controller_mode is not None,
+            lease_ms=self.controller_mode.lease_ms if self.controller_mode is not None else 0,
+            propose_sync_state_set=self._propose_sync_state_set)
         self.ha_processor = HAProcessor(self.replication, cluster=config.broker_cluster_name,
                                         broker_name=config.broker_name)
         self.metadata = MetadataProcessor(offsets=offsets, schedule=self.schedule, timer=self.timer.service)
@@ -173,22 +186,32 @@ class BrokerController:
             self.config = self.config.replace(listen_port=self.server.port)
             self.store.commitlog.store_host = _packed_host(self.config)
         self._housekeeping.start()
-        if self.config.namesrv_addrs:
-            registrar = NamesrvRegistrar(self.client, self.config.namesrv_addrs, self.config.broker_cluster_name,
-                                         self.config.broker_name, self.replication.broker_id, self.addr,
-                                         self.ha_addr, self.topics.all,
-                                         self.config.register_interval_ms / 1000,
-                                         state_version=self.replication.epoch)
-            self.registrar = registrar
-            await registrar.start()
+        if self.controller_mode is not None:
+            # No nameserver registration before the controller has named the role (_register_as starts it).
+            self.controller_client = ControllerClient(self.controller_mode, self.client, self.replication,
+                                                      meta_dir=Path(self.config.store.store_path),
+                                                      broker_addr=lambda: self.addr, clock=self.clock)
+            await self.controller_client.start()
+        elif self.config.namesrv_addrs:
+            await self._start_registrar(self.replication.broker_id, self.replication.epoch)
         self.started = True
         log.info("broker %s listening on %s (data in %s)", self.config.broker_name, self.addr,
                  self.config.store.store_path)
+
+    async def _start_registrar(self, broker_id: int, state_version: int) -> None:
+        assert self.client is not None
+        registrar = NamesrvRegistrar(self.client, self.config.namesrv_addrs, self.config.broker_cluster_name,
+                                     self.config.broker_name, broker_id, self.addr, self.ha_addr, self.topics.all,
+                                     self.config.register_interval_ms / 1000, state_version=state_version)
+        self.registrar = registrar
+        await registrar.start()
 
     async def stop(self) -> None:
         if not self.started:
             return
         self.started = False
+        if self.controller_client is not None:
+            await self.controller_client.stop()
         if self.registrar is not None:
             await self.registrar.stop()
         await self._housekeeping.stop()
@@ -242,6 +265,12 @@ class BrokerController:
             self.metadata_sync.wakeup()
         if self.registrar is not None:
             await self.registrar.set_identity(broker_id, state_version, self.ha_addr)
+        elif self.controller_mode is not None and self.config.namesrv_addrs and self.client is not None:
+            await self._start_registrar(broker_id, state_version)
+
+    def _propose_sync_state_set(self) -> None:
+        if self.controller_client is not None:
+            self.controller_client.propose()
 
     def _master_ha_addr(self) -> str | None:
         registrar = self.registrar

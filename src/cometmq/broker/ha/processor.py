@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from cometmq.broker.ha.role import role_info
 from cometmq.broker.ha.service import FencedError, ReplicationService
 from cometmq.broker.ha.sync_state import MASTER_ID
 from cometmq.net.connection import Handler, RemotingConnection
@@ -40,9 +41,22 @@ class HAProcessor:
 
     async def role_changed(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         """``toThisBroker=true``: this broker becomes the master at masterEpoch. Otherwise it follows the master at
-        masterAddress / masterHaAddress (the nameservers' master when they are absent) as replica ``brokerId``."""
+        masterAddress / masterHaAddress (the nameservers' master when they are absent) as replica ``brokerId``.
+
+        A controller's notification (RocketMQ's fields: masterBrokerId, masterAddress, masterEpoch,
+        syncStateSetEpoch, the SyncStateSet body; no ``toThisBroker``) names the master by its broker id: this
+        broker becomes the master when the id is its own, else follows it, and a master takes the set; all only at
+        a master epoch above the last one it acted on."""
         epoch = _int_field(cmd, "masterEpoch")
         fields = cmd.ext_fields
+        if "toThisBroker" not in fields and fields.get("masterBrokerId") not in (None, ""):
+            done = await self.replication.apply_role(role_info(fields, cmd.body))
+            if done == "ignored":
+                raise RemotingError(ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
+                                    f"master epoch {epoch} is not above this broker's "
+                                    f"{max(self.replication.acted_epoch, self.replication.epoch)}")
+            return make_response(cmd, ResponseCode.SUCCESS, done, {"brokerId": str(self.replication.broker_id),
+                                                                   "masterEpoch": str(self.replication.epoch)})
         promote = fields.get("toThisBroker", "").lower() == "true"
         try:
             if promote:

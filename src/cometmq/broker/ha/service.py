@@ -10,6 +10,12 @@ on an epoch lower than the one it has (fencing). A new master appends its epoch 
 dispatched, starts the master-only services and registers as id 0 with the epoch as its state version; a
 demoted master stops them, follows the new master (which truncates what the new master does not have) and
 registers under a replica id.
+
+In controller mode (``controller_mode``; ``controller_client.py`` talks to the controller) the broker starts
+unconfirmed: it takes no writes until the controller has named its role (#6508), and it acts only on a master
+epoch above the one it last acted on (``apply_role``). A master proposes SyncStateSet changes instead of making
+them (``SyncState.propose``), and stops acknowledging writes once it has heard neither from the controller nor
+from any replica for ``lease_ms`` (#7017).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from cometmq.broker.appender import Appender
 from cometmq.broker.ha.master import HAMaster
 from cometmq.broker.ha.replica import HAReplica
+from cometmq.broker.ha.role import RoleInfo
 from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
 from cometmq.broker.offset_waiter import OffsetWaiter
 from cometmq.common.periodic import Periodic
@@ -71,7 +78,9 @@ class ReplicationService:
                  clock: Callable[[], int], register: Register, master_ha_addr: MasterAddr,
                  master_addr: MasterAddr, start_master_services: Callable[[], Awaitable[None]],
                  stop_master_services: Callable[[], Awaitable[None]],
-                 on_truncated: Callable[[], None] | None = None, admit: Admit | None = None) -> None:
+                 on_truncated: Callable[[], None] | None = None, admit: Admit | None = None,
+                 controller_mode: bool = False, lease_ms: int = 0,
+                 propose_sync_state_set: Callable[[], None] | None = None) -> None:
         self.config = config
         self.store = store
         self.appender = appender
@@ -79,7 +88,18 @@ class ReplicationService:
         self.clock = clock
         #: the id this broker has as a replica (its configured id; 1 for a configured master that is demoted)
         self.replica_id = broker_id if broker_id != MASTER_ID else 1
-        self.role = Role.MASTER if broker_id == MASTER_ID else Role.SLAVE
+        self.controller_mode = controller_mode
+        # In controller mode every broker starts as a replica and waits for the controller's word.
+        self.role = Role.MASTER if broker_id == MASTER_ID and not controller_mode else Role.SLAVE
+        #: controller mode: whether the controller has named this broker's role since it started (#6508)
+        self.confirmed = not controller_mode
+        #: the master epoch of the last role taken at the controller's word (0: none yet)
+        self.acted_epoch = 0
+        #: controller mode: a master that heard neither from the controller nor from a replica for this long
+        #: acknowledges nothing (0: no lease)
+        self.lease_ms = lease_ms
+        self._contact_ms = 0
+        self._propose = propose_sync_state_set
         self._register = register
         self._master_ha_addr = master_ha_addr
         self._master_addr = master_addr
@@ -89,7 +109,8 @@ class ReplicationService:
         self._named_master: tuple[str | None, str | None] = (None, None)
         self._start_master_services = start_master_services
         self._stop_master_services = stop_master_services
-        self.sync = SyncState(all_ack=config.all_ack, max_not_catchup_ms=config.max_not_catchup_ms)
+        self.sync = SyncState(all_ack=config.all_ack, max_not_catchup_ms=config.max_not_catchup_ms,
+                              propose=controller_mode)
         self.master: HAMaster | None = None
         self.replica: HAReplica | None = None
         self._acks: OffsetWaiter | None = None
@@ -115,6 +136,9 @@ class ReplicationService:
                 self.epochs.append(1, self.store.commitlog.min_offset)
             self._master_services_running = True
             await self._become_master()
+        elif self.controller_mode:
+            # Nothing is visible above the log end until a master confirms it; no link until one is named.
+            self.store.set_confirm_offset(self.store.commitlog.max_offset)
         else:
             self._become_replica()
         self._housekeeping.start()
@@ -135,7 +159,8 @@ class ReplicationService:
 
     async def _become_master(self) -> None:
         self.sync = SyncState(all_ack=self.config.all_ack, max_not_catchup_ms=self.config.max_not_catchup_ms,
-                              epoch_start=self.epochs.entries[-1].start_offset if self.epochs.entries else 0)
+                              epoch_start=self.epochs.entries[-1].start_offset if self.epochs.entries else 0,
+                              propose=self.controller_mode)
         self._publish_confirm()
         self.master = HAMaster(self.config, self.store, self.epochs, self.sync, clock=self.clock,
                                on_change=self._publish_confirm, admit=self._admit)
@@ -162,14 +187,18 @@ class ReplicationService:
         return self._named_master[0] or self._master_addr()
 
     # -- role changes -----------------------------------------------------------------------------------------
-    async def promote(self, epoch: int) -> None:
-        """Become the group's master at ``epoch`` (> the broker's own)."""
+    async def promote(self, epoch: int, *, resume: bool = False) -> None:
+        """Become the group's master at ``epoch`` (> the broker's own). ``resume``: at the broker's own epoch,
+        with no new epoch entry (controller mode: a restarted master the controller still names at that epoch)."""
         async with self._lock:
-            if epoch <= self.epoch:
+            if resume and epoch != self.epoch:
+                raise FencedError(f"cannot resume at epoch {epoch}: this broker's epoch is {self.epoch}")
+            if not resume and epoch <= self.epoch:
                 raise FencedError(f"epoch {epoch} is not above this broker's epoch {self.epoch}")
             await self._stop_link()
             end = self.store.commitlog.max_offset
-            self.epochs.append(epoch, end)
+            if not resume:
+                self.epochs.append(epoch, end)
             self.role = Role.MASTER
             self.store.set_confirm_offset(None)
             await self._dispatched(end)
@@ -208,8 +237,95 @@ class ReplicationService:
         while self.store.reput.reput_offset < end and loop.time() < deadline:
             await asyncio.sleep(0.005)
 
+    # -- controller mode --------------------------------------------------------------------------------------
+    def set_broker_id(self, broker_id: int) -> None:
+        """The id the controller assigned (controller mode, before the first role is taken)."""
+        if broker_id == MASTER_ID:
+            raise ValueError("a controller-assigned broker id is 1 or more")
+        self.replica_id = broker_id
+
+    async def apply_role(self, info: RoleInfo) -> str:
+        """Take the role the controller names, only at a master epoch above the last one acted on (the first
+        answer after a start may also confirm the role at the broker's own epoch). Returns what was done."""
+        me, epoch = self.replica_id, info.master_epoch
+        newer = epoch > self.acted_epoch or (not self.confirmed and epoch == self.acted_epoch)
+        if not newer:
+            if epoch == self.acted_epoch and info.master_id == me and self.role is Role.MASTER:
+                return "set" if self._adopt(info) else "unchanged"
+            return "ignored" if epoch < self.acted_epoch else "unchanged"
+        try:
+            if info.master_id is None:
+                # The controller has no master at this epoch: one that was ours is over (fenced); take no
+                # writes until an election names one.
+                self.acted_epoch, self.confirmed = epoch, False
+                if self.role is Role.MASTER:
+                    await self.demote(max(epoch, self.epoch + 1))
+                    self.confirmed = False
+                return "no master"
+            if info.master_id == me:
+                if self.role is Role.MASTER and epoch == self.epoch:
+                    pass  # (already the master at this epoch: confirm it)
+                else:
+                    await self.promote(epoch, resume=epoch == self.epoch and not self.confirmed)
+                done = "promoted"
+            else:
+                await self.demote(epoch, info.master_ha_addr, me, info.master_addr)
+                done = "demoted"
+        except FencedError as exc:
+            log.warning("ignoring the controller's role at master epoch %d: %s", epoch, exc)
+            return "ignored"
+        self.acted_epoch, self.confirmed = epoch, True
+        self._contact_ms = self.clock()
+        self._adopt(info)
+        return done
+
+    def _adopt(self, info: RoleInfo) -> bool:
+        """Take the controller's SyncStateSet when this broker is the master and the set is newer."""
+        members = info.sync_state_set
+        if self.role is not Role.MASTER or members is None or info.master_id != self.replica_id:
+            return False
+        if info.sync_state_set_epoch <= self.sync.epoch and self.sync.epoch != 0:
+            return False
+        local = frozenset(MASTER_ID if i == self.replica_id else i for i in members)
+        self.sync.adopt(local, info.sync_state_set_epoch, self.clock())
+        log.info("SyncStateSet is now %s (set epoch %d)", sorted(members), info.sync_state_set_epoch)
+        self._publish_confirm()
+        return True
+
+    def controller_ids(self, members: frozenset[int]) -> frozenset[int]:
+        """A local set (the master as 0) in the controller's ids."""
+        return frozenset(self.replica_id if i == MASTER_ID else i for i in members)
+
+    def sync_altered(self, proposed: frozenset[int], info: RoleInfo | None) -> None:
+        """The controller answered the proposal ``proposed`` (local ids): ``info`` holds the set now in force
+        (the new one, or the controller's current one after a refusal); None: dropped with nothing learnt."""
+        if self.sync.pending != proposed:
+            return  # (the master changed, or another answer came first)
+        if info is None or not self._adopt(info):
+            self.sync.pending = None
+            self._publish_confirm()
+
+    def controller_contact(self) -> None:
+        """The controller leader answered (lease renewal)."""
+        self._contact_ms = self.clock()
+
+    def lease_expired(self) -> bool:
+        """A master in controller mode that heard neither from the controller nor from a replica for longer
+        than ``lease_ms``: a new master may have been elected meanwhile, so it acknowledges nothing (#7017)."""
+        if not self.controller_mode or self.role is not Role.MASTER or self.lease_ms <= 0:
+            return False
+        heard = max(self._contact_ms, self.sync.last_heard() or 0)
+        return self.clock() - heard > self.lease_ms
+
     # -- the gate the appender asks ---------------------------------------------------------------------------
     def refusal(self) -> PutResult | None:
+        if not self.confirmed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                             remark="this broker's role is not confirmed by the controller yet")
+        if self.lease_expired():
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                             remark=f"this master heard neither from the controller nor from a replica for "
+                                    f"{self.lease_ms} ms: it takes no writes until the controller answers")
         if self.role is not Role.MASTER:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="this broker is a replica (slave) of its group: writes go to the master")
@@ -227,7 +343,7 @@ class ReplicationService:
         # Below minInSyncReplicas nothing is acknowledged, not even what was waiting when the set shrank: those
         # sends time out (FLUSH_SLAVE_TIMEOUT) rather than count as kept by too few brokers.
         return self.sync.in_sync() >= self.config.min_in_sync_replicas and \
-            self.sync.confirm_offset(self.store.commitlog.max_offset) >= end
+            self.sync.confirm_offset(self.store.commitlog.max_offset) >= end and not self.lease_expired()
 
     def wait_acked(self, end: int) -> Awaitable[bool]:
         assert self._acks is not None
@@ -242,7 +358,9 @@ class ReplicationService:
         confirm = self.sync.confirm_offset(end)
         # The master alone: everything written is confirmed (dispatch needs no hold-back).
         self.store.set_confirm_offset(None if self.sync.counted() == {MASTER_ID} else confirm)
-        if self._acks is not None:
+        if self.sync.pending is not None and self._propose is not None:
+            self._propose()
+        if self._acks is not None and not self.lease_expired():
             if self.sync.in_sync() >= self.config.min_in_sync_replicas:
                 self._acks.on_flushed(confirm)
             else:  # too few brokers keep them now: the waiting sends end FLUSH_SLAVE_TIMEOUT at once
@@ -253,7 +371,11 @@ class ReplicationService:
     def _housekeep(self) -> None:
         if self.role is Role.MASTER:
             gone = self.sync.shrink(self.clock())
-            if gone:
+            if gone and self.sync.propose:
+                log.warning("replicas %s not caught up for %d ms: proposing the SyncStateSet %s to the controller",
+                            sorted(gone), self.config.max_not_catchup_ms, sorted(self.sync.pending or ()))
+                self._publish_confirm()
+            elif gone:
                 log.warning("replicas %s left the SyncStateSet (not caught up for %d ms); set is now %s",
                             sorted(gone), self.config.max_not_catchup_ms, sorted(self.sync.members))
                 self._publish_confirm()
@@ -264,6 +386,9 @@ class ReplicationService:
                                   "haAddr": f"{self.config.host}:{port}",
                                   "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries],
                                   "maxOffset": self.store.commitlog.max_offset}
+        if self.controller_mode:
+            out.update(controllerMode=True, confirmed=self.confirmed, controllerId=self.replica_id,
+                       leaseExpired=self.lease_expired())
         if self.role is Role.MASTER:
             out["syncStateSet"] = sorted(self.sync.members)
             out["syncStateSetEpoch"] = self.sync.epoch

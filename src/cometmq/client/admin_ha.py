@@ -169,7 +169,9 @@ class ReplicationAdmin:
         ha_addr = ha_addr or _ha_port_plus_one(master_addr)
         _check_epoch(epoch)
         fields: dict[str, object] = {"masterEpoch": epoch, "masterAddress": master_addr, "masterHaAddress": ha_addr,
-                                     "masterBrokerId": 0}
+                                     "masterBrokerId": 0,
+                                     # an operator's order, not a controller's notification (broker/ha/processor.py)
+                                     "toThisBroker": "false"}
         if broker_id is not None:
             fields["brokerId"] = broker_id
         return await self._role_change(broker_addr, fields, "demote")

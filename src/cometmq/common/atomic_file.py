@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
+    # A temp name of this writer's own: two writers of one file (a background persist and a stop) must not
+    # rename each other's temp file away; the last rename wins, each whole.
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

@@ -1,4 +1,5 @@
-"""The ``cometmq`` command: namesrv, broker, serve (both in one process), and cluster (a local broker group)."""
+"""The ``cometmq`` command: namesrv, controller, broker, serve (namesrv and broker in one process), and cluster
+(a local broker group)."""
 
 from __future__ import annotations
 
@@ -141,18 +142,52 @@ async def _stop_grpc(proxy: object | None) -> None:
 def namesrv(
     port: Annotated[int, typer.Option(help="port to listen on")] = 9876,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    controller_data: Annotated[Path | None, typer.Option(
+        help="run the controller in this nameserver, its log in DIR (RocketMQ's enableControllerInNamesrv)")] = None,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
     """Run a nameserver (route registry)."""
     _setup_logging(log_level)
-    from cometmq.namesrv.server import NamesrvConfig, NamesrvController
+    from cometmq.namesrv.server import EmbeddedService, NamesrvConfig, NamesrvController
 
     async def main() -> None:
         stop = _stop_event()
-        ctl = NamesrvController(NamesrvConfig(host=host, port=port))
+        embedded: list[EmbeddedService] = []
+        if controller_data is not None:
+            from cometmq.controller.log import LocalLog
+            from cometmq.controller.processors import ControllerConfig, ControllerProcessors
+
+            embedded.append(ControllerProcessors(ControllerConfig(host=host, port=port), LocalLog(controller_data),
+                                                 address=lambda: ctl.addr))
+        ctl = NamesrvController(NamesrvConfig(host=host, port=port), embedded=embedded)
         await ctl.start()
         _server_gc()
         print(f"cometmq namesrv listening on {host}:{ctl.port}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await ctl.stop()
+
+    _run(main())
+
+
+@app.command()
+def controller(
+    data: Annotated[Path, typer.Option(help="folder of the controller's log (controller.log)")],
+    port: Annotated[int, typer.Option(help="port to listen on")] = 9878,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+) -> None:
+    """Run a controller (one node, its decisions in a durable local log): elects each broker group's master."""
+    _setup_logging(log_level)
+    from cometmq.controller.log import LocalLog
+    from cometmq.controller.server import ControllerConfig, ControllerServer
+
+    async def main() -> None:
+        stop = _stop_event()
+        ctl = ControllerServer(ControllerConfig(host=host, port=port), LocalLog(data))
+        await ctl.start()
+        print(f"cometmq controller listening on {ctl.addr}", flush=True)
         try:
             await stop.wait()
         finally:

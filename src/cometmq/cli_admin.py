@@ -227,3 +227,72 @@ def demote(
     change = _admin_call(broker, timeout, lambda admin: admin.demote(broker, master, epoch=epoch, broker_id=broker_id,
                                                              master_ha_addr=master_ha))
     typer.echo(f"{broker} now follows {master} as replica {change.broker_id} (its log's last epoch: {change.epoch})")
+
+
+# -- the controller (docs/controller.md) ---------------------------------------------------------------------
+_CONTROLLER_HELP = "a controller's address, host:port (a follower's answer is followed to the leader)"
+
+
+def _replicas_text(replicas: Any) -> str:
+    return ", ".join(f"{r.broker_id}@{r.address}{'' if r.alive else ' (dead)'}" for r in replicas) or "-"
+
+
+@admin_app.command("controller-metadata")
+def controller_metadata(
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
+) -> None:
+    """The controller group, its leader and peers (GET_METADATA_INFO; mqadmin getControllerMetaData)."""
+    meta = _admin_call(controller, timeout, lambda admin: admin.get_controller_metadata(controller))
+    typer.echo(f"#ControllerGroup\t{meta.group or '-'}\n#ControllerLeaderId\t{meta.leader_id or '-'}\n"
+               f"#ControllerLeaderAddress\t{meta.leader_addr or '-'}\n#IsLeader\t{str(meta.is_leader).lower()}\n"
+               f"#Peers\t{meta.peers or '-'}")
+
+
+@admin_app.command("sync-state")
+def sync_state(
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    broker_names: Annotated[list[str], typer.Option("-b", "--broker-name", help="a broker group (repeatable)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the groups as JSON")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
+) -> None:
+    """Each group's master, epochs and SyncStateSet as the controller has them (GET_SYNC_STATE_DATA;
+    mqadmin getSyncStateSet)."""
+    groups = _admin_call(controller, timeout, lambda admin: admin.get_sync_state_data(controller, broker_names))
+    missing = [n for n in broker_names if n not in groups]
+    if as_json:
+        typer.echo(json.dumps({n: {"masterBrokerId": g.master_id, "masterAddress": g.master_addr,
+                                   "masterEpoch": g.master_epoch, "syncStateSetEpoch": g.sync_state_set_epoch,
+                                   "inSyncReplicas": [r.broker_id for r in g.in_sync],
+                                   "notInSyncReplicas": [r.broker_id for r in g.not_in_sync]}
+                               for n, g in groups.items()}, indent=2, sort_keys=True))
+    else:
+        table = Table(title=f"SyncStateSets at {controller}", title_justify="left")
+        for col in ("broker name", "master", "master epoch", "set epoch", "in sync", "not in sync"):
+            table.add_column(col)
+        for name, g in sorted(groups.items()):
+            master = "none" if g.master_id is None else f"{g.master_id}@{g.master_addr or '?'}"
+            table.add_row(name, master, str(g.master_epoch), str(g.sync_state_set_epoch),
+                          _replicas_text(g.in_sync), _replicas_text(g.not_in_sync))
+        Console(width=max(100, Console().width)).print(table)
+    if missing:
+        typer.echo(f"not known to the controller: {', '.join(missing)}", err=True)
+        raise typer.Exit(1)
+
+
+@admin_app.command("elect-master")
+def elect_master(
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    cluster: Annotated[str, typer.Option("--cluster", help="the broker group's cluster")],
+    broker_name: Annotated[str, typer.Option("--broker-name", help="the broker group")],
+    broker_id: Annotated[int | None, typer.Option(min=1, help="the broker to make master (an alive member of the "
+                                                              "SyncStateSet; default: the controller chooses)",
+                                                  show_default=False)] = None,
+    timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
+) -> None:
+    """Elect a master for a broker group (ELECT_MASTER; mqadmin electMaster)."""
+    result = _admin_call(controller, timeout,
+                         lambda admin: admin.elect_master(controller, cluster, broker_name, broker_id))
+    master = "none" if result.master_id is None else f"{result.master_id} ({result.master_addr or '?'})"
+    typer.echo(f"{broker_name}: master {master} at epoch {result.master_epoch}, SyncStateSet "
+               f"{{{', '.join(str(i) for i in result.sync_state_set)}}} (epoch {result.sync_state_set_epoch})")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from cometmq.client.admin_controller import ControllerAdmin
 from cometmq.client.admin_ha import EpochCache, EpochRange, HAStatus, ReplicationAdmin, RoleChange, _json_object
 from cometmq.client.errors import (
     BrokerError,
@@ -240,7 +241,7 @@ def _records(body: bytes, broker_name: str) -> list[MessageExt]:
 
 
 # -- the admin client ---------------------------------------------------------------------------------------------
-class Admin(ReplicationAdmin):
+class Admin(ReplicationAdmin, ControllerAdmin):
     """An asyncio admin client (RocketMQ's DefaultMQAdminExt, the parts a user needs)."""
 
     def __init__(self, *, namesrv: str | Iterable[str] | None = None, instance: ClientInstance | None = None,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Protocol
 
 from cometmq.common.periodic import Periodic
 from cometmq.namesrv.processors import NamesrvProcessors
 from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
-from cometmq.net.connection import RemotingConnection
+from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -27,15 +28,38 @@ class NamesrvConfig:
     broker_expiry_s: float = DEFAULT_BROKER_EXPIRY_S
 
 
+class EmbeddedService(Protocol):
+    """A service served on the nameserver's port beside the route table: the controller when RocketMQ's
+    ``enableControllerInNamesrv`` is on (built by the caller: the nameserver does not import the controller)."""
+
+    def handlers(self) -> dict[int, Handler]: ...
+
+    def connection_closed(self, conn: RemotingConnection) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class NamesrvController:
     """Owns the route table, the remoting server and the expiry scan; ``start()`` / ``stop()`` them together."""
 
-    def __init__(self, config: NamesrvConfig | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: NamesrvConfig | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 embedded: Sequence[EmbeddedService] = ()) -> None:
         self.config = config or NamesrvConfig()
         self.route_info = RouteInfoManager(clock, self.config.broker_expiry_s)
         self.processors = NamesrvProcessors(self.route_info)
-        self._server = RemotingServer(self.config.host, self.config.port, self.processors.dispatcher())
+        self.embedded = tuple(embedded)
+        dispatcher = self.processors.dispatcher()
+        for service in self.embedded:
+            clash = dispatcher.keys() & service.handlers().keys()
+            if clash:
+                raise ValueError(f"request codes {sorted(clash)} are served twice")
+            dispatcher.update(service.handlers())
+        self._server = RemotingServer(self.config.host, self.config.port, dispatcher)
         self._server.add_close_callback(self._connection_closed)
+        for service in self.embedded:
+            self._server.add_close_callback(service.connection_closed)
         self._scan = Periodic("namesrv-scan", self.config.scan_interval_s, self.scan_once, logger=log)
 
     @property
@@ -51,13 +75,27 @@ class NamesrvController:
     async def start(self) -> None:
         if self._scan.running:
             raise RuntimeError("nameserver already started")
-        await self._server.start()
+        for i, service in enumerate(self.embedded):  # ready (a controller's state replayed) before any request
+            try:
+                await service.start()
+            except BaseException:
+                for started in reversed(self.embedded[:i]):
+                    await started.stop()
+                raise
+        try:
+            await self._server.start()
+        except BaseException:
+            for service in reversed(self.embedded):
+                await service.stop()
+            raise
         self._scan.start()  # a failing pass is logged with its traceback; the scan goes on
         log.info("nameserver serving on %s", self.addr)
 
     async def stop(self) -> None:
         await self._scan.stop()
         await self._server.stop()
+        for service in reversed(self.embedded):
+            await service.stop()
 
     async def __aenter__(self) -> NamesrvController:
         await self.start()

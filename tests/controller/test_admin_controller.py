@@ -1,0 +1,44 @@
+"""The admin SDK's controller calls (client/admin_controller.py) against an in-process ControllerServer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cometmq.client.admin import Admin
+from cometmq.client.errors import BrokerError
+from cometmq.controller.log import LocalLog
+from cometmq.controller.server import ControllerConfig, ControllerServer
+from cometmq.protocol.codes import ResponseCode as RC
+from tests.controller.test_server import CLUSTER, NAME, FakeClock, heartbeat, join
+
+
+async def test_metadata_sync_state_and_elections(tmp_path: Path) -> None:
+    from cometmq.net.client import RemotingClient
+
+    clock = FakeClock()
+    async with ControllerServer(ControllerConfig(port=0, scan_interval_s=3600), LocalLog(tmp_path), clock) as ctl, \
+            RemotingClient() as raw, Admin(namesrv=ctl.addr) as admin:
+        meta = await admin.get_controller_metadata(ctl.addr)
+        assert meta.is_leader and meta.leader_addr == ctl.addr and meta.leader_id == "n0"
+
+        assert await join(raw, ctl, "127.0.0.1:1") == 1
+        assert await join(raw, ctl, "127.0.0.1:2") == 2
+        await heartbeat(raw, ctl, 1, "127.0.0.1:1")
+        result = await admin.elect_master(ctl.addr, CLUSTER, NAME, 1)
+        assert (result.master_id, result.master_addr, result.master_epoch) == (1, "127.0.0.1:1", 1)
+        assert result.sync_state_set == (1,) and result.broker_addrs == {1: "127.0.0.1:1", 2: "127.0.0.1:2"}
+        with pytest.raises(BrokerError) as err:  # broker 2 is not in the SyncStateSet
+            await admin.elect_master(ctl.addr, CLUSTER, NAME, 2)
+        assert err.value.code == RC.CONTROLLER_ELECT_MASTER_FAILED
+        with pytest.raises(BrokerError) as err:  # the controller's choice: the master is alive
+            await admin.elect_master(ctl.addr, CLUSTER, NAME)
+        assert err.value.code == RC.CONTROLLER_MASTER_STILL_EXIST
+
+        groups = await admin.get_sync_state_data(ctl.addr, [NAME, "unknown"])
+        assert list(groups) == [NAME]
+        g = groups[NAME]
+        assert (g.master_id, g.master_epoch, g.sync_state_set_epoch) == (1, 1, 1)
+        assert [(r.broker_id, r.alive) for r in g.in_sync] == [(1, True)]
+        assert [(r.broker_id, r.address, r.alive) for r in g.not_in_sync] == [(2, "127.0.0.1:2", False)]

@@ -3,6 +3,12 @@
 It asks the nameservers for topic routes (and refreshes them), knows each broker's master address,
 sends heartbeats naming its producer and consumer groups to every broker, and answers the brokers'
 requests (NOTIFY_CONSUMER_IDS_CHANGED makes the consumer of that group rebalance at once).
+
+Routes are polled every ``poll_namesrv_interval`` (30 s), and refreshed at once after a failure that says the
+route may name the wrong broker (:func:`route_stale`: a connection failure, a timeout, a "not the master"
+answer), so producers and consumers follow a new master within a nameserver round trip. Those refreshes go
+through a :class:`RouteRefresher`: at most one per topic every ``route_refresh_min_interval`` (0.5 s), shared by
+everyone who asks meanwhile, so a burst of failures costs one nameserver request.
 """
 
 from __future__ import annotations
@@ -12,14 +18,16 @@ import itertools
 import logging
 import os
 import random
-from collections.abc import Iterable
-from typing import Protocol
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
 
 from cometmq.client.errors import (
     BrokerError,
     ClientConnectionError,
     ClientTimeoutError,
     InvalidArgumentError,
+    NoRouteError,
     reading_reply,
 )
 from cometmq.common.periodic import Periodic
@@ -57,10 +65,104 @@ def parse_namesrv(namesrv: str | Iterable[str]) -> list[str]:
     return addrs
 
 
+#: answers after which the broker the route names for a request may no longer be the one to ask: a replica
+#: refusing a write (SERVICE_NOT_AVAILABLE, "this broker is a replica"; also a broker whose role is not confirmed
+#: or whose lease expired), a broker made read-only (NO_PERMISSION), no replica to take a write
+_ROUTE_STALE_CODES = frozenset({ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SLAVE_NOT_AVAILABLE,
+                                ResponseCode.NO_PERMISSION})
+
+
+def route_stale(exc: BaseException) -> bool:
+    """True for a failure after which the topic's route should be asked for again at once: the broker could not
+    be reached or did not answer, no master was known, or it answered that it does not take the request."""
+    if isinstance(exc, ClientConnectionError | ClientTimeoutError | NoRouteError):
+        return True
+    return isinstance(exc, BrokerError) and exc.code in _ROUTE_STALE_CODES
+
+
+class RouteRefresher:
+    """Runs ``lookup(topic)`` after failures, at most once per ``min_interval`` seconds per topic.
+
+    ``refresh`` starts a lookup when none ran for the topic within the interval and waits for it; a caller that
+    comes while one runs waits for that one (concurrent refreshes coalesce); a caller that comes after it ended
+    but within the interval gets False at once, and one trailing lookup is scheduled for the end of the interval
+    (so a route the nameserver changes a moment later is still learnt without waiting for the poll).
+    ``clock`` gives seconds (monotonic); tests pass a fake one.
+    """
+
+    def __init__(self, lookup: Callable[[str], Awaitable[object]], *, min_interval: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._lookup = lookup
+        self.min_interval = min_interval
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._running: dict[str, asyncio.Task[bool]] = {}
+        self._trailing: dict[str, asyncio.Task[None]] = {}
+        #: lookups started (for tests and stats)
+        self.lookups = 0
+
+    async def refresh(self, topic: str) -> bool:
+        """True when a lookup ran for this call (started or joined) and succeeded; False when rate-limited or
+        the lookup failed (it is logged, never raised)."""
+        running = self._running.get(topic)
+        if running is None:
+            last = self._last.get(topic)
+            wait = 0.0 if last is None else last + self.min_interval - self._clock()
+            if wait > 0:
+                self._schedule_trailing(topic, wait)
+                return False
+            running = self._start(topic)
+        return await asyncio.shield(running)
+
+    def _start(self, topic: str) -> asyncio.Task[bool]:
+        self._last[topic] = self._clock()
+        self.lookups += 1
+        task = asyncio.ensure_future(self._run(topic))
+        self._running[topic] = task
+
+        def done(t: asyncio.Task[bool]) -> None:
+            if self._running.get(topic) is t:
+                del self._running[topic]
+
+        task.add_done_callback(done)
+        return task
+
+    async def _run(self, topic: str) -> bool:
+        try:
+            await self._lookup(topic)
+        except Exception as exc:  # the caller goes on with the route it has; the next failure asks again
+            log.warning("refreshing the route of %s after a failure failed: %s", topic, exc)
+            return False
+        return True
+
+    def _schedule_trailing(self, topic: str, wait: float) -> None:
+        if topic in self._trailing:
+            return
+
+        async def later() -> None:
+            try:
+                await asyncio.sleep(wait)
+            finally:
+                self._trailing.pop(topic, None)
+            if topic not in self._running:
+                await self._start(topic)
+
+        self._trailing[topic] = asyncio.ensure_future(later())
+
+    async def close(self) -> None:
+        tasks = [*self._running.values(), *self._trailing.values()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._running.clear()
+        self._trailing.clear()
+
+
 class ClientInstance:
     def __init__(self, namesrv: str | Iterable[str], *, instance_name: str | None = None, client_ip: str = "127.0.0.1",
                  request_timeout: float = 3.0, poll_namesrv_interval: float = 30.0,
-                 heartbeat_interval: float = 30.0) -> None:
+                 heartbeat_interval: float = 30.0, route_refresh_min_interval: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.namesrv_addrs = parse_namesrv(namesrv)
         self.client_ip = client_ip
         self.client_id = f"{client_ip}@{instance_name or os.getpid()}#{next(_instance_ids)}"
@@ -75,6 +177,9 @@ class ClientInstance:
         self.consumers: dict[str, ConsumerLike] = {}
         self._namesrv_index = random.randrange(len(self.namesrv_addrs))
         self._services: list[Periodic] = []
+        self.route_refresher = RouteRefresher(self._refresh_after_failure, min_interval=route_refresh_min_interval,
+                                              clock=clock)
+        self._background: set[asyncio.Task[Any]] = set()
         self._users = 0
         self.started = False
 
@@ -97,6 +202,10 @@ class ClientInstance:
         self.started = False
         for service in self._services:
             await service.stop()
+        await self.route_refresher.close()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.remoting.close()
 
     # -- requests ---------------------------------------------------------------------------------------------
@@ -188,6 +297,29 @@ class ClientInstance:
         route = await self.route(topic, refresh=refresh)
         return self.queues_of(route, topic, writable=False) if route else []
 
+    async def refresh_route(self, topic: str) -> bool:
+        """Ask for ``topic``'s route again now, after a failure (rate-limited and shared: :class:`RouteRefresher`).
+        Never raises; True when a lookup ran for this call."""
+        return await self.route_refresher.refresh(topic)
+
+    def refresh_route_soon(self, topic: str) -> None:
+        """:meth:`refresh_route` in the background (for callers that raise the failure right away)."""
+        self._spawn(self.refresh_route(topic))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _refresh_after_failure(self, topic: str) -> None:
+        known = set(self.all_broker_addrs())
+        await self.route(topic, refresh=True)
+        new = [a for a in self.all_broker_addrs() if a not in known]
+        if new and (self.producer_groups or self.consumers):
+            # A new master (or replica) hears of this client now rather than at the next 30 s heartbeat: a
+            # consumer group's member list there must include it before a rebalance.
+            self._spawn(self.heartbeat(new))
+
     async def _refresh_routes(self) -> None:
         for topic in list(self.routes):
             try:
@@ -221,13 +353,13 @@ class ClientInstance:
         return HeartbeatData(self.client_id, tuple(sorted(self.producer_groups)),
                              tuple(c.consumer_data() for c in self.consumers.values()))
 
-    async def heartbeat(self) -> None:
-        """Send one heartbeat to every known broker."""
+    async def heartbeat(self, addrs: Iterable[str] | None = None) -> None:
+        """Send one heartbeat to every known broker (or to ``addrs``)."""
         if not self.producer_groups and not self.consumers:
             return
         body = self.heartbeat_data().encode()
         await asyncio.gather(*(self._quiet(addr, make_request(RequestCode.HEART_BEAT, {}, body))
-                               for addr in self.all_broker_addrs()))
+                               for addr in (self.all_broker_addrs() if addrs is None else addrs)))
 
     async def _quiet(self, addr: str, cmd: RemotingCommand) -> None:
         try:

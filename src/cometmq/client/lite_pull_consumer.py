@@ -48,7 +48,7 @@ from cometmq.client.errors import (
     MQClientError,
     NoRouteError,
 )
-from cometmq.client.instance import ClientInstance
+from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.lite_pull_state import Batch, QueueState, Subscription
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.pulled import decode_pulled
@@ -405,7 +405,9 @@ class LitePullConsumer:
                     st.pull_offset = await self._initial_offset(st)
                     if st.consumed < 0:
                         st.consumed = st.pull_offset
-                addr = inst.master_addr(q.broker_name) or await broker_addr_of(inst, q.broker_name, q.topic)
+                # the master; while the group has none (a failover under way), a replica: it serves reads
+                addr = inst.master_addr(q.broker_name) or inst.broker_addr(q.broker_name) \
+                    or await broker_addr_of(inst, q.broker_name, q.topic)
                 cmd = make_request(RequestCode.PULL_MESSAGE, {
                     "consumerGroup": group, "topic": q.topic, "queueId": str(q.queue_id),
                     "queueOffset": str(st.pull_offset), "maxMsgNums": batch, "sysFlag": flags, "commitOffset": "0",
@@ -439,7 +441,18 @@ class LitePullConsumer:
                 raise
             except (MQClientError, ProtocolError, KeyError, ValueError) as exc:
                 self._pull_failed(st, exc)
+                if route_stale(exc) and await self._follow_route(q):
+                    continue  # the queue's broker moved (a new master): pull there at once
                 await asyncio.sleep(self.error_backoff)
+
+    async def _follow_route(self, q: MessageQueue) -> bool:
+        """After a pull failed on a broker that may be gone: ask for the route at once (rate-limited, shared);
+        True when the queue's address changed."""
+        inst = self.instance
+        before = inst.master_addr(q.broker_name) or inst.broker_addr(q.broker_name)
+        await inst.refresh_route(q.topic)
+        after = inst.master_addr(q.broker_name) or inst.broker_addr(q.broker_name)
+        return after is not None and after != before
 
     def _pull_failed(self, st: QueueState, exc: Exception) -> None:
         if isinstance(exc, BrokerError):

@@ -19,7 +19,7 @@ from cometmq.client.errors import (
     MQClientError,
     NoRouteError,
 )
-from cometmq.client.instance import ClientInstance
+from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, properties_text, send_results
 from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.codes import RequestCode, ResponseCode
@@ -176,6 +176,9 @@ class Producer:
                     self._queue_cache.clear()
                 self._queue_cache[topic] = (route, queues)
                 return queues
+            # A known route without a writable queue: its master is gone (a failover under way?). Ask again now
+            # (rate-limited) rather than at the next poll.
+            await self.instance.refresh_route(topic)
         queues = await self.instance.publish_queues(topic)
         if queues:
             return queues
@@ -198,11 +201,16 @@ class Producer:
                 assert selector is not None
                 queues = await self.queues(msg.topic)
                 queue = selector(queues, msg, arg)
-            return await self._send_to(queue, msg, timeout)
+            try:
+                return await self._send_to(queue, msg, timeout)
+            except MQClientError as exc:
+                if route_stale(exc):  # not retried here, but the next send goes to the new master
+                    self.instance.refresh_route_soon(msg.topic)
+                raise
         queues = await self._queues(msg.topic)
         last_error: MQClientError | None = None
         failed_broker: str | None = None
-        for _attempt in range(self.retries + 1):
+        for attempt in range(self.retries + 1):
             candidates = queues if failed_broker is None else \
                 [q for q in queues if q.broker_name != failed_broker] or queues
             q = candidates[next(self._next_queue) % len(candidates)]
@@ -214,10 +222,24 @@ class Producer:
                 last_error = exc
                 failed_broker = q.broker_name
                 log.info("send to %s failed (%s); retrying on another queue", q, exc)
-                if isinstance(exc, BrokerError) and exc.code == ResponseCode.TOPIC_NOT_EXIST:
-                    queues = await self._queues(msg.topic)
+                if attempt < self.retries:
+                    queues = await self._after_failure(msg.topic, exc, queues)
         assert last_error is not None
         raise last_error
+
+    async def _after_failure(self, topic: str, exc: MQClientError, queues: list[MessageQueue]
+                             ) -> list[MessageQueue]:
+        """The queues to retry on after a retriable failure. When the route may be stale (the broker is gone,
+        or answered that it is not the master) it is asked for again first (rate-limited, shared with other
+        sends: ClientInstance.refresh_route), so the retry can reach a newly elected master."""
+        if route_stale(exc):
+            await self.instance.refresh_route(topic)
+        elif not (isinstance(exc, BrokerError) and exc.code == ResponseCode.TOPIC_NOT_EXIST):
+            return queues
+        try:
+            return await self._queues(topic)
+        except NoRouteError:
+            return queues  # no master known right now: the retry fails over the old route, as it would have
 
     async def send_orderly(self, msg: Message, sharding_key: str | int, *, timeout: float | None = None) -> SendResult:
         """Send to the queue that ``sharding_key`` selects, never another one: a failure is raised."""
@@ -334,10 +356,15 @@ class Producer:
 
     async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float | None) -> list[SendResult]:
         cmd, uniqs = self._batch_request(q, msgs)
-        addr = await self._addr(q)
-        response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
-                                              context=f"batch to {q.topic}/{q.queue_id}")
-        return self._batch_result(response, q, uniqs, addr)
+        try:
+            addr = await self._addr(q)
+            response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
+                                                  context=f"batch to {q.topic}/{q.queue_id}")
+            return self._batch_result(response, q, uniqs, addr)
+        except MQClientError as exc:
+            if route_stale(exc):  # a batch is not retried (a part may be stored); the next send finds the master
+                self.instance.refresh_route_soon(q.topic)
+            raise
 
     @staticmethod
     def _batch_result(response: Any, q: MessageQueue, uniqs: list[str], addr: str) -> list[SendResult]:

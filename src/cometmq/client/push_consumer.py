@@ -45,7 +45,7 @@ from typing import Any
 from cometmq.client.concurrent_consume import ConcurrentConsumeService, ConsumeRequest
 from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, Subscription
 from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError, reading_reply
-from cometmq.client.instance import ClientInstance
+from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from cometmq.client.orderly import GIVE_UP_POLICIES, ConsumeOrderlyContext, ConsumeOrderlyStatus, OrderlyService
@@ -519,6 +519,8 @@ class PushConsumer:
             req.errors += 1
             self.stats.pull_errors += 1
             delay = min(self.pull_error_delay * 2 ** (req.errors - 1), self.pull_error_delay_max)
+            if route_stale(exc) and await self._follow_route(req):
+                delay = self.flow_control_delay  # the queue's broker moved (a new master): pull there now
             log.warning("pull of %s/%s/%d at %d for %s failed: %s; trying again in %.1fs", req.mq.topic,
                         req.mq.broker_name, req.mq.queue_id, req.next_offset, self.group, exc, delay)
             self._pull_later(req, delay)
@@ -534,6 +536,16 @@ class PushConsumer:
                 if req.task is asyncio.current_task():  # no next pull (closing, dropped): cancelling the pull
                     req.task = None                     # must not cancel this listener call
                 await self._concurrent.run_here(first)
+
+    async def _follow_route(self, req: PullRequest) -> bool:
+        """After a pull failed on a broker that may be gone: back to the master (a suggested replica may be the
+        one gone), ask for the route at once, and say whether the queue's address changed."""
+        mq = req.mq
+        before = self.instance.broker_addr(mq.broker_name, req.broker_id)
+        req.broker_id = 0
+        await self.instance.refresh_route(mq.topic)
+        after = self.instance.broker_addr(mq.broker_name, 0)
+        return after is not None and after != before
 
     async def _pull_once(self, req: PullRequest, sub: Subscription) -> list[ConsumeRequest]:
         """One pull and its answer; returns the listener calls it makes (to start or queue)."""
@@ -616,6 +628,8 @@ class PushConsumer:
         except Exception as exc:
             log.warning("sending message %s back for redelivery failed: %s; consuming it again here in %.1fs",
                         msg.msg_id, exc, self.local_retry_delay)
+            if route_stale(exc):
+                self.instance.refresh_route_soon(msg.queue.topic)
             return False
         return True
 

@@ -32,8 +32,16 @@ from typing import Literal
 
 from cometmq.client.admin import check_group, check_topic
 from cometmq.client.consume_types import Subscription
-from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError, reading_reply
-from cometmq.client.instance import ClientInstance
+from cometmq.client.errors import (
+    BrokerError,
+    ClientConnectionError,
+    ClientStateError,
+    ClientTimeoutError,
+    InvalidArgumentError,
+    NoRouteError,
+    reading_reply,
+)
+from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.lite_pull_consumer import decode_pulled
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
@@ -52,7 +60,7 @@ from cometmq.protocol.pop import (
     encode_batch_ack_body,
     parse_offset_info,
 )
-from cometmq.protocol.remoting import make_request
+from cometmq.protocol.remoting import RemotingCommand, make_request
 
 log = logging.getLogger(__name__)
 
@@ -219,13 +227,19 @@ class SimpleConsumer:
                                          max_msg_nums=max_messages, invisible_time=invisible_ms, poll_time=wait_ms,
                                          born_time=_now_ms(), init_mode=self.init_mode, exp_type=sub.expression_type,
                                          exp=sub.expression, order=self.ordered)
-        response = await self.instance.invoke(addr, make_request(RequestCode.POP_MESSAGE, header.to_ext()),
-                                              timeout=wait_ms / 1000 + self.request_timeout,
-                                              context=f"pop {sub.topic} for {self.group}")
-        if response.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE):
-            return []
-        if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", addr=addr, context=f"pop {sub.topic}")
+        try:
+            response = await self._invoke(sub.topic, addr, make_request(RequestCode.POP_MESSAGE, header.to_ext()),
+                                          timeout=wait_ms / 1000 + self.request_timeout,
+                                          context=f"pop {sub.topic} for {self.group}")
+            if response.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND,
+                                 ResponseCode.NO_MESSAGE):
+                return []
+            if response.code != ResponseCode.SUCCESS:
+                raise BrokerError(response.code, response.remark or "", addr=addr, context=f"pop {sub.topic}")
+        except BrokerError as exc:
+            if route_stale(exc):  # e.g. a replica refusing POP: the next receive asks the new master
+                await self.instance.refresh_route(sub.topic)
+            raise
         with reading_reply("unreadable POP answer", addr=addr):
             msgs = self._decode(response.body, PopMessageResponseHeader.from_ext(response.ext_fields), sub.topic,
                                 broker_name)
@@ -288,8 +302,9 @@ class SimpleConsumer:
         h = msg.handle
         header = AckMessageRequestHeader(consumer_group=self.group, topic=msg.message.queue.topic,
                                          queue_id=h.queue_id, extra_info=str(h), offset=h.queue_offset)
-        response = await self.instance.invoke(msg.broker_addr, make_request(RequestCode.ACK_MESSAGE, header.to_ext()),
-                                              context=f"ack {msg.topic}-{h.queue_id}@{h.queue_offset}")
+        response = await self._invoke(msg.message.queue.topic, msg.broker_addr,
+                                      make_request(RequestCode.ACK_MESSAGE, header.to_ext()),
+                                      context=f"ack {msg.topic}-{h.queue_id}@{h.queue_offset}")
         self._raise_for(response.code, response.remark, msg.broker_addr, "ack")
 
     async def ack_many(self, msgs: Iterable[ReceivedMessage]) -> None:
@@ -309,9 +324,9 @@ class SimpleConsumer:
                 acks.append(BatchAck(self.group, topic, ms[0].handle.retry_flag, offsets[0], qid,
                                      ms[0].handle.revive_qid, pop_time, invisible, offsets))
             broker_name = next(iter(groups.values()))[0].handle.broker_name
-            response = await self.instance.invoke(addr, make_request(RequestCode.BATCH_ACK_MESSAGE, {},
-                                                                     encode_batch_ack_body(broker_name, acks)),
-                                                  context=f"batch ack of {sum(len(v) for v in groups.values())}")
+            response = await self._invoke(acks[0].topic, addr, make_request(
+                RequestCode.BATCH_ACK_MESSAGE, {}, encode_batch_ack_body(broker_name, acks)),
+                context=f"batch ack of {sum(len(v) for v in groups.values())}")
             self._raise_for(response.code, response.remark, addr, "batch ack")
             if response.ext_fields.get("staleOffsets"):
                 stale.append(response.ext_fields["staleOffsets"])
@@ -328,13 +343,24 @@ class SimpleConsumer:
         header = ChangeInvisibleTimeRequestHeader(consumer_group=self.group, topic=msg.message.queue.topic,
                                                   queue_id=h.queue_id, extra_info=str(h), offset=h.queue_offset,
                                                   invisible_time=ms)
-        response = await self.instance.invoke(
-            msg.broker_addr, make_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.to_ext()),
+        response = await self._invoke(
+            msg.message.queue.topic, msg.broker_addr,
+            make_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.to_ext()),
             context=f"change invisible time of {msg.topic}-{h.queue_id}@{h.queue_offset}")
         self._raise_for(response.code, response.remark, msg.broker_addr, "change invisible time")
         rh = ChangeInvisibleTimeResponseHeader.from_ext(response.ext_fields)
         msg.handle = h.renewed(rh.pop_time, rh.invisible_time)
         return msg
+
+    async def _invoke(self, topic: str, addr: str, cmd: RemotingCommand, *, timeout: float | None = None,
+                      context: str) -> RemotingCommand:
+        """``instance.invoke``; a broker that cannot be reached makes the route of ``topic`` be asked for again
+        at once (rate-limited), so the next receive goes to the group's new master."""
+        try:
+            return await self.instance.invoke(addr, cmd, timeout, context=context)
+        except (ClientConnectionError, ClientTimeoutError):
+            await self.instance.refresh_route(topic)
+            raise
 
     def _check_received(self, msg: object) -> None:
         if not self.started:

@@ -58,30 +58,24 @@ class HAMaster:
     async def start(self) -> None:
         """Listen on the HA port. A busy port does not stop the broker (it serves clients without replicas): it is
         logged, and tried again every few seconds until it can be bound."""
-        if not await self._bind():
+        if not await self._bind(report=True):
             self._tasks.add(asyncio.get_running_loop().create_task(self._bind_later(), name="ha-bind"))
 
-    async def _bind(self) -> bool:
+    async def _bind(self, *, report: bool) -> bool:
         try:
             self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
                                                       reuse_address=True)
         except OSError as exc:
-            log.error("cannot listen on the HA port %s:%d (%s): replicas cannot link until it is free",
-                      self.config.host, self.config.port, exc)
+            if report:
+                log.error("cannot listen on the HA port %s:%d (%s): replicas cannot link until it is free",
+                          self.config.host, self.config.port, exc)
             return False
         log.info("HA port listening on %s:%d", self.config.host, self.port)
         return True
 
     async def _bind_later(self) -> None:
-        while True:
+        while not await self._bind(report=False):
             await asyncio.sleep(5.0)
-            try:
-                self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
-                                                          reuse_address=True)
-            except OSError:
-                continue
-            log.info("HA port listening on %s:%d", self.config.host, self.port)
-            return
 
     async def stop(self) -> None:
         if self._server is not None:

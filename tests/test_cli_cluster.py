@@ -23,7 +23,7 @@ from cometmq.client.sync import SyncProducer
 from tests.interop.cometmq_server import free_port
 from tests.kit import wait_until
 
-_PROC_LINE = re.compile(r"^(namesrv|master|replica)\s+(\S+)\s+pid (\d+)\s+(\S+)")
+_PROC_LINE = re.compile(r"^(namesrv|ctl|master|replica)\s+(\S+)\s+pid (\d+)\s+(\S+)")
 
 
 def cometmq(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,8 +31,8 @@ def cometmq(*args: str) -> subprocess.CompletedProcess[str]:
                           env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
 
 
-def _free_base_port() -> int:
-    """A port P with P, P+1, P+10, P+11 free (broker 0 and 1, remoting and HA)."""
+def _free_base_port(brokers: int = 2) -> int:
+    """A port P with P+10*i and P+10*i+1 free for each broker i (remoting and HA)."""
     import socket
 
     for _ in range(50):
@@ -41,7 +41,7 @@ def _free_base_port() -> int:
             continue
         try:
             socks = []
-            for port in (base, base + 1, base + 10, base + 11):
+            for port in (p for i in range(brokers) for p in (base + 10 * i, base + 10 * i + 1)):
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", port))
@@ -67,15 +67,15 @@ def _alive(pid: int) -> bool:
 class Cluster:
     """``cometmq cluster`` in a subprocess; its stdout read by a thread so every wait is bounded."""
 
-    def __init__(self, data: Path, replicas: int) -> None:
-        self.base_port = _free_base_port()
+    def __init__(self, data: Path, replicas: int, controllers: int = 0) -> None:
+        self.base_port = _free_base_port(1 + replicas)
         self.namesrv_port = free_port()
-        while self.namesrv_port in (self.base_port, self.base_port + 1, self.base_port + 10, self.base_port + 11):
+        while self.base_port <= self.namesrv_port <= self.base_port + 10 * replicas + 1:
             self.namesrv_port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cometmq.cli", "cluster", "--replicas", str(replicas), "--data", str(data),
              "--base-port", str(self.base_port), "--namesrv-port", str(self.namesrv_port),
-             "--stop-timeout", "10"],
+             "--controllers", str(controllers), "--stop-timeout", "10"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.output: list[str] = []
@@ -177,3 +177,39 @@ def test_a_group_replicates_fails_over_by_hand_and_stops(cluster: Cluster, tmp_p
     cluster.proc.send_signal(signal.SIGTERM)
     assert cluster.proc.wait(40) == 0, cluster.output
     wait_until(lambda: not any(_alive(pid) for pid in cluster.pids()), 10, "every child process gone")
+
+
+def sync_state(controller: str) -> dict[str, Any]:
+    out = cometmq("admin", "sync-state", "-c", controller, "--broker-name", "broker-a", "--json")
+    assert out.returncode == 0, out.stderr
+    group: dict[str, Any] = json.loads(out.stdout)["broker-a"]
+    return group
+
+
+def test_a_group_with_a_controller_fails_over_by_itself(tmp_path: Path) -> None:
+    """`cometmq cluster --controllers 1`: the controller in the nameserver hands out ids and elects a master;
+    after kill -9 of the master it elects a replica, sends are acknowledged again, and the other replica rejoins
+    the SyncStateSet."""
+    cluster = Cluster(tmp_path / "group", replicas=2, controllers=1)
+    try:
+        cluster.wait_ready()
+        assert sorted(cluster.procs) == ["master", "namesrv", "replica"] and len(cluster.procs["replica"]) == 2
+        ns = f"127.0.0.1:{cluster.namesrv_port}"
+        conf = (tmp_path / "group" / "broker-1" / "broker.conf").read_text()
+        assert "enableControllerMode=true" in conf and "brokerId" not in conf
+        wait_until(lambda: len(sync_state(ns)["inSyncReplicas"]) == 3, 20, "all three brokers in sync")
+        first = sync_state(ns)
+        with SyncProducer("cluster-ctl", namesrv=ns, send_timeout=10) as producer:
+            assert producer.send(Message("ClusterCtl", b"before")).status.name == "SEND_OK"
+            [(_, master_pid, _)] = cluster.procs["master"]
+            os.kill(master_pid, signal.SIGKILL)
+            wait_until(lambda: sync_state(ns)["masterEpoch"] == first["masterEpoch"] + 1, 20, "a new master elected")
+            assert sync_state(ns)["masterBrokerId"] != first["masterBrokerId"]
+            # the set restarts as the new master alone; sends need 2 copies (minInSyncReplicas=2)
+            wait_until(lambda: len(sync_state(ns)["inSyncReplicas"]) == 2, 20, "the other replica back in the set")
+            assert producer.send(Message("ClusterCtl", b"after")).status.name == "SEND_OK"
+        cluster.proc.send_signal(signal.SIGTERM)
+        assert cluster.proc.wait(40) == 0, cluster.output
+        wait_until(lambda: not any(_alive(pid) for pid in cluster.pids()), 10, "every child process gone")
+    finally:
+        cluster.close()

@@ -20,7 +20,8 @@ LAYERS: list[frozenset[str]] = [
     frozenset({"net"}),
     frozenset({"broker", "namesrv", "controller"}),
     frozenset({"client"}),
-    frozenset({"grpc", "proxy", "spark", "cli", "cli_admin", "bench_tool", "metrics", "dashboard"}),  # edges
+    frozenset({"grpc", "proxy", "spark", "cli", "cli_admin", "bench_tool", "local_cluster", "metrics",
+               "dashboard"}),  # edges
 ]
 
 #: packages built on fewer layers than all those below them
@@ -30,11 +31,13 @@ ONLY: dict[str, frozenset[str]] = {
     "spark": frozenset({"common", "protocol", "net", "client"}),  # a data source built on the client
     "cli_admin": frozenset({"common", "protocol", "net", "client"}),  # admin commands speak through the client
     "bench_tool": frozenset({"common", "protocol", "net", "client"}),  # load generator: a client
+    "local_cluster": frozenset({"common", "store", "client"}),  # child processes; epoch files; the admin SDK
 }
 
 #: imports within the same layer that are part of the design
 SIDEWAYS: dict[str, frozenset[str]] = {
-    "cli": frozenset({"cli_admin", "bench_tool", "grpc"}),  # `cometmq serve` starts the gRPC endpoint too
+    # `cometmq serve` starts the gRPC endpoint too; `cometmq cluster` is local_cluster
+    "cli": frozenset({"cli_admin", "bench_tool", "grpc", "local_cluster"}),
 }
 
 #: modules outside cometmq a package may not import

@@ -5,14 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -311,252 +304,37 @@ def proxy(
 
 @app.command()
 def cluster(
-    data: Annotated[Path, typer.Option(help="folder of the group: DIR/broker-0, DIR/broker-1, … (data, "
-                                            "broker.conf, broker.log) and DIR/namesrv.log")],
+    data: Annotated[Path, typer.Option(help="folder of the cluster: DIR/broker-0, DIR/broker-1, … (data, "
+                                            "broker.conf, broker.log), DIR/controller-0, …, DIR/namesrv.log")],
     replicas: Annotated[int, typer.Option(min=0, max=9, help="replicas besides the master")] = 2,
+    controllers: Annotated[int, typer.Option(help="0: a fixed master, failover by `cometmq admin promote`; 1: a "
+                                                  "controller in the nameserver; 3 or 5: controller processes on "
+                                                  "an etcd cluster (etcd-server installed); the controller elects "
+                                                  "the master and elects again when it is lost")] = 0,
     base_port: Annotated[int, typer.Option(min=1, max=65400, help="broker i listens on BASE+10*i, its HA port "
                                                                   "on BASE+10*i+1")] = 10911,
     namesrv_port: Annotated[int, typer.Option(help="nameserver port")] = 9876,
+    controller_port: Annotated[int, typer.Option(min=1, max=65400, help="controller i listens on PORT+10*i, its "
+                                                                        "etcd member on PORT+10*i+1 (peers) "
+                                                                        "and +2 (clients)")] = 9878,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     log_level: Annotated[str, typer.Option(help="logging level of the processes")] = "INFO",
     start_timeout: Annotated[float, typer.Option(min=1, help="seconds each process may take to be ready")] = 60.0,
     stop_timeout: Annotated[float, typer.Option(min=0.1, help="seconds to stop before SIGKILL")] = 15.0,
 ) -> None:
-    """Run a nameserver and one broker group (a master and REPLICAS replicas), each in its own process, until
-    Ctrl-C or SIGTERM; see docs/replication.md."""
-    group = LocalCluster(data, replicas, base_port=base_port, namesrv_port=namesrv_port, host=host,
-                         log_level=log_level, start_timeout=start_timeout, stop_timeout=stop_timeout,
-                         out=lambda line: print(line, flush=True))
+    """Run a nameserver and one broker group (a master and REPLICAS replicas), with CONTROLLERS controllers,
+    each in its own process, until Ctrl-C or SIGTERM; see docs/replication.md and docs/controller.md."""
+    from cometmq.local_cluster import ClusterError, LocalCluster
+
     try:
+        group = LocalCluster(data, replicas, base_port=base_port, namesrv_port=namesrv_port, host=host,
+                             controllers=controllers, controller_port=controller_port, log_level=log_level,
+                             start_timeout=start_timeout, stop_timeout=stop_timeout,
+                             out=lambda line: print(line, flush=True))
         group.run()
     except ClusterError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-
-
-# -- `cometmq cluster`: a local broker group, one process each --------------------------------------------------
-# A nameserver and one broker group (a master and N replicas) on this machine, each in its own process, for
-# trying replication and failover by hand (docs/replication.md). (Here rather than in a module of its own:
-# tests/test_layers.py gives every top-level module of cometmq a layer.)
-#
-# Each process is ``python -m cometmq.cli namesrv|broker …`` with its output in a log file; the supervisor waits
-# for each one's ready line, prints its role, address and PID, and on SIGINT/SIGTERM stops every child it started
-# (SIGTERM, then SIGKILL after a timeout), by PID. A child that exits on its own (say, a master killed with
-# ``kill -9`` to try a failover) is reported and the others keep running. On Linux the children also get SIGTERM
-# if the supervisor itself dies (``PR_SET_PDEATHSIG``).
-
-NAMESRV_READY = "cometmq namesrv listening on"
-BROKER_NAME = "broker-a"
-BROKER_READY = f"cometmq broker {BROKER_NAME} listening on"
-CLUSTER_NAME = "DefaultCluster"
-#: a group's brokers sit this many ports apart: remoting base + STEP*i, HA base + STEP*i + 1
-PORT_STEP = 10
-
-
-class ClusterError(Exception):
-    """A process did not start (its log's tail is in the message)."""
-
-
-@dataclass
-class Child:
-    role: str
-    name: str
-    addr: str
-    log_path: Path
-    ready_marker: str
-    broker_id: int | None = None
-    proc: subprocess.Popen[bytes] | None = None
-    reported_exit: bool = False
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Linux: SIGTERM this child when the supervisor dies, so a killed supervisor leaves no brokers behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def last_epoch(data: Path) -> int:
-    """The master epoch a broker's data folder ended in (0: none yet, or unreadable)."""
-    from cometmq.store.epoch_file import EpochFile, EpochFileCorrupt
-
-    try:
-        return EpochFile(data / "epochFileCheckpoint").last_epoch()
-    except (EpochFileCorrupt, OSError):
-        return 0
-
-
-def broker_conf(*, broker_id: int, host: str, port: int, namesrv: str, data: Path) -> str:
-    return (f"# written by `cometmq cluster`: a broker group of one master (brokerId 0) and its replicas\n"
-            f"brokerClusterName={CLUSTER_NAME}\nbrokerName={BROKER_NAME}\nbrokerId={broker_id}\n"
-            f"listenPort={port}\nhaListenPort={port + 1}\nnamesrvAddr={namesrv}\n"
-            f"storePathRootDir={data}\n")
-
-
-class LocalCluster:
-    def __init__(self, data: Path, replicas: int, *, base_port: int, namesrv_port: int, host: str = "127.0.0.1",
-                 log_level: str = "INFO", start_timeout: float = 60.0, stop_timeout: float = 15.0,
-                 out: Callable[[str], None] = print) -> None:
-        self.data = data.resolve()
-        self.host = host
-        self.log_level = log_level
-        self.start_timeout = start_timeout
-        self.stop_timeout = stop_timeout
-        self.out = out
-        self.namesrv = f"{host}:{namesrv_port}"
-        self.namesrv_port = namesrv_port
-        dirs = [self.data / f"broker-{i}" for i in range(1 + replicas)]
-        # A re-run after a failover: the broker with the newest epoch is the master (restarting the old master
-        # as the master again would make the others truncate what the newer master wrote).
-        epochs = [last_epoch(d) for d in dirs]
-        master = epochs.index(max(epochs))
-        order = [master] + [i for i in range(len(dirs)) if i != master]
-        #: (broker id, folder index, remoting port); broker ids follow the order: 0 = master, then 1, 2, …
-        self.brokers = [(bid, i, base_port + PORT_STEP * i) for bid, i in enumerate(order)]
-        self.children: list[Child] = []
-        #: set by SIGINT/SIGTERM while ``run`` runs: stop waiting and stop everything
-        self.stopping = threading.Event()
-
-    # -- starting -----------------------------------------------------------------------------------------------
-    def _spawn(self, child: Child, args: Sequence[str]) -> None:
-        child.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with open(child.log_path, "wb") as log_file:
-            child.proc = subprocess.Popen(
-                [sys.executable, "-m", "cometmq.cli", *args, "--log-level", self.log_level],
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                # its own session: a Ctrl-C in the terminal reaches the supervisor only, which stops the
-                # children in order (brokers before the nameserver they unregister from)
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-        self.children.append(child)
-
-    def _wait_ready(self, children: Sequence[Child]) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        waiting = list(children)
-        while waiting:
-            for child in list(waiting):
-                if child.ready_marker in child.log_path.read_text(errors="replace"):
-                    waiting.remove(child)
-                elif not child.running():
-                    raise ClusterError(f"{child.name} exited before it was ready:\n{_tail(child.log_path)}")
-            if self.stopping.is_set():
-                raise ClusterError("stopped (SIGINT/SIGTERM) while starting")
-            if waiting and time.monotonic() > deadline:
-                names = ", ".join(c.name for c in waiting)
-                raise ClusterError(f"{names} not ready after {self.start_timeout:g} s:\n{_tail(waiting[0].log_path)}")
-            if waiting:
-                time.sleep(0.05)
-
-    def start(self) -> None:
-        """Start the nameserver, then the master, then the replicas; each is waited for. On failure, whatever
-        was started is stopped and ClusterError raised."""
-        self.data.mkdir(parents=True, exist_ok=True)
-        try:
-            ns = Child("namesrv", "namesrv", self.namesrv, self.data / "namesrv.log", NAMESRV_READY)
-            self._spawn(ns, ["namesrv", "--host", self.host, "--port", str(self.namesrv_port)])
-            self._wait_ready([ns])
-            for group in (self.brokers[:1], self.brokers[1:]):
-                started = []
-                for broker_id, index, port in group:
-                    folder = self.data / f"broker-{index}"
-                    folder.mkdir(parents=True, exist_ok=True)
-                    conf = folder / "broker.conf"
-                    conf.write_text(broker_conf(broker_id=broker_id, host=self.host, port=port,
-                                                namesrv=self.namesrv, data=folder))
-                    child = Child("master" if broker_id == 0 else "replica", f"broker-{index}",
-                                  f"{self.host}:{port}", folder / "broker.log", BROKER_READY, broker_id)
-                    self._spawn(child, ["broker", "-c", str(conf), "--host", self.host, "--grpc-port", "0"])
-                    started.append(child)
-                self._wait_ready(started)
-        except BaseException:
-            self.stop()
-            raise
-
-    def describe(self) -> list[str]:
-        lines = []
-        for c in self.children:
-            where = c.addr if c.broker_id is None else \
-                f"{c.addr} (HA {_ha_addr(c.addr)}, brokerId {c.broker_id}, data {c.log_path.parent})"
-            lines.append(f"{c.role:<8} {c.name:<9} pid {c.pid:<7} {where}")
-        return lines
-
-    # -- running and stopping ---------------------------------------------------------------------------------
-    def report_exits(self) -> None:
-        """Say once about each child that ended on its own (e.g. a master killed to try a failover)."""
-        for c in self.children:
-            if c.proc is not None and not c.reported_exit and c.proc.poll() is not None:
-                c.reported_exit = True
-                self.out(f"{c.role} {c.name} (pid {c.pid}) exited with code {c.proc.returncode}; "
-                         f"log: {c.log_path}")
-
-    def alive(self) -> bool:
-        return any(c.running() for c in self.children)
-
-    def stop(self) -> None:
-        """SIGTERM the brokers (replicas first), then the nameserver; SIGKILL whoever outlives the timeout."""
-        brokers = [c for c in reversed(self.children) if c.role != "namesrv"]
-        for phase in (brokers, [c for c in self.children if c.role == "namesrv"]):
-            live = [c for c in phase if c.running()]
-            for c in live:
-                assert c.proc is not None
-                c.proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_timeout
-            for c in live:
-                assert c.proc is not None
-                try:
-                    c.proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    self.out(f"{c.name} (pid {c.pid}) did not stop in {self.stop_timeout:g} s: SIGKILL")
-                    c.proc.kill()
-                    c.proc.wait(10)
-
-    def run(self) -> None:
-        """Start, print the processes, then wait for SIGINT/SIGTERM (or every child gone) and stop them."""
-        stop = self.stopping
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            self.start()
-            for line in self.describe():
-                self.out(line)
-            master = next(c for c in self.children if c.role == "master")
-            replica = next((c for c in self.children if c.role == "replica"), None)
-            self.out(f"cometmq cluster ready: {len(self.children) - 1} brokers of {BROKER_NAME}, nameserver "
-                     f"{self.namesrv}; Ctrl-C stops them all")
-            if replica is not None:
-                self.out(f"try a failover: kill -9 {master.pid}; cometmq admin promote -b {replica.addr}")
-            while not stop.wait(0.2):
-                self.report_exits()
-                if not self.alive():
-                    self.out("every process has exited")
-                    break
-        finally:
-            self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
-def _ha_addr(addr: str) -> str:
-    host, _, port = addr.rpartition(":")
-    return f"{host}:{int(port) + 1}"
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as exc:
-        return f"(no log: {exc})"
 
 
 from cometmq.cli_admin import admin_app  # noqa: E402 - the sub-app lives in its own module

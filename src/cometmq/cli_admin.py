@@ -280,6 +280,29 @@ def sync_state(
         raise typer.Exit(1)
 
 
+@admin_app.command("clean-broker-data")
+def clean_broker_data(
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    cluster: Annotated[str, typer.Option("--cluster", help="the broker group's cluster")],
+    broker_name: Annotated[str, typer.Option("--broker-name", help="the broker group")],
+    broker_ids: Annotated[str | None, typer.Option("-b", "--broker-ids",
+                                                   help="ids to forget, '1;2' (default: the whole group, once "
+                                                        "its master is gone)", show_default=False)] = None,
+    clean_living: Annotated[bool, typer.Option("--clean-living", help="forget them even if alive")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
+) -> None:
+    """Forget brokers of a group at the controller (CLEAN_BROKER_DATA; mqadmin cleanBrokerMetadata)."""
+    ids: list[int] | None = None
+    if broker_ids is not None:
+        try:
+            ids = [int(p) for p in broker_ids.replace(",", ";").split(";") if p.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"not a list of broker ids: {broker_ids!r}", param_hint="--broker-ids") from None
+    _admin_call(controller, timeout, lambda admin: admin.clean_broker_data(controller, cluster, broker_name, ids,
+                                                                          clean_living=clean_living))
+    typer.echo(f"{broker_name}: {'brokers ' + ';'.join(map(str, ids)) if ids else 'the group'} forgotten")
+
+
 @admin_app.command("elect-master")
 def elect_master(
     controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],

@@ -297,6 +297,16 @@ def test_consistent_point_common_prefix() -> None:
     assert consistent_point([(1, 0), (2, 100)], 150, [(1, 0), (2, 100), (3, 400)], 500) == 150
 
 
+def test_consistent_point_empty_log_that_learned_an_unwritten_epoch() -> None:
+    # a replica learned epoch 1 at 0 and holds nothing; the master of epoch 1 died before any write, and the new
+    # master replaced epoch 1 by its own epoch 2 at the same start: an empty log agrees with it (seen with
+    # `cometmq cluster --controllers 1`: the third broker never rejoined the SyncStateSet)
+    assert consistent_point([(1, 0)], 0, [(2, 0)], 0) == 0
+    assert consistent_point([(1, 0)], 0, [(2, 0)], 500) == 0
+    assert consistent_point([(1, 0), (3, 200)], 200, [(1, 0), (4, 200)], 500) == 200  # the earlier epoch decides
+    assert consistent_point([(1, 0)], 100, [(2, 0)], 500) is None  # bytes under epoch 1: not the same history
+
+
 def test_consistent_point_divergent_last_epoch() -> None:
     # the replica was master of epoch 3 and wrote 200..260 that the new master (epoch 4) never got
     assert consistent_point([(1, 0), (2, 100), (3, 200)], 260, [(1, 0), (2, 100), (4, 200)], 300) == 200

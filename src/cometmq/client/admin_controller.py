@@ -122,6 +122,18 @@ class ControllerAdmin:
         result: ElectResult = _parsed("elect master", controller_addr, parse)
         return result
 
+    async def clean_broker_data(self, controller_addr: str, cluster: str, broker_name: str,
+                                broker_ids: Iterable[int] | None = None, *, clean_living: bool = False) -> None:
+        """Forget brokers of a group at the controller (CLEAN_BROKER_DATA; mqadmin cleanBrokerMetadata): the
+        dead ``broker_ids``, or the whole group when none are named and its master is gone. ``clean_living``
+        forgets them even if alive. ``BrokerError`` 2009 when refused (a broker still alive, a master still
+        recorded, an unknown group)."""
+        fields: dict[str, object] = {"clusterName": cluster, "brokerName": broker_name,
+                                     "isCleanLivingBroker": clean_living, "invokeTime": 0}
+        if broker_ids is not None:
+            fields["brokerControllerIdsToClean"] = ";".join(str(i) for i in sorted(set(broker_ids)))
+        await self._on_leader(controller_addr, RequestCode.CLEAN_BROKER_DATA, fields, b"", "clean broker data")
+
     async def _on_leader(self, addr: str, code: int, fields: dict[str, object], body: bytes,
                          context: str) -> RemotingCommand:
         instance = self._check()

@@ -116,6 +116,7 @@ class ControllerProcessors:
             RequestCode.CONTROLLER_GET_REPLICA_INFO: self.get_replica_info,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self.get_metadata_info,
             RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self.get_sync_state_data,
+            RequestCode.CLEAN_BROKER_DATA: self.clean_broker_data,
         }
 
     # -- the log ------------------------------------------------------------------------------------------
@@ -283,6 +284,23 @@ class ControllerProcessors:
         after = self._group(name)
         return make_response(cmd, ext_fields={"newSyncStateSetEpoch": after.sync_state_set_epoch},
                              body=wire.sync_state_set_body(after))
+
+    async def clean_broker_data(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """CLEAN_BROKER_DATA (mqadmin cleanBrokerMetadata): forget dead replicas (brokerControllerIdsToClean,
+        "1;2"), or the whole group when no ids are named and its master is gone; isCleanLivingBroker skips the
+        liveness check. Checked again when applied (state.py)."""
+        self._require_leader()
+        name = wire.text(cmd, "brokerName")
+        g = self.state.group(name)
+        cluster = cmd.ext_fields.get("clusterName")
+        if g is not None and cluster and cluster != g.cluster:
+            return make_response(cmd, ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                                 f"{name} belongs to cluster {g.cluster}, not {cluster}")
+        evidence = self.heartbeats.group(g.cluster, name) if g is not None else ()
+        outcome = await self._commit(self.state.decide_clean(
+            name, wire.broker_ids_of(cmd, "brokerControllerIdsToClean"), self.clock(), evidence,
+            clean_living=wire.flag(cmd, "isCleanLivingBroker")))
+        return make_response(cmd, outcome.code, outcome.remark or None)
 
     async def notify_role_changed(self, broker_name: str) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED (oneway) to the group's alive brokers, with the applied master and set.

@@ -73,6 +73,20 @@ def sync_state_set_of(cmd: RemotingCommand) -> tuple[frozenset[int], int]:
     return frozenset(members), epoch
 
 
+def broker_ids_of(cmd: RemotingCommand, key: str) -> frozenset[int] | None:
+    """A ";"-separated list of broker ids (CLEAN_BROKER_DATA's brokerControllerIdsToClean); None when absent."""
+    raw = cmd.ext_fields.get(key)
+    if raw is None or not raw.strip() or raw == "null":
+        return None
+    ids: set[int] = set()
+    for part in raw.split(";"):
+        try:
+            ids.add(int(part.strip()))
+        except ValueError:
+            raise _bad(cmd, f"header field {key!r} = {raw[:40]!r} is not a ';'-separated list of ids") from None
+    return frozenset(ids)
+
+
 def broker_names_of(cmd: RemotingCommand) -> list[str]:
     """GET_SYNC_STATE_DATA's body: a JSON list of broker names."""
     doc = _json(cmd)

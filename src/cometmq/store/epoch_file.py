@@ -148,6 +148,10 @@ def consistent_point(local: Sequence[tuple[int, int]], local_max_offset: int,
     """
     if not local:
         return local_max_offset
+    if local[0][1] >= local_max_offset:
+        # No byte of the local log lies under any of its epochs (an empty log that learned an epoch nobody wrote
+        # in: a master replaces such an epoch by its own at the same start). Nothing to disagree with.
+        return local_max_offset if local_max_offset <= master_max_offset else None
     master_ends = _ends(master, master_max_offset)
     by_epoch = {epoch: (start, end) for (epoch, start), end in zip(master, master_ends, strict=True)}
     local_ends = _ends(local, local_max_offset)

@@ -31,17 +31,18 @@ def cometmq(*args: str) -> subprocess.CompletedProcess[str]:
                           env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
 
 
-def _free_base_port(brokers: int = 2) -> int:
-    """A port P with P+10*i and P+10*i+1 free for each broker i (remoting and HA)."""
+def _free_base_port(brokers: int = 2, offsets: tuple[int, ...] = (0, 1), avoid: range = range(0)) -> int:
+    """A port P with P+10*i+o free for each node i and offset o (a broker: remoting and HA; a controller: remoting,
+    etcd peers, etcd clients), and no port in ``avoid``."""
     import socket
 
     for _ in range(50):
         base = free_port()
-        if base > 65000:
+        if base > 65000 or any(base <= a <= base + 10 * brokers for a in avoid):
             continue
         try:
             socks = []
-            for port in (p for i in range(brokers) for p in (base + 10 * i, base + 10 * i + 1)):
+            for port in (base + 10 * i + o for i in range(brokers) for o in offsets):
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", port))
@@ -72,10 +73,13 @@ class Cluster:
         self.namesrv_port = free_port()
         while self.base_port <= self.namesrv_port <= self.base_port + 10 * replicas + 1:
             self.namesrv_port = free_port()
+        self.controller_port = _free_base_port(max(controllers, 1), (0, 1, 2), avoid=range(
+            self.base_port, self.base_port + 10 * replicas + 2))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cometmq.cli", "cluster", "--replicas", str(replicas), "--data", str(data),
              "--base-port", str(self.base_port), "--namesrv-port", str(self.namesrv_port),
-             "--controllers", str(controllers), "--stop-timeout", "10"],
+             "--controllers", str(controllers), "--controller-port", str(self.controller_port),
+             "--stop-timeout", "10"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.output: list[str] = []
@@ -186,6 +190,12 @@ def sync_state(controller: str) -> dict[str, Any]:
     return group
 
 
+def sync_state_field(controller: str, key: str) -> Any:
+    """A field of the group's state, or None while the controllers have no (reachable) leader."""
+    out = cometmq("admin", "sync-state", "-c", controller, "--broker-name", "broker-a", "--json")
+    return json.loads(out.stdout)["broker-a"][key] if out.returncode == 0 else None
+
+
 def test_a_group_with_a_controller_fails_over_by_itself(tmp_path: Path) -> None:
     """`cometmq cluster --controllers 1`: the controller in the nameserver hands out ids and elects a master;
     after kill -9 of the master it elects a replica, sends are acknowledged again, and the other replica rejoins
@@ -211,5 +221,53 @@ def test_a_group_with_a_controller_fails_over_by_itself(tmp_path: Path) -> None:
         cluster.proc.send_signal(signal.SIGTERM)
         assert cluster.proc.wait(40) == 0, cluster.output
         wait_until(lambda: not any(_alive(pid) for pid in cluster.pids()), 10, "every child process gone")
+    finally:
+        cluster.close()
+
+
+def test_three_controllers_on_etcd_survive_the_master_and_their_leader_killed_together(tmp_path: Path) -> None:
+    """`cometmq cluster --controllers 3`: three controller processes, each with its etcd member; kill -9 of the
+    master and of the controller leader at once (RocketMQ #7689): the other controllers elect a leader, it elects a
+    replica at the next epoch, and acknowledged sends go on. Every process (etcd members too) is gone after."""
+    import shutil
+
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd-server is not installed (scripts/test installs it)")
+    cluster = Cluster(tmp_path / "group", replicas=2, controllers=3)
+    try:
+        cluster.wait_ready()
+        assert len(cluster.procs["ctl"]) == 3
+        controllers = [addr for _, _, addr in cluster.procs["ctl"]]
+        ns = f"127.0.0.1:{cluster.namesrv_port}"
+        wait_until(lambda: len(sync_state(controllers[1])["inSyncReplicas"]) == 3, 30, "all three brokers in sync")
+        first = sync_state(controllers[1])
+        meta = cometmq("admin", "controller-metadata", "-c", controllers[1])
+        assert meta.returncode == 0, meta.stderr
+        fields = dict(line.split("\t", 1) for line in meta.stdout.splitlines())
+        leader = fields["#ControllerLeaderAddress"]
+        assert fields["#Peers"] == ";".join(f"c{i}={a}" for i, a in enumerate(controllers))
+        [(_, leader_pid, _)] = [p for p in cluster.procs["ctl"] if p[2] == leader]
+        etcd_pids = [int(line.split()[0]) for line in subprocess.run(
+            ["pgrep", "-a", "-f", str(tmp_path / "group")], capture_output=True, text=True).stdout.splitlines()
+            if "etcd " in line or "/etcd" in line.split()[1]]
+        assert len(etcd_pids) == 3, "one etcd member per controller"
+        with SyncProducer("cluster-ctl3", namesrv=ns, send_timeout=10) as producer:
+            assert producer.send(Message("ClusterCtl3", b"before")).status.name == "SEND_OK"
+            [(_, master_pid, _)] = cluster.procs["master"]
+            os.kill(master_pid, signal.SIGKILL)
+            os.kill(leader_pid, signal.SIGKILL)
+            survivor = next(c for c in controllers if c != leader)
+            wait_until(lambda: sync_state_field(survivor, "masterEpoch") == first["masterEpoch"] + 1, 30,
+                       "a new master elected by the new controller leader")
+            assert sync_state(survivor)["masterBrokerId"] != first["masterBrokerId"]
+            wait_until(lambda: len(sync_state_field(survivor, "inSyncReplicas") or ()) == 2, 30,
+                       "a replica back in the set")
+            assert producer.send(Message("ClusterCtl3", b"after")).status.name == "SEND_OK"
+        cluster.proc.send_signal(signal.SIGTERM)
+        assert cluster.proc.wait(60) == 0, cluster.output
+        wait_until(lambda: not any(_alive(pid) for pid in cluster.pids()), 10, "every child process gone")
+        wait_until(lambda: not any(Path(f"/proc/{pid}").exists() and
+                                   "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                                   for pid in etcd_pids), 20, "every etcd member gone")
     finally:
         cluster.close()

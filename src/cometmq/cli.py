@@ -166,27 +166,79 @@ def namesrv(
 
 @app.command()
 def controller(
-    data: Annotated[Path, typer.Option(help="folder of the controller's log (controller.log)")],
+    data: Annotated[Path, typer.Option(help="folder of the controller's log (controller.log; with --peers, its "
+                                            "etcd member's data and log)")],
     port: Annotated[int, typer.Option(help="port to listen on")] = 9878,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    peers: Annotated[str | None, typer.Option(
+        help="the controller nodes, NAME=HOST:PORT,… (3 or 5): each runs an etcd member beside it (peers on "
+             "PORT+1, clients on PORT+2) and their decisions are entries of that etcd cluster's log",
+        show_default=False)] = None,
+    node: Annotated[str | None, typer.Option(help="this node's NAME in --peers", show_default=False)] = None,
+    etcd_endpoints: Annotated[str | None, typer.Option(
+        help="instead of --peers: an etcd cluster run apart, HOST:PORT,…", show_default=False)] = None,
+    group: Annotated[str, typer.Option(help="the controller group's name (its etcd keys)")] = "cometmq-controller",
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
-    """Run a controller (one node, its decisions in a durable local log): elects each broker group's master."""
+    """Run a controller node: elects each broker group's master. Alone, its decisions go to a durable local log;
+    with --peers (or --etcd-endpoints), to a log on etcd shared by 3 or 5 nodes (docs/controller.md)."""
     _setup_logging(log_level)
-    from cometmq.controller.log import LocalLog
+    from cometmq.controller.etcd_member import EtcdMember, Peer, PeersError, parse_peers
+    from cometmq.controller.log import LocalLog, ReplicatedLog
     from cometmq.controller.server import ControllerConfig, ControllerServer
+
+    member: EtcdMember | None = None
+    node_id = node or "n0"
+    nodes: list[Peer] = []
+    try:
+        if peers is not None and etcd_endpoints is not None:
+            raise PeersError("give --peers or --etcd-endpoints, not both")
+        endpoints: list[str] = []
+        if peers is not None:
+            nodes = parse_peers(peers)
+            me = next((p for p in nodes if p.name == node), None)
+            if me is None:
+                raise PeersError(f"--node must name one of {', '.join(p.name for p in nodes)}")
+            if me.port != port:
+                raise PeersError(f"--port {port} differs from {me.name}'s port in --peers ({me.port})")
+            member = EtcdMember(me, nodes, data, token=group)
+            endpoints = [p.client_endpoint for p in nodes]
+        elif etcd_endpoints is not None:
+            endpoints = [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
+            if not endpoints:
+                raise PeersError("--etcd-endpoints names no endpoint")
+    except PeersError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
     async def main() -> None:
         stop = _stop_event()
-        ctl = ControllerServer(ControllerConfig(host=host, port=port), LocalLog(data))
+        config = ControllerConfig(host=host, port=port, group=group, node_id=node_id,
+                                  peers=tuple(f"{p.name}={p.address}" for p in nodes))
+        ctl: ControllerServer | None = None
+        if endpoints:
+            try:
+                from cometmq.controller.etcd_log import EtcdLog
+            except ImportError as exc:
+                raise SystemExit(f"the etcd extra is not installed (pip install 'cometmq[etcd]'): {exc}") from None
+            log_: ReplicatedLog = EtcdLog(endpoints, group, lambda: f"{host}:{ctl.port if ctl else port}")
+        else:
+            log_ = LocalLog(data)
+        ctl = ControllerServer(config, log_)
         await ctl.start()
-        print(f"cometmq controller listening on {ctl.addr}", flush=True)
+        where = f", log on etcd {','.join(endpoints)}" if endpoints else f", log in {data}"
+        print(f"cometmq controller listening on {ctl.addr} (node {node_id}{where})", flush=True)
         try:
             await stop.wait()
         finally:
             await ctl.stop()
 
-    _run(main())
+    if member is not None:
+        member.start()
+    try:
+        _run(main())
+    finally:
+        if member is not None:
+            member.stop()
 
 
 @app.command()

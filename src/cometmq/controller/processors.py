@@ -59,6 +59,8 @@ class ControllerConfig:
     #: the controller group's name and this node's id (GET_METADATA_INFO)
     group: str = "cometmq-controller"
     node_id: str = "n0"
+    #: the group's nodes as NAME=HOST:PORT (GET_METADATA_INFO's peers; empty: this node alone)
+    peers: tuple[str, ...] = ()
     notify_timeout_s: float = 3.0
     #: after a start, how long a recorded master is presumed alive before its first heartbeat here (None: the
     #: heartbeat timeout): a restarted controller knows no one alive, and must not elect the first replica it hears
@@ -205,8 +207,11 @@ class ControllerProcessors:
                 continue
             outcome = await self._commit(decision)
             after = self.state.group(name)
-            log.info("master of %s lost: elected %s at epoch %s (%d %s)", name, after and after.master,
-                     after and after.master_epoch, outcome.code, outcome.remark)
+            if outcome.ok:
+                log.info("master of %s lost: elected %s at epoch %s", name, after and after.master,
+                         after and after.master_epoch)
+            else:
+                log.info("master of %s lost: no election (%d %s)", name, outcome.code, outcome.remark)
 
     def _groups_to_elect(self) -> list[str]:
         """Groups whose master is lost, and groups left without one (every candidate was dead when it was lost)
@@ -341,7 +346,8 @@ class ControllerProcessors:
     async def get_metadata_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         leader = self.log.is_leader
         me = self._address()
-        fields: dict[str, object] = {"group": self.config.group, "isLeader": leader, "peers": me}
+        fields: dict[str, object] = {"group": self.config.group, "isLeader": leader,
+                                     "peers": ";".join(self.config.peers) or me}
         leader_addr = me if leader else self.log.leader_address
         if leader:
             fields["controllerLeaderId"] = self.config.node_id

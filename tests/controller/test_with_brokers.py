@@ -16,7 +16,7 @@ from tests.kit import eventually
 
 async def test_failover_with_brokers(tmp_path: Path) -> None:
     config = ControllerConfig(port=0, scan_interval_s=0.2, heartbeat_timeout_ms=1500, startup_grace_ms=0)
-    # the replicas learn the master's HA address from the nameserver (the controller does not know it)
+    # the master's heartbeats state its HA address; the controller names it to the replicas (masterHaAddress)
     async with ControllerServer(config, LocalLog(tmp_path / "ctl")) as ctl, \
             NamesrvController(NamesrvConfig(port=0)) as ns:
         mode = {"namesrv_addr": ns.addr, "enable_controller_mode": True, "controller_addr": ctl.addr,
@@ -52,6 +52,17 @@ async def test_failover_with_brokers(tmp_path: Path) -> None:
                 return replica.replication.role is Role.MASTER and g is not None and g.master_epoch == 2
 
             await eventually(replica_is_master, timeout=20, what="the replica elected at epoch 2")
+            from cometmq.net.client import RemotingClient
+            from cometmq.protocol.codes import RequestCode
+            from cometmq.protocol.remoting import make_request
+
+            async with RemotingClient() as raw:
+                async def names_the_ha_address() -> bool:  # the port is bound at the promotion (HA port 0 here)
+                    info = await raw.invoke(ctl.addr, make_request(RequestCode.CONTROLLER_GET_REPLICA_INFO,
+                                                                   {"brokerName": "g1"}))
+                    return info.ext_fields.get("masterHaAddress") == replica.ha_addr
+
+                await eventually(names_the_ha_address, timeout=10, what="masterHaAddress of the new master")
         finally:
             for b in brokers:
                 await b.stop()

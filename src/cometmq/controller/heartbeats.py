@@ -67,10 +67,13 @@ class HeartbeatTable:
     def __init__(self, default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         self.default_timeout_ms = default_timeout_ms
         self._table: dict[BrokerIdentity, LiveInfo] = {}
+        #: each broker's HA address as its heartbeats state it (haServerAddr; not election evidence)
+        self._ha: dict[BrokerIdentity, str] = {}
 
     def on_heartbeat(self, who: BrokerIdentity, address: str, now_ms: int, *, epoch: int | None = None,
                      max_offset: int | None = None, confirm_offset: int | None = None,
-                     timeout_ms: int | None = None, priority: int | None = None) -> bool:
+                     timeout_ms: int | None = None, priority: int | None = None,
+                     ha_address: str | None = None) -> bool:
         """Record a heartbeat; True when the broker was not known (or had expired) before.
 
         Unlike RocketMQ, which keeps the highest (epoch, maxOffset) it ever saw, the latest report wins: a broker
@@ -78,6 +81,8 @@ class HeartbeatTable:
         over one connection, in order.
         """
         prev = self._table.get(who)
+        if ha_address:
+            self._ha[who] = ha_address
         self._table[who] = LiveInfo(
             broker_id=who.broker_id,
             address=address,
@@ -95,6 +100,10 @@ class HeartbeatTable:
         prev = self._table.get(who)
         if prev is not None:
             self._table[who] = replace(prev, last_seen_ms=max(prev.last_seen_ms, now_ms))
+
+    def ha_address(self, who: BrokerIdentity) -> str | None:
+        """The HA address ``who`` last stated (kept after it expires: a restarted broker states it again)."""
+        return self._ha.get(who)
 
     def remove(self, who: BrokerIdentity) -> LiveInfo | None:
         """Forget a broker at once (its connection closed: RocketMQ elects without waiting for the timeout)."""

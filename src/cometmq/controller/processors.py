@@ -61,6 +61,8 @@ class ControllerConfig:
     node_id: str = "n0"
     #: the group's nodes as NAME=HOST:PORT (GET_METADATA_INFO's peers; empty: this node alone)
     peers: tuple[str, ...] = ()
+    #: the address brokers and other nodes reach this node at (None: host:port as bound)
+    advertised_addr: str | None = None
     notify_timeout_s: float = 3.0
     #: after a start, how long a recorded master is presumed alive before its first heartbeat here (None: the
     #: heartbeat timeout): a restarted controller knows no one alive, and must not elect the first replica it hears
@@ -160,6 +162,17 @@ class ControllerProcessors:
             raise RemotingError(ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST, f"{broker_name} is not registered")
         return g
 
+    def _master_fields(self, g: BrokerGroup) -> dict[str, object]:
+        """RocketMQ's master fields, plus masterHaAddress when the master's heartbeats stated it (a cometmq
+        field: a replica that follows a new master connects to it at once instead of asking the nameservers,
+        which may still name the old one)."""
+        fields = wire.master_fields(g)
+        if g.master is not None:
+            ha = self.heartbeats.ha_address(BrokerIdentity(g.cluster, g.broker_name, g.master))
+            if ha:
+                fields["masterHaAddress"] = ha
+        return fields
+
     def _alive(self, g: BrokerGroup, broker_id: int) -> bool:
         return self.heartbeats.is_alive(BrokerIdentity(g.cluster, g.broker_name, broker_id), self.clock())
 
@@ -173,7 +186,8 @@ class ControllerProcessors:
         self.heartbeats.on_heartbeat(
             who, wire.text(cmd, "brokerAddr"), self.clock(), epoch=wire.opt_int(cmd, "epoch"),
             max_offset=wire.opt_int(cmd, "maxOffset"), confirm_offset=wire.opt_int(cmd, "confirmOffset"),
-            timeout_ms=wire.opt_int(cmd, "heartbeatTimeoutMills"), priority=wire.opt_int(cmd, "electionPriority"))
+            timeout_ms=wire.opt_int(cmd, "heartbeatTimeoutMills"), priority=wire.opt_int(cmd, "electionPriority"),
+            ha_address=cmd.ext_fields.get("haServerAddr") or None)
         self._owner[who] = conn
         conn.attributes.setdefault(_BROKERS_ATTR, set()).add(who)
         return None if cmd.is_oneway else make_response(cmd)
@@ -249,7 +263,7 @@ class ControllerProcessors:
             return make_response(cmd, outcome.code, outcome.remark or None)
         self.heartbeats.touch(BrokerIdentity(cluster, name, broker_id), self.clock())
         g = self._group(name)
-        return make_response(cmd, ext_fields={"clusterName": cluster, "brokerName": name, **wire.master_fields(g)},
+        return make_response(cmd, ext_fields={"clusterName": cluster, "brokerName": name, **self._master_fields(g)},
                              body=wire.sync_state_set_body(g))
 
     # -- elections and the SyncStateSet -------------------------------------------------------------------
@@ -271,7 +285,7 @@ class ControllerProcessors:
                                                  ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE):
             return make_response(cmd, outcome.code, outcome.remark or None)
         # MASTER_STILL_EXIST and MASTER_NOT_AVAILABLE carry the group too: brokers take the master from them
-        return make_response(cmd, outcome.code, outcome.remark or None, wire.master_fields(after),
+        return make_response(cmd, outcome.code, outcome.remark or None, self._master_fields(after),
                              wire.elect_body(after))
 
     async def alter_sync_state_set(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -310,14 +324,14 @@ class ControllerProcessors:
     async def notify_role_changed(self, broker_name: str) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED (oneway) to the group's alive brokers, with the applied master and set.
 
-        RocketMQ's fields only: the brokers' handler takes a notification without ``toThisBroker`` as the
-        controller's (by masterBrokerId). No ``masterHaAddress``: brokers report no HA address to the controller.
+        RocketMQ's fields (the brokers' handler takes a notification without ``toThisBroker`` as the controller's,
+        by masterBrokerId), plus ``masterHaAddress`` when the master stated one in its heartbeats.
         """
         g = self.state.group(broker_name)
         client = self._client
         if g is None or g.master is None or client is None:
             return
-        fields = wire.master_fields(g)
+        fields = self._master_fields(g)
         body = wire.sync_state_set_body(g)
         now = self.clock()
         targets = sorted({info.address for info in self.heartbeats.group(g.cluster, broker_name)
@@ -341,7 +355,7 @@ class ControllerProcessors:
     async def get_replica_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         self._require_leader()
         g = self._group(wire.text(cmd, "brokerName"))
-        return make_response(cmd, ext_fields=wire.master_fields(g), body=wire.sync_state_set_body(g))
+        return make_response(cmd, ext_fields=self._master_fields(g), body=wire.sync_state_set_body(g))
 
     async def get_metadata_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         leader = self.log.is_leader

@@ -31,7 +31,8 @@ class ControllerServer:
 
     @property
     def addr(self) -> str:
-        return f"{self.config.host}:{self.port}"
+        """The address this node is known by (``advertised_addr``, else the bound host and port)."""
+        return self.config.advertised_addr or f"{self.config.host}:{self.port}"
 
     async def start(self) -> None:
         await self.processors.start()  # the state is replayed before the first request is taken

@@ -70,12 +70,16 @@ class ControllerUnavailable(Exception):
 
 class ControllerClient:
     def __init__(self, config: ControllerModeConfig, client: RemotingClient, replication: ReplicationService, *,
-                 meta_dir: Path, broker_addr: Callable[[], str], clock: Callable[[], int]) -> None:
+                 meta_dir: Path, broker_addr: Callable[[], str], clock: Callable[[], int],
+                 ha_addr: Callable[[], str | None] | None = None) -> None:
         self.config = config
         self.client = client
         self.replication = replication
         self.meta_dir = meta_dir
         self._broker_addr = broker_addr
+        #: this broker's HA address, sent in heartbeats (haServerAddr, a cometmq field RocketMQ's controller
+        #: ignores) so the controller can name the master's HA address to its replicas
+        self._ha_addr = ha_addr
         self.clock = clock
         self.leader: str | None = None
         self.broker_id: int | None = None
@@ -213,6 +217,9 @@ class ControllerClient:
                               maxOffset=end, confirmOffset=confirm,
                               heartbeatTimeoutMills=self.config.heartbeat_timeout_ms,
                               electionPriority=self.config.election_priority)
+        ha_addr = self._ha_addr() if self._ha_addr is not None else None
+        if ha_addr is not None:
+            fields["haServerAddr"] = ha_addr
 
         async def one(addr: str) -> None:
             try:

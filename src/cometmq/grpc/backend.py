@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError
-from cometmq.client.instance import ClientInstance
+from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.net.client import LocalConnector, RemotingClient
@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 PROXY_PRODUCER_GROUP = "CID_COMETMQ_GRPC_PROXY"
 
 CheckHandler = Callable[[str, RemotingCommand], Awaitable[None]]
+
+
+def any_master(route: TopicRouteData) -> bool:
+    """Whether some broker of the route has its master in it."""
+    return any(bd.master_addr is not None for bd in route.broker_datas)
 
 
 class Backend:
@@ -76,6 +81,14 @@ class Backend:
         self._heartbeat_new_brokers()
         return route
 
+    async def routed(self, topic: str, has_master: Callable[[TopicRouteData], bool]) -> TopicRouteData:
+        """The topic's route, asked for again now (rate-limited) when the cached one fails ``has_master``: its
+        master is gone (a failover under way?) and the nameserver may already name the new one."""
+        route = await self.route(topic)
+        if not has_master(route) and await self.instance.refresh_route(topic):
+            route = await self.route(topic)
+        return route
+
     def writable_queues(self, route: TopicRouteData, topic: str) -> list[MessageQueue]:
         hit = self._writable.get(topic)
         if hit is not None and hit[0] is route:
@@ -85,23 +98,41 @@ class Backend:
         return queues
 
     async def broker_addr(self, topic: str, broker_name: str) -> str:
-        """The master address of ``broker_name`` (the topic's route is fetched when the broker is unknown)."""
+        """The master address of ``broker_name``. When no master is known (a broker not seen yet, or one whose
+        master is gone) the topic's route is asked for now (rate-limited) rather than at the next poll."""
         addr = self.instance.master_addr(broker_name)
         if addr is None:
-            await self.route(topic)
+            if topic in self.instance.routes:
+                await self.instance.refresh_route(topic)
+            else:
+                await self.route(topic)
             addr = self.instance.master_addr(broker_name)
         if addr is None:
             raise GrpcError(pb.Code.NOT_FOUND, f"broker {broker_name} has no master in the route of {topic}")
         return addr
 
     # -- requests ---------------------------------------------------------------------------------------------
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None, *,
+                     topic: str | None = None) -> RemotingCommand:
+        """A request to a broker. With ``topic`` (the request goes to that topic's master): a failure that says
+        the route may be stale (the broker cannot be reached or does not answer, or answers that it does not take
+        the request: ``route_stale``) has the topic's route asked for again in the background, so the next request
+        goes to a newly elected master within a nameserver round trip, not at the next route poll."""
         try:
-            return await self.instance.invoke(addr, cmd, timeout)
+            response = await self.instance.invoke(addr, cmd, timeout)
         except ClientTimeoutError as exc:
+            self._route_failed(topic, exc)
             raise GrpcError(pb.Code.PROXY_TIMEOUT, str(exc)) from None
         except ClientConnectionError as exc:
+            self._route_failed(topic, exc)
             raise GrpcError(pb.Code.INTERNAL_SERVER_ERROR, str(exc)) from None
+        if response.code != 0 and topic is not None:
+            self._route_failed(topic, BrokerError(response.code, response.remark or "", addr=addr))
+        return response
+
+    def _route_failed(self, topic: str | None, exc: Exception) -> None:
+        if topic is not None and route_stale(exc):
+            self.instance.refresh_route_soon(topic)
 
     async def group_config(self, topic: str, group: str) -> dict[str, object]:
         """The subscription group's config on a broker of ``topic`` (cached for 10 s; {} when unknown)."""

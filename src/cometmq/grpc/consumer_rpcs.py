@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from cometmq.grpc import convert
+from cometmq.grpc.backend import any_master
 from cometmq.grpc.handles import ReceiptHandle
 from cometmq.grpc.producer_rpcs import ALL_TYPES, endpoints_for
 from cometmq.grpc.rpc import RpcBase, client_id_of, remaining_ms, streaming, unary
@@ -66,7 +67,7 @@ class ConsumerRpcs(RpcBase):
         """One assignment per broker with readable queues, queue id -1: the broker's POP picks the queue (and
         keeps per-queue order for FIFO groups), so every consumer of the group may ask every broker."""
         topic = request.topic.name
-        route = await self.backend.route(topic)
+        route = await self.backend.routed(topic, any_master)
         endpoints = endpoints_for(request.endpoints, self.config.host, self.port)
         masters = {bd.broker_name for bd in route.broker_datas if bd.master_addr is not None}
         out = []
@@ -111,7 +112,8 @@ class ConsumerRpcs(RpcBase):
             init_mode=INIT_MODE_MAX if self.config.init_mode == "max" else INIT_MODE_MIN,
             exp_type=exp_type, exp=exp, order=fifo or None, attempt_id=request.attempt_id or None)
         response = await self.backend.invoke(addr, make_request(RequestCode.POP_MESSAGE, header.to_ext()),
-                                             timeout=poll / 1000 + self.config.request_timeout_s)
+                                             timeout=poll / 1000 + self.config.request_timeout_s,
+                                             topic=topic)
         if response.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT):
             yield spb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
             return
@@ -216,7 +218,8 @@ class ConsumerRpcs(RpcBase):
             max_msg_nums=min(batch, MAX_BATCH), sys_flag=_PULL_SYS_FLAG if poll > 0 else 0x4,
             suspend_timeout_millis=poll, subscription=exp, expression_type=exp_type)
         response = await self.backend.invoke(addr, make_request(RequestCode.PULL_MESSAGE, header.to_ext()),
-                                             timeout=poll / 1000 + self.config.request_timeout_s)
+                                             timeout=poll / 1000 + self.config.request_timeout_s,
+                                             topic=topic)
         next_offset = int(response.ext_fields.get("nextBeginOffset", request.offset) or request.offset)
         if response.code == ResponseCode.SUCCESS:
             yield spb.PullMessageResponse(status=OK_STATUS)

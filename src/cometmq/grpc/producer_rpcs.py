@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from cometmq.grpc import convert
-from cometmq.grpc.backend import PROXY_PRODUCER_GROUP
+from cometmq.grpc.backend import PROXY_PRODUCER_GROUP, any_master
 from cometmq.grpc.handles import TransactionRef, recall_broker_name
 from cometmq.grpc.rpc import RpcBase, client_id_of, metadata_of, unary
 from cometmq.grpc.status import OK_STATUS, GrpcError, from_remoting, status
@@ -76,7 +76,7 @@ class ProducerRpcs(RpcBase):
     @unary(spb.QueryRouteResponse)
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
         topic = request.topic.name
-        route = await self.backend.route(topic)
+        route = await self.backend.routed(topic, any_master)
         endpoints = endpoints_for(request.endpoints, self.config.host, self.port)
         queues = message_queues(route, topic, request.topic.resource_namespace, endpoints)
         if not queues:
@@ -215,7 +215,7 @@ class ProducerRpcs(RpcBase):
             raise GrpcError(pb.Code.ILLEGAL_TOPIC, "the message names no topic")
         props, body = convert.send_properties(msg, self.config.max_body_size)
         mtype = convert.message_type_of(msg)
-        route = await self.backend.route(topic)
+        route = await self.backend.routed(topic, lambda r: bool(self.backend.writable_queues(r, topic)))
         queues = self.backend.writable_queues(route, topic)
         if not queues:
             raise GrpcError(pb.Code.FORBIDDEN, f"topic {topic} has no writable queue")
@@ -237,7 +237,7 @@ class ProducerRpcs(RpcBase):
                                 convert.timestamp_ms(born) if born.seconds else int(time.time() * 1000),
                                 encode_properties(props).decode("utf-8"))
         addr = await self.backend.broker_addr(topic, mq.broker_name)
-        response = await self.backend.invoke(addr, make_request(RequestCode.SEND_MESSAGE_V2, header, body))
+        response = await self.backend.invoke(addr, make_request(RequestCode.SEND_MESSAGE_V2, header, body), topic=topic)
         if response.code != ResponseCode.SUCCESS:
             raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
         ext = response.ext_fields

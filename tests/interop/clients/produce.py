@@ -10,6 +10,10 @@ or ``{"event":"error","index":i,...,"error":"..."}``; then
 ``{"event":"summary","sent":n,"failed":m,...}`` and, after shutdown, ``{"event":"closed",...}``.
 Exit code 0 if every send succeeded, 1 if some failed, 3 if the wheel cannot load.
 
+``--duration-s S`` stops sending after S seconds (``--count`` is then an upper bound); SIGTERM or SIGINT stops
+sending after the current send, then prints the summary and shuts down as usual (so a test can run a producer in
+a loop, e.g. across a failover, and stop it when it has seen enough).
+
 Notes on what the wheel reports: ``msg_id`` is the client-side UNIQ_KEY (not the broker's
 offset id), ``queue_offset`` is the broker's ``queueOffset`` reply field, and the queue id is not
 exposed for sync/async/batch sends (``queue_id`` is null) -- only ``orderly`` mode knows it
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import hashlib
+import signal
 import threading
 import time
 from typing import Any
@@ -60,6 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--log-level", choices=sorted(c.LOG_LEVELS), default=None)
     ap.add_argument("--max-print", type=int, default=-1, help="unused (symmetry with consumers)")
     ap.add_argument("--stop-on-error", action="store_true", help="stop at the first failed send")
+    ap.add_argument("--duration-s", type=float, default=0,
+                    help="stop sending after this many seconds (0 = no limit; --count is then an upper bound)")
     return ap.parse_args(argv)
 
 
@@ -104,6 +111,9 @@ def result_fields(res: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     client = c.load_wheel()
     producer = client.Producer(args.group, timeout=args.timeout_ms)
     producer.set_namesrv_addr(args.namesrv)
@@ -111,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         c.dll().SetProducerInstanceName(producer._handle, c.c_str(args.instance_name))
     c.set_log_level("Producer", producer._handle, args.log_level)
     t_start = time.monotonic()
+    t_end = t_start + args.duration_s if args.duration_s > 0 else float("inf")
+
+    def should_stop() -> bool:
+        return stop.is_set() or time.monotonic() >= t_end
+
     try:
         producer.start()
     except Exception as exc:
@@ -131,12 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal failed
         failed += 1
         c.emit({"event": "error", "mode": args.mode, **info, "error": f"{type(exc).__name__}: {exc}",
-                "elapsed_ms": round((time.monotonic() - t0) * 1000, 3)})
+                "send_ns": c.now_ns(), "elapsed_ms": round((time.monotonic() - t0) * 1000, 3)})
 
     try:
         if args.mode == "batch":
             size = args.batch_size or max(args.count, 1)
             for b, start in enumerate(range(0, args.count, size)):
+                if should_stop():
+                    break
                 built = [build_message(client, args, i) for i in range(start, min(start + size, args.count))]
                 t0 = time.monotonic()
                 try:
@@ -153,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(args.interval_ms / 1000)
         else:
             for i in range(args.count):
+                if should_stop():
+                    break
                 msg, info = build_message(client, args, i)
                 t0 = time.monotonic()
                 try:

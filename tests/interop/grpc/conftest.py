@@ -55,6 +55,7 @@ class Background:
     lines: list[dict[str, Any]] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     cond: threading.Condition = field(default_factory=threading.Condition)
+    readers: list[threading.Thread] = field(default_factory=list)
 
     def start_readers(self) -> None:
         def out() -> None:
@@ -73,7 +74,17 @@ class Background:
                 self.stderr.append(raw)
 
         for fn in (out, err):
-            threading.Thread(target=fn, daemon=True).start()
+            t = threading.Thread(target=fn, daemon=True)
+            t.start()
+            self.readers.append(t)
+
+    def _close_pipes(self) -> None:
+        """Once the readers have seen the end of the pipes, close them (no ResourceWarning)."""
+        for t in self.readers:
+            t.join(10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
 
     def events(self, name: str) -> list[dict[str, Any]]:
         with self.cond:
@@ -95,7 +106,7 @@ class Background:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
-        time.sleep(0.1)
+        self._close_pipes()
         with self.cond:
             return Result(self.argv, rc, list(self.lines), "".join(self.stderr))
 
@@ -103,6 +114,7 @@ class Background:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._close_pipes()
 
 
 class ClientRunner:

@@ -4,6 +4,8 @@ Run with .venv-py5/bin/python (never with cometmq's own venv: the client ships i
 Prints one JSON object per stdout line with an ``event`` key. Subcommands:
 
   produce        --count N [--tag T] [--keys K] [--group G (FIFO)] [--delay-ms D] [--prefix P]
+                 [--keep-going (a failed send prints ``failed`` and the loop goes on)] [--interval-ms I]
+                 [--duration S (stop sending after S seconds; SIGTERM stops too)]
   transaction    --decision commit|rollback|unknown --check commit|rollback|unknown [--linger S]
   recall         --handle H
   simple         --group G --count N [--invisible S] [--sql EXPR | --tag-expr EXPR] [--no-ack]
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -67,10 +70,18 @@ def describe(m: Message) -> dict[str, object]:
 
 
 def produce(args: argparse.Namespace) -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    end = time.monotonic() + args.duration if args.duration else float("inf")
     producer = Producer(config(args), (args.topic,))
     producer.startup()
     try:
         for i in range(args.count):
+            if stop.is_set() or time.monotonic() >= end:
+                break
+            if i and args.interval_ms:
+                time.sleep(args.interval_ms / 1000)
             msg = Message()
             msg.topic = args.topic
             msg.body = f"{args.prefix}{i}".encode()
@@ -83,9 +94,17 @@ def produce(args: argparse.Namespace) -> None:
             if args.delay_ms:
                 msg.delivery_timestamp = int(time.time() * 1000) + args.delay_ms
             msg.add_property("index", str(i))
-            receipt = producer.send(msg)
+            t0 = time.monotonic()
+            try:
+                receipt = producer.send(msg)
+            except Exception as exc:
+                if not args.keep_going:
+                    raise
+                emit("failed", index=i, body=msg.body.decode(), type=type(exc).__name__, message=str(exc)[:300],
+                     elapsed_ms=round((time.monotonic() - t0) * 1000, 1), t=time.time())
+                continue
             emit("sent", id=receipt.message_id, offset=receipt.offset, recall_handle=receipt.recall_handle or "",
-                 body=msg.body.decode())
+                 body=msg.body.decode(), t=time.time())
     finally:
         producer.shutdown()
 
@@ -212,6 +231,9 @@ def main() -> None:
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--timeout", type=float, default=30)
+    p.add_argument("--keep-going", action="store_true")
+    p.add_argument("--interval-ms", type=float, default=0)
+    p.add_argument("--duration", type=float, default=0)
     args = p.parse_args()
     try:
         {"produce": produce, "transaction": transaction, "recall": recall, "simple": simple, "push": push}[

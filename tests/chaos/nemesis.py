@@ -1,0 +1,224 @@
+"""Seeded fault schedules for the chaos harness ([12]).
+
+A scenario turns a seed into a schedule: a list of fault cycles, each ``gap`` seconds of calm, then one fault
+held ``hold`` seconds, then healed (the process restarted, the partition removed). The schedule is drawn from
+``random.Random(seed)`` alone, so a seed always gives the same schedule; the targets are roles ("the master", "a
+replica"), resolved when the fault starts (which broker is master depends on the run). Every action is also
+recorded in the cluster's event list with its time and the broker it hit.
+
+Faults (``KINDS``):
+
+- ``kill-master``: SIGKILL the master; restart it (same data folder) after ``hold``.
+- ``pause-master``: SIGSTOP the master, SIGCONT after ``hold`` (shorter or longer than the heartbeat timeout).
+- ``partition-master-controller``: the master and every controller, in ``direction`` (both, or one way).
+- ``isolate-master``: the master from every other node and the clients, both ways.
+- ``partition-replica``: one replica (``pick``) from the master, or from everyone (``direction`` "all").
+- ``double-failover``: SIGKILL the master, wait (≤ 15 s) for a new master, SIGKILL it too; restart both.
+- ``master-and-controller``: SIGKILL the master and the controller leader together (#7689); the controller
+  comes back first (after ``hold`` / 2), then the broker.
+
+Crash points inside a role change or a truncation need failpoints in the broker (none exist yet; see
+docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tests.chaos.cluster import ChaosBroker, ChaosCluster
+
+KINDS = ("kill-master", "pause-master", "partition-master-controller", "isolate-master", "partition-replica",
+         "double-failover", "master-and-controller")
+
+#: scenario name -> the kinds its cycles draw from
+SCENARIOS: dict[str, tuple[str, ...]] = {
+    **{k: (k,) for k in KINDS},
+    "partitions": ("partition-master-controller", "isolate-master", "partition-replica"),
+    "mixed": KINDS,
+}
+#: the short set CI runs (test_chaos.py)
+MAIN_SCENARIOS = ("kill-master", "pause-master", "partitions")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    gap: float  # calm before the fault
+    hold: float  # how long the fault lasts
+    direction: str = "both"  # partitions: "both", "a->b" (the master's/replica's sends lost), "b->a"
+    pick: int = 0  # partition-replica: which replica (index into the non-masters, modulo)
+
+    def describe(self) -> str:
+        extra = f" {self.direction}" if self.kind.startswith("partition") else ""
+        return f"+{self.gap:.1f}s {self.kind}{extra} for {self.hold:.1f}s"
+
+
+@dataclass
+class Schedule:
+    seed: int
+    scenario: str
+    faults: list[Fault] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "scenario": self.scenario, "faults": [asdict(f) for f in self.faults]}
+
+    def describe(self) -> str:
+        return "; ".join(f.describe() for f in self.faults)
+
+
+def make_schedule(scenario: str, seed: int, duration: float) -> Schedule:
+    """Fault cycles filling ``duration`` seconds (a cycle's recovery time is not counted: the runner stops
+    starting faults once ``duration`` has passed)."""
+    kinds = SCENARIOS[scenario]
+    rng = random.Random(f"{scenario}/{seed}")
+    out = Schedule(seed, scenario)
+    t = 0.0
+    while True:
+        kind = rng.choice(kinds)
+        gap = round(rng.uniform(2.0, 5.0), 2)
+        if kind == "pause-master":
+            hold = round(rng.uniform(1.0, 8.0), 2)  # below and above the 3 s heartbeat timeout
+        elif kind in ("kill-master", "double-failover", "master-and-controller"):
+            hold = round(rng.uniform(1.0, 6.0), 2)
+        else:
+            hold = round(rng.uniform(2.0, 8.0), 2)
+        direction = rng.choice(("both", "a->b", "b->a")) if kind == "partition-master-controller" else \
+            rng.choice(("both", "all")) if kind == "partition-replica" else "both"
+        fault = Fault(kind, gap, hold, direction, rng.randrange(2))
+        if out.faults and t + gap + hold > duration:
+            break
+        out.faults.append(fault)
+        t += gap + hold + 4.0  # a cycle's recovery, roughly
+        if t >= duration:
+            break
+    return out
+
+
+class Nemesis:
+    """Runs a schedule against a cluster; ``heal_all()`` undoes whatever is still in force."""
+
+    def __init__(self, cluster: ChaosCluster, schedule: Schedule, *, recover_timeout: float = 20.0) -> None:
+        self.cluster = cluster
+        self.schedule = schedule
+        self.recover_timeout = recover_timeout
+        self.applied: list[dict[str, Any]] = []
+        self._down: list[str] = []  # processes killed and not restarted yet (restarted by heal_all)
+
+    async def run(self, deadline: float) -> None:
+        """Each fault of the schedule until ``deadline`` (monotonic); every fault is healed before the next."""
+        for fault in self.schedule.faults:
+            if time.monotonic() + fault.gap >= deadline:
+                break
+            await asyncio.sleep(fault.gap)
+            t = time.monotonic()
+            info = await self.apply(fault)
+            info.update(kind=fault.kind, t=round(t - self.cluster.t0, 3), hold=fault.hold)
+            self.applied.append(info)
+            await self.heal_all()
+            # a bounded wait for the group to come back before the next fault (a fault on a group still
+            # electing tests little more than the first)
+            try:
+                info["recovered_s"] = round(await self.cluster.wait_healthy(self.recover_timeout), 3)
+            except AssertionError:
+                info["recovered_s"] = None
+
+    async def _master(self) -> ChaosBroker | None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            m = await self.cluster.master()
+            if m is not None:
+                return m
+            await asyncio.sleep(0.1)
+        return None
+
+    async def apply(self, f: Fault) -> dict[str, Any]:
+        """Apply one fault, hold it; the caller heals."""
+        c = self.cluster
+        m = await self._master()
+        if m is None:
+            return {"skipped": "no master"}
+        info: dict[str, Any] = {"master": m.name}
+        hold: Callable[[], Awaitable[None]] = lambda: asyncio.sleep(f.hold)  # noqa: E731
+        if f.kind == "kill-master":
+            c.kill(m.name)
+            self._down.append(m.name)
+            await hold()
+        elif f.kind == "pause-master":
+            c.pause(m.name)
+            await hold()
+            c.resume(m.name)
+        elif f.kind == "partition-master-controller":
+            for ctl in c.controllers:
+                await c.partition(m.name, ctl.name, f.direction)
+            info["direction"] = f.direction
+            await hold()
+        elif f.kind == "isolate-master":
+            await c.isolate(m.name)
+            await hold()
+        elif f.kind == "partition-replica":
+            replicas = [b for b in c.brokers if b is not m]
+            r = replicas[f.pick % len(replicas)]
+            info["replica"] = r.name
+            if f.direction == "all":
+                await c.isolate(r.name)
+            else:
+                await c.partition(r.name, m.name)
+            info["direction"] = f.direction
+            await hold()
+        elif f.kind == "double-failover":
+            c.kill(m.name)
+            self._down.append(m.name)
+            try:
+                second = await c.wait_master(15.0, not_=m)
+            except AssertionError:
+                info["second"] = None
+            else:
+                info["second"] = second.name
+                c.kill(second.name)
+                self._down.append(second.name)
+            await hold()
+        elif f.kind == "master-and-controller":
+            leader = await self._controller_leader()
+            c.kill(m.name)
+            c.kill(leader)
+            info["controller"] = leader
+            self._down += [m.name]
+            await asyncio.sleep(f.hold / 2)
+            await c.restart(leader)
+            await asyncio.sleep(f.hold / 2)
+        else:
+            raise ValueError(f"unknown fault {f.kind}")
+        return info
+
+    async def _controller_leader(self) -> str:
+        """The controller that answers as leader (the only one in the single-controller topology)."""
+        from cometmq.protocol.codes import RequestCode, ResponseCode
+
+        for ctl in self.cluster.controllers:
+            if not ctl.running:
+                continue
+            try:
+                r = await self.cluster.request(ctl.addr, RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=1.5)
+            except Exception:
+                continue
+            if r.code == ResponseCode.SUCCESS and r.ext_fields.get("isLeader", "").lower() == "true":
+                return ctl.name
+        return self.cluster.controllers[0].name
+
+    async def heal_all(self) -> None:
+        """Partitions removed, paused processes resumed, killed ones restarted."""
+        c = self.cluster
+        await c.heal()
+        for name in list(c.paused):
+            c.resume(name)
+        for ctl in c.controllers:
+            if not ctl.running:
+                await c.restart(ctl.name)
+        while self._down:
+            name = self._down.pop(0)
+            await c.restart(name)

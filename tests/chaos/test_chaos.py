@@ -1,0 +1,59 @@
+"""The chaos harness's short set ([12]; marker ``chaos``): the cluster comes up behind its proxies, and a few
+seeds of the main scenarios run end to end with the offline checker. The long run is the runner's CLI
+(docs/reliability.md, "Fault injection ([12])")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cometmq.client import Producer
+from cometmq.client.message import Message, SendStatus
+from tests.chaos.cluster import ChaosCluster
+from tests.chaos.nemesis import MAIN_SCENARIOS, make_schedule
+from tests.chaos.runner import one_line, run_once
+
+pytestmark = pytest.mark.chaos
+
+SEEDS = (1, 2)
+DURATION = 20.0
+
+
+async def test_cluster_comes_up_behind_proxies_and_takes_a_send(tmp_path: Path) -> None:
+    async with ChaosCluster(tmp_path) as c:
+        await c.start()
+        master = await c.master()
+        assert master is not None
+        assert sorted(b.controller_id for b in c.brokers if b.controller_id is not None) == [1, 2, 3]
+        await c.create_topic("ChaosSmoke", 2)
+        async with Producer(namesrv=c.namesrv_addr, retries=0) as p:
+            r = await p.send(Message("ChaosSmoke", b"hello"))
+        assert r.status is SendStatus.SEND_OK
+        # the client went through the proxies: the nameserver's and the master's (the route names the proxy)
+        assert "links=0" not in await c.hub.command("namesrv status")
+        assert "links=0" not in await c.hub.command(f"{master.name} status")
+        # a one-way partition of the master from the controller is one rule per proxy, by source address
+        await c.partition(master.name, "c0", "a->b")
+        status = await c.hub.command("c0 status")
+        assert f"{master.ip}/up=blackhole" in status, status
+        await c.heal()
+        assert await c.stop_all() == []
+
+
+def test_schedules_are_reproducible_from_the_seed() -> None:
+    for scenario in MAIN_SCENARIOS:
+        a, b = make_schedule(scenario, 7, 60), make_schedule(scenario, 7, 60)
+        assert a == b and a.faults
+        assert make_schedule(scenario, 8, 60) != a
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("scenario", MAIN_SCENARIOS)
+async def test_scenario(scenario: str, seed: int, tmp_path: Path) -> None:
+    result = await run_once(scenario, seed, DURATION, tmp_path)
+    print(one_line(result))
+    assert result.get("ok"), json.dumps({k: v for k, v in result.items() if k != "traceback"}, indent=1,
+                                        default=str) + "\n" + str(result.get("report") or result.get("traceback"))
+    assert result["counts"]["ok"] > 0

@@ -71,6 +71,8 @@ class _Proc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.log_path: Path | None = None
+        #: extra environment of the next starts (e.g. COMETMQ_FAILPOINTS)
+        self.env: dict[str, str] = {}
         workdir.mkdir(parents=True, exist_ok=True)
 
     def _command(self) -> list[str]:
@@ -89,7 +91,8 @@ class _Proc:
             raise ProcessError(f"{self.name} is already running")
         self.starts += 1
         self.log_path = self.workdir / f"{self.name}-{self.starts}.log"
-        env = {**os.environ, "COMETMQ_GRPC_PORT": "0", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, "COMETMQ_GRPC_PORT": "0", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               **self.env}
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(self._command(), stdout=out, stderr=subprocess.STDOUT, env=env,
                                          cwd=self.workdir)

@@ -137,3 +137,38 @@ async def test_a_crash_right_after_truncation_resurrects_nothing(cluster: Cluste
     assert old.epochs in ([(1, 0)], [(1, 0), (2, d.shared_end)])
     if old.end > d.shared_end:
         assert old.epochs == [(1, 0), (2, d.shared_end)]
+
+
+async def test_a_crash_at_the_truncation_failpoint_resurrects_nothing(cluster: Cluster) -> None:
+    """The same crash at the exact point (COMETMQ_FAILPOINTS=ha.truncate.log_cut: the log is cut back, the epoch
+    file not yet): the restarted broker's log ends at the cut, and it then follows the new master to the same
+    bytes."""
+    d = await diverge(cluster)
+    d.old.env = {"COMETMQ_FAILPOINTS": "ha.truncate.log_cut"}
+    await d.old.start()
+    assert d.old.proc is not None
+    assert await asyncio.to_thread(d.old.proc.wait, 20) == 137
+    assert "failpoint ha.truncate.log_cut: exiting" in d.old.log_text()
+    await d.new.stop()  # nothing to follow: what it recovered is what it had
+    d.old.env = {}
+    await d.old.start()
+    status = await cluster.status(d.old)
+    await d.old.stop()
+    old = d.old.log()
+    assert status["maxOffset"] == old.end == d.shared_end
+    assert old.tail_is_zero() and not bodies(old) & d.unacked
+    assert old.epochs == [(1, 0)]
+
+    await d.new.start()
+    assert (await cluster.promote(d.new, 3)).code == 0
+    await d.old.start()
+    # one message in epoch 3 (an epoch with no bytes is not copied into a replica's epoch file)
+    assert (await cluster.follow(d.old, d.new, 3, 2)).code == 0
+    await cluster.wait_sync_set(d.new, {0, 2})
+    assert await send(cluster, d.new, "epoch-3") == ResponseCode.SUCCESS
+    end = await cluster.wait_caught_up(d.old, d.new)
+    await d.old.stop()
+    await d.new.stop()
+    old, new = d.old.log(), d.new.log()
+    assert old.end == new.end == end and old.data[:end] == new.data[:end]
+    assert old.epochs == new.epochs

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ..common import failpoints
 from ..common.periodic import Periodic
 from ..net.client import RemotingClient
 from ..net.connection import Handler, RemotingConnection
@@ -132,6 +133,7 @@ class ControllerProcessors:
             while len(self._outcomes) > _OUTCOMES_KEPT:
                 self._outcomes.popitem(last=False)
             if isinstance(event, ElectMaster) and outcome.ok and event.new_master is not None and self.log.is_leader:
+                failpoints.hit("controller.elect.committed")
                 self._spawn(self.notify_role_changed(event.broker_name))
         if not outcome.ok:
             log.info("controller event %d refused on apply: %d %s", index, outcome.code, outcome.remark)

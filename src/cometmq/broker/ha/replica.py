@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cometmq.broker.appender import Appender
+from cometmq.common import failpoints
 from cometmq.net.client import split_address
 from cometmq.protocol import ha
 from cometmq.store.epoch_file import EpochFile
@@ -127,6 +128,7 @@ class HAReplica:
             log.warning("truncating the log from %d to %d, the last point in common with the master", local_end,
                         point)
             self.store.truncate(point)  # durable on return
+            failpoints.hit("ha.truncate.log_cut")
             if self._on_truncated is not None:
                 self._on_truncated()
         self.epochs.truncate_suffix(point)

@@ -32,6 +32,7 @@ from cometmq.broker.ha.replica import HAReplica
 from cometmq.broker.ha.role import RoleInfo
 from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
 from cometmq.broker.offset_waiter import OffsetWaiter
+from cometmq.common import failpoints
 from cometmq.common.periodic import Periodic
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
@@ -199,6 +200,7 @@ class ReplicationService:
             end = self.store.commitlog.max_offset
             if not resume:
                 self.epochs.append(epoch, end)
+            failpoints.hit("ha.promote.epoch_written")
             self.role = Role.MASTER
             self.store.set_confirm_offset(None)
             await self._dispatched(end)
@@ -221,6 +223,8 @@ class ReplicationService:
                 self.replica_id = replica_id
             was_master = self.role is Role.MASTER
             self.role = Role.SLAVE
+            if was_master:
+                failpoints.hit("ha.demote.role_set")
             self._named_master = (master_addr, master_ha_addr)
             await self._stop_link()
             if was_master and self._master_services_running:

@@ -1,7 +1,13 @@
 """Ordered sends by business key, and a SQL92 filter evaluated on the broker.
 
 Start the broker with property filtering on: create broker.conf with `enablePropertyFilter=true`, then
-`cometmq serve -c broker.conf`, then: python examples/ordered_and_filtered.py
+`cometmq serve -c broker.conf`, create the ordered topic, then run this:
+
+    cometmq admin updateTopic -n 127.0.0.1:9876 -t Orders -r 4 -w 4 -o true
+    python examples/ordered_and_filtered.py
+
+(A 5.x FIFO consumer of the topic, gRPC or POP, also needs its group marked orderly:
+`cometmq admin updateSubGroup -n 127.0.0.1:9876 -g paid-orders -o true`.)
 """
 
 import asyncio

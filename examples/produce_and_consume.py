@@ -1,6 +1,13 @@
 """Send a few messages and consume them with a push consumer (asyncio).
 
-Run `cometmq serve` first (or scripts/serve), then: python examples/produce_and_consume.py
+Run `cometmq serve` first (or scripts/serve), create the topic (a first send would create it with the broker's
+defaults too), then run this:
+
+    cometmq admin updateTopic -n 127.0.0.1:9876 -t ExampleTopic -r 4 -w 4
+    python examples/produce_and_consume.py
+
+Then look at what happened: `cometmq admin consumerProgress -n 127.0.0.1:9876 -g example-consumer`,
+`cometmq admin queryMsgByKey -n 127.0.0.1:9876 -t ExampleTopic -k k0`.
 """
 
 import asyncio

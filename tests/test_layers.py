@@ -21,7 +21,7 @@ LAYERS: list[frozenset[str]] = [
     frozenset({"broker", "namesrv", "controller"}),
     frozenset({"client"}),
     frozenset({"grpc", "proxy", "spark", "cli", "cli_admin", "bench_tool", "local_cluster", "metrics",
-               "dashboard"}),  # edges
+               "dashboard", "logsetup"}),  # edges
 ]
 
 #: packages built on fewer layers than all those below them
@@ -32,12 +32,13 @@ ONLY: dict[str, frozenset[str]] = {
     "cli_admin": frozenset({"common", "protocol", "net", "client"}),  # admin commands speak through the client
     "bench_tool": frozenset({"common", "protocol", "net", "client"}),  # load generator: a client
     "local_cluster": frozenset({"common", "store", "client"}),  # child processes; epoch files; the admin SDK
+    "logsetup": frozenset({"common"}),  # the commands' logging options: stdlib logging and typer only
 }
 
 #: imports within the same layer that are part of the design
 SIDEWAYS: dict[str, frozenset[str]] = {
     # `cometmq serve` starts the gRPC endpoint too; `cometmq cluster` is local_cluster
-    "cli": frozenset({"cli_admin", "bench_tool", "grpc", "local_cluster"}),
+    "cli": frozenset({"cli_admin", "bench_tool", "grpc", "local_cluster", "logsetup", "metrics"}),
 }
 
 #: modules outside cometmq a package may not import

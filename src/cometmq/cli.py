@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from pathlib import Path
@@ -12,18 +13,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cometmq import __version__
+from cometmq.logsetup import LogSpec, log_options
 
 if TYPE_CHECKING:
+    from cometmq.broker.config import BrokerConfig
     from cometmq.broker.controller import BrokerController
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="cometmq: a RocketMQ-compatible message broker written in Python.")
 
 log = logging.getLogger("cometmq")
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def _stop_event() -> asyncio.Event:
@@ -54,7 +53,8 @@ def _run(main: object) -> None:
         pass
 
 
-def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | None, namesrv: str | None):  # type: ignore[no-untyped-def]
+def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | None, namesrv: str | None,  # type: ignore[no-untyped-def]
+                   broker_ip: str | None = None):
     from cometmq.broker.config import BrokerConfig, load_broker_conf
     from cometmq.store.config import ConfigError
 
@@ -67,13 +67,45 @@ def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | 
         changes["listen_port"] = port
     if namesrv is not None:
         changes["namesrv_addr"] = namesrv
+    if broker_ip is not None:
+        changes["broker_ip"] = broker_ip.strip()
     if data is not None or conf is None:
         changes["store"] = cfg.store.replace(store_path=(data or Path("data")).resolve())
-    return cfg.replace(**changes)
+    return _advertised(cfg.replace(**changes))
+
+
+def _advertised(cfg: BrokerConfig) -> BrokerConfig:
+    """The address given to nameservers and clients (brokerIP1) must be one they can reach: a wildcard is refused;
+    unset while binding a wildcard, it is this machine's address on its default route (RocketMQ's default too)."""
+    import ipaddress
+
+    from cometmq.net.addr import is_wildcard, local_address
+
+    hint = "--broker-ip/brokerIP1"
+    if cfg.broker_ip:
+        if is_wildcard(cfg.broker_ip):
+            raise typer.BadParameter(f"{cfg.broker_ip} is not an address clients can reach; give the address "
+                                     "they use for this machine", param_hint=hint)
+        try:
+            ipaddress.ip_address(cfg.broker_ip)
+        except ValueError:
+            raise typer.BadParameter(f"{cfg.broker_ip!r} is not an IP address (message ids carry it)",
+                                     param_hint=hint) from None
+    elif is_wildcard(cfg.listen_host):
+        addr = local_address()
+        if addr is None:
+            raise typer.BadParameter(f"--host {cfg.listen_host} binds every address and this machine has no "
+                                     "address besides loopback to advertise; give --broker-ip", param_hint=hint)
+        log.warning("brokerIP1 is not set: advertising %s (this machine's address on its default route); "
+                    "set --broker-ip if clients reach this broker by another address", addr)
+        cfg = cfg.replace(broker_ip=addr)
+    return cfg
 
 
 _GRPC_PORT_HELP = "gRPC (RocketMQ 5) endpoint port; 0 = off [default: 8081, skipped with a warning if busy]"
 _ACCESS_KEYS_HELP = "turn gRPC authentication on with these 'accessKey:secretKey,...' pairs"
+_BROKER_IP_HELP = ("address given to nameservers and clients (brokerIP1) [default: --host; with --host 0.0.0.0, "
+                   "this machine's address on its default route]")
 
 
 async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_keys: str | None,
@@ -131,17 +163,68 @@ async def _stop_grpc(proxy: object | None) -> None:
         await proxy.stop()  # type: ignore[attr-defined]
 
 
+def _check_metrics(cfg: BrokerConfig) -> None:
+    """metricsExporterType=PROM needs the ``metrics`` extra: say so before anything starts."""
+    if cfg.metrics_exporter_type == "PROM":
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            raise typer.BadParameter("metricsExporterType=PROM needs the metrics extra "
+                                     "(pip install 'cometmq[metrics]')", param_hint="-c/--config") from None
+
+
+async def _start_metrics(ctl: BrokerController) -> object | None:
+    """The Prometheus endpoint (metricsExporterType=PROM), or None; a port that cannot be bound stops the start."""
+    cfg = ctl.config
+    if cfg.metrics_exporter_type != "PROM":
+        return None
+    from cometmq.metrics import start_exporter
+
+    host = cfg.metrics_prometheus_host or cfg.listen_host
+    try:
+        return await start_exporter(ctl, host, cfg.metrics_prometheus_port)
+    except OSError as exc:
+        raise SystemExit(f"cannot serve metrics on {host}:{cfg.metrics_prometheus_port} "
+                         f"(metricsPrometheusHost/metricsPrometheusPort): {exc}") from None
+
+
+def _metrics_note(exporter: object | None) -> str:
+    return f", metrics http://{exporter.addr}/metrics" if exporter is not None else ""  # type: ignore[attr-defined]
+
+
+async def _stop_metrics(exporter: object | None) -> None:
+    if exporter is not None:
+        await exporter.stop()  # type: ignore[attr-defined]
+
+
 @app.command()
+@log_options
 def namesrv(
-    port: Annotated[int, typer.Option(help="port to listen on")] = 9876,
-    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    config: Annotated[Path | None, typer.Option(
+        "-c", "--config", help="a RocketMQ-style namesrv.properties (listenPort, bindAddress, …)")] = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on (listenPort) [default: 9876]",
+                                             show_default=False)] = None,
+    host: Annotated[str | None, typer.Option(help="address to bind (bindAddress) [default: 127.0.0.1]",
+                                             show_default=False)] = None,
     controller_data: Annotated[Path | None, typer.Option(
         help="run the controller in this nameserver, its log in DIR (RocketMQ's enableControllerInNamesrv)")] = None,
-    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
     """Run a nameserver (route registry)."""
-    _setup_logging(log_level)
+    from cometmq.namesrv.config import NamesrvFile, load_namesrv_conf
     from cometmq.namesrv.server import EmbeddedService, NamesrvConfig, NamesrvController
+    from cometmq.store.config import ConfigError
+
+    try:
+        conf = load_namesrv_conf(config) if config else NamesrvFile(NamesrvConfig())
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="-c/--config") from None
+    ns_config = conf.namesrv
+    if host is not None:
+        ns_config = dataclasses.replace(ns_config, host=host)
+    if port is not None:
+        ns_config = dataclasses.replace(ns_config, port=port)
+    host, port = ns_config.host, ns_config.port
+    controller_data = controller_data or conf.controller_store_path
 
     async def main() -> None:
         stop = _stop_event()
@@ -152,7 +235,7 @@ def namesrv(
 
             embedded.append(ControllerProcessors(ControllerConfig(host=host, port=port), LocalLog(controller_data),
                                                  address=lambda: ctl.addr))
-        ctl = NamesrvController(NamesrvConfig(host=host, port=port), embedded=embedded)
+        ctl = NamesrvController(ns_config, embedded=embedded)
         await ctl.start()
         _server_gc()
         print(f"cometmq namesrv listening on {host}:{ctl.port}", flush=True)
@@ -165,6 +248,7 @@ def namesrv(
 
 
 @app.command()
+@log_options
 def controller(
     data: Annotated[Path, typer.Option(help="folder of the controller's log (controller.log; with --peers, its "
                                             "etcd member's data and log)")],
@@ -178,16 +262,24 @@ def controller(
     etcd_endpoints: Annotated[str | None, typer.Option(
         help="instead of --peers: an etcd cluster run apart, HOST:PORT,…", show_default=False)] = None,
     group: Annotated[str, typer.Option(help="the controller group's name (its etcd keys)")] = "cometmq-controller",
-    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    advertise: Annotated[str | None, typer.Option(
+        help="HOST:PORT brokers and other nodes reach this node at (default: its --peers entry, else HOST:PORT)",
+        show_default=False)] = None,
+    heartbeat_timeout_ms: Annotated[int, typer.Option(
+        min=100, help="a broker that states no timeout is dead after this long without a heartbeat")] = 10_000,
+    startup_grace_ms: Annotated[int | None, typer.Option(
+        min=0, help="after a start, how long a recorded master is presumed alive before its first heartbeat "
+                    "(default: the heartbeat timeout)", show_default=False)] = None,
+    scan_interval: Annotated[float, typer.Option(min=0.05, help="seconds between scans for lost masters")] = 1.0,
 ) -> None:
     """Run a controller node: elects each broker group's master. Alone, its decisions go to a durable local log;
     with --peers (or --etcd-endpoints), to a log on etcd shared by 3 or 5 nodes (docs/controller.md)."""
-    _setup_logging(log_level)
     from cometmq.controller.etcd_member import EtcdMember, Peer, PeersError, parse_peers
     from cometmq.controller.log import LocalLog, ReplicatedLog
     from cometmq.controller.server import ControllerConfig, ControllerServer
 
     member: EtcdMember | None = None
+    advertised = advertise
     node_id = node or "n0"
     nodes: list[Peer] = []
     try:
@@ -202,6 +294,7 @@ def controller(
             if me.port != port:
                 raise PeersError(f"--port {port} differs from {me.name}'s port in --peers ({me.port})")
             member = EtcdMember(me, nodes, data, token=group)
+            advertised = advertised or me.address
             endpoints = [p.client_endpoint for p in nodes]
         elif etcd_endpoints is not None:
             endpoints = [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
@@ -213,14 +306,16 @@ def controller(
     async def main() -> None:
         stop = _stop_event()
         config = ControllerConfig(host=host, port=port, group=group, node_id=node_id,
-                                  peers=tuple(f"{p.name}={p.address}" for p in nodes))
+                                  peers=tuple(f"{p.name}={p.address}" for p in nodes), advertised_addr=advertised,
+                                  heartbeat_timeout_ms=heartbeat_timeout_ms, startup_grace_ms=startup_grace_ms,
+                                  scan_interval_s=scan_interval)
         ctl: ControllerServer | None = None
         if endpoints:
             try:
                 from cometmq.controller.etcd_log import EtcdLog
             except ImportError as exc:
                 raise SystemExit(f"the etcd extra is not installed (pip install 'cometmq[etcd]'): {exc}") from None
-            log_: ReplicatedLog = EtcdLog(endpoints, group, lambda: f"{host}:{ctl.port if ctl else port}")
+            log_: ReplicatedLog = EtcdLog(endpoints, group, lambda: ctl.addr if ctl else advertised or f"{host}:{port}")
         else:
             log_ = LocalLog(data)
         ctl = ControllerServer(config, log_)
@@ -242,38 +337,44 @@ def controller(
 
 
 @app.command()
+@log_options
 def broker(
     config: Annotated[Path | None, typer.Option("-c", "--config", help="a RocketMQ-style broker.conf")] = None,
     data: Annotated[Path | None, typer.Option(help="data folder (storePathRootDir)")] = None,
     port: Annotated[int | None, typer.Option(help="remoting port (listenPort)")] = None,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     namesrv: Annotated[str | None, typer.Option(help="nameservers, 'host:port;host:port'")] = None,
-    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    broker_ip: Annotated[str | None, typer.Option(help=_BROKER_IP_HELP, show_default=False,
+                                                  envvar="COMETMQ_BROKER_IP")] = None,
     grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
 ) -> None:
     """Run a broker that registers with the given nameservers."""
-    _setup_logging(log_level)
     from cometmq.broker.controller import BrokerController
 
-    cfg = _broker_config(config, data, host, port, namesrv)
+    cfg = _broker_config(config, data, host, port, namesrv, broker_ip)
+    _check_metrics(cfg)
 
     async def main() -> None:
         stop = _stop_event()
         ctl = BrokerController(cfg)
         await ctl.start()
+        metrics = None
         try:
+            metrics = await _start_metrics(ctl)
             proxy = await _start_grpc(grpc_port, cfg.namesrv_addr, host, access_keys, ctl)
         except BaseException:
+            await _stop_metrics(metrics)
             await ctl.stop()
             raise
         _server_gc()
         print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}{_grpc_note(proxy)}, "
-              f"data in {cfg.store.store_path}", flush=True)
+              f"data in {cfg.store.store_path}{_metrics_note(metrics)}", flush=True)
         try:
             await stop.wait()
         finally:
+            await _stop_metrics(metrics)
             await _stop_grpc(proxy)
             await ctl.stop()
 
@@ -281,19 +382,20 @@ def broker(
 
 
 @app.command()
+@log_options
 def serve(
     data: Annotated[Path | None, typer.Option(help="data folder")] = None,
     namesrv_port: Annotated[int, typer.Option(help="nameserver port")] = 9876,
     broker_port: Annotated[int, typer.Option(help="broker remoting port")] = 10911,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     config: Annotated[Path | None, typer.Option("-c", "--config", help="a RocketMQ-style broker.conf")] = None,
-    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    broker_ip: Annotated[str | None, typer.Option(help=_BROKER_IP_HELP, show_default=False,
+                                                  envvar="COMETMQ_BROKER_IP")] = None,
     grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
 ) -> None:
     """Run a nameserver and a broker in one process (development, tests, single machine)."""
-    _setup_logging(log_level)
     from cometmq.broker.controller import BrokerController
     from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 
@@ -301,21 +403,30 @@ def serve(
         stop = _stop_event()
         ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port))
         await ns.start()
-        cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}")
+        try:
+            cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}", broker_ip)
+            _check_metrics(cfg)
+        except BaseException:
+            await ns.stop()
+            raise
         ctl = BrokerController(cfg)
         await ctl.start()
+        metrics = None
         try:
+            metrics = await _start_metrics(ctl)
             proxy = await _start_grpc(grpc_port, f"{host}:{ns.port}", host, access_keys, ctl)
         except BaseException:
+            await _stop_metrics(metrics)
             await ctl.stop()
             await ns.stop()
             raise
         _server_gc()
         print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}{_grpc_note(proxy)}, "
-              f"data in {cfg.store.store_path}", flush=True)
+              f"data in {cfg.store.store_path}{_metrics_note(metrics)}", flush=True)
         try:
             await stop.wait()
         finally:
+            await _stop_metrics(metrics)
             await _stop_grpc(proxy)
             await ctl.stop()
             await ns.stop()
@@ -324,15 +435,14 @@ def serve(
 
 
 @app.command()
+@log_options
 def proxy(
     namesrv: Annotated[str, typer.Option(help="nameservers, 'host:port;host:port'")] = "127.0.0.1:9876",
     grpc_port: Annotated[int, typer.Option(min=1, max=65535, help="gRPC port to listen on")] = 8081,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP)] = None,
-    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
     """Serve the RocketMQ 5 gRPC protocol, talking remoting to the brokers found through the nameservers."""
-    _setup_logging(log_level)
     try:
         from cometmq.grpc.config import ProxyConfig
         from cometmq.grpc.server import GrpcProxy
@@ -355,6 +465,7 @@ def proxy(
 
 
 @app.command()
+@log_options
 def cluster(
     data: Annotated[Path, typer.Option(help="folder of the cluster: DIR/broker-0, DIR/broker-1, … (data, "
                                             "broker.conf, broker.log), DIR/controller-0, …, DIR/namesrv.log")],
@@ -370,17 +481,23 @@ def cluster(
                                                                         "etcd member on PORT+10*i+1 (peers) "
                                                                         "and +2 (clients)")] = 9878,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    log_level: Annotated[str, typer.Option(help="logging level of the processes")] = "INFO",
     start_timeout: Annotated[float, typer.Option(min=1, help="seconds each process may take to be ready")] = 60.0,
     stop_timeout: Annotated[float, typer.Option(min=0.1, help="seconds to stop before SIGKILL")] = 15.0,
+    log_spec: LogSpec | None = None,
 ) -> None:
     """Run a nameserver and one broker group (a master and REPLICAS replicas), with CONTROLLERS controllers,
-    each in its own process, until Ctrl-C or SIGTERM; see docs/replication.md and docs/controller.md."""
+    each in its own process, until Ctrl-C or SIGTERM; see docs/replication.md and docs/controller.md. The
+    processes log at --log-level in --log-format to DIR/…/*.log; --log-file is this supervisor's own log."""
+    import os
+
     from cometmq.local_cluster import ClusterError, LocalCluster
+
+    spec = log_spec or LogSpec()
+    os.environ["COMETMQ_LOG_FORMAT"] = spec.format  # the children's (local_cluster passes only the level)
 
     try:
         group = LocalCluster(data, replicas, base_port=base_port, namesrv_port=namesrv_port, host=host,
-                             controllers=controllers, controller_port=controller_port, log_level=log_level,
+                             controllers=controllers, controller_port=controller_port, log_level=spec.level_text,
                              start_timeout=start_timeout, stop_timeout=stop_timeout,
                              out=lambda line: print(line, flush=True))
         group.run()

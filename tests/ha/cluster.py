@@ -395,5 +395,6 @@ class Cluster:
         r = await self.request(addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
         if r.code != ResponseCode.SUCCESS or not r.body:
             return {}
-        table = json.loads(r.body).get("offsetTable", [])
-        return {int(row["queueId"]): int(row["consumerOffset"]) for row in table}
+        from cometmq.protocol.admin_bodies import ConsumeStats
+
+        return {q.queue_id: w.consumer_offset for q, w in ConsumeStats.decode(r.body).offset_table.items()}

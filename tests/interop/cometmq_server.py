@@ -195,20 +195,32 @@ class CometServer:
         data: dict[str, Any] = json.loads(r.body)
         return data
 
+    def admin(self, *args: str) -> str:
+        """``cometmq admin ARGS -n NAMESRV`` as an operator runs it; its stdout (ServerError when it fails)."""
+        out = subprocess.run([sys.executable, "-m", "cometmq.cli", "admin", *args, "-n", self.namesrv],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        if out.returncode != 0:
+            raise ServerError(f"cometmq admin {' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
+        return out.stdout
+
     def create_topic(self, topic: str, queues: int = 4, timeout: float = 10.0) -> None:
-        """Create ``topic`` on the broker and wait until the nameserver routes it (so a consumer started
-        now finds it at once instead of at its next 30 s route refresh)."""
-        r = self.request(self.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                         {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6})
-        if r.code != 0:
-            raise ServerError(f"create topic {topic}: code {r.code} {r.remark}")
+        """Create ``topic`` with the admin CLI (updateTopic) and wait until the nameserver routes it (so a consumer
+        started now finds it at once instead of at its next 30 s route refresh)."""
+        self.admin("updateTopic", "-b", self.broker_addr, "-t", topic, "-r", str(queues), "-w", str(queues))
         wait_until(lambda: self.route(topic) is not None, timeout, f"route of {topic}")
 
+    #: subscription group settings this harness sets, as updateSubGroup's options
+    _GROUP_OPTIONS = {"consumeMessageOrderly": "-o", "retryMaxTimes": "-r", "consumeBroadcastEnable": "-d",
+                      "consumeFromMinEnable": "-m", "retryQueueNums": "-q"}
+
     def create_group(self, group: str, **config: object) -> None:
-        body = json.dumps({"groupName": group, **config}).encode()
-        r = self.request(self.broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
-        if r.code != 0:
-            raise ServerError(f"create group {group}: code {r.code} {r.remark}")
+        """Create or update a subscription group with the admin CLI (updateSubGroup), e.g. an orderly one."""
+        args = ["updateSubGroup", "-b", self.broker_addr, "-g", group]
+        for key, value in config.items():
+            if key not in self._GROUP_OPTIONS:
+                raise ValueError(f"create_group: {key} is not one of {sorted(self._GROUP_OPTIONS)}")
+            args += [self._GROUP_OPTIONS[key], str(value).lower() if isinstance(value, bool) else str(value)]
+        self.admin(*args)
 
     def consumer_ids(self, group: str) -> list[str]:
         r = self.request(self.broker_addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
@@ -230,4 +242,6 @@ class CometServer:
         r = self.request(self.broker_addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
         if r.code != 0:
             raise ServerError(f"consume stats {group}/{topic}: code {r.code} {r.remark}")
-        return {int(row["queueId"]): int(row["consumerOffset"]) for row in json.loads(r.body)["offsetTable"]}
+        from cometmq.protocol.admin_bodies import ConsumeStats
+
+        return {q.queue_id: w.consumer_offset for q, w in ConsumeStats.decode(r.body).offset_table.items()}

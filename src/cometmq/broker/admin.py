@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import math
+import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from cometmq import __version__
+from cometmq.broker.admin_tools import AdminTools
 from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from cometmq.broker.locks import RebalanceLockManager
 from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.stats import BrokerStats
 from cometmq.broker.topics import TopicConfigManager, retry_topic
 from cometmq.net.connection import RemotingConnection
+from cometmq.protocol.admin_bodies import (
+    ConsumeStats,
+    KVTable,
+    TopicOffset,
+    TopicStatsTable,
+    bean,
+    fastjson_dumps,
+)
 from cometmq.protocol.client_bodies import (
     CLUSTERING,
     HeartbeatData,
     LockBatchBody,
-    dumps,
+    MessageQueue,
     encode_consumer_list,
     encode_lock_ok,
     loads_object,
@@ -38,7 +50,7 @@ from cometmq.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
-from cometmq.protocol.remoting import RemotingCommand, make_response
+from cometmq.protocol.remoting import DEFAULT_VERSION, RemotingCommand, make_response
 from cometmq.protocol.route import TopicConfig
 from cometmq.store.message_store import MessageStore
 
@@ -63,7 +75,7 @@ class AdminProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore, *, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager, consumers: ConsumerManager,
                  producers: ProducerManager, locks: RebalanceLockManager, held_pulls: Callable[[], int],
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], stats: BrokerStats | None = None) -> None:
         self.config = config
         self.store = store
         self.topics = topics
@@ -74,6 +86,12 @@ class AdminProcessor:
         self.locks = locks
         self.held_pulls = held_pulls
         self.clock = clock
+        #: the broker's counters (None while metrics are off): runtime info's totals
+        self.stats = stats
+        self.boot_ms = clock()
+        #: GET_BROKER_CONFIG's data version: bumped by every UPDATE_BROKER_CONFIG
+        self.config_version = 0
+        self.tools = AdminTools(self)
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -99,6 +117,7 @@ class AdminProcessor:
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            **self.tools.handlers(),
         }
 
     # -- clients ----------------------------------------------------------------------------------------------
@@ -227,9 +246,10 @@ class AdminProcessor:
         return ok(cmd)
 
     async def all_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        table = {c.topic_name: c.to_json() for c in self.topics.all()}
-        return ok(cmd, body=dumps({"topicConfigTable": table,
-                                   "dataVersion": {"timestamp": 0, "counter": self.topics.data_version}}))
+        # TopicConfigSerializeWrapper
+        table = {c.topic_name: bean(**c.to_json()) for c in sorted(self.topics.all(), key=lambda c: c.topic_name)}
+        return ok(cmd, body=fastjson_dumps(bean(
+            dataVersion=bean(counter=self.topics.data_version, stateVersion=0, timestamp=0), topicConfigTable=table)))
 
     async def create_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         try:
@@ -241,9 +261,12 @@ class AdminProcessor:
         return ok(cmd)
 
     async def all_groups(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        # SubscriptionGroupWrapper
         from dataclasses import asdict
 
-        return ok(cmd, body=dumps({"subscriptionGroupTable": {n: asdict(c) for n, c in self.groups.groups.items()}}))
+        table = {n: bean(**asdict(c)) for n, c in sorted(self.groups.groups.items())}
+        return ok(cmd, body=fastjson_dumps(bean(dataVersion=bean(counter=0, stateVersion=0, timestamp=0),
+                                                forbiddenTable={}, subscriptionGroupTable=table)))
 
     async def delete_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.ext_fields.get("groupName", "")
@@ -260,35 +283,120 @@ class AdminProcessor:
         return list(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
 
     async def topic_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """TopicStatsTable: per queue its min and max offset and when its last message was stored."""
         topic = cmd.ext_fields.get("topic", "")
         store = self.store
-        table: list[dict[str, Any]] = []
+        table: dict[MessageQueue, TopicOffset] = {}
         for q in self._queues(topic):
-            last = store.max_offset(topic, q)
+            last = max(store.max_offset(topic, q), 0)
             ts = store.store_time(topic, q, last - 1) if last > 0 else None
-            table.append({"topic": topic, "brokerName": self.config.broker_name, "queueId": q,
-                          "minOffset": store.min_offset(topic, q), "maxOffset": last, "lastUpdateTimestamp": ts or 0})
-        return ok(cmd, body=dumps({"offsetTable": table}))
+            table[MessageQueue(topic, self.config.broker_name, q)] = TopicOffset(
+                max(store.min_offset(topic, q), 0), last, ts or 0)
+        # topicPutTps: the broker keeps no per-topic rate window yet
+        return ok(cmd, body=TopicStatsTable(table, 0.0).encode())
+
+    def pulled_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """How far the group's pulls have read (the stats' record), -1 when unknown."""
+        stats = self.stats
+        return stats.pulled.get((group, topic, queue_id), -1) if stats is not None else -1
 
     async def consume_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """ConsumeStats: per queue of the group's topics, the broker's max offset, the committed one, how far
+        the group pulled and when the last consumed message was stored. As RocketMQ: ``topicList`` (comma
+        separated) names the topics outright; otherwise ``topic`` or every topic the group committed offsets
+        for, less those the group's online consumers do not subscribe to."""
         group = cmd.ext_fields.get("consumerGroup", "")
-        topic_filter = cmd.ext_fields.get("topic") or None
-        topics = [topic_filter] if topic_filter else sorted(self.offsets.topics_of_group(group))
-        table: list[dict[str, Any]] = []
+        listed = [t for t in cmd.ext_fields.get("topicList", "").split(",") if t]
+        if listed:
+            topics = sorted(set(listed))
+        else:
+            topic_filter = cmd.ext_fields.get("topic") or None
+            topics = [topic_filter] if topic_filter else sorted(self.offsets.topics_of_group(group))
+            info = self.consumers.groups.get(group)
+            if info is not None and info.subscriptions:
+                topics = [t for t in topics if t in info.subscriptions]
+        table = {}
         for topic in topics:
-            if self.topics.get(topic) is None:
+            cfg = self.topics.get(topic)
+            if cfg is None:
                 continue
-            for q in self._queues(topic):
-                table.append({"topic": topic, "brokerName": self.config.broker_name, "queueId": q,
-                              "brokerOffset": self.store.max_offset(topic, q),
-                              "consumerOffset": max(self.offsets.query(group, topic, q), 0)})
-        return ok(cmd, body=dumps({"offsetTable": table, "consumeTps": 0}))
+            for q in range(cfg.read_queue_nums):
+                table[MessageQueue(topic, self.config.broker_name, q)] = self.tools._offset_wrapper(group, topic, q)
+        # consumeTps: the broker keeps no per-group rate window yet
+        return ok(cmd, body=ConsumeStats(table, 0.0).encode())
 
     async def runtime_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        store = self.store
-        table = {
-            "brokerVersionDesc": "cometmq", "commitLogMinOffset": str(store.commitlog.min_offset),
-            "commitLogMaxOffset": str(store.commitlog.max_offset), "heldPullRequests": str(self.held_pulls()),
-            "topicCount": str(len(self.topics.topics)), "consumerGroupsOnline": str(len(self.consumers.groups)),
-        }
-        return ok(cmd, body=json.dumps({"table": table}).encode())
+        """KVTable of the keys RocketMQ's broker answers (mqadmin brokerStatus, the dashboard and the exporter read
+        them, the exporter every one), plus cometmq's own (heldPullRequests, topicCount, consumerGroupsOnline)."""
+        return ok(cmd, body=KVTable(runtime_table(self)).encode())
+
+
+_DISTRIBUTE_LABELS = ("<=0ms", "0~10ms", "10~50ms", "50~100ms", "100~200ms", "200~500ms", "500ms~1s", "1~2s",
+                      "2~3s", "3~4s", "4~5s", "5~10s", "10s~")
+
+
+def human_bytes(n: int) -> str:
+    """MixAll.humanReadableByteCount(n, false): ``512 B``, ``1.5 KiB``, ``931.5 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n, 1024)), 6)
+    return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+def _runtime(ms: int) -> str:
+    s = ms // 1000
+    return f"[ {s // 86400} days, {s % 86400 // 3600} hours, {s % 3600 // 60} minutes, {s % 60} seconds ]"
+
+
+def runtime_table(admin: AdminProcessor) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's table. Counts come from the broker's stats when metrics are on (totals since
+    start, as RocketMQ's ``...TodayNow``); rates, latencies and the midnight snapshots are not kept: "0"."""
+    store = admin.store
+    now = admin.clock()
+    stats = admin.stats
+    put_total = sum(e[0] for e in stats.messages_in.values()) if stats is not None else 0
+    put_bytes = sum(e[1] for e in stats.messages_in.values()) if stats is not None else 0
+    get_total = sum(e[0] for e in stats.messages_out.values()) if stats is not None else 0
+    earliest = [t for t in (store.earliest_store_time(topic, q) for topic, q in list(store.queues)) if t]
+    try:
+        st = os.statvfs(store.config.store_path)
+        disk_total, disk_free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        ratio = 0.0 if disk_total == 0 else (disk_total - disk_free) / disk_total
+    except OSError:
+        disk_total = disk_free = 0
+        ratio = -1.0
+    tps = "0.0 0.0 0.0"
+    table = {
+        "brokerVersionDesc": f"cometmq {__version__}", "brokerVersion": str(DEFAULT_VERSION),
+        "brokerActive": "true", "bootTimestamp": str(admin.boot_ms), "runtime": _runtime(now - admin.boot_ms),
+        "msgPutTotalTodayNow": str(put_total), "msgGetTotalTodayNow": str(get_total),
+        "msgPutTotalTodayMorning": "0", "msgGetTotalTodayMorning": "0",
+        "msgPutTotalYesterdayMorning": "0", "msgGetTotalYesterdayMorning": "0",
+        "putTps": tps, "getFoundTps": tps, "getMissTps": tps, "getTotalTps": tps, "getTransferredTps": tps,
+        "getTransferedTps": tps,  # the old spelling: the dashboard and the exporter read this one
+        "putMessageTimesTotal": str(max(put_total, 1)), "putMessageSizeTotal": str(put_bytes),
+        "putMessageAverageSize": repr(put_bytes / max(put_total, 1)), "putMessageFailedTimes": "0",
+        "putMessageEntireTimeMax": "0", "getMessageEntireTimeMax": "0", "putLatency99": "0.00",
+        "putLatency999": "0.00", "putMessageDistributeTime": " ".join(f"[{label}]:0" for label in _DISTRIBUTE_LABELS),
+        "dispatchMaxBuffer": "0", "dispatchBehindBytes": "0", "pageCacheLockTimeMills": "0",
+        "commitLogMinOffset": str(store.commitlog.min_offset), "commitLogMaxOffset": str(store.commitlog.max_offset),
+        "commitLogDiskRatio": repr(ratio), f"commitLogDiskRatio_{store.config.store_path}": repr(ratio),
+        "consumeQueueDiskRatio": repr(ratio),
+        "commitLogDirCapacity": f"Total : {human_bytes(disk_total)}, Free : {human_bytes(disk_free)}.",
+        "remainHowManyDataToFlush": human_bytes(max(store.commitlog.max_offset - store.flushed_offset, 0)),
+        "remainTransientStoreBufferNumbs": "0",
+        "earliestMessageTimeStamp": str(min(earliest) if earliest else 0),
+        "startAcceptSendRequestTimeStamp": "0",
+        "timerReadBehind": "0", "timerOffsetBehind": "0", "timerCongestNum": "0", "timerEnqueueTps": "0.0",
+        "timerDequeueTps": "0.0",
+        "EndTransactionQueueSize": "0", "EndTransactionThreadPoolQueueCapacity": "100000",
+        "heldPullRequests": str(admin.held_pulls()), "topicCount": str(len(admin.topics.topics)),
+        "consumerGroupsOnline": str(len(admin.consumers.groups)),
+    }
+    # No thread pools here (one event loop): queues are empty, waits 0; capacities are RocketMQ's defaults.
+    for pool, capacity in (("send", 10000), ("pull", 100000), ("litePull", 100000), ("query", 20000),
+                           ("ack", 100000)):
+        table[f"{pool}ThreadPoolQueueSize"] = "0"
+        table[f"{pool}ThreadPoolQueueCapacity"] = str(capacity)
+        table[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = "0"
+    return table

@@ -18,8 +18,12 @@ from cometmq.store.config import (
     ConfigError,
     StoreConfig,
     convert_keys,
+    parse_properties,
     store_config_from_properties,
 )
+
+__all__ = ["BROKER_KEYS", "IGNORED_KEYS", "BrokerConfig", "ConfigError", "broker_config_from_properties",
+           "load_broker_conf", "parse_delay_levels", "parse_properties"]
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -111,6 +115,14 @@ class BrokerConfig:
     sync_controller_metadata_period_ms: int = 5000
     #: lower is preferred in elections (RocketMQ's default: Integer.MAX_VALUE)
     election_priority: int = 2**31 - 1
+    #: seconds between the broker's one-line stats summaries in its log (broker/stats_log.py); 0: none
+    stats_log_interval_s: float = 60
+    #: metrics (RocketMQ 5's keys; docs/operations.md "Metrics"): DISABLE (no counting at all) or PROM (a Prometheus
+    #: endpoint, /metrics, on metricsPrometheusHost:metricsPrometheusPort; needs the ``metrics`` extra)
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prometheus_port: int = 5557
+    #: "": the broker's listen host
+    metrics_prometheus_host: str = ""
     store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
@@ -135,6 +147,25 @@ class BrokerConfig:
 
     def replace(self, **changes: Any) -> BrokerConfig:
         return dataclasses.replace(self, **changes)
+
+
+#: the metricsExporterType values cometmq serves (RocketMQ 5 also has OTLP_GRPC and LOG)
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
+
+
+def _metrics_exporter_type(v: str) -> str:
+    s = v.strip().upper()
+    if s not in METRICS_EXPORTER_TYPES:
+        raise ValueError(f"must be one of {', '.join(METRICS_EXPORTER_TYPES)}"
+                         + (" (cometmq has no OTLP or log exporter)" if s in ("OTLP_GRPC", "LOG") else ""))
+    return s
+
+
+def _port(v: str) -> int:
+    port = int(v)
+    if not 0 <= port <= 65535:
+        raise ValueError("a port is 0..65535 (0: any free port)")
+    return port
 
 
 def _bool(v: str) -> bool:
@@ -194,25 +225,17 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "syncControllerMetadataPeriod": ("sync_controller_metadata_period_ms", int),
     "brokerElectionPriority": ("election_priority", int),
     "electionPriority": ("election_priority", int),
+    "statsLogIntervalSec": ("stats_log_interval_s", float),
+    "metricsExporterType": ("metrics_exporter_type", _metrics_exporter_type),
+    "metricsPrometheusPort": ("metrics_prometheus_port", _port),
+    "metricsPromExporterPort": ("metrics_prometheus_port", _port),  # RocketMQ 5's BrokerConfig field name
+    "metricsPrometheusHost": ("metrics_prometheus_host", str),
+    "metricsPromExporterHost": ("metrics_prometheus_host", str),
 }
 #: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
 IGNORED_KEYS = frozenset({"brokerRole", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
                           "storePathCommitLog", "storePathConsumeQueue", "storePathIndex", "storeCheckpoint",
                           "abortFile", "brokerIP2", "traceTopicEnable", "aclEnable"})
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-properties-style ``key=value`` lines; ``#`` and ``!`` start comments."""
-    out: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise ConfigError(f"line {number}: expected key=value, got {line!r}")
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
-    return out
 
 
 def broker_config_from_properties(props: Mapping[str, str], base: BrokerConfig | None = None) -> BrokerConfig:

@@ -26,6 +26,8 @@ from cometmq.broker.registration import NamesrvRegistrar
 from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
 from cometmq.broker.send_hooks import SendHooks
+from cometmq.broker.stats import IN_COUNT, BrokerStats
+from cometmq.broker.stats_log import StatsLog, Totals
 from cometmq.broker.timer_bridge import TimerBridge
 from cometmq.broker.topics import TopicConfigManager
 from cometmq.broker.transaction import TransactionalMessageService
@@ -68,13 +70,16 @@ class BrokerController:
         self.consumers = ConsumerManager(clock, config.channel_expired_ms)
         self.producers = ProducerManager(clock, config.channel_expired_ms)
         self.locks = RebalanceLockManager(clock, config.lock_max_live_time_ms)
+        #: the counters metrics export (cometmq.metrics reads them); none at all while metrics are off
+        self.stats = BrokerStats() if config.metrics_exporter_type != "DISABLE" else None
         # Every write goes through the one appender; its completion means "durable as configured".
         self.appender = appender = Appender(store, sync_flush_timeout_s=store_cfg.sync_flush_timeout_ms / 1000)
         self.schedule = ScheduleMessageService(store, appender, config.message_delay_level,
                                                cfg_dir / "delayOffset.json", clock)
         self.timer = TimerBridge(config, store, appender, topics, clock)
         self.transactions = TransactionalMessageService(config, store, appender, topics, self.producers, clock)
-        self.pop = PopService(config, store, appender, offsets=offsets, groups=groups, topics=topics, clock=clock)
+        self.pop = PopService(config, store, appender, offsets=offsets, groups=groups, topics=topics, clock=clock,
+                              stats=self.stats)
         # The send path's rewrites, in the order they run: a half is neither delayed nor timed; a delay level
         # wins over a timer request.
         self.send_hooks = SendHooks()
@@ -83,12 +88,12 @@ class BrokerController:
         self.send_hooks.register(self.timer)
         self.send_processor = SendProcessor(config, topics, groups, appender, self.send_hooks,
                                             read_record=store.read_record,
-                                            store_host=lambda: store.commitlog.store_host)
-        self.pull_processor = PullProcessor(config, store, topics, groups, self.consumers, offsets)
+                                            store_host=lambda: store.commitlog.store_host, stats=self.stats)
+        self.pull_processor = PullProcessor(config, store, topics, groups, self.consumers, offsets, self.stats)
         self.hold = self.pull_processor.hold
         self.admin = AdminProcessor(config, store, topics=topics, groups=groups, offsets=offsets,
                                     consumers=self.consumers, producers=self.producers, locks=self.locks,
-                                    held_pulls=lambda: self.hold.held_count, clock=clock)
+                                    held_pulls=lambda: self.hold.held_count, clock=clock, stats=self.stats)
         self.pop_processor = PopProcessor(config, store, groups, topics, self.pop)
         # Controller mode (off by default): the controller names the id, the role and the SyncStateSet.
         self.controller_mode = ControllerModeConfig(
@@ -142,6 +147,8 @@ class BrokerController:
         self._master_asked_at = time.monotonic()
         self._housekeeping = Periodic("broker-housekeeping", config.consumer_offset_persist_interval_ms / 1000,
                                       self._housekeep, logger=log)
+        self.stats_log = StatsLog(config.broker_name, config.stats_log_interval_s, self._stats_totals,
+                                  self._stats_gauges)
         self._tasks: set[asyncio.Task[object]] = set()
         self.started = False
 
@@ -178,7 +185,8 @@ class BrokerController:
             self.client, self.replication.master_broker_addr, topics=self.topics, groups=self.groups,
             offsets=self.offsets, schedule=self.schedule, timer=self.timer.service)
         self.metadata_sync.start()
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, self.dispatcher)
+        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, self.dispatcher,
+                                     observer=self.stats.rpc_done if self.stats is not None else None)
         self.server.add_close_callback(self._connection_closed)
         await self.server.start()
         if self.config.listen_port == 0:
@@ -186,11 +194,13 @@ class BrokerController:
             self.config = self.config.replace(listen_port=self.server.port)
             self.store.commitlog.store_host = _packed_host(self.config)
         self._housekeeping.start()
+        self.stats_log.start()
         if self.controller_mode is not None:
             # No nameserver registration before the controller has named the role (_register_as starts it).
             self.controller_client = ControllerClient(self.controller_mode, self.client, self.replication,
                                                       meta_dir=Path(self.config.store.store_path),
-                                                      broker_addr=lambda: self.addr, clock=self.clock)
+                                                      broker_addr=lambda: self.addr, clock=self.clock,
+                                                      ha_addr=self._stated_ha_addr)
             await self.controller_client.start()
         elif self.config.namesrv_addrs:
             await self._start_registrar(self.replication.broker_id, self.replication.epoch)
@@ -215,6 +225,7 @@ class BrokerController:
         if self.registrar is not None:
             await self.registrar.stop()
         await self._housekeeping.stop()
+        await self.stats_log.stop()
         await cancel_and_wait(self._tasks)
         if self.metadata_sync is not None:
             await self.metadata_sync.stop()
@@ -241,6 +252,11 @@ class BrokerController:
         master = self.replication.master
         port = master.port if master is not None else self.replication.config.port
         return f"{self.config.broker_ip or self.config.listen_host}:{port}"
+
+    def _stated_ha_addr(self) -> str | None:
+        """The HA address to tell the controller: None while it is not known (port 0 and no HA server bound)."""
+        addr = self.ha_addr
+        return None if addr.endswith(":0") else addr
 
     # -- the master's own services (a replica runs none: they write) ----------------------------------------
     async def _start_master_services(self) -> None:
@@ -311,6 +327,25 @@ class BrokerController:
         self.offsets.persist_if_dirty()
         self.consumers.scan_expired()
         self.producers.scan_expired()
+
+    def _stats_totals(self) -> Totals:
+        """For the stats line: with metrics on, the messages producers stored and consumers were handed
+        (BrokerStats); else every queue's max offset and the committed consumer offsets."""
+        stats = self.stats
+        if stats is not None:
+            return Totals(sum(entry[IN_COUNT] for entry in list(stats.messages_in.values())),
+                          sum(entry[0] for entry in list(stats.messages_out.values())))
+        store = self.store
+        put = sum(store.max_offset(topic, queue_id) for topic, queue_id in list(store.queues))
+        return Totals(put, sum(sum(queues.values()) for queues in list(self.offsets.table.values())))
+
+    def _stats_gauges(self) -> dict[str, object]:
+        groups = list(self.consumers.groups.values())
+        return {"topics": len(self.topics.topics), "consumerGroups": len(groups),
+                "consumers": sum(len(info.channels) for info in groups),
+                "producers": sum(len(channels) for channels in list(self.producers.groups.values())),
+                "heldPulls": self.hold.held_count, "role": self.replication.role.name,
+                "diskRatio": f"{self.store.disk_usage_ratio():.2f}"}
 
     def _connection_closed(self, conn: RemotingConnection) -> None:
         self.consumers.connection_closed(conn)

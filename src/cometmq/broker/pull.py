@@ -11,6 +11,7 @@ from cometmq.broker.filters import property_filter_for, record_filter_for, tag_f
 from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.long_polling import HeldPull, PullRequestHoldService
 from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.stats import BrokerStats
 from cometmq.broker.topics import TopicConfigManager
 from cometmq.net.connection import ConnectionClosedError, RemotingConnection, eager_start
 from cometmq.protocol.codes import RemotingError, ResponseCode
@@ -48,8 +49,10 @@ class PullProcessor:
 
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, consumers: ConsumerManager,
-                 offsets: ConsumerOffsetManager) -> None:
+                 offsets: ConsumerOffsetManager, stats: BrokerStats | None = None) -> None:
         self.config = config
+        #: None: metrics are off, nothing is counted
+        self.stats = stats
         self.store = store
         self.topics = topics
         self.groups = groups
@@ -144,6 +147,9 @@ class PullProcessor:
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_offset),
                "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
         if code == ResponseCode.SUCCESS:
+            if self.stats is not None:
+                self.stats.got(h.topic, h.consumer_group, h.queue_id, len(result.queue_offsets),
+                               result.buffer_total_size, next_offset)
             buffers = result.buffers
             # One view (records back to back: the common answer) goes to the socket as it is, no copy: the body
             # is only ever written out. The commit log is append-only, and a segment that retention closes while

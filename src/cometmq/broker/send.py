@@ -12,7 +12,9 @@ from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.send_hooks import SendContext, SendHooks, SendKind
+from cometmq.broker.stats import BrokerStats, message_type, plain_message_type
 from cometmq.broker.topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TopicConfigManager,
@@ -77,8 +79,10 @@ def born_host_of(conn: RemotingConnection) -> bytes:
 class SendProcessor:
     def __init__(self, config: BrokerConfig, topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  appender: Appender, hooks: SendHooks, *, read_record: Callable[[int], memoryview | None],
-                 store_host: Callable[[], bytes]) -> None:
+                 store_host: Callable[[], bytes], stats: BrokerStats | None = None) -> None:
         self.config = config
+        #: None: metrics are off, nothing is counted
+        self.stats = stats
         self.topics = topics
         self.groups = groups
         self.appender = appender
@@ -120,18 +124,25 @@ class SendProcessor:
                 marker in props for marker in _SPECIAL_MARKERS_STR)
             msgs = [self._single_message(header, cmd.body, queue_id, born_host, plain)]
         topic = header.topic
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        if retry:
             for m in msgs:
                 self._retry_or_dlq(m, header)
+        stats = self.stats
         if plain:
             # No message names a delay, timer or transaction property, the send is no prepared half and goes to
             # no schedule or timer topic: the per-message checks below could not change anything.
-            return self._response(cmd, await self.appender.put(msgs), queue_id)
+            result = await self.appender.put(msgs)
+            if stats is not None and not retry and not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+                stats.put(topic, plain_message_type(header.properties), result)
+            return self._response(cmd, result, queue_id)
         # The send hooks (send_hooks.py): a transaction's half, a delay level, a timer message.
         ctx = SendContext(SendKind.SEND, header.producer_group, batch)
         self.hooks.before_put(msgs, ctx)
         result = await self.appender.put(msgs, ctx.on_stored)
         self.hooks.after_put(msgs, result, ctx)
+        if stats is not None and not retry and not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            stats.put(topic, message_type(header.properties, header.sys_flag), result)
         response = self._response(cmd, result, queue_id)
         if ctx.response_ext and response.code == ResponseCode.SUCCESS:
             response.ext_fields.update(ctx.response_ext)
@@ -193,6 +204,8 @@ class SendProcessor:
         if m.reconsume_times >= limit:
             dlq = dlq_topic(group)
             self.topics.create_system_topic(dlq, 1)
+            if self.stats is not None:
+                self.stats.to_dlq(group, m.properties.get(RETRY_TOPIC) or m.topic)
             m.topic, m.queue_id = dlq, 0
 
     def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
@@ -255,6 +268,11 @@ class SendProcessor:
         if not result.ok:  # as before: a send-back that is not durable in time is an error to the consumer
             answer_code(result)
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
+        if self.stats is not None:
+            if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+                self.stats.to_dlq(header.group, props[RETRY_TOPIC])
+            else:
+                self.stats.to_retry(header.group, props[RETRY_TOPIC])
         return make_response(cmd, ResponseCode.SUCCESS)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from cometmq.client.admin_controller import ControllerAdmin
 from cometmq.client.admin_ha import EpochCache, EpochRange, HAStatus, ReplicationAdmin, RoleChange, _json_object
+from cometmq.client.admin_ops import AdminOpsMixin
 from cometmq.client.errors import (
     BrokerError,
     ClientStateError,
@@ -30,6 +31,8 @@ from cometmq.client.errors import (
 )
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.protocol.admin_bodies import ConsumeStats as JavaConsumeStats
+from cometmq.protocol.admin_bodies import TopicStatsTable
 from cometmq.protocol.client_bodies import dumps
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -241,7 +244,7 @@ def _records(body: bytes, broker_name: str) -> list[MessageExt]:
 
 
 # -- the admin client ---------------------------------------------------------------------------------------------
-class Admin(ReplicationAdmin, ControllerAdmin):
+class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin):
     """An asyncio admin client (RocketMQ's DefaultMQAdminExt, the parts a user needs)."""
 
     def __init__(self, *, namesrv: str | Iterable[str] | None = None, instance: ClientInstance | None = None,
@@ -419,11 +422,11 @@ class Admin(ReplicationAdmin, ControllerAdmin):
                 continue
             r = await inst.invoke_ok(bd.master_addr, make_request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}),
                                      context=f"stats of {topic} on {bd.broker_name}")
-            for item in _offset_table(r.body, f"stats of {topic}"):
-                q = MessageQueue(str(item.get("topic", topic)), str(item.get("brokerName", bd.broker_name)),
-                                 int(item["queueId"]))
-                out[q] = TopicOffset(int(item.get("minOffset", 0)), int(item.get("maxOffset", 0)),
-                                     int(item.get("lastUpdateTimestamp") or 0))
+            # fastjson's TopicStatsTable (Apache brokers, cometmq) or cometmq's older list: admin_bodies reads both
+            with reading_reply(f"bad stats of {topic}", addr=bd.master_addr):
+                table = TopicStatsTable.decode(r.body, default_broker=bd.broker_name).offset_table
+            for q, o in table.items():
+                out[q] = TopicOffset(o.min_offset, o.max_offset, o.last_update_timestamp)
         return dict(sorted(out.items()))
 
     # -- consumer groups ---------------------------------------------------------------------------------------
@@ -448,11 +451,11 @@ class Admin(ReplicationAdmin, ControllerAdmin):
         for name, addr in sorted(masters.items()):
             r = await inst.invoke_ok(addr, make_request(RequestCode.GET_CONSUME_STATS, fields),
                                      context=f"progress of {group} on {name}")
-            raw = _json_object(r.body, f"progress of {group}")
-            tps += float(raw.get("consumeTps") or 0)
-            for item in _offset_table(r.body, f"progress of {group}", raw):
-                q = MessageQueue(str(item["topic"]), str(item.get("brokerName", name)), int(item["queueId"]))
-                offsets[q] = OffsetWrapper(int(item.get("brokerOffset", 0)), int(item.get("consumerOffset", 0)))
+            with reading_reply(f"bad progress of {group}", addr=addr):
+                stats = JavaConsumeStats.decode(r.body, default_broker=name)
+            tps += stats.consume_tps
+            for q, w in stats.offset_table.items():
+                offsets[q] = OffsetWrapper(w.broker_offset, w.consumer_offset)
         return ConsumeStats(group, dict(sorted(offsets.items())), tps)
 
     async def reset_offset_by_timestamp(self, group: str, topic: str, timestamp: int | _dt.datetime, *,
@@ -655,13 +658,3 @@ class Admin(ReplicationAdmin, ControllerAdmin):
                 if (m.properties.get(UNIQ_KEY) == key) if unique else (key in m.keys):
                     found[m.offset_msg_id] = m
         return sorted(found.values(), key=lambda m: (m.store_timestamp, m.commit_log_offset))[:max_num]
-
-
-def _offset_table(body: bytes, what: str, raw: dict[str, Any] | None = None) -> list[Mapping[str, Any]]:
-    """cometmq's offsetTable: a JSON list of objects, each naming its topic, broker and queue id."""
-    raw = _json_object(body, what) if raw is None else raw
-    table = raw.get("offsetTable") or []
-    if not isinstance(table, list) or not all(isinstance(i, dict) and "queueId" in i for i in table):
-        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{what}: offsetTable is not a list of queues")
-    return table
-

@@ -169,7 +169,8 @@ class ClientInstance:
         self.request_timeout = request_timeout
         self.poll_namesrv_interval = poll_namesrv_interval
         self.heartbeat_interval = heartbeat_interval
-        self.remoting = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed})
+        self.remoting = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                                        RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset})
         self.routes: dict[str, TopicRouteData] = {}
         #: broker name -> {broker id: address}
         self.brokers: dict[str, dict[int, str]] = {}
@@ -386,4 +387,23 @@ class ClientInstance:
         consumer = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
         if consumer is not None:
             consumer.on_ids_changed()
+        return None
+
+    async def _on_reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (mqadmin resetOffsetByTime through a broker): the broker reset and
+        committed the group's offsets; a consumer of the group that can (``reset_offsets``) reads on from them."""
+        from cometmq.protocol.admin_bodies import ResetOffsetBody
+
+        group = cmd.ext_fields.get("group", "")
+        reset = getattr(self.consumers.get(group), "reset_offsets", None)
+        if reset is None:
+            return None
+        try:
+            offsets = ResetOffsetBody.decode(cmd.body or b"").offset_table
+        except ProtocolError as exc:
+            log.warning("ignoring an offset reset of %s: %s", group, exc)
+            return None
+        log.info("offsets of %s reset by %s: %s", group, conn.remote_address,
+                 {f"{q.topic}/{q.broker_name}/{q.queue_id}": o for q, o in offsets.items()})
+        self._spawn(reset(offsets))
         return None

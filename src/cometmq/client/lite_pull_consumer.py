@@ -570,6 +570,14 @@ class LitePullConsumer:
         st.reported = None
         self._start_queue(st)
 
+    async def reset_offsets(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): assigned queues among them are
+        read on from the new offsets, as after ``seek``."""
+        for mq, offset in sorted(offsets.items()):
+            st = self._states.get(mq)
+            if st is not None:
+                await self._seek(st, offset)
+
     async def seek_to_beginning(self, queue: MessageQueue | None = None) -> None:
         """Seek ``queue`` (default: every assigned queue) to its min offset."""
         for st in self._targets(queue):

@@ -37,6 +37,7 @@ import datetime
 import inspect
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -439,6 +440,29 @@ class PushConsumer:
             await self.offset_store.persist([mq])
         finally:
             self.offset_store.remove(mq)
+
+    async def reset_offsets(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET) and committed them: what was
+        pulled of those queues is dropped unconsumed, and they are pulled again from the new offsets (RocketMQ's
+        MQClientInstance.resetOffset). An orderly consumer takes them at its next rebalance."""
+        if self._closing:
+            return
+        if self._orderly is not None:
+            log.warning("%s is orderly: the offset reset of %d queues is not applied while it consumes them",
+                        self.group, len(offsets))
+            return
+        for mq, offset in sorted(offsets.items()):
+            req = self._requests.get(mq)
+            if req is None:
+                continue  # not this consumer's: its holder was told too
+            req.pq.dropped = True
+            req.cancel()
+            self.offset_store.update(mq, offset, increase_only=False)
+            new = PullRequest(mq, ProcessQueue(offset), offset)
+            self._requests[mq] = new
+            self._pull_now(new)
+        log.info("%s reads on from reset offsets: %s", self.group,
+                 {f"{q.topic}/{q.broker_name}/{q.queue_id}": o for q, o in offsets.items() if q in self._requests})
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         """The committed offset, or where ``consume_from`` says to start."""

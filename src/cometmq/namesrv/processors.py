@@ -11,6 +11,7 @@ import logging
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.net.client import split_address
 from cometmq.net.connection import Handler, RemotingConnection
+from cometmq.protocol.admin_bodies import encode_topic_list
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import RemotingCommand, make_response
@@ -89,6 +90,18 @@ class NamesrvProcessors:
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topics,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topics,
+            RequestCode.GET_UNIT_TOPIC_LIST: self.get_unit_topics,
+            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: self.get_unit_topics,
+            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self.get_unit_topics,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_config,
+            RequestCode.PUT_KV_CONFIG: self.not_supported,
+            RequestCode.DELETE_KV_CONFIG: self.not_supported,
+            RequestCode.GET_NAMESRV_CONFIG: self.not_supported,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.not_supported,
         }
 
     async def register_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -156,3 +169,32 @@ class NamesrvProcessors:
     async def get_topics_by_cluster(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         topics = self.route_info.topics_by_cluster(_text(cmd, "cluster"))
         return make_response(cmd, body=TopicList(tuple(topics)).encode())
+
+    # -- the Java tools' requests (mqadmin, rocketmq-dashboard), in RocketMQ's shapes (protocol/admin_bodies.py)
+    async def get_system_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        names, addr = self.route_info.system_topics()
+        return make_response(cmd, body=encode_topic_list(names, addr))
+
+    async def get_unit_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        # cometmq has no unit topics (RocketMQ's topicSysFlag unit bits): always an empty list
+        return make_response(cmd, body=encode_topic_list(()))
+
+    async def wipe_write_perm(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        count = self.route_info.update_write_perm(_text(cmd, "brokerName"), wipe=True)
+        return make_response(cmd, ResponseCode.SUCCESS, None, {"wipeTopicCount": str(count)})
+
+    async def add_write_perm(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        count = self.route_info.update_write_perm(_text(cmd, "brokerName"), wipe=False)
+        return make_response(cmd, ResponseCode.SUCCESS, None, {"addTopicCount": str(count)})
+
+    async def get_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        # This nameserver keeps no KV config: every namespace and key is absent, as RocketMQ answers for one.
+        namespace = _field(cmd, "namespace")
+        key = cmd.ext_fields.get("key")
+        what = f"No config item, Namespace: {namespace}" + (f" Key: {key}" if key is not None else "")
+        return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, what)
+
+    async def not_supported(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        return make_response(cmd, ResponseCode.SYSTEM_ERROR,
+                             f"{_name(cmd)}: the cometmq nameserver keeps no KV config and takes its configuration "
+                             "from its config file at start")

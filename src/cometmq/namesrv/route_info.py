@@ -6,6 +6,7 @@ injected clock and connections are opaque hashable tokens, so tests need neither
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -14,6 +15,7 @@ from typing import NamedTuple
 
 from cometmq.protocol.route import (
     MASTER_ID,
+    PERM_WRITE,
     BrokerData,
     ClusterInfo,
     DataVersion,
@@ -267,6 +269,29 @@ class RouteInfoManager:
         if not broker_datas:
             return None
         return TopicRouteData(tuple(queue_datas), tuple(broker_datas), "", filters)
+
+    def update_write_perm(self, broker_name: str, *, wipe: bool) -> int:
+        """Take write permission away from (``wipe``) or give it back to every topic of ``broker_name``
+        (WIPE/ADD_WRITE_PERM_OF_BROKER); the number of topics changed. The change holds until the broker
+        registers a new topic table, as in RocketMQ."""
+        count = 0
+        for queues in self._topics.values():
+            qd = queues.get(broker_name)
+            if qd is None:
+                continue
+            queues[broker_name] = dataclasses.replace(qd, perm=qd.perm & ~PERM_WRITE if wipe else qd.perm | PERM_WRITE)
+            count += 1
+        return count
+
+    def system_topics(self) -> tuple[list[str], str | None]:
+        """RocketMQ's system topic list: every cluster and broker name, and some broker's address (where the
+        tools ask for the broker's own system topics)."""
+        names = set(self._clusters)
+        for brokers in self._clusters.values():
+            names |= brokers
+        addr = next((group.addrs[min(group.addrs)] for _, group in sorted(self._groups.items()) if group.addrs),
+                    None)
+        return sorted(names), addr
 
     def all_topics(self) -> list[str]:
         return sorted(self._topics)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
@@ -39,6 +40,9 @@ Handler = Callable[["RemotingConnection", RemotingCommand], Awaitable[RemotingCo
 """Serves one request: returns the reply, or None to reply later through ``send_response`` (or never)."""
 Dispatcher = Mapping[int, Handler]
 ConnectionCallback = Callable[["RemotingConnection"], None]
+RequestObserver = Callable[[int, int, int, bool], None]
+"""Told of each request answered: (request code, response code, nanoseconds from its arrival to its answer,
+whether the handler returned before answering: a held long poll). Installed by the server's owner (metrics)."""
 
 DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
 DEFAULT_WRITE_LOW_WATER = 1024 * 1024
@@ -147,8 +151,12 @@ class RemotingConnection(asyncio.Protocol):
         write_high_water: int = DEFAULT_WRITE_HIGH_WATER,
         write_low_water: int = DEFAULT_WRITE_LOW_WATER,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        observer: RequestObserver | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        self._observer = observer
+        #: opaque -> (request code, arrival ns, held): requests not answered yet, kept only with an observer
+        self._timing: dict[int, tuple[int, int, bool]] = {}
         self._dispatcher = _EMPTY_DISPATCHER if dispatcher is None else dispatcher
         self._decoder = FrameDecoder(max_frame_size)
         self._write_high_water = write_high_water
@@ -229,6 +237,8 @@ class RemotingConnection(asyncio.Protocol):
         ``file_region``: where ``cmd``'s body lies in a file; when nothing is waiting to be written on this
         connection, the frame's head is written to the socket and the body sent from the file (sendfile), and
         whatever the socket does not take at once is written from ``cmd.body`` as usual."""
+        if self._observer is not None:
+            self._observed(cmd)
         if not self._can_write():
             log.debug("dropping reply code %d opaque %d: %s is closed", cmd.code, cmd.opaque, self.remote_address)
             return False
@@ -236,6 +246,12 @@ class RemotingConnection(asyncio.Protocol):
             cmd = replace(cmd, flag=cmd.flag | RESPONSE_FLAG)
         self._write(cmd, file_region)
         return True
+
+    def _observed(self, reply: RemotingCommand) -> None:
+        timing = self._timing.pop(reply.opaque, None)
+        if timing is not None and self._observer is not None:
+            code, start, held = timing
+            self._observer(code, reply.code, time.perf_counter_ns() - start, held)
 
     def _can_write(self) -> bool:
         transport = self._transport
@@ -367,6 +383,8 @@ class RemotingConnection(asyncio.Protocol):
         future.set_result(cmd)
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
+        if self._observer is not None and not cmd.flag & ONEWAY_FLAG:
+            self._timing[cmd.opaque] = (cmd.code, time.perf_counter_ns(), False)
         handler = self._dispatcher.get(cmd.code)
         if handler is None:
             if cmd.flag & ONEWAY_FLAG:
@@ -410,6 +428,10 @@ class RemotingConnection(asyncio.Protocol):
             log.exception("handler for request code %d from %s failed", cmd.code, self.remote_address)
             reply = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if reply is None or cmd.flag & ONEWAY_FLAG:
+            if reply is None and self._observer is not None:
+                timing = self._timing.get(cmd.opaque)
+                if timing is not None:  # not answered yet: a held pull, answered later by whoever wakes it
+                    self._timing[cmd.opaque] = (timing[0], timing[1], True)
             return
         if reply.opaque != cmd.opaque or not reply.flag & RESPONSE_FLAG:
             reply = replace(reply, opaque=cmd.opaque, flag=reply.flag | RESPONSE_FLAG)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from types import TracebackType
+from typing import Any
 
 from cometmq.net.connection import (
     DEFAULT_MAX_INFLIGHT,
@@ -13,6 +14,7 @@ from cometmq.net.connection import (
     ConnectionCallback,
     Dispatcher,
     RemotingConnection,
+    RequestObserver,
 )
 from cometmq.protocol.remoting import DEFAULT_MAX_FRAME_SIZE
 
@@ -40,8 +42,10 @@ class RemotingServer:
         write_low_water: int = DEFAULT_WRITE_LOW_WATER,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         backlog: int = 1024,
+        observer: RequestObserver | None = None,
     ) -> None:
         self.host = host
+        self._observer = observer
         self._requested_port = port
         self._port: int | None = None
         self._dispatcher = dispatcher
@@ -125,6 +129,7 @@ class RemotingServer:
             write_high_water=self._write_high_water,
             write_low_water=self._write_low_water,
             max_inflight=self._max_inflight,
+            observer=self._observer,
         )
 
     def _accepted(self, conn: RemotingConnection) -> None:
@@ -145,7 +150,7 @@ class RemotingServer:
 class _ServerConnection(RemotingConnection):
     """Registers itself with its server once the socket is there (the address is known only then)."""
 
-    def __init__(self, server: RemotingServer, dispatcher: Dispatcher, **kwargs: int) -> None:
+    def __init__(self, server: RemotingServer, dispatcher: Dispatcher, **kwargs: Any) -> None:
         super().__init__(dispatcher, **kwargs)
         self._server = server
 

@@ -150,6 +150,20 @@ def convert_keys(props: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]) 
     return changes
 
 
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties-style ``key=value`` lines; ``#`` and ``!`` start comments."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise ConfigError(f"line {number}: expected key=value, got {line!r}")
+        out[line[:sep].strip()] = line[sep + 1 :].strip()
+    return out
+
+
 def store_config_from_properties(props: Mapping[str, str], base: StoreConfig | None = None) -> StoreConfig:
     """Build a StoreConfig from RocketMQ-named keys. Keys not about the store are ignored here;
     the broker's config reader reports keys that no component knows."""

@@ -203,6 +203,7 @@ class PopProcessor:
         result = svc.append(records)
         # Logged: apply, then answer (the views are read before anything else can run on the loop).
         starts, offsets, bodies = [], [], []
+        redelivered = redelivered_bytes = 0
         for p in picked:
             for off, t in p.gone:
                 p.qs.done(off, t)
@@ -211,14 +212,23 @@ class PopProcessor:
                 for off, view, attempts in p.items:
                     p.qs.deliver(off, pop_time, h.invisible_time, attempts, first)
                     bodies.append(view)
+                    if attempts:
+                        redelivered += 1
+                        redelivered_bytes += len(view)
                 flag = retry_flag_of(h.topic)
                 starts.append((flag, p.key[2], str(first)))
                 offsets.append((flag, p.key[2], ",".join(str(off) for off, _, _ in p.items)))
                 svc.track_expiry(p.key, pop_time + h.invisible_time)
                 svc.metrics.popped += len(p.items)
-                svc.metrics.redelivered += sum(1 for _, _, a in p.items if a > 0)
             p.qs.advance_cursor(p.cursor)
+        svc.metrics.redelivered += redelivered
         body = b"".join(bodies)
+        if svc.stats is not None:  # (redeliveries come from the message's own queue: is_retry, same topic)
+            if len(bodies) > redelivered:
+                svc.stats.popped(h.topic, h.consumer_group, False, len(bodies) - redelivered,
+                                 len(body) - redelivered_bytes)
+            if redelivered:
+                svc.stats.popped(h.topic, h.consumer_group, True, redelivered, redelivered_bytes)
         header = PopMessageResponseHeader(pop_time=pop_time, invisible_time=h.invisible_time, revive_qid=0,
                                           rest_num=rest, start_offset_info=build_offset_info(starts),
                                           msg_offset_info=build_offset_info(offsets))

@@ -32,6 +32,7 @@ from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.pop import log as poplog
 from cometmq.broker.pop.log import POP_LOG_TOPIC, QueueKey
 from cometmq.broker.pop.state import QueueState
+from cometmq.broker.stats import BrokerStats
 from cometmq.broker.topics import TopicConfigManager, dlq_topic
 from cometmq.common.periodic import Periodic
 from cometmq.protocol.codes import RemotingError, ResponseCode
@@ -73,8 +74,10 @@ class PopMetrics:
 class PopService:
     def __init__(self, config: BrokerConfig, store: MessageStore, appender: Appender, *,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, topics: TopicConfigManager,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], stats: BrokerStats | None = None) -> None:
         self.config = config
+        #: None: metrics are off, nothing is counted
+        self.stats = stats
         self.store = store
         self.appender = appender
         self.offsets = offsets
@@ -283,6 +286,8 @@ class PopService:
         for off, pop_time in done:
             qs.done(off, pop_time)
         self.metrics.dlq += len(msgs)
+        if self.stats is not None and msgs:
+            self.stats.to_dlq(group, topic, len(msgs))
         log.warning("POP %s: %d messages of %s-%d passed %d retries; moved to %s", group, len(msgs), topic, qid,
                     self.max_retry(group), dlq)
         self.wake(topic, group, reason="ack", ordered_only=True)

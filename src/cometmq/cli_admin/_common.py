@@ -1,0 +1,167 @@
+"""What every ``cometmq admin`` verb shares: the typer app, the mqadmin options (``-n/--namesrvAddr`` with
+``$NAMESRV_ADDR``), running an SDK call with errors turned into ``error: …`` and an exit code, and output
+(rich tables for people, ``--json`` for scripts)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import json
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from cometmq.client.admin import Admin
+    from cometmq.client.message import MessageExt
+
+admin_app = typer.Typer(no_args_is_help=True, help="Operator commands against running brokers (RocketMQ's mqadmin "
+                                                   "verbs and option letters; -n or $NAMESRV_ADDR names the "
+                                                   "nameserver).")
+
+T = TypeVar("T")
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+Namesrv = Annotated[str, typer.Option("-n", "--namesrvAddr", envvar="NAMESRV_ADDR",
+                                      help="nameserver host:port[;host:port] (default: $NAMESRV_ADDR, else "
+                                           f"{DEFAULT_NAMESRV})", show_default=False, show_envvar=False)]
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON (for scripts) instead of tables")]
+Timeout = Annotated[float, typer.Option("--timeout", min=0.1, help="request timeout (seconds)")]
+
+#: mqadmin's boolean option values
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` on stderr; return the Exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def run(namesrv: str, timeout: float, call: Callable[[Admin], Awaitable[T]]) -> T:
+    """``call(admin)`` with an admin client on ``namesrv``. A bad argument the SDK rejects is a usage error
+    (exit 2); any other SDK error (a broker's error answer, no route, no connection, a timeout) exits 1; both
+    print one ``error: …`` line on stderr."""
+    from cometmq.client.admin import Admin
+    from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError
+    from cometmq.protocol.codes import ResponseCode
+
+    async def main() -> T:
+        async with Admin(namesrv=namesrv or DEFAULT_NAMESRV, timeout=timeout) as admin:
+            return await call(admin)
+
+    try:
+        return asyncio.run(main())
+    except InvalidArgumentError as exc:
+        raise fail(str(exc), 2) from None
+    except BrokerError as exc:
+        hint = " (the server does not serve this request)" if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED \
+            else ""
+        raise fail(f"{exc}{hint}") from None
+    except MQClientError as exc:
+        raise fail(str(exc)) from None
+
+
+def parse_bool(value: str | None, option: str) -> bool | None:
+    """mqadmin's ``true|false`` option values (None when the option is absent)."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise typer.BadParameter(f"{value!r} is not true or false", param_hint=option)
+
+
+def parse_time(value: str | None, option: str) -> int | None:
+    """A timestamp as mqadmin takes it: ``now``, epoch milliseconds, ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time);
+    ISO 8601 is accepted too. Epoch ms, or None when absent."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v == "now":
+        return int(_dt.datetime.now().timestamp() * 1000)
+    if v.lstrip("-").isdigit():
+        n = int(v)
+        if n < 0:
+            raise typer.BadParameter(f"{value!r} is negative", param_hint=option)
+        return n
+    for fmt in ("%Y-%m-%d#%H:%M:%S:%f", "%Y-%m-%d#%H:%M:%S"):
+        try:
+            return int(_dt.datetime.strptime(v, fmt).timestamp() * 1000)
+        except ValueError:
+            pass
+    try:
+        return int(_dt.datetime.fromisoformat(v).timestamp() * 1000)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not now, epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS",
+                                 param_hint=option) from None
+
+
+def print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def console() -> Console:
+    return Console(width=max(100, Console().width))
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*("-" if v is None else str(v) for v in row))
+    return t
+
+
+def show(*tables: Table) -> None:
+    out = console()
+    for t in tables:
+        out.print(t)
+
+
+def ms_time(ms: object) -> str:
+    """Epoch ms as local ISO time (mqadmin prints local time); ``-`` for none."""
+    if not isinstance(ms, int) or ms <= 0:
+        return "-"
+    return _dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def message_json(m: MessageExt, charset: str = "utf-8", *, body: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "topic": m.topic, "msgId": m.msg_id, "offsetMsgId": m.offset_msg_id, "brokerName": m.queue.broker_name,
+        "queueId": m.queue.queue_id, "queueOffset": m.queue_offset, "commitLogOffset": m.commit_log_offset,
+        "tags": m.tags, "keys": m.keys, "bornTimestamp": m.born_timestamp, "storeTimestamp": m.store_timestamp,
+        "bornHost": m.born_host, "storeHost": m.store_host, "reconsumeTimes": m.reconsume_times,
+        "sysFlag": m.sys_flag, "properties": dict(m.properties), "bodyLength": len(m.body),
+    }
+    if body:
+        out["body"] = decode_body(m.body, charset)
+    return out
+
+
+def decode_body(body: bytes, charset: str = "utf-8") -> str:
+    try:
+        return bytes(body).decode(charset, "replace")
+    except LookupError:
+        raise typer.BadParameter(f"unknown charset {charset!r}", param_hint="-c") from None
+
+
+def message_table(m: MessageExt, charset: str = "utf-8") -> Table:
+    """One message as mqadmin's queryMsgById prints it (a key/value block)."""
+    rows = [("OffsetID", m.offset_msg_id), ("Topic", m.topic), ("Tags", m.tags or "-"),
+            ("Keys", " ".join(m.keys) or "-"), ("Broker Name", m.queue.broker_name), ("Queue ID", m.queue.queue_id),
+            ("Queue Offset", m.queue_offset), ("CommitLog Offset", m.commit_log_offset),
+            ("Reconsume Times", m.reconsume_times), ("Born Timestamp", ms_time(m.born_timestamp)),
+            ("Store Timestamp", ms_time(m.store_timestamp)), ("Born Host", m.born_host),
+            ("Store Host", m.store_host), ("System Flag", m.sys_flag),
+            ("Properties", ", ".join(f"{k}={v}" for k, v in sorted(m.properties.items())) or "-"),
+            ("Message Body", decode_body(m.body, charset))]
+    return table(f"message {m.msg_id}", ("", "value"), rows)

@@ -1,0 +1,220 @@
+"""Cluster and broker verbs: clusterList, brokerStatus, getBrokerConfig, updateBrokerConfig, statsAll,
+wipeWritePerm, addWritePerm."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cometmq.cli_admin._common import AsJson, Namesrv, Timeout, admin_app, fail, print_json, run, show, table
+
+if TYPE_CHECKING:
+    from cometmq.client.admin import Admin
+
+_BROKER_ADDR = Annotated[str | None, typer.Option("-b", "--brokerAddr", help="this broker (address or name)",
+                                                  show_default=False)]
+_CLUSTER = Annotated[str | None, typer.Option("-c", "--clusterName", help="every master of this cluster "
+                                                                         "(default: the only one)",
+                                              show_default=False)]
+
+
+def _one_of(broker: str | None, cluster: str | None) -> None:
+    if broker is not None and cluster is not None:
+        raise typer.BadParameter("give -b or -c, not both", param_hint="-b/-c")
+
+
+@admin_app.command("clusterList")
+def cluster_list(
+    namesrv: Namesrv = "",
+    cluster: Annotated[str | None, typer.Option("-c", "--clusterName", help="this cluster only",
+                                                show_default=False)] = None,
+    as_json: AsJson = False,
+    timeout: Timeout = 5.0,
+) -> None:
+    """The clusters, their broker groups and each broker's address, version and figures
+    (GET_BROKER_CLUSTER_INFO, GET_BROKER_RUNTIME_INFO)."""
+    from cometmq.client.errors import MQClientError
+
+    async def call(admin: Admin) -> list[dict[str, Any]]:
+        info = await admin.cluster_info()
+        if cluster is not None and cluster not in info.cluster_addr_table:
+            from cometmq.client.errors import NoRouteError
+
+            raise NoRouteError(f"cluster {cluster} is unknown (known: {sorted(info.cluster_addr_table)})")
+        rows = []
+        for name_of_cluster, names in sorted(info.cluster_addr_table.items()):
+            if cluster is not None and name_of_cluster != cluster:
+                continue
+            for name in sorted(names):
+                bd = info.broker_addr_table.get(name)
+                for bid, addr in sorted(bd.broker_addrs.items()) if bd else ():
+                    try:
+                        runtime: dict[str, str] | None = await admin.broker_runtime_info(addr)
+                    except MQClientError:
+                        runtime = None
+                    rows.append({"cluster": name_of_cluster, "brokerName": name, "brokerId": bid, "addr": addr,
+                                 "runtime": runtime})
+        return rows
+
+    rows = run(namesrv, timeout, call)
+    if as_json:
+        print_json(rows)
+        return
+
+    def get(r: dict[str, Any], key: str) -> str:
+        return "-" if r["runtime"] is None else r["runtime"].get(key, "-")
+
+    show(table("clusters", ("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#Topics",
+                            "#CommitLog Max Offset", "#Online Groups"),
+               ((r["cluster"], r["brokerName"], r["brokerId"], r["addr"],
+                 get(r, "brokerVersionDesc") if r["runtime"] is not None else "(no answer)", get(r, "topicCount"),
+                 get(r, "commitLogMaxOffset"), get(r, "consumerGroupsOnline")) for r in rows)))
+
+
+@admin_app.command("brokerStatus")
+def broker_status(
+    namesrv: Namesrv = "",
+    broker: _BROKER_ADDR = None,
+    cluster: _CLUSTER = None,
+    as_json: AsJson = False,
+    timeout: Timeout = 5.0,
+) -> None:
+    """A broker's runtime figures (GET_BROKER_RUNTIME_INFO), or those of every master of a cluster."""
+    _one_of(broker, cluster)
+
+    async def call(admin: Admin) -> dict[str, dict[str, str]]:
+        addrs = await admin.broker_addrs(cluster=cluster, broker=broker)
+        return {addr: await admin.broker_runtime_info(addr) for addr in sorted(addrs.values())}
+
+    result = run(namesrv, timeout, call)
+    if as_json:
+        print_json(result)
+        return
+    show(*(table(f"status of {addr}", ("#Key", "#Value"), sorted(kv.items())) for addr, kv in result.items()))
+
+
+@admin_app.command("getBrokerConfig")
+def get_broker_config(
+    namesrv: Namesrv = "",
+    broker: _BROKER_ADDR = None,
+    cluster: _CLUSTER = None,
+    as_json: AsJson = False,
+    timeout: Timeout = 5.0,
+) -> None:
+    """A broker's config as it runs (GET_BROKER_CONFIG), or that of every master of a cluster."""
+    _one_of(broker, cluster)
+
+    async def call(admin: Admin) -> dict[str, dict[str, str]]:
+        addrs = await admin.broker_addrs(cluster=cluster, broker=broker)
+        return {addr: await admin.broker_config(addr) for addr in sorted(addrs.values())}
+
+    result = run(namesrv, timeout, call)
+    if as_json:
+        print_json(result)
+        return
+    show(*(table(f"config of {addr}", ("#Key", "#Value"), sorted(kv.items())) for addr, kv in result.items()))
+
+
+@admin_app.command("updateBrokerConfig")
+def update_broker_config(
+    key: Annotated[str, typer.Option("-k", "--key", help="the config key")],
+    value: Annotated[str, typer.Option("-v", "--value", help="its new value")],
+    namesrv: Namesrv = "",
+    broker: _BROKER_ADDR = None,
+    cluster: _CLUSTER = None,
+    all_brokers: Annotated[str | None, typer.Option("-a", "--updateAllBroker", metavar="true|false",
+                                                    help="with -c: replicas too, not only masters (false)",
+                                                    show_default=False)] = None,
+    as_json: AsJson = False,
+    timeout: Timeout = 5.0,
+) -> None:
+    """Change one config key of running brokers (UPDATE_BROKER_CONFIG); the broker refuses keys it cannot
+    change at runtime."""
+    from cometmq.cli_admin._common import parse_bool
+
+    _one_of(broker, cluster)
+    replicas_too = parse_bool(all_brokers, "-a") is True
+
+    async def call(admin: Admin) -> list[str]:
+        addrs = await admin.broker_addrs(cluster=cluster, broker=broker, masters_only=not replicas_too)
+        for addr in sorted(addrs.values()):
+            await admin.update_broker_config(addr, {key: value})
+        return sorted(addrs.values())
+
+    addrs = run(namesrv, timeout, call)
+    if as_json:
+        print_json({"key": key, "value": value, "brokers": addrs})
+        return
+    for addr in addrs:
+        typer.echo(f"update broker config success, {addr}: {key}={value}")
+
+
+@admin_app.command("statsAll")
+def stats_all(
+    namesrv: Namesrv = "",
+    active: Annotated[bool, typer.Option("-a", "--activeTopic", help="topics holding messages only")] = False,
+    topic: Annotated[str | None, typer.Option("-t", "--topic", help="this topic only", show_default=False)] = None,
+    as_json: AsJson = False,
+    timeout: Timeout = 5.0,
+) -> None:
+    """Per topic and consumer group: messages stored and the group's accumulation (lag). cometmq keeps no
+    TPS or 24-hour counters (VIEW_BROKER_STATS_DATA), so those columns of mqadmin are left out."""
+    async def call(admin: Admin) -> list[dict[str, Any]]:
+        topics = [topic] if topic is not None else await admin.list_topics()
+        rows = []
+        for t in topics:
+            if t.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            stats = await admin.topic_stats(t)
+            stored = sum(o.messages for o in stats.values())
+            if active and stored == 0:
+                continue
+            groups = await admin.topic_consumer_groups(t)
+            choices: list[str | None] = [*groups] or [None]
+            for g in choices:
+                lag = None if g is None else (await admin.consumer_progress(g, t)).total_lag
+                rows.append({"topic": t, "consumerGroup": g, "accumulation": lag, "messages": stored})
+        return rows
+
+    rows = run(namesrv, timeout, call)
+    if as_json:
+        print_json(rows)
+        return
+    show(table("stats", ("#Topic", "#Consumer Group", "#Accumulation", "#Messages Stored"),
+               ((r["topic"], r["consumerGroup"] or "", r["accumulation"], r["messages"]) for r in rows)))
+
+
+def _write_perm(verb: str, broker_name: str, namesrv: str, timeout: float, as_json: bool) -> None:
+    result = run(namesrv, timeout, lambda admin: admin.wipe_write_perm(broker_name) if verb == "wipe"
+                 else admin.add_write_perm(broker_name))
+    if as_json:
+        print_json(result)
+        return
+    for addr, count in sorted(result.items()):
+        typer.echo(f"{verb} write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+    if not result:
+        raise fail("no nameserver answered")
+
+
+@admin_app.command("wipeWritePerm")
+def wipe_write_perm(
+    broker_name: Annotated[str, typer.Option("-b", "--brokerName", help="the broker name")],
+    namesrv: Namesrv = "",
+    as_json: AsJson = False,
+    timeout: Timeout = 5.0,
+) -> None:
+    """Take write permission away from a broker's topics at every nameserver (WIPE_WRITE_PERM_OF_BROKER):
+    producers stop sending there, consumers go on reading."""
+    _write_perm("wipe", broker_name, namesrv, timeout, as_json)
+
+
+@admin_app.command("addWritePerm")
+def add_write_perm(
+    broker_name: Annotated[str, typer.Option("-b", "--brokerName", help="the broker name")],
+    namesrv: Namesrv = "",
+    as_json: AsJson = False,
+    timeout: Timeout = 5.0,
+) -> None:
+    """Give write permission back to a broker's topics at every nameserver (ADD_WRITE_PERM_OF_BROKER)."""
+    _write_perm("add", broker_name, namesrv, timeout, as_json)

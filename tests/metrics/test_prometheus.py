@@ -1,0 +1,235 @@
+"""The Prometheus endpoint (metricsExporterType=PROM): counts scraped from /metrics during a produce/consume run match
+what was sent, lag follows the committed offsets, and bad settings stop the start with a clear message."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cometmq.broker.config import BrokerConfig, broker_config_from_properties
+from cometmq.broker.controller import BrokerController
+from cometmq.client import LitePullConsumer, Message, MessageExt, Producer
+from cometmq.namesrv.server import NamesrvConfig, NamesrvController
+from cometmq.store.config import ConfigError
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from cometmq.metrics import MetricsExporter, start_exporter  # noqa: E402
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@dataclass
+class Setup:
+    namesrv: NamesrvController
+    broker: BrokerController
+    exporter: MetricsExporter
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv.port}"
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    ns = NamesrvController(NamesrvConfig(port=0))
+    await ns.start()
+    cfg = BrokerConfig(listen_port=0, namesrv_addr=f"127.0.0.1:{ns.port}", metrics_exporter_type="PROM",
+                       metrics_prometheus_port=0)
+    cfg = cfg.replace(store=cfg.store.replace(store_path=tmp_path / "broker", commitlog_segment_size=8 << 20,
+                                              consume_queue_units_per_file=10_000, max_hash_slot_num=4096,
+                                              max_index_num=65536))
+    broker = BrokerController(cfg)
+    await broker.start()
+    exporter = await start_exporter(broker, "127.0.0.1", 0)
+    yield Setup(ns, broker, exporter)
+    await exporter.stop()
+    await broker.stop()
+    await ns.stop()
+
+
+async def http_get(port: int, path: str = "/metrics") -> tuple[int, str, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    raw = await reader.read()
+    writer.close()
+    head, _, body = raw.decode().partition("\r\n\r\n")
+    status = int(head.split(" ", 2)[1])
+    ctype = next((line.split(":", 1)[1].strip() for line in head.split("\r\n") if line.lower().startswith(
+        "content-type:")), "")
+    return status, ctype, body
+
+
+async def scrape(port: int) -> Samples:
+    status, ctype, body = await http_get(port)
+    assert status == 200 and ctype.startswith("text/plain")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(body) for s in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of the samples named ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    found = [v for (n, ls), v in samples.items() if n == name and want <= ls]
+    assert found, f"no {name} with {labels}"
+    return sum(found)
+
+
+def record_size(broker: BrokerController, m: MessageExt) -> int:
+    view = broker.store.read_record(m.commit_log_offset)
+    assert view is not None
+    return len(view)
+
+
+async def test_counts_lag_and_labels_match_a_produce_consume_run(setup: Setup) -> None:
+    broker, port = setup.broker, setup.exporter.port
+    topic, group, n = "MetricsTopic", "metrics-cg", 300
+    bodies = [f"message-{i}-".encode() * (1 + i % 7) for i in range(n)]
+    async with Producer("metrics-pg", namesrv=setup.namesrv_addr) as p:
+        for i in range(0, 200, 50):  # batches ...
+            await p.send_batch([Message(topic, b) for b in bodies[i:i + 50]])
+        for b in bodies[200:]:  # ... and single sends
+            await p.send(Message(topic, b))
+
+        got: list[MessageExt] = []
+        async with LitePullConsumer(group, namesrv=setup.namesrv_addr, consume_from="first",
+                                    auto_commit=False) as c:
+            await c.subscribe(topic)
+            while len(got) < n:
+                got += await c.poll(1.0)
+            # Mid-run (consumed, nothing committed yet): the whole topic is in flight at the consumer.
+            mid = await scrape(port)
+            assert value(mid, "rocketmq_consumer_inflight_messages", consumer_group=group, topic=topic) == n
+            assert value(mid, "rocketmq_consumer_lag_messages", consumer_group=group, topic=topic) == n
+            assert value(mid, "rocketmq_consumer_ready_messages", consumer_group=group, topic=topic) == 0
+            assert value(mid, "rocketmq_consumer_connections", consumer_group=group, consume_mode="pull") == 1
+            await c.commit()
+
+        s = await scrape(port)
+        common = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+        sent_bytes = sum(record_size(broker, m) for m in got)
+        assert sorted(m.body for m in got) == sorted(bodies)
+        assert value(s, "rocketmq_messages_in_total", topic=topic, message_type="normal", is_system="false",
+                     **common) == n
+        assert value(s, "rocketmq_throughput_in_total", topic=topic) == sent_bytes  # stored record bytes
+        assert sent_bytes > sum(map(len, bodies))
+        assert value(s, "rocketmq_message_size_count", topic=topic) == 4 + 100  # one sample per send request
+        assert value(s, "rocketmq_message_size_bucket", topic=topic, le="1024.0") == 104
+        assert value(s, "rocketmq_messages_out_total", topic=topic, consumer_group=group, is_retry="false") == n
+        assert value(s, "rocketmq_throughput_out_total", topic=topic, consumer_group=group) == sent_bytes
+        assert value(s, "rocketmq_consumer_lag_messages", consumer_group=group, topic=topic) == 0
+        assert value(s, "rocketmq_consumer_lag_latency", consumer_group=group, topic=topic) == 0
+        assert value(s, "rocketmq_consumer_inflight_messages", consumer_group=group, topic=topic) == 0
+        assert value(s, "rocketmq_rpc_latency_count", request_code="send_batch_message", response_code="success",
+                     protocol_type="remoting") == 4
+        assert value(s, "rocketmq_rpc_latency_count", request_code="send_message_v2") == 100
+        assert value(s, "rocketmq_rpc_latency_count", request_code="pull_message") >= 1
+        assert value(s, "rocketmq_storage_size") > 0
+        assert value(s, "rocketmq_storage_flush_behind_bytes") >= 0
+        assert value(s, "rocketmq_storage_dispatch_behind_bytes") == 0
+        assert value(s, "rocketmq_half_messages") == 0
+        assert value(s, "cometmq_long_polling_holds", request_type="pull") >= 0
+
+        k = 7
+        for b in bodies[:k]:
+            await p.send(Message(topic, b))
+        s = await scrape(port)
+        assert value(s, "rocketmq_messages_in_total", topic=topic) == n + k
+        assert value(s, "rocketmq_consumer_lag_messages", consumer_group=group, topic=topic) == k
+        assert value(s, "rocketmq_consumer_ready_messages", consumer_group=group, topic=topic) == k
+        assert value(s, "rocketmq_consumer_lag_latency", consumer_group=group, topic=topic) >= 0
+
+
+async def test_message_types_and_only_metrics_paths_answer(setup: Setup) -> None:
+    async with Producer("types-pg", namesrv=setup.namesrv_addr) as p:
+        await p.send_orderly(Message("TypesTopic", b"fifo"), sharding_key="k")
+        await p.send(Message("TypesTopic", b"timer", delay=60))
+    s = await scrape(setup.exporter.port)
+    assert value(s, "rocketmq_messages_in_total", topic="TypesTopic", message_type="delay") == 1
+    assert value(s, "rocketmq_messages_in_total", topic="TypesTopic", message_type="normal") == 1
+    status, _, _ = await http_get(setup.exporter.port, "/nothing")
+    assert status == 404
+
+
+async def test_metrics_off_counts_nothing(tmp_path: Path) -> None:
+    cfg = BrokerConfig(listen_port=0)
+    broker = BrokerController(cfg.replace(store=cfg.store.replace(store_path=tmp_path / "b")))
+    assert broker.stats is None
+    assert broker.send_processor.stats is None and broker.pull_processor.stats is None and broker.pop.stats is None
+
+
+@pytest.mark.parametrize(("props", "error"), [
+    ({"metricsExporterType": "OTLP_GRPC"}, "cometmq has no OTLP or log exporter"),
+    ({"metricsExporterType": "prometheus"}, "must be one of DISABLE, PROM"),
+    ({"metricsPrometheusPort": "70000"}, "a port is 0..65535"),
+    ({"metricsPromExporterPort": "x"}, "metricsPromExporterPort='x'"),
+])
+def test_bad_settings_are_refused(props: dict[str, str], error: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        broker_config_from_properties(props)
+
+
+def test_settings_are_read() -> None:
+    cfg = broker_config_from_properties({"metricsExporterType": "prom", "metricsPrometheusPort": "5600",
+                                         "metricsPromExporterHost": "127.0.0.2"})
+    assert (cfg.metrics_exporter_type, cfg.metrics_prometheus_port, cfg.metrics_prometheus_host) == \
+        ("PROM", 5600, "127.0.0.2")
+    assert BrokerConfig().metrics_exporter_type == "DISABLE" and BrokerConfig().metrics_prometheus_port == 5557
+
+
+def _serve(tmp_path: Path, conf: str) -> subprocess.Popen[str]:
+    (tmp_path / "broker.conf").write_text(conf)
+    return subprocess.Popen([sys.executable, "-m", "cometmq.cli", "serve", "--data", str(tmp_path / "data"),
+                             "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0",
+                             "-c", str(tmp_path / "broker.conf")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+async def test_cometmq_serve_serves_metrics(tmp_path: Path) -> None:
+    proc = _serve(tmp_path, "metricsExporterType=PROM\nmetricsPrometheusPort=0\n")
+    try:
+        assert proc.stdout is not None
+        line = ""
+        for line in proc.stdout:
+            if line.startswith("cometmq serving"):
+                break
+        found = re.search(r"metrics http://127\.0\.0\.1:(\d+)/metrics", line)
+        assert found, line
+        s = await scrape(int(found.group(1)))
+        assert value(s, "rocketmq_broker_permission", node_type="broker") == 6
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_cometmq_serve_refuses_a_bad_exporter_type(tmp_path: Path) -> None:
+    proc = _serve(tmp_path, "metricsExporterType=LOG\n")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "metricsExporterType='LOG'" in out and "cometmq has no OTLP or log exporter" in out, out
+
+
+async def test_the_grafana_dashboard_reads_only_metrics_the_broker_exports(setup: Setup) -> None:
+    import json
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(total|bucket|count|sum)$", "", name)
+            for e in exprs for name in re.findall(r"\b((?:rocketmq|cometmq)_\w+)", e)}
+    _, _, text = await http_get(setup.exporter.port)
+    exported = {re.sub(r"_total$", "", name) for name in re.findall(r"^# TYPE (\S+) ", text, re.M)}
+    assert used and used <= exported, used - exported
+    assert {"rocketmq_messages_in", "rocketmq_consumer_lag_messages", "rocketmq_rpc_latency",
+            "rocketmq_storage_size"} <= used

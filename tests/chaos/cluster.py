@@ -16,8 +16,11 @@ Links (dialer -> server proxy): broker -> controller (heartbeats, register, ALTE
 controller -> broker remoting (NOTIFY_BROKER_ROLE_CHANGED), replica -> master remoting (metadata copy) and HA
 port, broker -> nameserver (registration), client -> nameserver / brokers.
 
-The single controller (``cometmq controller --data``) is the default. The 3-controller variant (etcd; the
-``--etcd-endpoints`` option of ``cometmq controller``) is chosen with ``controllers=3`` when that option exists.
+Controllers (``controllers=``): 3 by default, ``cometmq controller --node ci --peers c0=127.0.0.1:P0,… --advertise
+<ci's proxy>``, each running its etcd member beside it (peers on P+1, clients on P+2, on 127.0.0.1: the consensus
+engine's own links are not proxied); the leader key and CONTROLLER_NOT_LEADER answers name the proxy address, so
+brokers stay behind the proxies. ``controllers=1`` is the single node on a durable LocalLog. A controller *node*
+is the controller process and its etcd member: ``kill`` SIGKILLs both (by PID), ``pause`` SIGSTOPs both.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -82,33 +85,65 @@ CHAOS_CONF: dict[str, str] = {
 }
 
 
+#: the controller nodes of a chaos cluster unless told otherwise (3: on etcd, the HA deployment)
+DEFAULT_CONTROLLERS = 3
+
+#: ``cometmq controller`` timers per profile: the heartbeat timeout (and so the startup grace) of a broker that
+#: states none, and the scan for lost masters; "default" is the product's (10 s, 1 s)
+CONTROLLER_ARGS: dict[str, list[str]] = {
+    "test": ["--heartbeat-timeout-ms", "3000", "--scan-interval", "0.5"],
+    "default": [],
+}
+
 _taken: set[int] = set()
 
 
-def pick_port(*hosts: str) -> int:
-    """A free port below the kernel's ephemeral range (32768+ on Linux), bindable on every host given. Ports
-    from ``free_port()`` are ephemeral: an outgoing connection (a client, a proxy dialing) can take one between
-    the pick and the server's bind, and a restarted broker must bind its old ports again."""
+def pick_port(*hosts: str, span: int = 1) -> int:
+    """A free port below the kernel's ephemeral range (32768+ on Linux), bindable on every host given (and, with
+    ``span`` > 1, the next ``span - 1`` ports on 127.0.0.1 too: a controller's etcd member). Ports from
+    ``free_port()`` are ephemeral: an outgoing connection (a client, a proxy dialing) can take one between the
+    pick and the server's bind, and a restarted broker must bind its old ports again."""
     rnd = random.Random(os.urandom(8))
     for _ in range(1000):
-        port = rnd.randrange(20000, 32000)
-        if port in _taken:
+        port = rnd.randrange(20000, 32000 - span)
+        wanted = [(host, port) for host in hosts or ("127.0.0.1",)] + \
+            [("127.0.0.1", port + i) for i in range(1, span)]
+        if any(p in _taken for _, p in wanted):
             continue
         try:
-            for host in hosts or ("127.0.0.1",):
+            for host, p in wanted:
                 with socket.socket() as sock:
-                    sock.bind((host, port))
+                    sock.bind((host, p))
         except OSError:
             continue
-        _taken.add(port)
+        _taken.update(p for _, p in wanted)
         return port
     raise RuntimeError("no free port in 20000-32000")
 
 
-def controller_supports_etcd() -> bool:
-    out = subprocess.run([sys.executable, "-m", "cometmq.cli", "controller", "--help"], capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
-    return "--etcd-endpoints" in out.stdout
+def etcd_installed() -> bool:
+    return shutil.which("etcd") is not None
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live (not zombie) children of ``pid``, from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def pid_gone(pid: int) -> bool:
+    """No such process, or only its zombie left."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _srcbind(ip: str, command: list[str]) -> list[str]:
@@ -118,12 +153,18 @@ def _srcbind(ip: str, command: list[str]) -> list[str]:
 
 
 class ControllerNode(_Proc):
-    def __init__(self, workdir: Path, name: str, ip: str, extra: list[str] | None = None) -> None:
+    """One controller node. With ``peers`` (``c0=127.0.0.1:P0,…``) it runs an etcd member beside it on P+1 and
+    P+2 (127.0.0.1, not proxied) and advertises its proxy address; a *node* fault hits both processes."""
+
+    def __init__(self, workdir: Path, name: str, ip: str, extra: list[str] | None = None, *,
+                 etcd_member: bool = False) -> None:
         super().__init__(name, workdir, "cometmq controller listening")
         self.ip = ip
-        self.port = pick_port("127.0.0.1", ip)
+        self.port = pick_port("127.0.0.1", ip, span=3 if etcd_member else 1)
         self.data_dir = workdir / "data"
         self.extra = list(extra or [])
+        self.peers: str | None = None  # set by the cluster once every node's port is known
+        self.etcd_killed: list[int] = []  # etcd member PIDs this harness SIGKILLed (checked gone)
 
     @property
     def addr(self) -> str:
@@ -134,9 +175,40 @@ class ControllerNode(_Proc):
         return f"{self.ip}:{self.port}"
 
     def _command(self) -> list[str]:
+        group = ["--node", self.name, "--peers", self.peers] if self.peers else []
         return _srcbind(self.ip, [sys.executable, "-m", "cometmq.cli", "controller", "--port", str(self.port),
                                   "--host", "127.0.0.1", "--data", str(self.data_dir), "--log-level", "INFO",
-                                  *self.extra])
+                                  "--advertise", self.public_addr, *group, *self.extra])
+
+    async def start(self, timeout: float = 60.0) -> None:
+        await super().start(timeout)  # with etcd: its members must find each other first
+
+    def etcd_pids(self) -> list[int]:
+        """The etcd member(s) this controller process runs (its children)."""
+        if not self.running or self.pid is None:
+            return []
+        pids = []
+        for pid in child_pids(self.pid):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "etcd":
+                    pids.append(pid)
+        return pids
+
+    def kill(self) -> None:
+        """SIGKILL the node: its etcd member (by PID, found as the controller's child) and the controller. The
+        member would otherwise get SIGTERM from PR_SET_PDEATHSIG and stop cleanly (handing its etcd leadership
+        over): a node crash kills both. Waits (≤ 5 s) until the member is gone."""
+        members = self.etcd_pids()
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        super().kill()
+        self.etcd_killed += members
+        deadline = time.monotonic() + 5
+        while not all(pid_gone(pid) for pid in members):
+            if time.monotonic() > deadline:
+                raise ProcessError(f"{self.name}: etcd member(s) {members} still running after SIGKILL")
+            time.sleep(0.02)
 
 
 class ChaosBroker(Broker):
@@ -189,8 +261,11 @@ class Observation:
 class ChaosCluster:
     """``async with ChaosCluster(workdir) as c: await c.start()``; ``close()`` kills whatever still runs."""
 
-    def __init__(self, workdir: Path, *, brokers: int = 3, controllers: int = 1, timeouts: str = "test",
-                 conf: Mapping[str, str] | None = None, etcd_endpoints: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, brokers: int = 3, controllers: int = DEFAULT_CONTROLLERS,
+                 timeouts: str = "test", conf: Mapping[str, str] | None = None,
+                 etcd_endpoints: str | None = None) -> None:
+        if controllers not in (1, 3, 5):
+            raise ValueError(f"controllers: 1, 3 or 5, not {controllers}")
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         rnd = random.Random(os.urandom(8))
@@ -203,8 +278,15 @@ class ChaosCluster:
         self.proxies: dict[str, list[str]] = {"namesrv": ["namesrv"], "client": []}
         self.hub.add("namesrv", f"{self.ips['namesrv']}:{self.namesrv.port}", self.namesrv.addr)
         extra = ["--etcd-endpoints", etcd_endpoints] if etcd_endpoints else []
-        self.controllers = [ControllerNode(workdir / f"c{i}", f"c{i}", self.ip(11 + i), extra)
+        members = controllers > 1 and not etcd_endpoints
+        self.controllers = [ControllerNode(workdir / f"c{i}", f"c{i}", self.ip(11 + i),
+                                           [*extra, *CONTROLLER_ARGS[timeouts]], etcd_member=members)
                             for i in range(controllers)]
+        if members:
+            peers = ",".join(f"{c.name}={c.addr}" for c in self.controllers)
+            for c in self.controllers:
+                c.peers = peers
+        self.paused_members: dict[str, list[int]] = {}  # a paused controller node's etcd member PIDs
         for c in self.controllers:
             self.ips[c.name] = c.ip
             self.proxies[c.name] = [c.name]
@@ -316,7 +398,9 @@ class ChaosCluster:
     def kill(self, name: str) -> None:
         p = self.node(name)
         self.paused.discard(name)
-        self.note("kill", node=name, pid=p.pid)
+        self.paused_members.pop(name, None)
+        members = p.etcd_pids() if isinstance(p, ControllerNode) else []
+        self.note("kill", node=name, pid=p.pid, **({"etcd": members} if members else {}))
         p.kill()
 
     async def restart(self, name: str) -> None:
@@ -327,17 +411,23 @@ class ChaosCluster:
         await p.start()
 
     def pause(self, name: str) -> None:
+        """SIGSTOP a process; a controller node: its etcd member too."""
         p = self.node(name)
         if p.pid is not None and p.running:
+            members = p.etcd_pids() if isinstance(p, ControllerNode) else []
+            for pid in members:
+                os.kill(pid, signal.SIGSTOP)
             os.kill(p.pid, signal.SIGSTOP)
             self.paused.add(name)
-            self.note("pause", node=name, pid=p.pid)
+            self.paused_members[name] = members
+            self.note("pause", node=name, pid=p.pid, **({"etcd": members} if members else {}))
 
     def resume(self, name: str) -> None:
         p = self.node(name)
         if name in self.paused and p.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGCONT)
+            for pid in [*self.paused_members.pop(name, []), p.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
             self.paused.discard(name)
             self.note("resume", node=name, pid=p.pid)
 
@@ -399,6 +489,47 @@ class ChaosCluster:
             raw = json.loads(r.body).get("replicasInfoTable") or {}
             if BROKER_NAME in raw:
                 return GroupSyncState.from_json(BROKER_NAME, raw[BROKER_NAME])
+        return None
+
+    async def controller_leader(self) -> ControllerNode | None:
+        """The controller that answers GET_METADATA_INFO with isLeader=true (real ports; running, not paused)."""
+        async def ask(c: ControllerNode) -> bool:
+            try:
+                r = await self.request(c.addr, RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=1.0)
+            except Exception:
+                return False
+            return r.code == ResponseCode.SUCCESS and str(r.ext_fields.get("isLeader", "")).lower() == "true"
+
+        live = [c for c in self.controllers if c.running and c.name not in self.paused]
+        answers = await asyncio.gather(*(ask(c) for c in live))
+        return next((c for c, yes in zip(live, answers, strict=True) if yes), None)
+
+    async def elections_work(self, timeout: float = 1.0) -> str | None:
+        """Whether a controller leader decides an election now: ELECT_MASTER for the group without a broker id
+        (an operator's electMaster; with the master alive: MASTER_STILL_EXIST, no change) answered by a running
+        node with anything but CONTROLLER_NOT_LEADER or a log/transport error. Returns the node's name."""
+        decided = {ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST,
+                   ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE, ResponseCode.CONTROLLER_ELECT_MASTER_FAILED}
+
+        async def ask(c: ControllerNode) -> bool:
+            try:
+                r = await self.request(c.addr, RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": BROKER_NAME},
+                                       timeout=timeout)
+            except Exception:
+                return False
+            return r.code in decided
+
+        live = [c for c in self.controllers if c.running and c.name not in self.paused]
+        answers = await asyncio.gather(*(ask(c) for c in live))
+        return next((c.name for c, yes in zip(live, answers, strict=True) if yes), None)
+
+    async def wait_elections_work(self, timeout: float = 30.0, period: float = 0.1) -> float | None:
+        """Seconds until ``elections_work`` (None: not within ``timeout``)."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if await self.elections_work():
+                return time.monotonic() - start
+            await asyncio.sleep(period)
         return None
 
     async def broker_status(self, b: ChaosBroker, timeout: float = 1.5) -> dict[str, Any] | None:

@@ -14,11 +14,16 @@ Faults (``KINDS``):
 - ``isolate-master``: the master from every other node and the clients, both ways.
 - ``partition-replica``: one replica (``pick``) from the master, or from everyone (``direction`` "all").
 - ``double-failover``: SIGKILL the master, wait (≤ 15 s) for a new master, SIGKILL it too; restart both.
-- ``master-and-controller``: SIGKILL the master and the controller leader together (#7689); the controller
-  comes back first (after ``hold`` / 2), then the broker.
+- ``master-and-controller``: SIGKILL the master and the controller leader (the node answering GET_METADATA_INFO
+  with isLeader; with 3 controllers: that controller and its etcd member) together (RocketMQ #7689); the
+  controller comes back first (after ``hold`` / 2), then the broker. ``elected_s``: the fault -> the controller
+  (leader) records another master.
+- ``controller-leader``: the controller leader node only, SIGKILLed (restarted after ``hold``) or SIGSTOPped for
+  ``hold`` (``direction`` "kill" / "pause"). ``elections_s``: the fault -> a running controller decides an
+  ELECT_MASTER again (``ChaosCluster.elections_work``); must be ≤ ``ELECTIONS_LIMIT_S``.
 
-Crash points inside a role change or a truncation need failpoints in the broker (none exist yet; see
-docs/reliability.md).
+Crash points inside a role change or a truncation: the product's failpoints (``COMETMQ_FAILPOINTS``,
+src/cometmq/common/failpoints.py) are not used by any nemesis yet (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from typing import Any
 from tests.chaos.cluster import ChaosBroker, ChaosCluster
 
 KINDS = ("kill-master", "pause-master", "partition-master-controller", "isolate-master", "partition-replica",
-         "double-failover", "master-and-controller")
+         "double-failover", "master-and-controller", "controller-leader")
+#: a controller leader lost -> elections decided again within this (the runner fails the run otherwise)
+ELECTIONS_LIMIT_S = 10.0
 
 #: scenario name -> the kinds its cycles draw from
 SCENARIOS: dict[str, tuple[str, ...]] = {
@@ -50,11 +57,13 @@ class Fault:
     kind: str
     gap: float  # calm before the fault
     hold: float  # how long the fault lasts
-    direction: str = "both"  # partitions: "both", "a->b" (the master's/replica's sends lost), "b->a"
+    direction: str = "both"  # partitions: "both", "a->b" (the master's/replica's sends lost), "b->a";
+    #                          controller-leader: "kill" or "pause"
     pick: int = 0  # partition-replica: which replica (index into the non-masters, modulo)
 
     def describe(self) -> str:
-        extra = f" {self.direction}" if self.kind.startswith("partition") else ""
+        extra = f" {self.direction}" if self.kind.startswith("partition") or self.kind == "controller-leader" \
+            else ""
         return f"+{self.gap:.1f}s {self.kind}{extra} for {self.hold:.1f}s"
 
 
@@ -85,10 +94,13 @@ def make_schedule(scenario: str, seed: int, duration: float) -> Schedule:
             hold = round(rng.uniform(1.0, 8.0), 2)  # below and above the 3 s heartbeat timeout
         elif kind in ("kill-master", "double-failover", "master-and-controller"):
             hold = round(rng.uniform(1.0, 6.0), 2)
+        elif kind == "controller-leader":
+            hold = round(rng.uniform(1.0, 8.0), 2)  # below and above the 3 s etcd lease
         else:
             hold = round(rng.uniform(2.0, 8.0), 2)
         direction = rng.choice(("both", "a->b", "b->a")) if kind == "partition-master-controller" else \
-            rng.choice(("both", "all")) if kind == "partition-replica" else "both"
+            rng.choice(("both", "all")) if kind == "partition-replica" else \
+            rng.choice(("kill", "pause")) if kind == "controller-leader" else "both"
         fault = Fault(kind, gap, hold, direction, rng.randrange(2))
         if out.faults and t + gap + hold > duration:
             break
@@ -184,31 +196,61 @@ class Nemesis:
             await hold()
         elif f.kind == "master-and-controller":
             leader = await self._controller_leader()
+            if leader is None:
+                return {"skipped": "no controller leader", "master": m.name}
+            g = await c.controller_state()
+            epoch = g.master_epoch if g is not None else 0
             c.kill(m.name)
             c.kill(leader)
+            start = time.monotonic()
             info["controller"] = leader
             self._down += [m.name]
+            watch = asyncio.ensure_future(self._elected(m, epoch, start))
             await asyncio.sleep(f.hold / 2)
             await c.restart(leader)
             await asyncio.sleep(f.hold / 2)
+            info["elected_s"] = await watch
+        elif f.kind == "controller-leader":
+            leader = await self._controller_leader()
+            if leader is None:
+                return {"skipped": "no controller leader", "master": m.name}
+            info.update(controller=leader, direction=f.direction)
+            if f.direction == "pause":
+                c.pause(leader)
+            else:
+                c.kill(leader)
+            probe = asyncio.ensure_future(c.wait_elections_work(f.hold + 30.0))
+            await hold()
+            if f.direction == "pause":
+                c.resume(leader)
+            else:
+                await c.restart(leader)
+            elections = await probe
+            info["elections_s"] = None if elections is None else round(elections, 3)
         else:
             raise ValueError(f"unknown fault {f.kind}")
         return info
 
-    async def _controller_leader(self) -> str:
-        """The controller that answers as leader (the only one in the single-controller topology)."""
-        from cometmq.protocol.codes import RequestCode, ResponseCode
+    async def _elected(self, old: ChaosBroker, epoch: int, start: float, timeout: float = 40.0) -> float | None:
+        """Seconds from ``start`` until the controller leader records a master other than ``old`` above
+        ``epoch``."""
+        while time.monotonic() - start < timeout:
+            g = await self.cluster.controller_state()
+            if g is not None and g.master_epoch > epoch and g.master_id is not None \
+                    and g.master_id != old.controller_id:
+                return round(time.monotonic() - start, 3)
+            await asyncio.sleep(0.1)
+        return None
 
-        for ctl in self.cluster.controllers:
-            if not ctl.running:
-                continue
-            try:
-                r = await self.cluster.request(ctl.addr, RequestCode.CONTROLLER_GET_METADATA_INFO, timeout=1.5)
-            except Exception:
-                continue
-            if r.code == ResponseCode.SUCCESS and r.ext_fields.get("isLeader", "").lower() == "true":
-                return ctl.name
-        return self.cluster.controllers[0].name
+    async def _controller_leader(self, timeout: float = 10.0) -> str | None:
+        """The controller that answers as leader (waits for one ≤ ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader = await self.cluster.controller_leader()
+            if leader is not None:
+                return leader.name
+            await asyncio.sleep(0.1)
+        return None
 
     async def heal_all(self) -> None:
         """Partitions removed, paused processes resumed, killed ones restarted."""

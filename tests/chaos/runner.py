@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import checker, workload
-from tests.chaos.cluster import ChaosCluster
+from tests.chaos.cluster import DEFAULT_CONTROLLERS, ChaosCluster, etcd_installed
 from tests.chaos.history import History
-from tests.chaos.nemesis import MAIN_SCENARIOS, SCENARIOS, Nemesis, make_schedule
+from tests.chaos.nemesis import ELECTIONS_LIMIT_S, MAIN_SCENARIOS, SCENARIOS, Nemesis, make_schedule
 
 TOPIC = "ChaosTopic"
 QUEUES = 4
@@ -38,6 +38,7 @@ class RunConfig:
     rate: float = 60.0  # sends per second per producer
     concurrency: int = 2
     timeouts: str = "test"
+    controllers: int = DEFAULT_CONTROLLERS  # 3: on etcd (a member beside each); 1: LocalLog
     healthy_timeout: float = 60.0
     keep: bool = True  # keep the run's folder when it passed
 
@@ -54,7 +55,8 @@ async def run_once(scenario: str, seed: int, duration: float, out: Path,
                               "schedule": schedule.describe(), "workdir": str(workdir)}
     (workdir / "schedule.json").write_text(json.dumps(schedule.to_json(), indent=1))
     started = time.monotonic()
-    cluster = ChaosCluster(workdir, timeouts=cfg.timeouts)
+    cluster = ChaosCluster(workdir, timeouts=cfg.timeouts, controllers=cfg.controllers)
+    result["controllers"] = cfg.controllers
     nemesis = Nemesis(cluster, schedule)
     history_path = workdir / "history.jsonl"
     try:
@@ -73,6 +75,9 @@ async def run_once(scenario: str, seed: int, duration: float, out: Path,
                 rest = duration - (time.monotonic() - work_started)
                 if rest > 0:
                     await asyncio.sleep(rest)
+            except BaseException:  # (interrupted: no reader may outlive the history file)
+                await readers.stop()
+                raise
             finally:
                 await producers.stop()
                 await nemesis.heal_all()
@@ -108,7 +113,12 @@ async def run_once(scenario: str, seed: int, duration: float, out: Path,
         (workdir / "check.json").write_text(check.dumps())
         result["counts"] = check.counts
         result["failed"] = check.failed()
-        result["ok"] = check.ok and result.get("healthy_after_s") is not None
+        # a controller leader lost: elections decided again within ELECTIONS_LIMIT_S (a liveness requirement)
+        elections = [f["elections_s"] for f in nemesis.applied if "elections_s" in f]
+        slow = [e for e in elections if e is None or e > ELECTIONS_LIMIT_S]
+        if slow:
+            result["failed"].append("controller-elections")
+        result["ok"] = check.ok and result.get("healthy_after_s") is not None and not slow
         if not check.ok:
             result["report"] = check.report()
     except Exception as exc:
@@ -142,6 +152,10 @@ def one_line(r: dict[str, Any]) -> str:
                              if k in counts))
     if r.get("healthy_after_s") is not None:
         bits.append(f"healed in {r['healthy_after_s']:.1f}s")
+    for key, label in (("elections_s", "elections again"), ("elected_s", "elected")):
+        vals = [f.get(key) for f in r.get("faults") or () if key in f]
+        if vals:
+            bits.append(f"{label} " + ",".join("-" if v is None else f"{v:.1f}" for v in vals) + "s")
     if r.get("failed"):
         bits.append(f"violated {','.join(r['failed'])}")
     if r.get("error"):
@@ -149,17 +163,31 @@ def one_line(r: dict[str, Any]) -> str:
     return " | ".join(bits)
 
 
+#: summary columns: the checker's counts (ok = acknowledged, info = indeterminate)
+SUMMARY_KEYS = ("ok", "ok_lost", "duplicates", "info", "info_found", "info_not_found", "fail")
+
+
+def _fault_values(rs: Sequence[dict[str, Any]], key: str) -> list[float | None]:
+    return [f.get(key) for r in rs for f in r.get("faults") or () if key in f]
+
+
 def summary(results: Sequence[dict[str, Any]]) -> str:
+    """Per scenario: runs, passed, the summed counts, and the worst controller times (``elections_s`` of
+    controller-leader faults, ``elected_s`` of master-and-controller faults; "-": never)."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by.setdefault(r["scenario"], []).append(r)
-    keys = ("ok", "ok_lost", "info", "fail", "duplicates")
-    head = f"{'scenario':<28} {'runs':>4} {'ok':>4} " + " ".join(f"{k:>13}" for k in keys)
+    head = f"{'scenario':<28} {'runs':>4} {'pass':>4} " + " ".join(f"{k:>14}" for k in SUMMARY_KEYS) \
+        + f" {'elections max':>13} {'elected max':>11}"
     lines = [head, "-" * len(head)]
     for name, rs in by.items():
-        tot = {k: sum(int((r.get("counts") or {}).get(k, 0)) for r in rs) for k in keys}
+        tot = {k: sum(int((r.get("counts") or {}).get(k, 0)) for r in rs) for k in SUMMARY_KEYS}
+        worst = []
+        for key in ("elections_s", "elected_s"):
+            vals = _fault_values(rs, key)
+            worst.append("" if not vals else "-" if None in vals else f"{max(v for v in vals if v is not None):.2f}")
         lines.append(f"{name:<28} {len(rs):>4} {sum(1 for r in rs if r.get('ok')):>4} "
-                     + " ".join(f"{tot[k]:>13}" for k in keys))
+                     + " ".join(f"{tot[k]:>14}" for k in SUMMARY_KEYS) + f" {worst[0]:>13} {worst[1]:>11}")
     return "\n".join(lines)
 
 
@@ -177,7 +205,11 @@ async def main_async(args: argparse.Namespace) -> int:
     for s in scenarios:
         if s not in SCENARIOS:
             raise SystemExit(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}, main, all")
-    cfg = RunConfig(producers=args.producers, rate=args.rate, timeouts=args.timeouts, keep=not args.prune)
+    if args.controllers > 1 and not etcd_installed():
+        raise SystemExit("--controllers 3 runs an etcd member beside each controller: etcd is not installed "
+                         "(apt-get install etcd-server), or use --controllers 1")
+    cfg = RunConfig(producers=args.producers, rate=args.rate, timeouts=args.timeouts, keep=not args.prune,
+                    controllers=args.controllers)
     results = []
     for seed in parse_seeds(args.seeds):
         for s in scenarios:
@@ -187,7 +219,8 @@ async def main_async(args: argparse.Namespace) -> int:
     print(summary(results), flush=True)
     (Path(args.out) / "summary.json").write_text(json.dumps(
         [{k: r.get(k) for k in ("scenario", "seed", "ok", "counts", "failed", "error", "healthy_after_s",
-                                "elapsed_s", "schedule", "workdir")} for r in results], indent=1))
+                                "elapsed_s", "schedule", "workdir", "controllers", "faults")} for r in results],
+        indent=1, default=str))
     return 0 if all(r.get("ok") for r in results) else 1
 
 
@@ -200,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--rate", type=float, default=60.0, help="sends per second per producer")
     p.add_argument("--timeouts", choices=("test", "default"), default="test")
+    p.add_argument("--controllers", type=int, choices=(1, 3, 5), default=DEFAULT_CONTROLLERS,
+                   help="controller nodes: 3 or 5 on etcd (a member beside each), 1 on its local log")
     p.add_argument("--prune", action="store_true", help="delete a passing run's folder")
     sys.exit(asyncio.run(main_async(p.parse_args(argv))))
 

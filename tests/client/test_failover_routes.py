@@ -212,11 +212,15 @@ async def _fail_over(g: Group) -> tuple[float, float]:
     return stopped, time.monotonic()
 
 
-async def test_a_producer_sending_in_a_loop_reaches_the_new_master_within_seconds(group: Group) -> None:
+@pytest.mark.parametrize("retries", [None, 0])
+async def test_a_producer_sending_in_a_loop_reaches_the_new_master_within_seconds(group: Group,
+                                                                                   retries: int | None) -> None:
+    """With its retries, or none (a failed last attempt still has the route asked for again at once)."""
     topic = "FailoverSend"
     await _prepare_topic(group, topic)
     await group.replica.metadata_sync.sync_once()  # type: ignore[union-attr]  # the replica knows the topic
-    async with Producer("failover-pg", namesrv=group.namesrv_addr) as p:
+    options = {} if retries is None else {"retries": retries}
+    async with Producer("failover-pg", namesrv=group.namesrv_addr, **options) as p:
         for i in range(10):
             await p.send(Message(topic, f"before-{i}".encode()))
         ok: list[tuple[float, float, int]] = []  # (started, answered, offset) of acknowledged sends

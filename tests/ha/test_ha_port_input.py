@@ -212,3 +212,38 @@ async def test_a_peer_under_an_unknown_id_cannot_stand_in_for_a_missing_replica(
         acker.cancel()
         await asyncio.gather(acker, return_exceptions=True)
         writer.close()
+
+
+async def test_a_link_that_ends_as_an_append_wakes_it_is_torn_down(start_broker: StartBroker, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link whose read side ends in the loop turn an append wakes its send loop is still removed, so its
+    replica can link again. (Chaos run double-failover seed 1: on Python 3.11 ``asyncio.wait_for`` swallowed the
+    send loop's cancellation, ``_Link.run`` waited for it forever and the replica was refused as "already
+    linked" from then on.)"""
+    from cometmq.broker.ha import master as ha_master
+
+    read_loop = ha_master._Link._read_loop
+
+    async def read_loop_then_wake(self: ha_master._Link) -> None:
+        try:
+            await read_loop(self)
+        finally:
+            self.wake.set()  # an append's wake-up, in the turn run() cancels the send loop
+
+    monkeypatch.setattr(ha_master._Link, "_read_loop", read_loop_then_wake)
+    master, _ = await linked(start_broker, tmp_path)
+    links = master.replication.master.links if master.replication.master else {}
+    host, port = split_address(master.ha_addr)
+    _, writer = await asyncio.open_connection(host, port)
+    writer.write(handshake(5))
+    await writer.drain()
+    await eventually(lambda: 5 in links, 5, what="peer 5 linked")
+    writer.close()
+    await eventually(lambda: 5 not in links, 5, what="the ended link removed")
+    _, writer2 = await asyncio.open_connection(host, port)
+    try:
+        writer2.write(handshake(5))
+        await writer2.drain()
+        await eventually(lambda: 5 in links, 5, what="peer 5 linked again")
+    finally:
+        writer2.close()

@@ -21,6 +21,7 @@ from cometmq.client.errors import (
 )
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, properties_text, send_results
+from cometmq.protocol.acl import Credentials
 from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
@@ -75,14 +76,14 @@ class Producer:
     def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv: str | None = None,
                  instance: ClientInstance | None = None, send_timeout: float = 3.0, retries: int = 2,
                  compress_over: int = 4096, compress_level: int = 5, max_message_size: int = 4 * 1024 * 1024,
-                 max_batch_bytes: int = 1024 * 1024) -> None:
+                 max_batch_bytes: int = 1024 * 1024, credentials: Credentials | tuple[str, str] | None = None) -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a producer needs namesrv='host:port' or a ClientInstance")
         if not group:
             raise InvalidArgumentError("the producer group name is empty")
         self.group = group
         self._own_instance = instance is None
-        self.instance = instance or ClientInstance(namesrv or "")
+        self.instance = instance or ClientInstance(namesrv or "", credentials=credentials)
         self.send_timeout = send_timeout
         self.retries = max(0, retries)
         self.compress_over = compress_over
@@ -221,9 +222,12 @@ class Producer:
                     raise
                 last_error = exc
                 failed_broker = q.broker_name
-                log.info("send to %s failed (%s); retrying on another queue", q, exc)
                 if attempt < self.retries:
+                    log.info("send to %s failed (%s); retrying on another queue", q, exc)
                     queues = await self._after_failure(msg.topic, exc, queues)
+                elif route_stale(exc):
+                    # no retry left: the next send must not go to a gone master until the 30 s route poll
+                    self.instance.refresh_route_soon(msg.topic)
         assert last_error is not None
         raise last_error
 

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 64 * 1024
+# Timeouts here are ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 ``wait_for`` swallows a
+# cancellation that arrives in the loop turn its awaitable completes (gh-86296), and a link's send loop, woken by
+# every append, then never ends: ``run`` waits for it forever and the replica's id stays linked (every new link
+# from it refused as "already linked").
 #: an idle link tells its replica of a new confirm offset after this long without new data to carry it
 _CONFIRM_LINGER_S = 0.005
 
@@ -120,7 +124,8 @@ class HAMaster:
         decoder = ha.SlaveFrameDecoder()
         frames: list[ha.SlaveFrame] = []
         while not frames:
-            data = await asyncio.wait_for(reader.read(_READ_SIZE), silence_s)
+            async with asyncio.timeout(silence_s):
+                data = await reader.read(_READ_SIZE)
             if not data:
                 return None
             frames = decoder.feed(data)
@@ -179,7 +184,8 @@ class _Link:
         while True:
             for frame in self.pending:
                 self._on_frame(frame)
-            data = await asyncio.wait_for(self.reader.read(_READ_SIZE), silence_s)
+            async with asyncio.timeout(silence_s):
+                data = await self.reader.read(_READ_SIZE)
             if not data:
                 raise ConnectionError("the replica closed the link")
             self.pending = self.decoder.feed(data)
@@ -236,7 +242,8 @@ class _Link:
                 # so that its consumers see the confirmed messages. Under load the next data frame carries it.
                 self.wake.clear()
                 try:
-                    await asyncio.wait_for(self.wake.wait(), _CONFIRM_LINGER_S)
+                    async with asyncio.timeout(_CONFIRM_LINGER_S):
+                        await self.wake.wait()
                 except TimeoutError:
                     self._send_heartbeat()
                     await self.writer.drain()
@@ -244,7 +251,8 @@ class _Link:
             self.wake.clear()
             self.idle = True
             try:
-                await asyncio.wait_for(self.wake.wait(), heartbeat_s)
+                async with asyncio.timeout(heartbeat_s):
+                    await self.wake.wait()
             except TimeoutError:
                 if self.offset is not None:
                     self._send_heartbeat()

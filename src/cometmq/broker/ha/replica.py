@@ -76,14 +76,18 @@ class HAReplica:
     async def _link(self, addr: str) -> None:
         host, port = split_address(addr)
         silence_s = 4 * self.config.heartbeat_interval_ms / 1000
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), silence_s)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow stop()'s cancellation (gh-86296; see
+        # master.py), and the link would outlive the role it was started for
+        async with asyncio.timeout(silence_s):
+            reader, writer = await asyncio.open_connection(host, port)
         try:
             writer.write(ha.encode_slave_handshake(self.replica_id))
             await writer.drain()
             decoder = ha.MasterFrameDecoder(max_body=max(self.config.transfer_batch_size, 4 << 20))
             frames: list[ha.MasterFrame] = []
             while not frames:
-                data = await asyncio.wait_for(reader.read(_READ_SIZE), silence_s)
+                async with asyncio.timeout(silence_s):
+                    data = await reader.read(_READ_SIZE)
                 if not data:
                     raise ConnectionError("the master closed the link during the handshake")
                 frames = decoder.feed(data)
@@ -105,7 +109,8 @@ class HAReplica:
                     # Ack first: the master waits for it; the dispatch of what the master confirmed can follow.
                     writer.write(ha.encode_slave_report(end))
                     self.store.set_confirm_offset(min(confirm, end))
-                data = await asyncio.wait_for(reader.read(_READ_SIZE), silence_s)
+                async with asyncio.timeout(silence_s):
+                    data = await reader.read(_READ_SIZE)
                 if not data:
                     raise ConnectionError("the master closed the link")
                 frames = decoder.feed(data)

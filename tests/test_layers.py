@@ -18,6 +18,7 @@ LAYERS: list[frozenset[str]] = [
     frozenset({"store"}),
     frozenset({"timer"}),
     frozenset({"net"}),
+    frozenset({"acl"}),  # access control: wraps a server's handler table (net), signs with protocol.acl
     frozenset({"broker", "namesrv", "controller"}),
     frozenset({"client"}),
     frozenset({"grpc", "proxy", "spark", "cli", "cli_admin", "bench_tool", "local_cluster", "metrics",
@@ -27,18 +28,20 @@ LAYERS: list[frozenset[str]] = [
 #: packages built on fewer layers than all those below them
 ONLY: dict[str, frozenset[str]] = {
     "net": frozenset({"common", "protocol"}),  # the transport uses protocol for bytes, nothing of the server side
+    "acl": frozenset({"common", "protocol", "net"}),  # no store, no timer: a check over requests
     "client": frozenset({"common", "protocol", "net"}),  # the SDK: protocol and net only
     "spark": frozenset({"common", "protocol", "net", "client"}),  # a data source built on the client
     "cli_admin": frozenset({"common", "protocol", "net", "client"}),  # admin commands speak through the client
     "bench_tool": frozenset({"common", "protocol", "net", "client"}),  # load generator: a client
     "local_cluster": frozenset({"common", "store", "client"}),  # child processes; epoch files; the admin SDK
+    "dashboard": frozenset({"common", "protocol", "net", "client"}),  # web pages over the admin client
     "logsetup": frozenset({"common"}),  # the commands' logging options: stdlib logging and typer only
 }
 
 #: imports within the same layer that are part of the design
 SIDEWAYS: dict[str, frozenset[str]] = {
     # `cometmq serve` starts the gRPC endpoint too; `cometmq cluster` is local_cluster
-    "cli": frozenset({"cli_admin", "bench_tool", "grpc", "local_cluster", "logsetup", "metrics"}),
+    "cli": frozenset({"cli_admin", "bench_tool", "grpc", "local_cluster", "logsetup", "metrics", "dashboard"}),
 }
 
 #: modules outside cometmq a package may not import

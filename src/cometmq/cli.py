@@ -46,11 +46,14 @@ def _server_gc() -> None:
 
 def _run(main: object) -> None:
     from cometmq.net.loop import run
+    from cometmq.store.epoch_file import EpochFileCorrupt
 
     try:
         run(main)  # type: ignore[arg-type]
     except KeyboardInterrupt:
         pass
+    except EpochFileCorrupt as exc:  # a damaged store file: say which, without a traceback (docs/reliability.md)
+        raise SystemExit(f"cometmq: cannot start: {exc}") from None
 
 
 def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | None, namesrv: str | None,  # type: ignore[no-untyped-def]
@@ -109,7 +112,7 @@ _BROKER_IP_HELP = ("address given to nameservers and clients (brokerIP1) [defaul
 
 
 async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_keys: str | None,
-                      broker: BrokerController | None = None) -> object | None:
+                      broker: BrokerController | None = None, tls: object | None = None) -> object | None:
     """Start the embedded gRPC endpoint (a proxy over remoting; ``broker``, the BrokerController of this process,
     is reached in process instead of over loopback TCP). Off when the port is 0, when the ``grpc`` extra is
     missing, or (default port only) when the port is busy; an explicit port must bind."""
@@ -131,8 +134,13 @@ async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_k
         from cometmq.net.local import local_connector
 
         local[broker.addr] = local_connector(broker.server, broker.addr)
+    options = _auth_options(access_keys)
+    if tls is not None:
+        options["tls"] = tls
+    if broker is not None and broker.config.acl_enable:  # the broker's ACL (docs/security.md) on its gRPC port too
+        options.update(acl_file=str(broker.config.acl_path), inner_credentials=broker.config.inner_credentials)
     proxy = GrpcProxy(ProxyConfig(namesrv=namesrv, host=host, port=DEFAULT_GRPC_PORT if port is None else port,
-                                  **_auth_options(access_keys)), local=local)  # type: ignore[arg-type]
+                                  **options), local=local)  # type: ignore[arg-type]
     try:
         await proxy.start()
     except OSError as exc:
@@ -152,6 +160,43 @@ def _auth_options(access_keys: str | None) -> dict[str, object]:
         return {"auth_enabled": True, "access_keys": parse_access_keys(access_keys)}
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--access-keys") from None
+
+
+TlsModeOption = Annotated[str | None, typer.Option(
+    "--tls-mode", envvar="COMETMQ_TLS_MODE", show_default=False,
+    help="TLS of the remoting and gRPC ports: disabled, permissive (TLS and plaintext on one port) or enforcing "
+         "(tls.server.mode) [default: disabled]")]
+TlsCertOption = Annotated[Path | None, typer.Option(
+    "--tls-cert", envvar="COMETMQ_TLS_CERT", show_default=False,
+    help="PEM certificate chain (tls.server.certPath); reloaded when it changes")]
+TlsKeyOption = Annotated[Path | None, typer.Option(
+    "--tls-key", envvar="COMETMQ_TLS_KEY", show_default=False, help="PEM private key (tls.server.keyPath)")]
+
+
+def _tls_config(conf: Path | None, mode: str | None, cert: Path | None, key: Path | None,  # type: ignore[no-untyped-def]
+                tls_file: Path | None = None):
+    """TLS settings: RocketMQ's tls.* keys of broker.conf (or of ``tls_file``, a tls.properties), then the
+    --tls-* options; checked (the certificate and key load) before anything starts."""
+    from cometmq.net.tls import TlsConfig, TlsError, tls_config_from_properties
+
+    try:
+        if conf is not None:
+            from cometmq.broker.config import load_broker_conf
+            from cometmq.store.config import ConfigError
+
+            try:
+                tls = load_broker_conf(conf).tls
+            except ConfigError as exc:
+                raise typer.BadParameter(str(exc), param_hint="-c/--config") from None
+        else:
+            tls = TlsConfig()
+        if tls_file is not None:
+            tls = tls_config_from_properties({"tls.config.file": str(tls_file)}, tls)
+        props = {k: str(v) for k, v in (("tls.server.mode", mode), ("tls.server.certPath", cert),
+                                         ("tls.server.keyPath", key)) if v is not None}
+        return tls_config_from_properties(props, tls).check()
+    except TlsError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tls-mode/--tls-cert/--tls-key (tls.server.*)") from None
 
 
 def _grpc_note(proxy: object | None) -> str:
@@ -195,6 +240,34 @@ def _metrics_note(exporter: object | None) -> str:
 async def _stop_metrics(exporter: object | None) -> None:
     if exporter is not None:
         await exporter.stop()  # type: ignore[attr-defined]
+
+
+_DASHBOARD_PORT_HELP = "serve the web dashboard (docs/dashboard.md) on this port of the metrics host; 0 = off"
+
+
+async def _start_dashboard(ctl: BrokerController, port: int | None, namesrv: str) -> object | None:
+    """The broker's own dashboard (off by default: it samples the cluster every few seconds and holds its page
+    code in memory); it reads the cluster through the admin client, as ``cometmq dashboard`` does."""
+    port = port if port is not None else ctl.config.dashboard_port  # --dashboard-port, else broker.conf dashboardPort
+    if not port:
+        return None
+    if not namesrv:
+        log.warning("dashboard off: it needs a nameserver (namesrvAddr / --namesrv)")
+        return None
+    try:
+        from cometmq.dashboard import start_dashboard
+    except ImportError as exc:
+        raise SystemExit(f"--dashboard-port needs the dashboard extra (pip install 'cometmq[dashboard]'): "
+                         f"{exc}") from None
+    host = ctl.config.metrics_prometheus_host or ctl.config.listen_host
+    try:
+        return await start_dashboard(namesrv, host, port)
+    except OSError as exc:
+        raise SystemExit(f"cannot serve the dashboard on {host}:{port}: {exc}") from None
+
+
+def _dashboard_note(server: object | None) -> str:
+    return f", dashboard {server.url}" if server is not None else ""  # type: ignore[attr-defined]
 
 
 @app.command()
@@ -349,31 +422,40 @@ def broker(
     grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
+    tls_mode: TlsModeOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    dashboard_port: Annotated[int | None, typer.Option(min=0, max=65535, help=_DASHBOARD_PORT_HELP, show_default=False,
+                                                       envvar="COMETMQ_DASHBOARD_PORT")] = None,
 ) -> None:
     """Run a broker that registers with the given nameservers."""
     from cometmq.broker.controller import BrokerController
 
     cfg = _broker_config(config, data, host, port, namesrv, broker_ip)
+    cfg = cfg.replace(tls=_tls_config(config, tls_mode, tls_cert, tls_key))
     _check_metrics(cfg)
 
     async def main() -> None:
         stop = _stop_event()
         ctl = BrokerController(cfg)
         await ctl.start()
-        metrics = None
+        metrics = dash = None
         try:
             metrics = await _start_metrics(ctl)
-            proxy = await _start_grpc(grpc_port, cfg.namesrv_addr, host, access_keys, ctl)
+            dash = await _start_dashboard(ctl, dashboard_port, cfg.namesrv_addr)
+            proxy = await _start_grpc(grpc_port, cfg.namesrv_addr, host, access_keys, ctl, cfg.tls)
         except BaseException:
+            await _stop_metrics(dash)
             await _stop_metrics(metrics)
             await ctl.stop()
             raise
         _server_gc()
         print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}{_grpc_note(proxy)}, "
-              f"data in {cfg.store.store_path}{_metrics_note(metrics)}", flush=True)
+              f"data in {cfg.store.store_path}{_metrics_note(metrics)}{_dashboard_note(dash)}", flush=True)
         try:
             await stop.wait()
         finally:
+            await _stop_metrics(dash)
             await _stop_metrics(metrics)
             await _stop_grpc(proxy)
             await ctl.stop()
@@ -394,38 +476,51 @@ def serve(
     grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
+    tls_mode: TlsModeOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    dashboard_port: Annotated[int | None, typer.Option(min=0, max=65535, help=_DASHBOARD_PORT_HELP, show_default=False,
+                                                       envvar="COMETMQ_DASHBOARD_PORT")] = None,
 ) -> None:
-    """Run a nameserver and a broker in one process (development, tests, single machine)."""
+    """Run a nameserver and a broker in one process (development, tests, single machine). TLS settings apply to
+    the nameserver's, the broker's and the gRPC ports alike."""
     from cometmq.broker.controller import BrokerController
     from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 
+    tls_cfg = _tls_config(config, tls_mode, tls_cert, tls_key)
+
     async def main() -> None:
         stop = _stop_event()
-        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port))
+        # enforcing: the broker and the gRPC endpoint reach this nameserver with TLS too
+        tls = tls_cfg.replace(client_enable=True) if tls_cfg.mode.value == "enforcing" else tls_cfg
+        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls))
         await ns.start()
         try:
-            cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}", broker_ip)
+            cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}", broker_ip).replace(tls=tls)
             _check_metrics(cfg)
         except BaseException:
             await ns.stop()
             raise
         ctl = BrokerController(cfg)
         await ctl.start()
-        metrics = None
+        metrics = dash = None
         try:
             metrics = await _start_metrics(ctl)
-            proxy = await _start_grpc(grpc_port, f"{host}:{ns.port}", host, access_keys, ctl)
+            dash = await _start_dashboard(ctl, dashboard_port, f"{host}:{ns.port}")
+            proxy = await _start_grpc(grpc_port, f"{host}:{ns.port}", host, access_keys, ctl, tls)
         except BaseException:
+            await _stop_metrics(dash)
             await _stop_metrics(metrics)
             await ctl.stop()
             await ns.stop()
             raise
         _server_gc()
         print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}{_grpc_note(proxy)}, "
-              f"data in {cfg.store.store_path}{_metrics_note(metrics)}", flush=True)
+              f"data in {cfg.store.store_path}{_metrics_note(metrics)}{_dashboard_note(dash)}", flush=True)
         try:
             await stop.wait()
         finally:
+            await _stop_metrics(dash)
             await _stop_metrics(metrics)
             await _stop_grpc(proxy)
             await ctl.stop()
@@ -441,6 +536,13 @@ def proxy(
     grpc_port: Annotated[int, typer.Option(min=1, max=65535, help="gRPC port to listen on")] = 8081,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP)] = None,
+    tls_mode: TlsModeOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_config: Annotated[Path | None, typer.Option(
+        "--tls-config", envvar="COMETMQ_TLS_CONFIG", show_default=False,
+        help="a RocketMQ tls.properties (tls.server.*, and tls.enable / tls.client.* for the remoting connections "
+             "to nameservers and brokers); the --tls-* options win")] = None,
 ) -> None:
     """Serve the RocketMQ 5 gRPC protocol, talking remoting to the brokers found through the nameservers."""
     try:
@@ -448,7 +550,8 @@ def proxy(
         from cometmq.grpc.server import GrpcProxy
     except ImportError as exc:
         raise typer.BadParameter(f"the grpc extra is not installed (pip install 'cometmq[grpc]'): {exc}") from None
-    cfg = ProxyConfig(namesrv=namesrv, host=host, port=grpc_port, **_auth_options(access_keys))  # type: ignore[arg-type]
+    cfg = ProxyConfig(namesrv=namesrv, host=host, port=grpc_port, **_auth_options(access_keys),  # type: ignore[arg-type]
+                      tls=_tls_config(None, tls_mode, tls_cert, tls_key, tls_config))
 
     async def main() -> None:
         stop = _stop_event()
@@ -460,6 +563,41 @@ def proxy(
             await stop.wait()
         finally:
             await gp.stop()
+
+    _run(main())
+
+
+@app.command()
+@log_options
+def dashboard(
+    namesrv: Annotated[str, typer.Option(help="nameservers of the cluster, 'host:port;host:port'")] = "127.0.0.1:9876",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="HTTP port to listen on (0: a free one)")] = 8080,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    read_only: Annotated[bool, typer.Option("--read-only", help="pages only: no create, delete, send, reset or "
+                                                                "re-send")] = False,
+    interval: Annotated[float, typer.Option(min=0.5, help="seconds between samples for the live charts")] = 5.0,
+    access_key: Annotated[str | None, typer.Option(help="ACL access key of the dashboard's admin client",
+                                                   envvar="COMETMQ_ACCESS_KEY", show_default=False)] = None,
+    secret_key: Annotated[str | None, typer.Option(help="ACL secret key", envvar="COMETMQ_SECRET_KEY",
+                                                   show_default=False)] = None,
+) -> None:
+    """Serve the web dashboard (docs/dashboard.md) for the cluster of these nameservers."""
+    try:
+        from cometmq.dashboard import DashboardServer
+    except ImportError as exc:
+        raise typer.BadParameter(f"the dashboard extra is not installed (pip install 'cometmq[dashboard]'): "
+                                 f"{exc}") from None
+
+    async def main() -> None:
+        stop = _stop_event()
+        server = DashboardServer(namesrv, host, port, read_only=read_only or None, interval=interval,
+                                 access_key=access_key, secret_key=secret_key)
+        await server.start()
+        print(f"cometmq dashboard on {server.url} (nameservers {namesrv})", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
 
     _run(main())
 

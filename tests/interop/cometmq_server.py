@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cometmq.net.client import RemotingClient
+from cometmq.net.tls import client_context
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from tests.kit import wait_until
@@ -68,6 +69,8 @@ class CometServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.log_path: Path | None = None
+        #: the admin helpers connect with TLS, trusting this CA, when set (a server with tls.server.mode=enforcing)
+        self.tls_ca: Path | None = None
         self._env = dict(os.environ if env is None else env)
         # No gRPC endpoint unless a test asks for one (COMETMQ_GRPC_PORT in env): parallel servers must not all
         # compete for the default port 8081.
@@ -182,7 +185,8 @@ class CometServer:
     def request(self, addr: str, code: int, ext: Mapping[str, object] | None = None, body: bytes = b"",
                 timeout: float = 5.0) -> RemotingCommand:
         async def go() -> RemotingCommand:
-            async with RemotingClient() as client:
+            tls = None if self.tls_ca is None else client_context(ca_file=str(self.tls_ca))
+            async with RemotingClient(ssl=tls) as client:
                 return await client.invoke(addr, make_request(code, ext or {}, body), timeout=timeout)
 
         return asyncio.run(go())
@@ -197,7 +201,8 @@ class CometServer:
 
     def admin(self, *args: str) -> str:
         """``cometmq admin ARGS -n NAMESRV`` as an operator runs it; its stdout (ServerError when it fails)."""
-        out = subprocess.run([sys.executable, "-m", "cometmq.cli", "admin", *args, "-n", self.namesrv],
+        tls = [] if self.tls_ca is None else ["--tls", "--tls-ca", str(self.tls_ca)]
+        out = subprocess.run([sys.executable, "-m", "cometmq.cli", "admin", *tls, *args, "-n", self.namesrv],
                              capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
         if out.returncode != 0:
             raise ServerError(f"cometmq admin {' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")

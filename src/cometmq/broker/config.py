@@ -7,12 +7,15 @@ component knows is reported (``ConfigError``) rather than silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cometmq.net.limits import ConnectionLimits
+from cometmq.net.tls import ALL_TLS_KEYS, TlsConfig, TlsError, tls_config_from_properties
 from cometmq.store.config import (
     STORE_KEYS,
     ConfigError,
@@ -24,6 +27,8 @@ from cometmq.store.config import (
 
 __all__ = ["BROKER_KEYS", "IGNORED_KEYS", "BrokerConfig", "ConfigError", "broker_config_from_properties",
            "load_broker_conf", "parse_delay_levels", "parse_properties"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -121,9 +126,31 @@ class BrokerConfig:
     #: endpoint, /metrics, on metricsPrometheusHost:metricsPrometheusPort; needs the ``metrics`` extra)
     metrics_exporter_type: str = "DISABLE"
     metrics_prometheus_port: int = 5557
+    #: the web dashboard (docs/dashboard.md) on this port of the metrics host; 0: off (the default)
+    dashboard_port: int = 0
     #: "": the broker's listen host
     metrics_prometheus_host: str = ""
+    #: access control (RocketMQ's ACL 1.0; docs/security.md): off by default; the file is reloaded when it changes
+    acl_enable: bool = False
+    #: "": plain_acl.yml in the broker's data folder (storePathRootDir)
+    acl_file: str = ""
+    #: (accessKey, secretKey) the broker signs its own requests with (to nameservers and other brokers)
+    inner_credentials: tuple[str, str] | None = None
+    #: the remoting port's connection limits (cometmq.net.limits; issue [15]): an incomplete frame closes its
+    #: connection after this many seconds, a connection with nothing received after serverChannelMaxIdleTimeSeconds
+    #: (RocketMQ's, 120); connections in total and per IP; bytes of incomplete frames of all connections; queued
+    #: reply bytes of one peer that does not read. 0 turns one off.
+    server_read_timeout_s: float = ConnectionLimits.read_timeout_s
+    server_idle_timeout_s: float = ConnectionLimits.idle_timeout_s
+    server_max_connections: int = ConnectionLimits.max_connections
+    server_max_connections_per_ip: int = ConnectionLimits.max_connections_per_ip
+    server_max_partial_frame_bytes: int = ConnectionLimits.max_partial_bytes
+    server_write_buffer_hard_limit: int = ConnectionLimits.write_hard_limit
+    server_write_stall_timeout_s: float = ConnectionLimits.write_stall_timeout_s
+    server_max_write_buffer_bytes: int = ConnectionLimits.max_write_buffer_bytes
     store: StoreConfig = field(default_factory=StoreConfig)
+    #: TLS of the remoting and gRPC ports, RocketMQ's tls.* keys (net/tls.py; docs/security.md "TLS")
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
     def advertised_addr(self) -> str:
@@ -136,6 +163,20 @@ class BrokerConfig:
     @property
     def ha_addr(self) -> str:
         return f"{self.broker_ip or self.listen_host}:{self.ha_port}"
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(read_timeout_s=self.server_read_timeout_s, idle_timeout_s=self.server_idle_timeout_s,
+                                max_connections=self.server_max_connections,
+                                max_connections_per_ip=self.server_max_connections_per_ip,
+                                max_partial_bytes=self.server_max_partial_frame_bytes,
+                                write_hard_limit=self.server_write_buffer_hard_limit,
+                                write_stall_timeout_s=self.server_write_stall_timeout_s,
+                                max_write_buffer_bytes=self.server_max_write_buffer_bytes)
+
+    @property
+    def acl_path(self) -> Path:
+        return Path(self.acl_file) if self.acl_file else Path(self.store.store_path) / "plain_acl.yml"
 
     @property
     def controller_addrs(self) -> list[str]:
@@ -166,6 +207,20 @@ def _port(v: str) -> int:
     if not 0 <= port <= 65535:
         raise ValueError("a port is 0..65535 (0: any free port)")
     return port
+
+
+def _credentials(v: str) -> tuple[str, str]:
+    """RocketMQ 5's ``innerClientAuthenticationCredentials``: ``{"accessKey":"ak","secretKey":"sk"}``."""
+    import json
+
+    try:
+        raw = json.loads(v)
+    except ValueError:
+        raise ValueError('must be JSON: {"accessKey":"...","secretKey":"..."}') from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("accessKey"), str) or not isinstance(
+            raw.get("secretKey"), str) or not raw["accessKey"] or not raw["secretKey"]:
+        raise ValueError('must name both keys: {"accessKey":"...","secretKey":"..."}')
+    return raw["accessKey"], raw["secretKey"]
 
 
 def _bool(v: str) -> bool:
@@ -228,23 +283,45 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "statsLogIntervalSec": ("stats_log_interval_s", float),
     "metricsExporterType": ("metrics_exporter_type", _metrics_exporter_type),
     "metricsPrometheusPort": ("metrics_prometheus_port", _port),
+    "dashboardPort": ("dashboard_port", _port),
     "metricsPromExporterPort": ("metrics_prometheus_port", _port),  # RocketMQ 5's BrokerConfig field name
     "metricsPrometheusHost": ("metrics_prometheus_host", str),
     "metricsPromExporterHost": ("metrics_prometheus_host", str),
+    "aclEnable": ("acl_enable", _bool),
+    "aclFile": ("acl_file", str),
+    "innerClientAuthenticationCredentials": ("inner_credentials", _credentials),
+    "serverChannelMaxIdleTimeSeconds": ("server_idle_timeout_s", float),  # RocketMQ's NettyServerConfig key
+    "serverFrameReadTimeoutSeconds": ("server_read_timeout_s", float),
+    "serverMaxConnections": ("server_max_connections", int),
+    "serverMaxConnectionsPerIp": ("server_max_connections_per_ip", int),
+    "serverMaxPartialFrameBytes": ("server_max_partial_frame_bytes", int),
+    "serverWriteBufferHardLimit": ("server_write_buffer_hard_limit", int),
+    "serverWriteStallTimeoutSeconds": ("server_write_stall_timeout_s", float),
+    "serverMaxWriteBufferBytes": ("server_max_write_buffer_bytes", int),
 }
-#: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect.
+#: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect, and listed in
+#: one WARNING line when a configuration that has them is read (at start-up), never silently.
 IGNORED_KEYS = frozenset({"brokerRole", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
                           "storePathCommitLog", "storePathConsumeQueue", "storePathIndex", "storeCheckpoint",
-                          "abortFile", "brokerIP2", "traceTopicEnable", "aclEnable"})
+                          "abortFile", "brokerIP2", "traceTopicEnable"})
 
 
 def broker_config_from_properties(props: Mapping[str, str], base: BrokerConfig | None = None) -> BrokerConfig:
-    unknown = sorted(k for k in props if k not in BROKER_KEYS and k not in STORE_KEYS and k not in IGNORED_KEYS)
+    unknown = sorted(k for k in props if k not in BROKER_KEYS and k not in STORE_KEYS and k not in IGNORED_KEYS
+                     and k not in ALL_TLS_KEYS)
     if unknown:
         raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
+    ignored = sorted(k for k in props if k in IGNORED_KEYS)
+    if ignored:
+        log.warning("configuration keys accepted but not acted on by cometmq (they have no effect here): %s",
+                    ", ".join(ignored))
     base = base or BrokerConfig()
     changes = convert_keys(props, BROKER_KEYS)
     changes["store"] = store_config_from_properties(props, base.store)
+    try:
+        changes["tls"] = tls_config_from_properties(props, base.tls)
+    except TlsError as exc:
+        raise ConfigError(str(exc)) from None
     return dataclasses.replace(base, **changes)
 
 

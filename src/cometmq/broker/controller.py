@@ -8,6 +8,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cometmq.acl.admin import AclAdminProcessor
+from cometmq.acl.control import AccessControl
+from cometmq.acl.policy import BROKER_POLICY
+from cometmq.acl.remoting import SigningRemotingClient, guard
 from cometmq.broker.admin import AdminProcessor
 from cometmq.broker.appender import Appender
 from cometmq.broker.clients import ConsumerManager, ProducerManager
@@ -36,6 +40,8 @@ from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
+from cometmq.net.tls import ServerTls
+from cometmq.protocol.acl import Credentials
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
 from cometmq.protocol.route import ClusterInfo
@@ -140,6 +146,12 @@ class BrokerController:
             **self.ha_processor.handlers(),
             **self.metadata.handlers(),
         }
+        # Access control (aclEnable): every request is checked at the server's handler table (acl/remoting.py)
+        self.acl = AccessControl(config.acl_path) if config.acl_enable else None
+        if self.acl is not None:
+            self.dispatcher.update(AclAdminProcessor(self.acl, broker_name=config.broker_name,
+                                                     cluster_name=config.broker_cluster_name,
+                                                     broker_addr=lambda: self.addr).handlers())
         self.server: RemotingServer | None = None
         self.client: RemotingClient | None = None
         self.registrar: NamesrvRegistrar | None = None
@@ -154,6 +166,8 @@ class BrokerController:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.acl is not None:
+            self.acl.load()  # a bad ACL file stops the start before anything runs, naming its line and key
         loop = asyncio.get_running_loop()
         # Store recovery reads files and may scan a lot: keep the loop free while it runs.
         await asyncio.to_thread(self.store.start)
@@ -180,13 +194,20 @@ class BrokerController:
         # The role and its gate are in force before the first request: a replica never takes a write.
         await self.replication.start()
         self.appender.set_replication(self.replication)
-        self.client = RemotingClient()
+        inner = self.config.inner_credentials  # innerClientAuthenticationCredentials: sign our own requests
+        self.client = (SigningRemotingClient(Credentials(*inner), ssl=self.config.tls.client_context()) if inner
+                       else RemotingClient(ssl=self.config.tls.client_context()))  # tls.enable: TLS to namesrv, peers
         self.metadata_sync = SlaveMetadataSync(
             self.client, self.replication.master_broker_addr, topics=self.topics, groups=self.groups,
             offsets=self.offsets, schedule=self.schedule, timer=self.timer.service)
         self.metadata_sync.start()
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, self.dispatcher,
-                                     observer=self.stats.rpc_done if self.stats is not None else None)
+        if self.acl is not None:
+            self.acl.start()  # reloads the file when it changes
+        self.server = RemotingServer(self.config.listen_host, self.config.listen_port,
+                                     guard(self.dispatcher, self.acl, BROKER_POLICY),
+                                     observer=self.stats.rpc_done if self.stats is not None else None,
+                                     tls=ServerTls(self.config.tls) if self.config.tls.enabled else None,
+                                     limits=self.config.connection_limits)
         self.server.add_close_callback(self._connection_closed)
         await self.server.start()
         if self.config.listen_port == 0:
@@ -238,6 +259,8 @@ class BrokerController:
             await self.server.stop()
         if self.client is not None:
             await self.client.close()
+        if self.acl is not None:
+            await self.acl.stop()
         self.appender.close()
         self.offsets.persist()
         await asyncio.to_thread(self.store.shutdown)

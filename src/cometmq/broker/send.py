@@ -18,6 +18,7 @@ from cometmq.broker.topics import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TopicConfigManager,
+    check_send_allowed,
     check_topic_name,
     dlq_topic,
     retry_topic,
@@ -103,6 +104,7 @@ class SendProcessor:
         config = self.config
         if not perm_writable(config.broker_permission):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {config.broker_name} is not writable")
+        check_send_allowed(header.topic)  # the broker's own topics: its appender writes them, clients may not
         topic_cfg = self.topics.topic_for_send(header.topic, header.default_topic, header.default_topic_queue_nums,
                                                conn.remote_address)
         if not perm_writable(topic_cfg.perm):
@@ -164,11 +166,23 @@ class SendProcessor:
         of them (a byte search of the whole body for the property names: a hit in a body only costs the
         full per-message checks) and not a prepared transaction."""
         sys_flag = header.sys_flag
+        # A batch is one write of at most maxMessageSize bytes (as RocketMQ's batch encoder checks), its inflated
+        # size included: a small compressed body must not inflate to gigabytes in the broker's memory.
+        limit = self.config.store.max_message_size
+        if len(body) > limit:
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL,
+                                f"the batch body of {len(body)} bytes exceeds maxMessageSize {limit}")
         if sys_flag & SysFlag.COMPRESSED:
             try:
-                body = zlib.decompress(body)
+                inflater = zlib.decompressobj()
+                body = inflater.decompress(body, limit + 1)
             except zlib.error as exc:
                 raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"compressed batch does not inflate: {exc}") from None
+            if len(body) > limit:
+                raise RemotingError(ResponseCode.MESSAGE_ILLEGAL,
+                                    f"the compressed batch inflates to more than maxMessageSize {limit} bytes")
+            if not inflater.eof:
+                raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "compressed batch does not inflate: truncated")
             sys_flag &= ~SysFlag.COMPRESSED
         if type(body) is not bytes:
             body = bytes(body)

@@ -21,6 +21,22 @@ SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TOPIC_NAME_MAX = 127
+#: Topics clients may not send to (RocketMQ's TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, answered NO_PERMISSION
+#: "Sending message to topic[...] is forbidden"): the broker's own logs, written through its appender only. cometmq
+#: adds TBW102 (the auto-create template: what is sent there no consumer reads), the timer's topic and the POP log
+#: topic, whose records the broker would act on. Retry (%RETRY%) and DLQ topics stay open, as in RocketMQ: the
+#: Java client's sendMessageBack falls back to a plain send to %RETRY%group.
+NOT_ALLOWED_SEND_TOPICS = frozenset({
+    SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+    SELF_TEST_TOPIC, "OFFSET_MOVED_EVENT", AUTO_CREATE_TOPIC_KEY, "rmq_sys_wheel_timer", "rmq_sys_POP_LOG",
+})
+
+
+def check_send_allowed(topic: str) -> None:
+    """Raise RemotingError(NO_PERMISSION) for a client send to a reserved topic (``NOT_ALLOWED_SEND_TOPICS``)."""
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        raise RemotingError(ResponseCode.NO_PERMISSION,
+                            f"Sending message to topic[{topic}] is forbidden: it is reserved for the broker")
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 

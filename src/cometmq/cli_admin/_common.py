@@ -24,6 +24,36 @@ admin_app = typer.Typer(no_args_is_help=True, help="Operator commands against ru
 
 T = TypeVar("T")
 
+
+@admin_app.callback()
+def _global_options(
+    tls: Annotated[bool, typer.Option("--tls", envvar="COMETMQ_TLS", show_envvar=False,
+                                      help="connect with TLS (also $COMETMQ_TLS=true)")] = False,
+    tls_ca: Annotated[str | None, typer.Option("--tls-ca", envvar="COMETMQ_TLS_CA", show_envvar=False,
+                                               help="CA file the servers' certificates are verified against "
+                                                    "(default: the system's CAs)")] = None,
+    tls_insecure: Annotated[bool, typer.Option("--tls-insecure", envvar="COMETMQ_TLS_INSECURE", show_envvar=False,
+                                               help="accept any server certificate (self-signed, tests)")] = False,
+    access_key: Annotated[str | None, typer.Option("--access-key", envvar="COMETMQ_ACCESS_KEY", show_envvar=False,
+                                                   help="sign requests with this ACL account "
+                                                        "(also $COMETMQ_ACCESS_KEY; docs/security.md)")] = None,
+    secret_key: Annotated[str | None, typer.Option("--secret-key", envvar="COMETMQ_SECRET_KEY", show_envvar=False,
+                                                   help="the account's secret key (also $COMETMQ_SECRET_KEY)")] = None,
+) -> None:
+    """Options before the verb apply to every connection it opens (the SDK reads them from the environment)."""
+    import os
+
+    if tls:
+        os.environ["COMETMQ_TLS"] = "true"
+        if tls_ca:
+            os.environ["COMETMQ_TLS_CA"] = tls_ca
+        if tls_insecure:
+            os.environ["COMETMQ_TLS_INSECURE"] = "true"
+    if access_key or secret_key:
+        if not (access_key and secret_key):
+            raise typer.BadParameter("give both --access-key and --secret-key", param_hint="--access-key")
+        os.environ["COMETMQ_ACCESS_KEY"], os.environ["COMETMQ_SECRET_KEY"] = access_key, secret_key
+
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
 Namesrv = Annotated[str, typer.Option("-n", "--namesrvAddr", envvar="NAMESRV_ADDR",
@@ -47,12 +77,17 @@ def run(namesrv: str, timeout: float, call: Callable[[Admin], Awaitable[T]]) -> 
     """``call(admin)`` with an admin client on ``namesrv``. A bad argument the SDK rejects is a usage error
     (exit 2); any other SDK error (a broker's error answer, no route, no connection, a timeout) exits 1; both
     print one ``error: …`` line on stderr."""
+    import os
+
     from cometmq.client.admin import Admin
     from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError
     from cometmq.protocol.codes import ResponseCode
 
+    keys = os.environ.get("COMETMQ_ACCESS_KEY"), os.environ.get("COMETMQ_SECRET_KEY")
+    credentials = (keys[0], keys[1]) if keys[0] and keys[1] else None
+
     async def main() -> T:
-        async with Admin(namesrv=namesrv or DEFAULT_NAMESRV, timeout=timeout) as admin:
+        async with Admin(namesrv=namesrv or DEFAULT_NAMESRV, timeout=timeout, credentials=credentials) as admin:
             return await call(admin)
 
     try:
@@ -61,6 +96,7 @@ def run(namesrv: str, timeout: float, call: Callable[[Admin], Awaitable[T]]) -> 
         raise fail(str(exc), 2) from None
     except BrokerError as exc:
         hint = " (the server does not serve this request)" if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED \
+            else " (refused by the server's ACL: --access-key/--secret-key)" if exc.code == ResponseCode.NO_PERMISSION \
             else ""
         raise fail(f"{exc}{hint}") from None
     except MQClientError as exc:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from cometmq.client.admin_acl import AclAdmin
 from cometmq.client.admin_controller import ControllerAdmin
 from cometmq.client.admin_ha import EpochCache, EpochRange, HAStatus, ReplicationAdmin, RoleChange, _json_object
 from cometmq.client.admin_ops import AdminOpsMixin
@@ -31,6 +32,7 @@ from cometmq.client.errors import (
 )
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.protocol.acl import Credentials
 from cometmq.protocol.admin_bodies import ConsumeStats as JavaConsumeStats
 from cometmq.protocol.admin_bodies import TopicStatsTable
 from cometmq.protocol.client_bodies import dumps
@@ -244,14 +246,14 @@ def _records(body: bytes, broker_name: str) -> list[MessageExt]:
 
 
 # -- the admin client ---------------------------------------------------------------------------------------------
-class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin):
+class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, AclAdmin):
     """An asyncio admin client (RocketMQ's DefaultMQAdminExt, the parts a user needs)."""
 
     def __init__(self, *, namesrv: str | Iterable[str] | None = None, instance: ClientInstance | None = None,
-                 timeout: float = 3.0) -> None:
+                 timeout: float = 3.0, credentials: Credentials | tuple[str, str] | None = None) -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("an admin client needs namesrv='host:port' or a ClientInstance")
-        self.instance = instance or ClientInstance(namesrv or "", request_timeout=timeout)
+        self.instance = instance or ClientInstance(namesrv or "", request_timeout=timeout, credentials=credentials)
         self.timeout = timeout
         self.started = False
 

@@ -18,6 +18,7 @@ import itertools
 import logging
 import os
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
@@ -33,6 +34,8 @@ from cometmq.client.errors import (
 from cometmq.common.periodic import Periodic
 from cometmq.net.client import RemotingClient, split_address
 from cometmq.net.connection import RemotingConnection, RequestTimeoutError
+from cometmq.net.tls import TlsError, sdk_client_context
+from cometmq.protocol.acl import Credentials, sign_request
 from cometmq.protocol.client_bodies import ConsumerData, HeartbeatData, MessageQueue
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -158,19 +161,49 @@ class RouteRefresher:
         self._trailing.clear()
 
 
+def credentials_of(credentials: Credentials | tuple[str, str] | None, access_key: str | None = None,
+                   secret_key: str | None = None) -> Credentials | None:
+    """The SDK's ways of giving keys: a Credentials, an ``(access_key, secret_key)`` pair, or both keywords."""
+    if credentials is not None and (access_key or secret_key):
+        raise InvalidArgumentError("give credentials= or access_key=/secret_key=, not both")
+    if isinstance(credentials, Credentials):
+        return credentials
+    if credentials is not None:
+        access_key, secret_key = credentials
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise InvalidArgumentError("credentials need both an access key and a secret key")
+    return Credentials(access_key, secret_key)
+
+
 class ClientInstance:
     def __init__(self, namesrv: str | Iterable[str], *, instance_name: str | None = None, client_ip: str = "127.0.0.1",
                  request_timeout: float = 3.0, poll_namesrv_interval: float = 30.0,
                  heartbeat_interval: float = 30.0, route_refresh_min_interval: float = 0.5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tls: bool | ssl.SSLContext | None = None,
+                 tls_ca_file: str | None = None, tls_insecure: bool | None = None,
+                 credentials: Credentials | tuple[str, str] | None = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         self.namesrv_addrs = parse_namesrv(namesrv)
+        #: ACL (docs/security.md): every request this instance sends is signed with these, as RocketMQ's
+        #: AclClientRPCHook signs; None sends requests unsigned
+        self.credentials = credentials_of(credentials, access_key, secret_key)
+        # TLS on every connection (nameservers and brokers), as RocketMQ's tls.enable: ``tls`` True verifies the
+        # server against ``tls_ca_file`` (else the system's CAs) unless ``tls_insecure``; a context is used as
+        # is; None reads $COMETMQ_TLS / $COMETMQ_TLS_CA / $COMETMQ_TLS_INSECURE (net/tls.py)
+        try:
+            self.tls_context = sdk_client_context(tls, ca_file=tls_ca_file, insecure=tls_insecure)
+        except TlsError as exc:
+            raise InvalidArgumentError(str(exc)) from None
         self.client_ip = client_ip
         self.client_id = f"{client_ip}@{instance_name or os.getpid()}#{next(_instance_ids)}"
         self.request_timeout = request_timeout
         self.poll_namesrv_interval = poll_namesrv_interval
         self.heartbeat_interval = heartbeat_interval
         self.remoting = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
-                                        RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset})
+                                        RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset},
+                                       ssl=self.tls_context)
         self.routes: dict[str, TopicRouteData] = {}
         #: broker name -> {broker id: address}
         self.brokers: dict[str, dict[int, str]] = {}
@@ -214,7 +247,8 @@ class ClientInstance:
                      context: str = "") -> RemotingCommand:
         """Send a request; connection failures and timeouts become SDK errors, response codes do not."""
         try:
-            return await self.remoting.invoke(addr, cmd, self.request_timeout if timeout is None else timeout)
+            return await self.remoting.invoke(addr, self.sign(cmd),
+                                              self.request_timeout if timeout is None else timeout)
         except (RequestTimeoutError, TimeoutError):
             raise ClientTimeoutError(f"no answer from {addr} in time ({context or cmd.code})") from None
         except (OSError, ConnectionError) as exc:
@@ -227,7 +261,12 @@ class ClientInstance:
             raise BrokerError(response.code, response.remark or "", addr=addr, context=context)
         return response
 
+    def sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """``cmd`` signed with this instance's credentials (itself when it has none)."""
+        return cmd if self.credentials is None else sign_request(cmd, self.credentials)
+
     def send_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        cmd = self.sign(cmd)
         conn = self.remoting.connections.get(addr)
         if conn is not None and not conn.closed:
             conn.send_oneway(cmd)

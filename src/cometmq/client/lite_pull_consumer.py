@@ -54,6 +54,7 @@ from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.pulled import decode_pulled
 from cometmq.client.rebalance import AllocateStrategy
 from cometmq.common.periodic import Periodic
+from cometmq.protocol.acl import Credentials
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -91,7 +92,8 @@ class LitePullConsumer:
     """
 
     def __init__(self, group: str, *, namesrv: str | Iterable[str] | None = None,
-                 instance: ClientInstance | None = None, pull_batch_size: int = 256, auto_commit: bool = True,
+                 instance: ClientInstance | None = None, credentials: Credentials | tuple[str, str] | None = None,
+                 pull_batch_size: int = 256, auto_commit: bool = True,
                  auto_commit_interval: float = 5.0, consume_from: ConsumeFrom = "last",
                  pull_threshold_for_all: int = 10_000, pull_threshold_for_queue: int = 1_000,
                  long_poll_timeout: float = 15.0, error_backoff: float = 1.0,
@@ -108,7 +110,7 @@ class LitePullConsumer:
         if consume_from not in ("last", "first"):
             to_millis(consume_from)  # type: ignore[arg-type]  # checks int / datetime
         self.group = group
-        self.instance = instance or ClientInstance(namesrv or "")
+        self.instance = instance or ClientInstance(namesrv or "", credentials=credentials)
         self.pull_batch_size = pull_batch_size
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval

@@ -55,6 +55,7 @@ from cometmq.client.pulled import decode_pulled
 from cometmq.client.rebalance import AllocateAverage, AllocateStrategy, Rebalancer
 from cometmq.common.periodic import Periodic
 from cometmq.common.tasks import cancel_and_wait
+from cometmq.protocol.acl import Credentials
 from cometmq.protocol.client_bodies import (
     BROADCASTING,
     CLUSTERING,
@@ -121,6 +122,7 @@ class PushConsumer:
         return super().__new__(cls)
 
     def __init__(self, group: str, *, namesrv: str | None = None, instance: ClientInstance | None = None,
+                 credentials: Credentials | tuple[str, str] | None = None,
                  listener: MessageListener | None = None, message_model: str = CLUSTERING,
                  consume_from: str | int | datetime.datetime = "last", allocate: AllocateStrategy | None = None,
                  max_concurrency: int = 20, batch_max_size: int = 1, pull_batch_size: int = 32,
@@ -167,7 +169,7 @@ class PushConsumer:
         self.auto_commit = auto_commit
         self.suspend_time_ms = suspend_time_ms
         self.orderly_give_up = orderly_give_up
-        self.instance = instance or ClientInstance(namesrv or "")
+        self.instance = instance or ClientInstance(namesrv or "", credentials=credentials)
         self.offset_store: OffsetStore
         if model == CLUSTERING:
             self.offset_store = RemoteBrokerOffsetStore(self.instance, group)

@@ -44,6 +44,7 @@ from cometmq.client.errors import (
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.lite_pull_consumer import decode_pulled
 from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.protocol.acl import Credentials
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import RemoteProtocolError
@@ -139,7 +140,8 @@ def _seconds(name: str, value: float, *, minimum: float = 0.0) -> int:
 class SimpleConsumer:
     def __init__(self, group: str, *, namesrv: str | None = None, instance: ClientInstance | None = None,
                  invisible_duration: float = 30.0, await_duration: float = 20.0, ordered: bool = False,
-                 consume_from: Literal["last", "first"] = "last", request_timeout: float = 3.0) -> None:
+                 consume_from: Literal["last", "first"] = "last", request_timeout: float = 3.0,
+                 credentials: Credentials | tuple[str, str] | None = None) -> None:
         self.group = check_group(group)
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a SimpleConsumer needs namesrv= or instance=")
@@ -152,7 +154,8 @@ class SimpleConsumer:
         self.request_timeout = request_timeout
         self._own_instance = instance is None
         self.instance = instance if instance is not None else ClientInstance(namesrv or "",
-                                                                             request_timeout=request_timeout)
+                                                                             request_timeout=request_timeout,
+                                                                             credentials=credentials)
         self._subs: dict[str, Subscription] = {}
         self._rotation = itertools.count()
         self.started = False

@@ -35,6 +35,7 @@ from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
 from cometmq.client.producer import Producer
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnection
+from cometmq.protocol.acl import Credentials
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
@@ -111,7 +112,8 @@ class TransactionClientInstance(ClientInstance):
         self.transaction_producers: dict[str, TransactionProducer] = {}
         # No connection exists yet: serve the parent's requests plus the check on a client of our own.
         self.remoting = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
-                                        RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction})
+                                        RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction},
+                                       ssl=self.tls_context)
 
     async def _on_check_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         try:
@@ -135,14 +137,15 @@ class TransactionProducer(Producer):
     of transactions left undecided (UNKNOW, or an END_TRANSACTION that never arrived)."""
 
     def __init__(self, group: str, *, namesrv: str | None = None, checker: TransactionChecker | None = None,
-                 instance: TransactionClientInstance | None = None, **kwargs: Any) -> None:
+                 instance: TransactionClientInstance | None = None,
+                 credentials: Credentials | tuple[str, str] | None = None, **kwargs: Any) -> None:
         if instance is not None and not isinstance(instance, TransactionClientInstance):
             raise InvalidArgumentError("a TransactionProducer needs a TransactionClientInstance (it serves checks)")
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a producer needs namesrv='host:port' or a TransactionClientInstance")
         if checker is not None and not callable(checker):
             raise InvalidArgumentError("checker must be callable: (MessageExt) -> LocalTransactionState")
-        tx_instance = instance or TransactionClientInstance(namesrv or "")
+        tx_instance = instance or TransactionClientInstance(namesrv or "", credentials=credentials)
         super().__init__(group, instance=tx_instance, **kwargs)
         self._own_instance = instance is None
         self.tx_instance = tx_instance
@@ -268,7 +271,7 @@ class TransactionProducer(Producer):
             log.info("transaction %s: the broker went away before the check was answered", msg.msg_id)
             return
         try:
-            conn.send_oneway(make_request(RequestCode.END_TRANSACTION, end.to_ext(), oneway=True))
+            conn.send_oneway(self.instance.sign(make_request(RequestCode.END_TRANSACTION, end.to_ext(), oneway=True)))
         except ConnectionError as exc:
             log.info("transaction %s: answering the check failed: %s", msg.msg_id, exc)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -48,30 +48,43 @@ class Authenticator:
     max_skew_s: float = DEFAULT_MAX_SKEW_S
 
     def verify(self, metadata: Mapping[str, str], now: datetime | None = None) -> str:
-        header = metadata.get("authorization")
-        if not header:
-            raise AuthError("the call carries no authorization header")
-        algorithm, _, rest = header.strip().partition(" ")
-        if algorithm != ALGORITHM:
-            raise AuthError(f"unsupported authorization algorithm {algorithm!r}")
-        parts: dict[str, str] = {str(k): str(v) for k, v in _PARTS.findall(rest)}
-        access_key, signature = parts.get("Credential", ""), parts.get("Signature", "")
-        if not access_key:
-            raise AuthError("the authorization header names no access key")
-        date_time = metadata.get("x-mq-date-time", "")
-        try:
-            signed_at = datetime.strptime(date_time, DATE_TIME_FORMAT).replace(tzinfo=UTC)
-        except ValueError:
-            raise AuthError(f"x-mq-date-time {date_time!r} is not yyyyMMddTHHmmssZ") from None
-        skew = abs(((now or datetime.now(UTC)) - signed_at).total_seconds())
-        if skew > self.max_skew_s:
-            raise AuthError(f"x-mq-date-time is {skew:.0f}s away from the server's clock (limit {self.max_skew_s:g}s)")
+        access_key, check = parse_authorization(metadata, self.max_skew_s, now)
         secret = self.access_keys.get(access_key)
         if secret is None:
             raise AuthError(f"unknown access key {access_key!r}")
-        if not hmac.compare_digest(sign(secret, date_time), signature.lower()):
+        if not check(secret):
             raise AuthError(f"signature mismatch for access key {access_key!r}")
         return access_key
+
+
+def parse_authorization(metadata: Mapping[str, str], max_skew_s: float = DEFAULT_MAX_SKEW_S,
+                        now: datetime | None = None) -> tuple[str, Callable[[str], bool]]:
+    """The access key of a call's ``authorization`` header and a ``verify(secret_key)`` that checks its signature
+    (in constant time); AuthError when the header is missing or malformed, or ``x-mq-date-time`` is too far from
+    the server's clock. cometmq.acl.AccessControl looks the key up and calls ``verify``."""
+    header = metadata.get("authorization")
+    if not header:
+        raise AuthError("the call carries no authorization header")
+    algorithm, _, rest = header.strip().partition(" ")
+    if algorithm != ALGORITHM:
+        raise AuthError(f"unsupported authorization algorithm {algorithm!r}")
+    parts: dict[str, str] = {str(k): str(v) for k, v in _PARTS.findall(rest)}
+    access_key, signature = parts.get("Credential", ""), parts.get("Signature", "")
+    if not access_key:
+        raise AuthError("the authorization header names no access key")
+    date_time = metadata.get("x-mq-date-time", "")
+    try:
+        signed_at = datetime.strptime(date_time, DATE_TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        raise AuthError(f"x-mq-date-time {date_time!r} is not yyyyMMddTHHmmssZ") from None
+    skew = abs(((now or datetime.now(UTC)) - signed_at).total_seconds())
+    if skew > max_skew_s:
+        raise AuthError(f"x-mq-date-time is {skew:.0f}s away from the server's clock (limit {max_skew_s:g}s)")
+
+    def verify(secret: str) -> bool:
+        return hmac.compare_digest(sign(secret, date_time), signature.lower())
+
+    return access_key, verify
 
 
 def parse_access_keys(text: str) -> dict[str, str]:

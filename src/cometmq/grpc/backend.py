@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from ssl import SSLContext
 
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError
 from cometmq.client.instance import ClientInstance, route_stale
@@ -42,12 +43,15 @@ def any_master(route: TopicRouteData) -> bool:
 
 class Backend:
     def __init__(self, namesrv: str, *, request_timeout: float = 3.0, route_refresh_s: float = 10.0,
-                 heartbeat_s: float = 30.0, local: Mapping[str, LocalConnector] | None = None) -> None:
+                 heartbeat_s: float = 30.0, local: Mapping[str, LocalConnector] | None = None,
+                 ssl: SSLContext | None = None, credentials: tuple[str, str] | None = None) -> None:
+        # ``credentials``: what the endpoint signs its remoting requests with (brokers with aclEnable=true)
         self.instance = ClientInstance(namesrv, instance_name=f"cometmq-grpc-proxy-{id(self):x}",
                                        request_timeout=request_timeout, poll_namesrv_interval=route_refresh_s,
-                                       heartbeat_interval=heartbeat_s)
+                                       heartbeat_interval=heartbeat_s, tls=ssl or False, credentials=credentials)
         # ``local``: brokers in this process (the embedded endpoint's own) are reached without TCP
-        self.instance.remoting = RemotingClient({RequestCode.CHECK_TRANSACTION_STATE: self._on_check}, local=local)
+        self.instance.remoting = RemotingClient({RequestCode.CHECK_TRANSACTION_STATE: self._on_check}, local=local,
+                                                ssl=ssl)
         self.instance.register_producer(PROXY_PRODUCER_GROUP)
         self.request_timeout = request_timeout
         self.check_handler: CheckHandler | None = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cometmq.net.tls import TlsConfig
+
 DEFAULT_GRPC_PORT = 8081
 
 
@@ -28,12 +30,21 @@ class ProxyConfig:
     #: access key -> secret key; authentication is on when ``auth_enabled``
     access_keys: dict[str, str] = field(default_factory=dict)
     auth_enabled: bool = False
+    #: a plain_acl.yml (docs/security.md): authentication and per-topic/group permissions from the same ACL as the
+    #: brokers' remoting port (cometmq.acl); takes precedence over ``access_keys``
+    acl_file: str = ""
+    #: (accessKey, secretKey) the endpoint signs its remoting requests to brokers with (RocketMQ 5's
+    #: innerClientAuthenticationCredentials): needed when the brokers have aclEnable=true
+    inner_credentials: tuple[str, str] | None = None
     #: allowed distance between x-mq-date-time and the server clock
     max_clock_skew_s: float = 15 * 60
     #: where new consumer groups start: "min" (the queue's first message) or "max" (new messages only)
     init_mode: str = "min"
     route_refresh_s: float = 10.0
     heartbeat_s: float = 30.0
+    #: TLS of the gRPC port (tls.server.*) and of the remoting connections to brokers and nameservers
+    #: (tls.enable, tls.client.*): net/tls.py, grpc/tls.py
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     def replace(self, **changes: Any) -> ProxyConfig:
         return replace(self, **changes)

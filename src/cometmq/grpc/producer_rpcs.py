@@ -103,7 +103,7 @@ class ProducerRpcs(RpcBase):
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[spb.TelemetryCommand]:
         try:
-            self.check_auth(context)
+            self.check_auth(context, "Telemetry")
         except GrpcError as exc:
             yield spb.TelemetryCommand(status=status(exc.code, exc.message))
             return

@@ -10,7 +10,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cometmq.grpc.auth import Authenticator, AuthError
+from cometmq.acl.control import AccessControl, AccessDenied, Attempt, NotAuthenticated, accounts_config, host_of
+from cometmq.acl.model import ANY, PUB, SUB
+from cometmq.acl.policy import Need, group_need, topic_need
+from cometmq.grpc.auth import AuthError, parse_authorization
 from cometmq.grpc.backend import Backend
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.sessions import Sessions
@@ -29,16 +32,70 @@ class RpcBase:
         self.backend = backend
         self.config = config
         self.sessions = sessions
-        self.auth = (Authenticator(dict(config.access_keys), config.max_clock_skew_s)
-                     if config.auth_enabled else None)
+        #: the access model shared with the remoting port (cometmq.acl): an ACL file, or ``access_keys`` as admin
+        #: accounts (authentication only); None: every call is let in
+        self.acl: AccessControl | None = None
+        if config.acl_file:
+            self.acl = AccessControl(config.acl_file)
+            self.acl.load()
+        elif config.auth_enabled:
+            self.acl = AccessControl.from_config(accounts_config(config.access_keys.items()))
 
-    def check_auth(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        if self.auth is None:
+    def check_auth(self, context: grpc.aio.ServicerContext[Any, Any], rpc: str = "", request: Any = None) -> None:
+        """Authenticate the call (the 5.x ``authorization`` header) and check the permissions ``rpc`` needs on the
+        topics and groups ``request`` names: UNAUTHORIZED or FORBIDDEN with RocketMQ's reason."""
+        acl = self.acl
+        if acl is None:
             return
+        acl.start()  # the ACL file's reload watcher (idempotent; needs the running loop)
+        host = host_of(context.peer() or "")
+        metadata = metadata_of(context)
+        access_key: str | None = None
+        verify: Callable[[str], bool] = _no_signature
         try:
-            self.auth.verify(metadata_of(context))
+            access_key, verify = parse_authorization(metadata, self.config.max_clock_skew_s)
         except AuthError as exc:
-            raise GrpcError(pb.Code.UNAUTHORIZED, str(exc)) from None
+            if "authorization" in metadata and not acl.globally_allowed(host):
+                acl.refused(host, str(exc), f"gRPC {rpc or 'call'}")
+                raise GrpcError(pb.Code.UNAUTHORIZED, str(exc)) from None
+        try:
+            acl.check(Attempt(host, access_key, verify, rpc, False, grpc_needs(rpc, request)))
+        except AccessDenied as exc:
+            acl.refused(host, str(exc), f"gRPC {rpc or 'call'}")
+            code = pb.Code.UNAUTHORIZED if isinstance(exc, NotAuthenticated) else pb.Code.FORBIDDEN
+            raise GrpcError(code, str(exc)) from None
+
+
+def _no_signature(secret: str) -> bool:
+    return False
+
+
+def _name(msg: Any, field: str) -> str | None:
+    """``msg.<field>.name`` (a Resource), None when the message has no such field or it is empty."""
+    resource = getattr(msg, field, None)
+    name = getattr(resource, "name", None)
+    return name if isinstance(name, str) and name else None
+
+
+def grpc_needs(rpc: str, request: Any) -> list[Need]:
+    """The permissions an RPC needs (RocketMQ's PlainAccessResource.parse for the 5.x messages)."""
+    if request is None:
+        return []
+    if rpc == "SendMessage":
+        return [need for m in request.messages for need in topic_need(_name(m, "topic"), PUB)]
+    if rpc in ("EndTransaction", "RecallMessage"):
+        return topic_need(_name(request, "topic"), PUB)
+    if rpc == "QueryRoute":
+        return topic_need(_name(request, "topic"), ANY)
+    if rpc in ("ReceiveMessage", "PullMessage", "UpdateOffset", "GetOffset", "QueryOffset"):
+        queue = getattr(request, "message_queue", None)
+        return topic_need(_name(queue, "topic"), SUB) + group_need(_name(request, "group"))
+    if rpc in ("QueryAssignment", "AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue",
+               "SyncLiteSubscription"):
+        return topic_need(_name(request, "topic"), SUB) + group_need(_name(request, "group"))
+    if rpc in ("Heartbeat", "NotifyClientTermination"):
+        return group_need(_name(request, "group"))
+    return []
 
 
 def metadata_of(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
@@ -70,7 +127,7 @@ def unary(response: Callable[..., R]) -> Callable[[Callable[..., Awaitable[R]]],
         @functools.wraps(fn)
         async def handler(self: RpcBase, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
             try:
-                self.check_auth(context)
+                self.check_auth(context, fn.__name__, request)
                 return await fn(self, request, context)
             except Exception as exc:
                 return response(status=_failure(exc, fn.__name__))
@@ -90,7 +147,7 @@ def streaming(response: Callable[..., R]) -> Callable[[StreamFn[R]], StreamFn[R]
         @functools.wraps(fn)
         async def handler(self: RpcBase, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[R]:
             try:
-                self.check_auth(context)
+                self.check_auth(context, fn.__name__, request)
                 async for item in fn(self, request, context):
                     yield item
             except Exception as exc:

@@ -14,10 +14,12 @@ import grpc
 from cometmq.grpc.backend import Backend
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.consumer_rpcs import ConsumerRpcs
+from cometmq.grpc.malformed import MalformedRequestInterceptor
 from cometmq.grpc.producer_rpcs import ProducerRpcs
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.v2 import service_pb2_grpc
 from cometmq.net.client import LocalConnector
+from cometmq.net.tls import ServerTls, TlsListener, TlsMode
 
 log = logging.getLogger("cometmq.grpc")
 
@@ -51,11 +53,14 @@ class GrpcProxy:
     def __init__(self, config: ProxyConfig, *, local: Mapping[str, LocalConnector] | None = None) -> None:
         self.config = config
         self.backend = Backend(config.namesrv, request_timeout=config.request_timeout_s,
-                               route_refresh_s=config.route_refresh_s, heartbeat_s=config.heartbeat_s, local=local)
+                               route_refresh_s=config.route_refresh_s, heartbeat_s=config.heartbeat_s, local=local,
+                               ssl=config.tls.client_context(), credentials=config.inner_credentials)
         self.sessions = Sessions()
         self.service = MessagingService(self.backend, config, self.sessions)
         self.backend.check_handler = self.service.on_transaction_check
         self._server: grpc.aio.Server | None = None
+        #: permissive TLS: the public port, relaying to grpc's plaintext port on loopback (grpc/tls.py)
+        self._front: TlsListener | None = None
         self.port = config.port
 
     @property
@@ -66,29 +71,54 @@ class GrpcProxy:
         await self.backend.start()
         # frames carry a whole message (4 MiB by default) plus headers
         limit = self.config.max_body_size + 1024 * 1024
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+        server = grpc.aio.server(interceptors=[MalformedRequestInterceptor()],
+                                 options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.max_send_message_length", limit),
                                           ("grpc.so_reuseport", 0)])
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
         server.add_generic_rpc_handlers((_metrics_sink(),))
+        tls = ServerTls(self.config.tls, alpn=("h2",)) if self.config.tls.enabled else None
+        bind = "127.0.0.1:0" if tls is not None and tls.mode is TlsMode.PERMISSIVE else self.config.bind_addr
         try:
-            port = server.add_insecure_port(self.config.bind_addr)
+            if tls is not None and tls.mode is TlsMode.ENFORCING:
+                from cometmq.grpc.tls import dynamic_credentials
+
+                port = server.add_secure_port(bind, dynamic_credentials(tls))
+            else:
+                port = server.add_insecure_port(bind)
         except RuntimeError as exc:
             await self.backend.close()
             raise OSError(f"cannot listen for gRPC on {self.config.bind_addr}: {exc}") from None
         if port == 0:
             await self.backend.close()
             raise OSError(f"cannot listen for gRPC on {self.config.bind_addr}")
-        self.port = self.service.port = port
         await server.start()
+        if tls is not None and tls.mode is TlsMode.PERMISSIVE:
+            from cometmq.grpc.tls import start_permissive_front
+
+            try:
+                self._front = await start_permissive_front(self.config.host, self.config.port, tls, port)
+            except OSError as exc:
+                await server.stop(None)
+                await self.backend.close()
+                raise OSError(f"cannot listen for gRPC on {self.config.bind_addr}: {exc}") from None
+            port = self._front.sockets[0].getsockname()[1]
+        self.port = self.service.port = port
         self._server = server
-        log.info("gRPC endpoint (apache.rocketmq.v2) listening on %s:%d, nameservers %s%s", self.config.host, port,
-                 self.config.namesrv, ", authentication on" if self.config.auth_enabled else "")
+        log.info("gRPC endpoint (apache.rocketmq.v2) listening on %s:%d, nameservers %s%s%s", self.config.host, port,
+                 self.config.namesrv, ", access control on" if self.service.acl is not None else "",
+                 f", TLS {tls.mode.value}" if tls is not None else "")
 
     async def stop(self, grace: float = 1.0) -> None:
         server, self._server = self._server, None
+        front, self._front = self._front, None
+        if front is not None:
+            front.close()
+            await front.wait_closed()
         for cid in [s.client_id for s in list(self.sessions.publishers_all())]:
             self.sessions.remove(cid)
         if server is not None:
             await server.stop(grace)
+        if self.service.acl is not None:
+            await self.service.acl.stop()
         await self.backend.close()

@@ -260,7 +260,11 @@ class BrokerCollector(Collector):
         dispatch = GaugeMetricFamily("rocketmq_storage_dispatch_behind_bytes", "Broker dispatch behind bytes",
                                      labels=labels)
         dispatch.add_metric(values, max(end - store.reput.reput_offset, 0))
-        yield from (size, flush, dispatch)
+        forced = CounterMetricFamily("cometmq_storage_forced_deleted_messages", "Messages deleted by the forced "
+                                     "clean (disk over diskSpaceCleanForciblyRatio) before their reserved time, "
+                                     "consumed or not", labels=labels)
+        forced.add_metric(values, store.cleaner.forced_deleted_messages)
+        yield from (size, flush, dispatch, forced)
 
     # -- POP, transactions, timer, long polling ---------------------------------------------------------------
     def _services(self) -> Iterator[Metric]:

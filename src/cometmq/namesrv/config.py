@@ -38,6 +38,8 @@ NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "listenPort": ("port", _port),
     "bindAddress": ("host", str),
     "scanNotActiveBrokerInterval": ("scan_interval_s", lambda v: int(v) / 1000),
+    "aclEnable": ("acl_enable", _bool),
+    "aclFile": ("acl_file", str),
 }
 #: the controller in the nameserver (RocketMQ's enableControllerInNamesrv; its log in controllerStorePath)
 CONTROLLER_KEYS: dict[str, tuple[str, Any]] = {

@@ -9,11 +9,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
+from cometmq.acl.control import AccessControl
+from cometmq.acl.policy import NAMESRV_POLICY
+from cometmq.acl.remoting import guard
 from cometmq.common.periodic import Periodic
 from cometmq.namesrv.processors import NamesrvProcessors
 from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
+from cometmq.net.tls import ServerTls, TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,12 @@ class NamesrvConfig:
     scan_interval_s: float = 5.0
     #: a broker that has not registered for this long is dropped (brokers register every 30 s)
     broker_expiry_s: float = DEFAULT_BROKER_EXPIRY_S
+    #: access control (aclEnable / aclFile; docs/security.md): reads of routes stay open, every change (brokers
+    #: registering, topics deleted, KV and config) needs an admin account
+    acl_enable: bool = False
+    acl_file: str = "plain_acl.yml"
+    #: TLS of the nameserver's port (net/tls.py), None: plaintext
+    tls: TlsConfig | None = None
 
 
 class EmbeddedService(Protocol):
@@ -56,7 +66,10 @@ class NamesrvController:
             if clash:
                 raise ValueError(f"request codes {sorted(clash)} are served twice")
             dispatcher.update(service.handlers())
-        self._server = RemotingServer(self.config.host, self.config.port, dispatcher)
+        tls = self.config.tls
+        self.acl = AccessControl(self.config.acl_file) if self.config.acl_enable else None
+        self._server = RemotingServer(self.config.host, self.config.port, guard(dispatcher, self.acl, NAMESRV_POLICY),
+                                      tls=ServerTls(tls) if tls is not None and tls.enabled else None)
         self._server.add_close_callback(self._connection_closed)
         for service in self.embedded:
             self._server.add_close_callback(service.connection_closed)
@@ -75,6 +88,9 @@ class NamesrvController:
     async def start(self) -> None:
         if self._scan.running:
             raise RuntimeError("nameserver already started")
+        if self.acl is not None:
+            self.acl.load()  # a bad ACL file stops the start, naming its line and key
+            self.acl.start()
         for i, service in enumerate(self.embedded):  # ready (a controller's state replayed) before any request
             try:
                 await service.start()
@@ -94,6 +110,8 @@ class NamesrvController:
     async def stop(self) -> None:
         await self._scan.stop()
         await self._server.stop()
+        if self.acl is not None:
+            await self.acl.stop()
         for service in reversed(self.embedded):
             await service.stop()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as _ssl
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
@@ -54,8 +55,11 @@ class RemotingClient:
         write_low_water: int = DEFAULT_WRITE_LOW_WATER,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         local: Mapping[str, LocalConnector] | None = None,
+        ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        #: TCP connections use TLS with this context (net/tls.py ``client_context``); in-process ones never do
+        self.ssl = ssl
         self._local: dict[str, LocalConnector] = dict(local or {})
         self.connect_timeout = connect_timeout
         self._max_frame_size = max_frame_size
@@ -157,8 +161,12 @@ class RemotingClient:
             host, port = split_address(addr)
             loop = asyncio.get_running_loop()
             try:
-                _, conn = await loop.create_connection(self._new_connection, host, port)
-            except OSError as exc:
+                if self.ssl is None:
+                    _, conn = await loop.create_connection(self._new_connection, host, port)
+                else:
+                    _, conn = await loop.create_connection(self._new_connection, host, port, ssl=self.ssl,
+                                                           server_hostname=host)
+            except OSError as exc:  # ssl.SSLError included: a failed handshake
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
         await conn.wait_connected()
         if self._closed:  # close() ran while we were connecting

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
+from cometmq.net.limits import limited_log, peer_ip
 from cometmq.protocol.codes import RemotingError, ResponseCode, bad_request_code
 from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import (
@@ -40,6 +41,8 @@ Handler = Callable[["RemotingConnection", RemotingCommand], Awaitable[RemotingCo
 """Serves one request: returns the reply, or None to reply later through ``send_response`` (or never)."""
 Dispatcher = Mapping[int, Handler]
 ConnectionCallback = Callable[["RemotingConnection"], None]
+BufferObserver = Callable[["RemotingConnection", int], None]
+"""Told how many more (or fewer) bytes a connection holds for an incomplete frame (a server's ConnectionGuard)."""
 RequestObserver = Callable[[int, int, int, bool], None]
 """Told of each request answered: (request code, response code, nanoseconds from its arrival to its answer,
 whether the handler returned before answering: a held long poll). Installed by the server's owner (metrics)."""
@@ -152,6 +155,7 @@ class RemotingConnection(asyncio.Protocol):
         write_low_water: int = DEFAULT_WRITE_LOW_WATER,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         observer: RequestObserver | None = None,
+        write_hard_limit: int = 0,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._observer = observer
@@ -159,10 +163,21 @@ class RemotingConnection(asyncio.Protocol):
         self._timing: dict[int, tuple[int, int, bool]] = {}
         self._dispatcher = _EMPTY_DISPATCHER if dispatcher is None else dispatcher
         self._decoder = FrameDecoder(max_frame_size)
+        self._max_frame_size = max_frame_size
+        #: loop time of the last bytes received, and of the first byte of the frame not yet complete (None: none)
+        self.last_read = self._loop.time()
+        self.partial_since: float | None = None
+        #: loop time since which the transport's write buffer has been above the high-water mark (None: it is not)
+        self.write_paused_since: float | None = None
+        self._buffer_observer: BufferObserver | None = None
+        #: queued reply bytes beyond which a peer that does not read is disconnected (0: no limit)
+        self._write_hard_limit = write_hard_limit
         self._write_high_water = write_high_water
         self._write_low_water = write_low_water
         self._max_inflight = max_inflight
         self._transport: asyncio.Transport | None = None
+        #: sendfile writes to the socket itself: never under TLS (the bytes would bypass the encryption)
+        self._tls = False
         self._closed = False
         self._made: asyncio.Future[None] = self._loop.create_future()
         self._lost: asyncio.Future[None] = self._loop.create_future()
@@ -184,6 +199,15 @@ class RemotingConnection(asyncio.Protocol):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received for a frame not complete yet."""
+        return self._decoder.buffered
+
+    def set_buffer_observer(self, observer: BufferObserver | None) -> None:
+        """Tell ``observer(conn, delta)`` each change of ``buffered_bytes`` (and its release at close)."""
+        self._buffer_observer = observer
 
     @property
     def pending_requests(self) -> int:
@@ -300,6 +324,7 @@ class RemotingConnection(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport, so no isinstance check here.
         transport = cast(asyncio.Transport, transport)
         self._transport = transport
+        self._tls = transport.get_extra_info("ssl_object") is not None
         transport.set_write_buffer_limits(high=self._write_high_water, low=self._write_low_water)
         self.remote_address = format_address(transport.get_extra_info("peername"))
         self.local_address = format_address(transport.get_extra_info("sockname"))
@@ -309,14 +334,22 @@ class RemotingConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        self.last_read = now = self._loop.time()
+        decoder = self._decoder
+        before = decoder.buffered
         try:
-            commands = self._decoder.feed(data)
+            commands = decoder.feed(data)
         except RemoteProtocolError as exc:
             # The stream has lost framing (or a header is unreadable, so no reply can be addressed to it): nothing
-            # later on it can be trusted. Only this connection closes. One line, no traceback.
-            log.warning("closing connection from %s: malformed frame: %s", self.remote_address, exc)
+            # later on it can be trusted. Only this connection closes. One line per peer a minute, no traceback.
+            self._buffered_changed(before, 0, now, False)
+            limited_log.warning(log, ("malformed", peer_ip(self.remote_address)),
+                                "closing connection from %s: malformed frame: %s", self.remote_address, exc)
             self.abort()
             return
+        after = decoder.buffered
+        if after != before or (after and commands):
+            self._buffered_changed(before, after, now, bool(commands))
         for cmd in commands:
             if self._closed:  # a handler or callback closed us while we were dispatching this chunk
                 break
@@ -325,6 +358,16 @@ class RemotingConnection(asyncio.Protocol):
             else:
                 self._dispatch(cmd)
 
+    def _buffered_changed(self, before: int, after: int, now: float, completed: bool) -> None:
+        # A frame completed and another begun in one chunk: the new one's clock starts now.
+        if not after:
+            self.partial_since = None
+        elif not before or completed:
+            self.partial_since = now
+        observer = self._buffer_observer
+        if observer is not None and after != before:
+            observer(self, after - before)
+
     def connection_lost(self, exc: Exception | None) -> None:
         reason = f": {exc}" if exc is not None else ""
         self._finalize(ConnectionClosedError(f"connection to {self.remote_address} was lost{reason}"))
@@ -332,12 +375,20 @@ class RemotingConnection(asyncio.Protocol):
         if not self._lost.done():
             self._lost.set_result(None)
 
+    @property
+    def write_buffer_size(self) -> int:
+        """Reply bytes queued in the transport, not taken by the peer yet."""
+        transport = self._transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     def pause_writing(self) -> None:
         self._write_paused = True
+        self.write_paused_since = self._loop.time()
         self._update_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self.write_paused_since = None
         self._wake_drainers(None)
         self._update_reading()
 
@@ -347,8 +398,8 @@ class RemotingConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
-        if file_region is not None and len(body) >= _SENDFILE_THRESHOLD and len(body) == file_region.size \
-                and transport.get_write_buffer_size() == 0:
+        if file_region is not None and not self._tls and len(body) >= _SENDFILE_THRESHOLD \
+                and len(body) == file_region.size and transport.get_write_buffer_size() == 0:
             # Nothing is queued in the transport (uvloop's or asyncio's), so bytes written to the socket now
             # go out in order: the head, then as much of the body as the socket takes straight from the file;
             # the transport writes what is left, after them.
@@ -364,11 +415,23 @@ class RemotingConnection(asyncio.Protocol):
                     transport.write(head[wrote:])
                 if sent < len(body):
                     transport.write(body[sent:])
+                if self._write_paused and self._write_hard_limit:
+                    self._check_write_backlog(transport)
                 return
         if len(body) >= _WRITELINES_THRESHOLD:
             transport.writelines((head, body))
         else:
             transport.write(head + body if body else head)
+        if self._write_paused and self._write_hard_limit:  # above the high-water mark only: one test per write
+            self._check_write_backlog(transport)
+
+    def _check_write_backlog(self, transport: asyncio.Transport) -> None:
+        queued = transport.get_write_buffer_size()
+        if queued > self._write_hard_limit:
+            limited_log.warning(log, ("write-backlog", peer_ip(self.remote_address)),
+                                "closing connection to %s: %d bytes of replies are queued and not read "
+                                "(write hard limit %d)", self.remote_address, queued, self._write_hard_limit)
+            self.abort()
 
     def _complete(self, cmd: RemotingCommand) -> None:
         future = self._pending.pop(cmd.opaque, None)
@@ -476,6 +539,12 @@ class RemotingConnection(asyncio.Protocol):
         if self._closed:
             return
         self._closed = True
+        held = self._decoder.buffered
+        if held:  # give back what an incomplete frame held, now: the protocol object may outlive the socket
+            self._decoder = FrameDecoder(self._max_frame_size)
+            self.partial_since = None
+            if self._buffer_observer is not None:
+                self._buffer_observer(self, -held)
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():

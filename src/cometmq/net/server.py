@@ -16,6 +16,8 @@ from cometmq.net.connection import (
     RemotingConnection,
     RequestObserver,
 )
+from cometmq.net.limits import ConnectionGuard, ConnectionLimits
+from cometmq.net.tls import ServerTls, TlsListener, start_tls_listener
 from cometmq.protocol.remoting import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger(__name__)
@@ -43,9 +45,15 @@ class RemotingServer:
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         backlog: int = 1024,
         observer: RequestObserver | None = None,
+        tls: ServerTls | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.host = host
+        #: timeouts, connection caps and buffered-bytes budgets (net/limits.py); the defaults unless given
+        self.guard = ConnectionGuard(limits or ConnectionLimits())
         self._observer = observer
+        #: TLS (net/tls.py): None or mode disabled serves plaintext; permissive and enforcing peek each connection
+        self.tls = tls if tls is not None and tls.config.enabled else None
         self._requested_port = port
         self._port: int | None = None
         self._dispatcher = dispatcher
@@ -54,7 +62,7 @@ class RemotingServer:
         self._write_low_water = write_low_water
         self._max_inflight = max_inflight
         self._backlog = backlog
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsListener | None = None
         self._connections: set[RemotingConnection] = set()
         self._connect_callbacks: list[ConnectionCallback] = []
         self._close_callbacks: list[ConnectionCallback] = []
@@ -82,18 +90,25 @@ class RemotingServer:
         if self._server is not None:
             raise RuntimeError("server already started")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, self.host, self._requested_port, backlog=self._backlog, reuse_address=True
-        )
+        if self.tls is not None:
+            self._server = await start_tls_listener(self._new_connection, self.host, self._requested_port, self.tls,
+                                                    backlog=self._backlog)
+        else:
+            self._server = await loop.create_server(
+                self._new_connection, self.host, self._requested_port, backlog=self._backlog, reuse_address=True
+            )
         sockets = self._server.sockets
         self._port = sockets[0].getsockname()[1] if sockets else self._requested_port
-        log.info("remoting server listening on %s:%d", self.host, self._port)
+        self.guard.start(self._connections)
+        log.info("remoting server listening on %s:%d%s", self.host, self._port,
+                 f" (TLS {self.tls.mode.value})" if self.tls is not None else "")
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop listening, close every connection, cancel the handlers still running."""
         server, self._server = self._server, None
         if server is None:
             return
+        await self.guard.stop()
         server.close()
         connections = list(self._connections)
         for conn in connections:
@@ -130,9 +145,12 @@ class RemotingServer:
             write_low_water=self._write_low_water,
             max_inflight=self._max_inflight,
             observer=self._observer,
+            write_hard_limit=self.guard.limits.write_hard_limit,
         )
 
     def _accepted(self, conn: RemotingConnection) -> None:
+        if not self.guard.admit(conn):  # over a connection cap: closed already, logged (rate-limited)
+            return
         self._connections.add(conn)
         conn.add_close_callback(self._closed)
         for callback in self._close_callbacks:

@@ -46,9 +46,9 @@ def _loop_factory() -> asyncio.AbstractEventLoop:
 class Link:
     """A blocking client for the Spark source and sink (not thread-safe: one caller at a time)."""
 
-    def __init__(self, namesrv: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, namesrv: str, *, timeout: float = 10.0, credentials: tuple[str, str] | None = None) -> None:
         self.loop = _loop_factory()
-        self.instance = ClientInstance(namesrv, request_timeout=timeout)
+        self.instance = ClientInstance(namesrv, request_timeout=timeout, credentials=credentials)
         self.timeout = timeout
         self.closed = False
 

@@ -39,9 +39,9 @@ _SPARK_OWN = frozenset({"checkpointlocation", "queryname", "path"})
 _READ_OPTIONS = ("namesrv", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
                  "startingTimestamp", "endingTimestamp", "maxOffsetsPerTrigger", "minPartitions",
                  "failOnDataLoss", "subExpression", "expressionType", "includeProperties", "commitToGroup",
-                 "consumerGroup", "requestTimeoutMs")
+                 "consumerGroup", "requestTimeoutMs", "accessKey", "secretKey")
 _WRITE_OPTIONS = ("namesrv", "topic", "producerGroup", "batchSize", "maxInFlight", "sendTimeoutMs", "retries",
-                  "requestTimeoutMs")
+                  "requestTimeoutMs", "accessKey", "secretKey")
 
 
 class OptionError(ValueError):
@@ -95,6 +95,8 @@ class ReadOptions:
     commit_to_group: str | None = None
     group: str = "cometmq-spark"
     timeout: float = 10.0
+    #: (accessKey, secretKey): every request is signed (brokers with aclEnable=true; docs/security.md)
+    credentials: tuple[str, str] | None = None
 
     @property
     def filtered(self) -> bool:
@@ -117,6 +119,7 @@ class WriteOptions:
     max_in_flight: int = 8
     send_timeout: float = 10.0
     retries: int = 2
+    credentials: tuple[str, str] | None = None
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -170,6 +173,14 @@ def _namesrv(opts: Mapping[str, str]) -> str:
         return ";".join(parse_namesrv(raw))
     except InvalidArgumentError as exc:
         raise OptionError(f"option namesrv={raw!r}: {exc}") from None
+
+
+def _credentials(opts: Mapping[str, str]) -> tuple[str, str] | None:
+    """Options accessKey and secretKey: both or neither."""
+    ak, sk = (opts.get("accessKey") or "").strip(), (opts.get("secretKey") or "").strip()
+    if bool(ak) != bool(sk):
+        raise OptionError("options accessKey and secretKey go together (an ACL account; docs/security.md)")
+    return (ak, sk) if ak else None
 
 
 def _topic(name: str, topic: str) -> str:
@@ -327,7 +338,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         include_properties=_bool(opts, "includeProperties", True),
         commit_to_group=commit_to.strip() if commit_to else None,
         group=commit_to.strip() if commit_to and "consumerGroup" not in opts else group,
-        timeout=(timeout_ms or 10_000) / 1000)
+        timeout=(timeout_ms or 10_000) / 1000, credentials=_credentials(opts))
 
 
 def _selects(topic: str, subscribe: tuple[str, ...], pattern: str | None,
@@ -358,4 +369,4 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         batch_size=_int(opts, "batchSize", minimum=1) or 256,
         max_in_flight=_int(opts, "maxInFlight", minimum=1) or 8,
         send_timeout=(timeout_ms or 10_000) / 1000,
-        retries=2 if retries is None else retries)
+        retries=2 if retries is None else retries, credentials=_credentials(opts))

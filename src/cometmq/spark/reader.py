@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError, NoRouteError
 from cometmq.client.message import MessageQueue
 from cometmq.net.client import split_address
+from cometmq.protocol.acl import Credentials, sign_request
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.remoting import (
@@ -88,6 +89,7 @@ class QueueSlice(InputPartition):
         self.filtered = opts.filtered
         self.fail_on_data_loss = opts.fail_on_data_loss
         self.timeout = opts.timeout
+        self.credentials = opts.credentials
 
     @property
     def label(self) -> str:
@@ -166,21 +168,25 @@ class _PullFrames:
 
     _STAND_INS = (1_357_913_579, 8_642_086_420_864_208, 7_531_975)  # opaque, offset, count
 
-    def __init__(self, fields: dict[str, str]) -> None:
+    def __init__(self, fields: dict[str, str], credentials: tuple[str, str] | None = None) -> None:
         self.fields = fields
+        #: a signed pull (ACL) has a signature that changes with the offset: no template then
+        self.credentials = Credentials(*credentials) if credentials else None
         opaque, offset, count = self._STAND_INS
         head, _ = encode_parts(self._command(opaque, offset, count))
         header = head[_FRAME_HEAD.size:]
         found = [(header.find(b"%d" % n), b"%d" % n) for n in self._STAND_INS]
         self.template: bytes | None = None
-        if _FRAME_HEAD.unpack_from(head)[1] >> 24 == 0 and all(header.count(t) == 1 for _, t in found):
+        if self.credentials is None and _FRAME_HEAD.unpack_from(head)[1] >> 24 == 0 and all(
+                header.count(t) == 1 for _, t in found):
             # the stand-ins' order in the header: the opaque comes before extFields, the rest in field order
             self.order = [self._STAND_INS.index(int(t)) for _, t in sorted(found)]
             self.template = re.sub(b"|".join(t for _, t in found), b"%d", header.replace(b"%", b"%%"))
 
     def _command(self, opaque: int, offset: int, count: int) -> RemotingCommand:
-        return make_request(RequestCode.PULL_MESSAGE, {**self.fields, "queueOffset": str(offset),
-                                                       "maxMsgNums": str(count)}, opaque=opaque)
+        cmd = make_request(RequestCode.PULL_MESSAGE, {**self.fields, "queueOffset": str(offset),
+                                                      "maxMsgNums": str(count)}, opaque=opaque)
+        return cmd if self.credentials is None else sign_request(cmd, self.credentials)
 
     def frame(self, offset: int, count: int) -> tuple[int, bytes]:
         """(opaque, the whole frame) of a pull of ``count`` messages from ``offset``."""
@@ -272,7 +278,8 @@ class _SliceReader:
         self._frames = _PullFrames({
             "consumerGroup": part.group, "topic": part.topic, "queueId": str(part.queue_id),
             "sysFlag": str(_FLAG_SUBSCRIPTION), "commitOffset": "0", "suspendTimeoutMillis": "0",
-            "subscription": part.expression, "subVersion": "0", "expressionType": part.expression_type})
+            "subscription": part.expression, "subVersion": "0", "expressionType": part.expression_type},
+            part.credentials)
 
     def close(self) -> None:
         self._drop_wire()
@@ -315,7 +322,7 @@ class _SliceReader:
         time.sleep(0.5 * failures)
         try:
             if self._link is None:
-                self._link = Link(p.namesrv, timeout=p.timeout)
+                self._link = Link(p.namesrv, timeout=p.timeout, credentials=p.credentials)
             link = self._link
             link.run(link.instance.route(p.topic, refresh=True))
             self.addr = link.instance.master_addr(p.broker_name) or self.addr
@@ -455,7 +462,7 @@ class CometBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueSlice]:
         opts = self.opts
-        with Link(opts.namesrv, timeout=opts.timeout) as link:
+        with Link(opts.namesrv, timeout=opts.timeout, credentials=opts.credentials) as link:
             queues = discover(link, opts, streaming=False)
             starts = resolve_bound(link, opts.starting, queues, missing=-2)
             ends = resolve_bound(link, opts.ending, queues, missing=-1)
@@ -500,7 +507,7 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def link(self) -> Link:
         if self._link is None or self._link.closed:
-            self._link = Link(self.opts.namesrv, timeout=self.opts.timeout)
+            self._link = Link(self.opts.namesrv, timeout=self.opts.timeout, credentials=self.opts.credentials)
         return self._link
 
     def initialOffset(self) -> dict[str, Any]:

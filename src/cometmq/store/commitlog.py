@@ -7,6 +7,7 @@ the queue offset and the store time while holding the append lock, so records ar
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 import threading
@@ -50,6 +51,8 @@ from cometmq.store.status import PutResult, PutStatus
 
 log = logging.getLogger(__name__)
 
+#: errors that mean the file system has no room for a new segment
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _Q = struct.Struct(">q")
@@ -194,6 +197,8 @@ class CommitLog:
                 if mf is None or total + 8 > mf.size - mf.wrote_position:
                     mf = self._file_with_room(total)
             except OSError as exc:
+                if exc.errno in _NO_SPACE:  # answered as RocketMQ answers a full disk, nothing written
+                    return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=f"disk full: {exc.strerror}")
                 log.error("cannot create a commit-log segment: %s", exc)
                 return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
             now = self.clock()

@@ -43,8 +43,17 @@ class StoreConfig:
     file_reserved_time_h: float = 72
     #: hour(s) of the day when expired files are deleted, "04" or "04;16"
     delete_when: str = "04"
+    #: above this % of the store's file system, expired segments are deleted whatever the hour (RocketMQ's)
     disk_max_used_space_ratio: int = 75
+    #: above this %, the oldest segments are deleted before their reserved time, when ``clean_file_forcibly_enable``
+    #: (RocketMQ diskSpaceCleanForciblyRatio); each such deletion is logged at WARNING and counted
     disk_force_clean_ratio: int = 85
+    #: RocketMQ cleanFileForciblyEnable (default true): whether the forced clean above may delete segments before
+    #: their reserved time, consumed or not. false: nothing is deleted early; writes are refused at the warning level
+    clean_file_forcibly_enable: bool = True
+    #: above this %, writes are refused before anything is written: SERVICE_NOT_AVAILABLE "disk full" (RocketMQ
+    #: diskSpaceWarningLevelRatio); they are taken again once usage is back below ``disk_force_clean_ratio``
+    disk_space_warning_level_ratio: int = 90
     clean_resource_interval_ms: int = 10_000
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
@@ -69,6 +78,8 @@ class StoreConfig:
             raise ConfigError("max_message_size must fit in one commit-log segment")
         if not 10 <= self.disk_max_used_space_ratio <= 95:
             raise ConfigError("disk_max_used_space_ratio must be within 10..95")
+        if not 1 <= self.disk_space_warning_level_ratio <= 100:
+            raise ConfigError("disk_space_warning_level_ratio must be within 1..100")
 
     @property
     def commitlog_dir(self) -> Path:
@@ -125,6 +136,9 @@ STORE_KEYS: dict[str, tuple[str, Any]] = {
     "deleteWhen": ("delete_when", str),
     "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
     "diskForceCleanRatio": ("disk_force_clean_ratio", int),
+    "diskSpaceCleanForciblyRatio": ("disk_force_clean_ratio", int),  # RocketMQ 5's MessageStoreConfig name
+    "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", int),
+    "cleanFileForciblyEnable": ("clean_file_forcibly_enable", _to_bool),
     "cleanResourceInterval": ("clean_resource_interval_ms", int),
     "messageIndexEnable": ("message_index_enable", _to_bool),
     "maxHashSlotNum": ("max_hash_slot_num", int),

@@ -342,6 +342,15 @@ class MappedFileQueue:
             start = start_offset - (start_offset % self.file_size)
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / segment_name(start)
+        # Segments are all one size (offsets and replicas' segments line up on it), so a segment that does not fit
+        # the space left is refused, before any of it is allocated: ENOSPC, which the write path answers
+        # SERVICE_NOT_AVAILABLE "disk full". Without preallocation it would be a sparse file, whose pages fault
+        # (SIGBUS) when the disk fills under them.
+        st = os.statvfs(self.directory)
+        free = st.f_bavail * st.f_frsize
+        if free < self.file_size:
+            raise OSError(errno.ENOSPC, f"a new segment of {self.file_size} bytes does not fit in the {free} bytes "
+                                        f"free on {self.directory}", str(path))
         mf = MappedFile(path, self.file_size, preallocate=self.preallocate)
         if last is None and start_offset > start:
             mf.wrote_position = mf.flushed_position = start_offset - start

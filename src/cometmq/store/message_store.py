@@ -51,6 +51,11 @@ TagFilter = Callable[[int], bool]
 RecordFilter = Callable[[memoryview], bool]
 
 
+#: seconds a disk-usage reading stays valid for the write path (statvfs is a system call; puts come thousands of
+#: times a second). The clean service reads it every cleanResourceInterval too.
+DISK_CHECK_INTERVAL_S = 0.5
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -90,6 +95,11 @@ class MessageStore:
         self._confirm_offset: int | None = None
         self.running = False
         self.recovered_abnormally = False
+        #: why writes are refused now ("disk full: ..."), or None; and when the disk was last looked at
+        self._disk_full: str | None = None
+        self._disk_checked_at = -DISK_CHECK_INTERVAL_S
+        #: the last append needed a new commit-log segment that did not fit: refused until one fits
+        self._segment_blocked = False
 
     # -- paths -------------------------------------------------------------------------------
     @property
@@ -169,9 +179,16 @@ class MessageStore:
         ``request_flush=False``: the caller will call ``commit`` itself (after gathering more)."""
         if not self.running:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark="the store is not running")
+        refusal = self._disk_full if time.monotonic() - self._disk_checked_at < DISK_CHECK_INTERVAL_S \
+            else self.check_disk()
+        if refusal is not None:  # before anything is written (RocketMQ: the store is not writeable, disk full)
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=refusal)
         with self.lock:
             result = self.commitlog.append(msgs)
             ok = result.status is PutStatus.PUT_OK
+            if result.status is PutStatus.SERVICE_NOT_AVAILABLE:  # a new segment did not fit: refuse at once
+                self._segment_blocked = True
+                self._set_disk_full(result.remark)
             if ok:
                 confirmed = result.end_offset if self._confirm_offset is None else self._confirm_offset
                 self.reput.submit(result.records, confirmed)
@@ -540,6 +557,43 @@ class MessageStore:
 
     def topics(self) -> set[str]:
         return {t for t, _ in self.queues}
+
+    def check_disk(self) -> str | None:
+        """Read the disk's usage now: above diskSpaceWarningLevelRatio writes are refused (the reason is returned)
+        until it is back below diskSpaceCleanForciblyRatio (RocketMQ's hysteresis)."""
+        self._disk_checked_at = time.monotonic()
+        try:
+            st = os.statvfs(self.config.store_path)
+        except OSError as exc:
+            log.warning("cannot read the disk usage of %s: %s", self.config.store_path, exc)
+            return self._disk_full
+        total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        ratio = 0.0 if total == 0 else (total - free) * 100 / total
+        cfg = self.config
+        segment = cfg.commitlog_segment_size
+        if ratio >= cfg.disk_space_warning_level_ratio:
+            self._set_disk_full(f"disk full: {ratio:.1f}% of the store's file system is used "
+                                f"(diskSpaceWarningLevelRatio {cfg.disk_space_warning_level_ratio})")
+        elif self._segment_blocked and free < segment:
+            self._set_disk_full(f"disk full: a new commit-log segment of {segment} bytes does not fit in the {free} "
+                                "bytes free (mappedFileSizeCommitLog)")
+        elif self._disk_full is not None and (self._segment_blocked or ratio < min(
+                cfg.disk_force_clean_ratio, cfg.disk_space_warning_level_ratio)):
+            log.warning("disk space OK again (%.1f%% used, %d bytes free): writes are taken again", ratio, free)
+            self._disk_full = None
+            self._segment_blocked = False
+        return self._disk_full
+
+    def _set_disk_full(self, reason: str) -> None:
+        self._disk_checked_at = time.monotonic()
+        if self._disk_full is None:
+            log.error("writes are refused (SERVICE_NOT_AVAILABLE) until space is freed: %s", reason)
+        self._disk_full = reason
+
+    @property
+    def disk_full(self) -> str | None:
+        """Why writes are refused now (as last checked), or None."""
+        return self._disk_full
 
     def disk_usage_ratio(self) -> float:
         st = os.statvfs(self.config.store_path)

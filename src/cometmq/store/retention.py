@@ -43,6 +43,11 @@ class CleanService(ServiceThread):
         super().__init__("CleanCommitLogService", store.config.clean_resource_interval_ms / 1000)
         self.store = store
         self.manual_requests = 0
+        #: segments, and the messages in them, deleted by the forced clean before their reserved time (consumed
+        #: or not): exported as cometmq_storage_forced_deleted_messages
+        self.forced_deleted_segments = 0
+        self.forced_deleted_messages = 0
+        self._warned_forcible_off = False
 
     def request_delete(self) -> None:
         """Delete expired files now, whatever the hour (the admin 'deleteExpiredCommitLog')."""
@@ -62,40 +67,66 @@ class CleanService(ServiceThread):
         hour = datetime.datetime.fromtimestamp(now_ms / 1000).hour
         ratio = store.disk_usage_ratio() * 100
         force = ratio >= cfg.disk_force_clean_ratio
+        if force and not cfg.clean_file_forcibly_enable and not self._warned_forcible_off:
+            self._warned_forcible_off = True
+            log.warning("disk %.1f%% used (diskSpaceCleanForciblyRatio %d) but cleanFileForciblyEnable=false: no "
+                        "segment is deleted before its reserved time; writes are refused from %d%%", ratio,
+                        cfg.disk_force_clean_ratio, cfg.disk_space_warning_level_ratio)
+        elif not force:
+            self._warned_forcible_off = False
         due = hour in cfg.delete_hours or ratio >= cfg.disk_max_used_space_ratio or self.manual_requests > 0
         deleted = 0
         if due:
             if self.manual_requests:
                 self.manual_requests -= 1
             deleted = self.delete_expired(now_ms, force=force)
+        store.check_disk()  # the write path sees the space freed (or used up) now, not at its next look
         self.release_cold_pages()
         return deleted
 
     def delete_expired(self, now_ms: int, *, force: bool = False) -> int:
-        """Delete segments (never the last) not written for ``fileReservedTime`` hours; with ``force``
-        the oldest go regardless of age. Consume queues and index follow the log's new start."""
+        """Delete segments (never the last) not written for ``fileReservedTime`` hours; with ``force`` (and
+        cleanFileForciblyEnable) the oldest goes regardless of age, one a pass, logged at WARNING and counted.
+        Consume queues and index follow the log's new start."""
         store = self.store
-        reserved_s = store.config.file_reserved_time_h * 3600
+        cfg = store.config
+        force = force and cfg.clean_file_forcibly_enable
+        reserved_s = cfg.file_reserved_time_h * 3600
         files = store.commitlog.files
-        deleted = 0
+        deleted = early = 0
         with store.lock:
             while len(files.files) > 1 and deleted < MAX_DELETE_PER_PASS:
                 first = files.files[0]
-                if not force and first.last_modified() + reserved_s > now_ms / 1000:
+                expired = first.last_modified() + reserved_s <= now_ms / 1000
+                if not force and not expired:
                     break
                 if first.end_offset > store.reput.reput_offset:
                     break  # never delete what the dispatcher has not seen
                 files.delete_first(1)
                 deleted += 1
+                if not expired:
+                    early += 1
                 if force:
                     break
             if deleted:
                 min_phy = files.min_offset
+                removed = 0
                 for cq in store.queues.values():
+                    before = cq.min_offset
                     cq.delete_before_phy(min_phy)
+                    removed += cq.min_offset - before
                 if store.index is not None:
                     store.index.delete_files_before(min_phy)
-                log.info("retention: deleted %d commit-log segments; the log now starts at %d", deleted, min_phy)
+                if early:
+                    self.forced_deleted_segments += early
+                    self.forced_deleted_messages += removed
+                    log.warning("disk over diskSpaceCleanForciblyRatio %d%%: deleted %d commit-log segment(s) before "
+                                "their reserved time (fileReservedTime %gh), %d messages removed from their queues "
+                                "whether consumed or not (cleanFileForciblyEnable=true); the log now starts at %d",
+                                cfg.disk_force_clean_ratio, early, cfg.file_reserved_time_h, removed, min_phy)
+                else:
+                    log.info("retention: deleted %d expired commit-log segments (%d messages); the log now starts "
+                             "at %d", deleted, removed, min_phy)
         return deleted
 
     def release_cold_pages(self) -> None:

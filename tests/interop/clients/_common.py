@@ -47,6 +47,13 @@ INTERESTING_PROPS = {
 _emit_lock = threading.Lock()
 
 
+def add_credential_args(ap: Any) -> None:
+    """``--access-key/--secret-key/--channel``: the wheel's set_session_credentials (ACL, docs/security.md)."""
+    ap.add_argument("--access-key", default=None, help="ACL access key (the client signs every request)")
+    ap.add_argument("--secret-key", default=None, help="ACL secret key")
+    ap.add_argument("--channel", default="ALIYUN", help="the OnsChannel field the C++ client signs too")
+
+
 def emit(obj: dict[str, Any]) -> None:
     """Print one JSON line and flush (thread-safe: consumer callbacks run on C++ threads)."""
     line = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))

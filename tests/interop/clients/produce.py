@@ -67,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--stop-on-error", action="store_true", help="stop at the first failed send")
     ap.add_argument("--duration-s", type=float, default=0,
                     help="stop sending after this many seconds (0 = no limit; --count is then an upper bound)")
+    c.add_credential_args(ap)
     return ap.parse_args(argv)
 
 
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     client = c.load_wheel()
     producer = client.Producer(args.group, timeout=args.timeout_ms)
     producer.set_namesrv_addr(args.namesrv)
+    if args.access_key:  # ACL (docs/security.md): the client signs every request
+        producer.set_session_credentials(args.access_key, args.secret_key, args.channel)
     if args.instance_name:
         c.dll().SetProducerInstanceName(producer._handle, c.c_str(args.instance_name))
     c.set_log_level("Producer", producer._handle, args.log_level)

@@ -45,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--log-level", choices=sorted(c.LOG_LEVELS), default=None)
     ap.add_argument("--max-print", type=int, default=4096,
                     help="print at most this many body bytes (-1 = all); sha256 is always exact")
+    c.add_credential_args(ap)
     return ap.parse_args(argv)
 
 
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     dll = c.dll()
     consumer = client.PullConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        consumer.set_session_credentials(args.access_key, args.secret_key, args.channel)
     c.set_log_level("PullConsumer", consumer._handle, args.log_level)
     t_start = time.monotonic()
     try:

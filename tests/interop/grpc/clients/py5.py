@@ -12,7 +12,8 @@ Prints one JSON object per stdout line with an ``event`` key. Subcommands:
                  [--change-invisible S (on the first delivery)] [--timeout S]
   push           --group G --count N [--fail-first N] [--sql EXPR | --tag-expr EXPR] [--timeout S]
 
-Common: --endpoints host:port --topic T [--ak AK --sk SK]
+Common: --endpoints host:port --topic T [--ak AK --sk SK] [--tls (the client's tls_enable: a secure channel; the
+CA comes from GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, grpc.ssl_channel_credentials() takes no other)]
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def produce(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     end = time.monotonic() + args.duration if args.duration else float("inf")
-    producer = Producer(config(args), (args.topic,))
+    producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
     producer.startup()
     try:
         for i in range(args.count):
@@ -119,7 +120,7 @@ class Checker(TransactionChecker):  # type: ignore[misc]
 
 
 def transaction(args: argparse.Namespace) -> None:
-    producer = Producer(config(args), (args.topic,), checker=Checker(args.check))
+    producer = Producer(config(args), (args.topic,), checker=Checker(args.check), tls_enable=args.tls)
     producer.startup()
     try:
         tx = producer.begin_transaction()
@@ -139,7 +140,7 @@ def transaction(args: argparse.Namespace) -> None:
 
 
 def recall(args: argparse.Namespace) -> None:
-    producer = Producer(config(args), (args.topic,))
+    producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
     producer.startup()
     try:
         emit("recalled", id=producer.recall_message(args.topic, args.handle))
@@ -148,7 +149,8 @@ def recall(args: argparse.Namespace) -> None:
 
 
 def simple(args: argparse.Namespace) -> None:
-    consumer = SimpleConsumer(config(args), args.group, {args.topic: filter_of(args)}, await_duration=args.await_s)
+    consumer = SimpleConsumer(config(args), args.group, {args.topic: filter_of(args)}, await_duration=args.await_s,
+                              tls_enable=args.tls)
     consumer.startup()
     got = 0
     changed: set[str] = set()
@@ -191,7 +193,7 @@ class Listener(MessageListener):  # type: ignore[misc]
 def push(args: argparse.Namespace) -> None:
     listener = Listener(args.fail_first)
     consumer = PushConsumer(config(args), args.group, listener, {args.topic: filter_of(args)},
-                            consumption_thread_count=args.threads)
+                            consumption_thread_count=args.threads, tls_enable=args.tls)
     consumer.startup()
     emit("started")
     deadline = time.monotonic() + args.timeout
@@ -209,6 +211,7 @@ def main() -> None:
     p.add_argument("--endpoints", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--ak", default="")
+    p.add_argument("--tls", action="store_true")
     p.add_argument("--sk", default="")
     p.add_argument("--request-timeout", type=float, default=3)
     p.add_argument("--count", type=int, default=1)

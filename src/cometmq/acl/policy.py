@@ -1,0 +1,171 @@
+"""What a remoting request needs: per request code, the topics and groups it touches and the permission it needs on
+each (RocketMQ's PlainAccessResource.parse), and which codes need an admin account.
+
+A retry topic (``%RETRY%group``) is its group: sending to it needs SUB on the group (a consumer's retry), as in
+RocketMQ. Codes not listed touch no named resource: any account that signs correctly may use them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from cometmq.acl.model import ANY, PUB, SUB
+from cometmq.protocol.client_bodies import HeartbeatData
+from cometmq.protocol.codes import RequestCode as C
+from cometmq.protocol.remoting import RemotingCommand
+
+RETRY_PREFIX = "%RETRY%"
+#: RocketMQ's TopicValidator.RMQ_SYS_TRACE_TOPIC: sending traces to it is always allowed
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    resource: str
+    is_group: bool
+    perm: int
+
+    def describe(self) -> str:
+        return f"{'group' if self.is_group else 'topic'}={self.resource}"
+
+
+def topic_need(topic: str | None, perm: int) -> list[Need]:
+    if not topic:
+        return []
+    if topic.startswith(RETRY_PREFIX):
+        return [Need(topic[len(RETRY_PREFIX):], True, SUB)]
+    return [Need(topic, False, perm)]
+
+
+def group_need(group: str | None) -> list[Need]:
+    return [Need(group, True, SUB)] if group else []
+
+
+def _send(cmd: RemotingCommand) -> list[Need]:
+    ext = cmd.ext_fields
+    return topic_need(ext.get("topic") or ext.get("b"), PUB)
+
+
+def _sub(topic_key: str, group_key: str) -> Callable[[RemotingCommand], list[Need]]:
+    def needs(cmd: RemotingCommand) -> list[Need]:
+        ext = cmd.ext_fields
+        return topic_need(ext.get(topic_key), SUB) + group_need(ext.get(group_key))
+
+    return needs
+
+
+def _group(key: str) -> Callable[[RemotingCommand], list[Need]]:
+    return lambda cmd: group_need(cmd.ext_fields.get(key))
+
+
+def _send_back(cmd: RemotingCommand) -> list[Need]:
+    # RocketMQ asks PUB on the origin topic; a send-back is part of consuming, so SUB on it here
+    ext = cmd.ext_fields
+    return group_need(ext.get("group")) + topic_need(ext.get("originTopic"), SUB)
+
+
+def _heartbeat(cmd: RemotingCommand) -> list[Need]:
+    data = HeartbeatData.decode(cmd.body)
+    out: list[Need] = []
+    for consumer in data.consumers:
+        out += group_need(consumer.group_name)
+        for sub in consumer.subscriptions:
+            out += topic_need(sub.topic, SUB)
+    return out
+
+
+def _json_groups(cmd: RemotingCommand) -> list[Need]:
+    """Lock/unlock and batch ack bodies: the consumer group (and topics) they name."""
+    try:
+        raw = json.loads(bytes(cmd.body) or b"{}")
+    except ValueError:
+        raise ValueError("the body is not JSON") from None
+    out: list[Need] = []
+    if isinstance(raw, dict):
+        out += group_need(raw.get("consumerGroup") if isinstance(raw.get("consumerGroup"), str) else None)
+        for ack in raw.get("acks") or ():
+            if isinstance(ack, dict):
+                out += group_need(ack.get("consumerGroup")) + topic_need(ack.get("topic"), SUB)
+    return out
+
+
+NeedsFn = Callable[[RemotingCommand], list[Need]]
+
+BROKER_NEEDS: dict[int, NeedsFn] = {
+    C.SEND_MESSAGE: _send,
+    C.SEND_MESSAGE_V2: _send,
+    C.SEND_BATCH_MESSAGE: _send,
+    C.SEND_REPLY_MESSAGE: _send,
+    C.SEND_REPLY_MESSAGE_V2: _send,
+    C.RECALL_MESSAGE: lambda cmd: topic_need(cmd.ext_fields.get("topic"), PUB),
+    C.CONSUMER_SEND_MSG_BACK: _send_back,
+    C.PULL_MESSAGE: _sub("topic", "consumerGroup"),
+    C.LITE_PULL_MESSAGE: _sub("topic", "consumerGroup"),
+    C.QUERY_MESSAGE: lambda cmd: topic_need(cmd.ext_fields.get("topic"), SUB),
+    C.HEART_BEAT: _heartbeat,
+    C.UNREGISTER_CLIENT: _group("consumerGroup"),
+    C.GET_CONSUMER_LIST_BY_GROUP: _group("consumerGroup"),
+    C.UPDATE_CONSUMER_OFFSET: _sub("topic", "consumerGroup"),
+    C.QUERY_CONSUMER_OFFSET: _sub("topic", "consumerGroup"),
+    C.POP_MESSAGE: _sub("topic", "consumerGroup"),
+    C.PEEK_MESSAGE: _sub("topic", "consumerGroup"),
+    C.ACK_MESSAGE: _sub("topic", "consumerGroup"),
+    C.CHANGE_MESSAGE_INVISIBLETIME: _sub("topic", "consumerGroup"),
+    C.NOTIFICATION: _sub("topic", "consumerGroup"),
+    C.POLLING_INFO: _sub("topic", "consumerGroup"),
+    C.BATCH_ACK_MESSAGE: _json_groups,
+    C.LOCK_BATCH_MQ: _json_groups,
+    C.UNLOCK_BATCH_MQ: _json_groups,
+    C.QUERY_ASSIGNMENT: _sub("topic", "consumerGroup"),
+}
+
+#: RocketMQ's Permission.ADMIN_CODE (17, 25, 215, 200, 207), its ACL administration (50-54), and every other code
+#: that changes topics, groups, offsets, the broker's configuration or its files
+BROKER_ADMIN_CODES = frozenset({
+    C.UPDATE_AND_CREATE_TOPIC, C.UPDATE_AND_CREATE_TOPIC_LIST, C.UPDATE_BROKER_CONFIG, C.DELETE_TOPIC_IN_BROKER,
+    C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, C.DELETE_SUBSCRIPTIONGROUP,
+    C.UPDATE_AND_CREATE_ACL_CONFIG, C.DELETE_ACL_CONFIG, C.GET_BROKER_CLUSTER_ACL_INFO,
+    C.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, C.GET_BROKER_CLUSTER_ACL_CONFIG,
+    C.INVOKE_BROKER_TO_RESET_OFFSET, C.RESET_CONSUMER_OFFSET_IN_BROKER, C.CLONE_GROUP_OFFSET,
+    C.TRIGGER_DELETE_FILES, C.CLEAN_EXPIRED_CONSUMEQUEUE, C.CLEAN_UNUSED_TOPIC, C.DELETE_EXPIRED_COMMITLOG,
+    C.WIPE_WRITE_PERM_OF_BROKER, C.ADD_WRITE_PERM_OF_BROKER, C.RESET_MASTER_FLUSH_OFFSET, C.CLEAN_BROKER_DATA,
+    C.ADD_BROKER, C.REMOVE_BROKER, C.CONSUME_MESSAGE_DIRECTLY, C.SET_MESSAGE_REQUEST_MODE,
+})
+
+#: codes a nameserver answers to anyone: reads of routes, clusters, topic lists and KV config (as RocketMQ, whose
+#: nameserver checks nothing); every other nameserver code (registering and unregistering brokers, deleting topics,
+#: write permissions, KV and configuration changes, the embedded controller's codes) needs an admin account
+NAMESRV_PUBLIC_CODES = frozenset({
+    C.GET_ROUTEINFO_BY_TOPIC, C.GET_BROKER_CLUSTER_INFO, C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    C.GET_TOPICS_BY_CLUSTER, C.GET_SYSTEM_TOPIC_LIST_FROM_NS, C.GET_UNIT_TOPIC_LIST, C.GET_HAS_UNIT_SUB_TOPIC_LIST,
+    C.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, C.GET_KV_CONFIG, C.GET_KVLIST_BY_NAMESPACE, C.QUERY_DATA_VERSION,
+})
+
+#: codes a broker takes from its controller, which does not sign (cometmq's controller has no credentials)
+BROKER_PUBLIC_CODES = frozenset({C.NOTIFY_BROKER_ROLE_CHANGED, C.NOTIFY_MIN_BROKER_ID_CHANGE})
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one kind of server checks. ``admin_by_default``: every code that is not public is an admin code."""
+
+    name: str
+    needs: Mapping[int, NeedsFn] = field(default_factory=dict)
+    admin_codes: frozenset[int] = frozenset()
+    public_codes: frozenset[int] = frozenset()
+    admin_by_default: bool = False
+
+    def is_admin(self, code: int) -> bool:
+        return self.admin_by_default or code in self.admin_codes
+
+    def needs_of(self, cmd: RemotingCommand) -> list[Need]:
+        fn = self.needs.get(cmd.code)
+        return fn(cmd) if fn is not None else []
+
+
+BROKER_POLICY = Policy("broker", BROKER_NEEDS, BROKER_ADMIN_CODES, BROKER_PUBLIC_CODES)
+NAMESRV_POLICY = Policy("namesrv", {}, frozenset(), NAMESRV_PUBLIC_CODES, admin_by_default=True)
+
+__all__ = ["ANY", "BROKER_POLICY", "NAMESRV_POLICY", "Need", "Policy", "group_need", "topic_need"]

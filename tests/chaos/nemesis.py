@@ -22,8 +22,12 @@ Faults (``KINDS``):
   ``hold`` (``direction`` "kill" / "pause"). ``elections_s``: the fault -> a running controller decides an
   ELECT_MASTER again (``ChaosCluster.elections_work``); must be ≤ ``ELECTIONS_LIMIT_S``.
 
-Crash points inside a role change or a truncation: the product's failpoints (``COMETMQ_FAILPOINTS``,
-src/cometmq/common/failpoints.py) are not used by any nemesis yet (docs/reliability.md).
+- ``crash-promote``: the replicas are restarted armed with the failpoint ``ha.promote.epoch_written``
+  (``COMETMQ_FAILPOINTS``, src/cometmq/common/failpoints.py), then the master is SIGKILLed: each replica the
+  controller elects dies right after its new epoch entry is durable, before it takes a write. Healing restarts
+  everyone unarmed.
+- ``crash-truncate``: the master is SIGKILLed and restarted armed with ``ha.truncate.log_cut``: if its log holds
+  a tail the new master does not have, it dies between cutting its log and its epoch file (RocketMQ #10666).
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tests.chaos.cluster import ChaosBroker, ChaosCluster
+from tests.ha.cluster import ProcessError
 
 KINDS = ("kill-master", "pause-master", "partition-master-controller", "isolate-master", "partition-replica",
-         "double-failover", "master-and-controller", "controller-leader")
+         "double-failover", "master-and-controller", "controller-leader", "crash-promote", "crash-truncate")
+FAILPOINTS_ENV = "COMETMQ_FAILPOINTS"
 #: a controller leader lost -> elections decided again within this (the runner fails the run otherwise)
 ELECTIONS_LIMIT_S = 10.0
 
@@ -46,6 +52,7 @@ ELECTIONS_LIMIT_S = 10.0
 SCENARIOS: dict[str, tuple[str, ...]] = {
     **{k: (k,) for k in KINDS},
     "partitions": ("partition-master-controller", "isolate-master", "partition-replica"),
+    "crash-points": ("crash-promote", "crash-truncate"),
     "mixed": KINDS,
 }
 #: the short set CI runs (test_chaos.py)
@@ -92,7 +99,7 @@ def make_schedule(scenario: str, seed: int, duration: float) -> Schedule:
         gap = round(rng.uniform(2.0, 5.0), 2)
         if kind == "pause-master":
             hold = round(rng.uniform(1.0, 8.0), 2)  # below and above the 3 s heartbeat timeout
-        elif kind in ("kill-master", "double-failover", "master-and-controller"):
+        elif kind in ("kill-master", "double-failover", "master-and-controller", "crash-promote", "crash-truncate"):
             hold = round(rng.uniform(1.0, 6.0), 2)
         elif kind == "controller-leader":
             hold = round(rng.uniform(1.0, 8.0), 2)  # below and above the 3 s etcd lease
@@ -227,9 +234,33 @@ class Nemesis:
                 await c.restart(leader)
             elections = await probe
             info["elections_s"] = None if elections is None else round(elections, 3)
+        elif f.kind == "crash-promote":
+            replicas = [b for b in c.brokers if b is not m]
+            for r in replicas:  # armed at their next start
+                c.kill(r.name)
+                r.env = {FAILPOINTS_ENV: "ha.promote.epoch_written"}
+                await self._restart_armed(r.name)
+            c.kill(m.name)
+            self._down.append(m.name)
+            await hold()
+            info["crashed"] = [r.name for r in replicas if not r.running]
+        elif f.kind == "crash-truncate":
+            c.kill(m.name)
+            m.env = {FAILPOINTS_ENV: "ha.truncate.log_cut"}
+            await asyncio.sleep(f.hold / 2)
+            await self._restart_armed(m.name)
+            await asyncio.sleep(f.hold / 2)
+            info["crashed"] = not m.running
         else:
             raise ValueError(f"unknown fault {f.kind}")
         return info
+
+    async def _restart_armed(self, name: str) -> None:
+        """Restart a broker armed with a failpoint; one that fires before the broker is ready is a crash too."""
+        try:
+            await self.cluster.restart(name)
+        except ProcessError:
+            self.cluster.note("failpoint fired while starting", node=name)
 
     async def _elected(self, old: ChaosBroker, epoch: int, start: float, timeout: float = 40.0) -> float | None:
         """Seconds from ``start`` until the controller leader records a master other than ``old`` above
@@ -263,4 +294,10 @@ class Nemesis:
                 await c.restart(ctl.name)
         while self._down:
             name = self._down.pop(0)
+            c.node(name).env = {}
             await c.restart(name)
+        for b in c.brokers:  # unarmed; a failpoint that fired left its broker down
+            if b.env:
+                b.env = {}
+            if not b.running and b.name not in c.paused:
+                await c.restart(b.name)

@@ -19,7 +19,11 @@ import pytest
 
 CHROMIUM = os.environ.get("COMETMQ_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("COMETMQ_CHROMEDRIVER", "/usr/bin/chromedriver")
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+#: where the screenshots go: docs/img when COMETMQ_DASHBOARD_SCREENSHOTS=docs (to refresh the docs' pictures),
+#: else a temporary folder (a test run leaves the work tree as it was)
+_DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+IMG = _DOCS_IMG if os.environ.get("COMETMQ_DASHBOARD_SCREENSHOTS") == "docs" \
+    else Path(os.environ.get("TMPDIR", "/tmp")) / f"cometmq-dashboard-shots-{os.getpid()}"
 
 
 def free_port() -> int:
@@ -107,7 +111,7 @@ def browser() -> Iterator[Any]:
 
 
 def shoot(driver: Any, name: str) -> None:
-    """docs/img/dashboard-NAME.png: the viewport (1280x900)."""
+    """IMG/dashboard-NAME.png: the viewport (1280x900)."""
     IMG.mkdir(parents=True, exist_ok=True)
     time.sleep(0.2)
     driver.save_screenshot(str(IMG / f"dashboard-{name}.png"))

@@ -25,7 +25,7 @@ from cometmq.protocol.message import TRANSACTION_MASK, decode_record, pack_host
 from cometmq.protocol.properties import DELAY, REAL_QID, REAL_TOPIC, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
-from cometmq.store.status import PutResult
+from cometmq.store.status import GetStatus, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -136,12 +136,19 @@ class ScheduleMessageService:
                 due: list[MessageInner] = []
                 next_offset = offset
                 for view, qoff in zip(result.buffers, result.queue_offsets, strict=True):
-                    rec, _ = decode_record(view)
-                    deliver_at = rec.store_timestamp + delay
-                    if deliver_at > now:
+                    try:
+                        rec, _ = decode_record(view)
+                        deliver_at = rec.store_timestamp + delay
+                        restored = self._restore(rec) if deliver_at <= now else None
+                    except Exception as exc:  # a damaged record: skipped (logged), the level goes on
+                        log.error("delay level %d: the record at offset %d of %s/%d is unreadable (%s); skipped",
+                                  level, qoff, SCHEDULE_TOPIC, queue_id, exc)
+                        next_offset = qoff + 1
+                        continue
+                    if restored is None:
                         wait_s = (deliver_at - now) / 1000
                         break
-                    due.append(self._restore(rec))
+                    due.append(restored)
                     next_offset = qoff + 1
                 else:
                     next_offset = result.next_begin_offset
@@ -159,6 +166,14 @@ class ScheduleMessageService:
                     continue
             elif result.next_begin_offset > offset and result.status.value != "OFFSET_OVERFLOW_ONE":
                 self.offsets[level] = result.next_begin_offset
+                continue
+            elif result.status is GetStatus.OFFSET_FOUND_NULL and offset < result.max_offset:
+                # The store would not serve the record at ``offset`` (its unit and the record disagree: damage,
+                # logged by the store): skip it, or this level would stop delivering for good.
+                log.error("delay level %d: offset %d of %s/%d cannot be read; skipped", level, offset,
+                          SCHEDULE_TOPIC, queue_id)
+                self.offsets[level] = offset + 1
+                self.persist()
                 continue
             try:
                 if wait_s is None:

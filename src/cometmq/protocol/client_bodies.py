@@ -38,7 +38,7 @@ def _enum(value: Any, names: list[str] | dict[int, str], what: str) -> str:
 def loads_object(body: bytes, what: str) -> dict[str, Any]:
     try:
         raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nesting too deep
         raise RemoteProtocolError(f"{what} body is not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise RemoteProtocolError(f"{what} body is not a JSON object")

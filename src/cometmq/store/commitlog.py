@@ -84,7 +84,8 @@ class CommitLog:
         self.store_host = store_host
         self.clock = clock
         self.files = MappedFileQueue(config.commitlog_dir, config.commitlog_segment_size,
-                                     preallocate=config.preallocate)
+                                     preallocate=config.preallocate, refuse_empty=True,
+                                     set_aside_first=config.set_aside_unfit_first_segment)
         self.lock = threading.Lock()
         #: (topic, queueId) -> next queue offset
         self.queue_table: dict[tuple[str, int], int] = {}
@@ -348,6 +349,30 @@ class CommitLog:
         if magic != MAGIC_CODE or size < MIN_RECORD_SIZE or pos + size > mf.wrote_position:
             return None
         return mf.view(pos, size)
+
+    def record_matches(self, offset: int, size: int, queue_id: int, queue_offset: int) -> bool:
+        """Whether a consume-queue unit (``offset``, ``size``) for ``queue_offset`` of queue ``queue_id`` points at
+        a record that says the same: magic code, total size, queue id and queue offset (recovery's check)."""
+        mf = self.files.find(offset)
+        if mf is None or size < MIN_RECORD_SIZE:
+            return False
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return False
+        total, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+        return bool(total == size and magic == MAGIC_CODE
+                and _I32.unpack_from(mf.mm, pos + QUEUE_ID_POS)[0] == queue_id
+                and _Q.unpack_from(mf.mm, pos + QUEUE_OFFSET_POS)[0] == queue_offset)
+
+    def record_starts_at(self, offset: int, size: int) -> bool:
+        """Whether a record of ``size`` bytes starts at ``offset`` (magic code and total size only)."""
+        mf = self.files.find(offset)
+        if mf is None or size < MIN_RECORD_SIZE:
+            return False
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return False
+        return bool(_SIZE_MAGIC.unpack_from(mf.mm, pos) == (size, MAGIC_CODE))
 
     # -- scanning (recovery and reput from bytes) --------------------------------------------
     def scan(self, start: int, end: int | None = None, *, check_crc: bool = True

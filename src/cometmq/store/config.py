@@ -68,6 +68,12 @@ class StoreConfig:
     #: fault the commit log's pages in this far ahead of the writer, from a background thread, so appends do not
     #: page-fault while holding the GIL (0: off). Costs at most this much extra resident memory.
     warm_ahead_bytes: int = 32 << 20
+    #: a first commit-log segment that does not fit the log (a wrong size or name) refuses the start (it would
+    #: leave an empty log, whose queue offsets restart from 0); true: set it and every later one aside, start empty
+    set_aside_unfit_first_segment: bool = False
+    #: after a clean stop, recovery still checks (lengths and body CRC) the records of the last this many
+    #: commit-log segments (RocketMQ re-walks the last 3 with checkCRCOnRecover); 0: trust the checkpoint
+    recover_check_segments: int = 3
 
     def __post_init__(self) -> None:
         if self.commitlog_segment_size < 4096:
@@ -123,6 +129,8 @@ def _to_bool(value: str) -> bool:
 STORE_KEYS: dict[str, tuple[str, Any]] = {
     "storePathRootDir": ("store_path", Path),
     "mappedFileSizeCommitLog": ("commitlog_segment_size", int),
+    "setAsideUnfitFirstSegment": ("set_aside_unfit_first_segment", _to_bool),
+    "recoverCheckSegments": ("recover_check_segments", int),
     "mappedFileSizeConsumeQueue": ("consume_queue_units_per_file", lambda v: int(v) // CQ_UNIT_SIZE),
     "flushDiskType": ("flush_disk_type", lambda v: FlushDiskType(v.strip().upper())),
     "flushIntervalCommitLog": ("flush_interval_commitlog_ms", int),

@@ -76,6 +76,43 @@ class ConsumeQueue:
                 self._min_offset = base + i
                 return
 
+    def first_bad_unit(self, matches: Callable[[int, int, int, int], bool], min_phy: int) -> int | None:
+        """The queue offset of the first unit of the last file (those pointing at or past ``min_phy``) that does
+        not match its record (``matches(phy, size, queue_id, queue_offset)``, the commit log's
+        ``record_matches``), or None when they all do. A unit of size 0 before the last one counts as bad: a
+        zeroed unit, or a gap the re-dispatch may fill."""
+        last = self.files.last
+        if last is None:
+            return None
+        base = last.file_from_offset // CQ_UNIT_SIZE
+        n = last.wrote_position // CQ_UNIT_SIZE
+        start = max(self.min_offset - base, 0)
+        if start >= n:
+            return None
+        units = last.view(0, n * CQ_UNIT_SIZE)
+        try:
+            # Units are in log order: skip those before min_phy (their records were not checked by recovery).
+            lo, hi = start, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if CQ_UNIT.unpack_from(units, mid * CQ_UNIT_SIZE)[0] < min_phy:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            qid = self.queue_id
+            for i in range(lo, n):
+                phy, size, _ = CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE)
+                if size <= 0 or phy < 0 or not matches(phy, size, qid, base + i):
+                    return base + i
+        finally:
+            units.release()
+        return None
+
+    def truncate_to(self, queue_offset: int) -> None:
+        """Drop the units from ``queue_offset`` on (a damaged unit: recovery re-dispatches them from the log)."""
+        self._tail = None
+        self.files.set_write_end(max(queue_offset, self.min_offset) * CQ_UNIT_SIZE)
+
     # -- offsets ---------------------------------------------------------------------------
     @property
     def max_offset(self) -> int:

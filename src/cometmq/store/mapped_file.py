@@ -17,7 +17,14 @@ import threading
 import time
 from pathlib import Path
 
+from cometmq.store.epoch_file import EpochFileCorrupt
+
 log = logging.getLogger(__name__)
+
+
+class StoreFileCorrupt(EpochFileCorrupt):
+    """A store file too damaged to start on without losing the whole log: an operator must look. A subclass of
+    ``EpochFileCorrupt``, which ``cometmq serve`` turns into "cannot start: ..." without a traceback."""
 
 PAGE_SIZE = mmap.PAGESIZE
 
@@ -257,27 +264,48 @@ class FileRegion:
 class MappedFileQueue:
     """The segments of one log, ordered by start offset, contiguous, all of one size."""
 
-    def __init__(self, directory: Path, file_size: int, *, preallocate: bool = True) -> None:
+    def __init__(self, directory: Path, file_size: int, *, preallocate: bool = True, refuse_empty: bool = False,
+                 set_aside_first: bool = False) -> None:
         self.directory = directory
         self.file_size = file_size
         self.preallocate = preallocate
+        #: ``load`` refuses (StoreFileCorrupt) to set the first segment aside, unless ``set_aside_first``
+        self.refuse_empty = refuse_empty
+        self.set_aside_first = set_aside_first
         self.files: list[MappedFile] = []
         self._starts: list[int] = []
 
     def load(self) -> None:
-        """Open the segments on disk. A gap or a wrongly sized file stops loading there."""
+        """Open the segments on disk. A gap or a wrongly sized file stops loading there.
+
+        Bytes past the segment size (appended to the file: a copy gone wrong, a stray write) are no record: a
+        record never reaches past its segment's size, so they are cut off, with a WARNING naming the file. A
+        segment that does not fit otherwise is set aside with every later one (the log then ends before it: a
+        suffix is lost). Setting aside the *first* segment would leave an empty log, whose offsets would start
+        again from 0 under what consumers committed: with ``refuse_empty`` (the commit log) that is a refusal to
+        start instead, ``StoreFileCorrupt`` naming the file, unless ``set_aside_first`` allows it."""
         self.directory.mkdir(parents=True, exist_ok=True)
         names = sorted(p for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 20)
         expected: int | None = None
         for path in names:
             start = int(path.name)
             size = path.stat().st_size
+            aligned = start % self.file_size == 0 and (expected is None or start == expected)
+            if size > self.file_size and aligned:
+                log.warning("segment %s is %d bytes, %d past the segment size %d: bytes past the segment size "
+                            "hold no record; cutting them off", path, size, size - self.file_size, self.file_size)
+                os.truncate(path, self.file_size)
+                size = self.file_size
             # A last segment cut short (a crash while it grew, a copy gone wrong) is extended and its
             # records recovered by the scan; anything else that does not fit is set aside.
             short_last = path == names[-1] and size < self.file_size
-            if (size != self.file_size and not short_last) or start % self.file_size != 0 or (
-                expected is not None and start != expected
-            ):
+            if (size != self.file_size and not short_last) or not aligned:
+                if not self.files and self.refuse_empty and not self.set_aside_first:
+                    raise StoreFileCorrupt(
+                        f"segment {path} does not fit the log (size {size}, segment size {self.file_size}, "
+                        f"expected start {expected if expected is not None else 'a multiple of the size'}); it "
+                        "is the first segment: setting it aside would empty the log (set "
+                        "setAsideUnfitFirstSegment=true to start without it and what follows)")
                 log.error("segment %s does not fit the queue (size %d); it and later ones are set aside",
                           path, size)
                 for later in names[names.index(path):]:

@@ -7,6 +7,7 @@ import functools
 import itertools
 import logging
 import os
+import re
 import struct
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 from cometmq.common.atomic_file import fsync_dir
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.message import pack_host
+from cometmq.protocol.record_layout import LAYOUT_V4, MAGIC_CODE
 from cometmq.store.checkpoint import Checkpoint
 from cometmq.store.commitlog import CommitLog
 from cometmq.store.config import CQ_UNIT_SIZE, FlushDiskType, StoreConfig
@@ -44,11 +46,27 @@ def _unit_sizes(n: int) -> struct.Struct:
 #: runs of back-to-back records one coalesced read gives at most (beyond: the record-by-record loop is cheaper)
 _MAX_RUNS = 16
 
+#: a record's TOTALSIZE and MAGIC, what a read checks against the consume-queue unit before serving it
+_SIZE_MAGIC = LAYOUT_V4.struct_of("total_size", "magic_code").unpack_from
+
 #: cometmq.store._indexc when built, else None: its ``runs`` finds what _runs finds without a Python int per unit
 _C_HELPER: Any = load_c_helper("cometmq.store._indexc")
 
 TagFilter = Callable[[int], bool]
 RecordFilter = Callable[[memoryview], bool]
+
+
+#: what a topic name may be (RocketMQ's TopicValidator), checked before a consume queue's folder is made from it
+_SAFE_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]{1,127}\Z")
+
+
+def usage_of(st: os.statvfs_result) -> tuple[float, int]:
+    """(used fraction, bytes free to us) of a file system, as ``df`` counts them: used / (used + available to
+    unprivileged users). Blocks reserved for root (or held back by the host) count as neither: on a disk with a
+    large reserve, (total - available) / total would call a half-empty disk full."""
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    return (0.0 if used + free <= 0 else used / (used + free)), free
 
 
 #: seconds a disk-usage reading stays valid for the write path (statvfs is a system call; puts come thousands of
@@ -100,6 +118,10 @@ class MessageStore:
         self._disk_checked_at = -DISK_CHECK_INTERVAL_S
         #: the last append needed a new commit-log segment that did not fit: refused until one fits
         self._segment_blocked = False
+        #: (topic, queue id, queue offset) of units found not to match their record (logged once each)
+        self._bad_units: set[tuple[str, int, int]] = set()
+        #: topics of records not dispatched because their name is not a legal topic (logged once each)
+        self._bad_topics: set[str] = set()
 
     # -- paths -------------------------------------------------------------------------------
     @property
@@ -248,8 +270,20 @@ class MessageStore:
                 last_topic, last_qid = req.topic, req.queue_id
                 cq = queues.get((last_topic, last_qid))
                 if cq is None:
+                    if not _SAFE_TOPIC.match(last_topic):
+                        self._skip_bad_topic(req.topic, req.phy_offset)
+                        last_topic = ""
+                        continue
                     cq = self.consume_queue(last_topic, last_qid)
             cq.put(req.queue_offset, req.phy_offset, req.size, req.tags_code)
+
+    def _skip_bad_topic(self, topic: str, phy_offset: int) -> None:
+        """A record whose topic is no legal name (a damaged header the body CRC does not cover, or bytes copied
+        from a broker that let one in) gets no consume queue: its name would become a folder (``..``, ``/``, NUL)."""
+        if topic not in self._bad_topics:
+            self._bad_topics.add(topic)
+            log.warning("record at %d names topic %r, which is no legal topic name: not dispatched", phy_offset,
+                        topic[:200])
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
@@ -356,7 +390,7 @@ class MessageStore:
         # Records of one read mostly sit in one segment: slice it directly while they do.
         seg_view: memoryview | None = None
         seg_start = seg_end = 0
-        done = False
+        done = bad_unit = False
         while not done and scanned < scan_limit and qoff < max_off:
             units = cq.units(qoff, scan_limit - scanned)
             if units is None:
@@ -380,6 +414,13 @@ class MessageStore:
                             seg_view = mf.view(0, mf.wrote_position)
                     if view is None:
                         removed += 1
+                    elif _SIZE_MAGIC(view, 0) != (size, MAGIC_CODE):
+                        # The unit and the record disagree (a damaged unit or log): never serve it. The answer
+                        # stops before it, and a read from it finds nothing: the offsets stay contiguous.
+                        self._note_bad_unit(cq, qoff, phy, size)
+                        bad_unit = True
+                        done = True
+                        break
                     elif record_filter is None or record_filter(view):
                         if buffers and total + size > byte_limit:
                             done = True
@@ -397,14 +438,52 @@ class MessageStore:
         result.buffer_total_size = total
         if buffers:
             result.status = GetStatus.FOUND
+        elif bad_unit:
+            result.status = GetStatus.OFFSET_FOUND_NULL
         elif removed and removed == scanned:
             result.status = GetStatus.MESSAGE_WAS_REMOVING
         elif scanned == 0:
             result.status = GetStatus.OFFSET_FOUND_NULL
         return result
 
+    def _note_bad_unit(self, cq: ConsumeQueue, qoff: int, phy: int, size: int) -> None:
+        """Log (once per unit) a consume-queue unit whose record does not match it."""
+        key = (cq.topic, cq.queue_id, qoff)
+        if key in self._bad_units:
+            return
+        if len(self._bad_units) < 10_000:
+            self._bad_units.add(key)
+        log.error("consume queue %s-%d offset %d: the record at %d is not the %d-byte record the unit names; "
+                  "not served (reads stop there: a restart rebuilds the queue from the commit log)",
+                  cq.topic, cq.queue_id, qoff, phy, size)
+
     def _runs(self, cq: ConsumeQueue, offset: int, count: int,
               byte_limit: int) -> tuple[list[memoryview], int, int] | None:
+        """``_coalesced_runs``, checked: the first and the last record of each run must have the magic code and the
+        size of their units (None otherwise: the record-by-record loop then checks each and stops at the bad one).
+        A damaged unit's offset or size breaks the run it is in, so it is a run's first or last record."""
+        found = self._coalesced_runs(cq, offset, count, byte_limit)
+        if found is None:
+            return None
+        views, k, _ = found
+        units = cq.units(offset, k)
+        if units is None or len(units) < k * CQ_UNIT_SIZE:
+            return None
+        with units:
+            sizes = _unit_sizes(k).unpack_from(units)
+        cum = list(itertools.accumulate(sizes, initial=0))
+        j = 0
+        for view in views:
+            n = len(view)
+            e = bisect.bisect_left(cum, cum[j] + n, j + 1) - 1  # the run's last unit
+            if (e >= k or cum[e + 1] - cum[j] != n or _SIZE_MAGIC(view, 0) != (sizes[j], MAGIC_CODE)
+                    or _SIZE_MAGIC(view, n - sizes[e]) != (sizes[e], MAGIC_CODE)):
+                return None
+            j = e + 1
+        return found if j == k else None
+
+    def _coalesced_runs(self, cq: ConsumeQueue, offset: int, count: int,
+                        byte_limit: int) -> tuple[list[memoryview], int, int] | None:
         """The records get_messages (unfiltered) would return from ``offset``, as one view per run of records
         that lie back to back in the commit log (a queue's records written in a batch do), found without
         Python work per record: (views, record count, the first record's commit-log offset). None when this
@@ -567,8 +646,8 @@ class MessageStore:
         except OSError as exc:
             log.warning("cannot read the disk usage of %s: %s", self.config.store_path, exc)
             return self._disk_full
-        total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-        ratio = 0.0 if total == 0 else (total - free) * 100 / total
+        ratio, free = usage_of(st)
+        ratio *= 100
         cfg = self.config
         segment = cfg.commitlog_segment_size
         if ratio >= cfg.disk_space_warning_level_ratio:
@@ -596,7 +675,4 @@ class MessageStore:
         return self._disk_full
 
     def disk_usage_ratio(self) -> float:
-        st = os.statvfs(self.config.store_path)
-        total = st.f_blocks * st.f_frsize
-        free = st.f_bavail * st.f_frsize
-        return 0.0 if total == 0 else (total - free) / total
+        return usage_of(os.statvfs(self.config.store_path))[0]

@@ -56,8 +56,7 @@ def recover(store: MessageStore) -> bool:
     elif not abnormal and checkpoint is not None and \
             files.min_offset <= checkpoint.clean_end_offset <= files.max_offset and \
             not _bytes_follow(store, checkpoint.clean_end_offset):
-        end = checkpoint.clean_end_offset
-        _set_end_positions(store, end)
+        end = _check_clean_end(store, checkpoint.clean_end_offset)
     else:
         if not abnormal:
             log.warning("the clean checkpoint does not match the log; checking it record by record")
@@ -86,6 +85,19 @@ def recover(store: MessageStore) -> bool:
         redispatch_from = min(checkpoint.dispatched_offset, end)
         if files.find(redispatch_from) is None and redispatch_from != end:
             redispatch_from = files.min_offset
+    checked_from, cut = _check_consume_queues(store)
+    if cut < end:
+        # A record whose header names another queue or queue offset than its unit (the body CRC does not cover the
+        # header): the log ends before it, as at any other bad record.
+        log.warning("commit log: the record at %d does not hold the queue and offset its consume-queue unit names; the "
+                    "log now ends there (%d bytes dropped)", cut, end - cut)
+        end = cut
+        commitlog.truncate(end)
+        for cq in store.queues.values():
+            cq.truncate_from_phy(end)
+        if store.index is not None:
+            store.index.truncate_after(end)
+    redispatch_from = min(redispatch_from, checked_from, end)
     store.reput.reput_offset = redispatch_from
     count = store.reput.reput_from_log(end, notify=False)
     store.reput.reput_offset = end
@@ -95,6 +107,67 @@ def recover(store: MessageStore) -> bool:
     log.info("recovery %s: log end %d, %d records re-dispatched, %.3f s",
              "after a crash" if abnormal else "after a clean stop", end, count, time.monotonic() - started)
     return abnormal
+
+
+def _check_consume_queues(store: MessageStore) -> tuple[int, int]:
+    """Check the units of each consume queue's last file that point into the last ``recover_check_segments``
+    commit-log segments against their records (magic code, size, queue id and offset: RocketMQ's ConsumeQueue
+    recover stops at a unit that does not hold up). A queue is cut at its first bad unit, and the commit log (the
+    source of truth) is re-dispatched from where that queue's last good record ends, which writes the units
+    back. When the unit names a record of the right size whose header says another queue or queue offset (header
+    fields the body CRC does not cover), the record is the damaged one: the log must end before it. Returns (where
+    to re-dispatch from, where the log must end): the log end for both when every unit holds up."""
+    commitlog = store.commitlog
+    files = commitlog.files
+    end = commitlog.max_offset
+    keep = store.config.recover_check_segments
+    if keep <= 0 or not files.files:
+        return end, end
+    min_phy = files.files[max(0, len(files.files) - keep)].file_from_offset
+    redispatch = cut = end
+    for cq in store.queues.values():
+        bad = cq.first_bad_unit(commitlog.record_matches, min_phy)
+        if bad is None:
+            continue
+        unit = cq.get_unit(bad)
+        if unit is not None and commitlog.record_starts_at(unit[0], unit[1]):
+            cut = min(cut, unit[0])
+        prev = cq.get_unit(bad - 1)
+        start = prev[0] + prev[1] if prev is not None and prev[1] > 0 else max(files.min_offset, min_phy)
+        log.warning("consume queue %s: unit %d does not match the commit log; rebuilding it from %d on from the log "
+                    "(re-dispatch from %d)", cq.files.directory, bad, bad, start)
+        cq.truncate_to(bad)
+        redispatch = min(redispatch, start)
+    return redispatch, cut
+
+
+def _check_clean_end(store: MessageStore, clean_end: int) -> int:
+    """The log end after a clean stop: the checkpoint's, unless the records before it do not hold up.
+
+    As RocketMQ's recoverNormally (checkCRCOnRecover): the records of the last ``recover_check_segments``
+    segments are checked (lengths, body CRC) up to the recorded end; a segment file cut short (its missing
+    tail reads as zeros), zeroed or flipped bytes end the log at the last valid record before them, with a
+    WARNING naming the segment (the consume queues and index then drop what points past it)."""
+    files = store.commitlog.files
+    _set_end_positions(store, clean_end)
+    keep = store.config.recover_check_segments
+    if keep <= 0 or not files.files:
+        return clean_end
+    start = files.files[max(0, len(files.files) - keep)].file_from_offset
+    result = store.commitlog.recover_end(start)
+    log.info("recovery after a clean stop: %d records checked from %d (last %d segment(s))", result.records,
+             start, min(keep, len(files.files)))
+    if result.end_offset >= clean_end:
+        return clean_end
+    end = result.end_offset
+    mf = files.find(end)
+    name = mf.path if mf is not None else files.directory
+    log.warning("commit log %s: the clean checkpoint says the log ends at %d, but the record at %d is %s; the log "
+                "now ends there (%d bytes dropped)", name, clean_end, end,
+                "damaged" if result.corrupt_at is not None else "missing (zeros: the file was cut short?)",
+                clean_end - end)
+    store.commitlog.truncate(end)
+    return end
 
 
 def _bytes_follow(store: MessageStore, end: int) -> bool:

@@ -265,7 +265,11 @@ class PopService:
             if not got.buffers or got.queue_offsets[0] != off:
                 log.warning("POP %s: message %s-%d@%d is gone (retention); dropping it", group, topic, qid, off)
                 continue
-            rec, _ = decode_record(got.buffers[0])
+            try:
+                rec, _ = decode_record(got.buffers[0])
+            except Exception as exc:  # a damaged record: dropped (logged), the others go on
+                log.error("POP %s: message %s-%d@%d is unreadable (%s); dropping it", group, topic, qid, off, exc)
+                continue
             props = dict(rec.properties)
             props.setdefault(ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or offset_msg_id(
                 self.store.commitlog.store_host, rec.physical_offset))

@@ -60,7 +60,7 @@ def test_controller_command(tmp_path: Path) -> None:
     port = free_port()
     addr = f"127.0.0.1:{port}"
     with running("controller", "--port", str(port), "--data", str(tmp_path / "ctl")) as (_, line):
-        assert line.strip() == f"cometmq controller listening on {addr}"
+        assert line.strip().startswith(f"cometmq controller listening on {addr} (node n0, log in ")
         assert (tmp_path / "ctl" / "controller.log").exists()
         reply = request(addr, RequestCode.CONTROLLER_APPLY_BROKER_ID, clusterName="c", brokerName="g",
                         appliedBrokerId=1, registerCheckCode="127.0.0.1:1;1")

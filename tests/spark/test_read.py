@@ -148,8 +148,8 @@ def test_data_loss_after_retention(spark: SparkSession, tmp_path: Path) -> None:
         server.create_topic(topic, 1)
         queue = MessageQueue(topic, "broker-a", 0)
         with SyncProducer("retention-producer", namesrv=server.namesrv) as p:
-            for i in range(0, 1500, 50):
-                p.send_batch([Message(topic, f"r{j}".encode() * 20) for j in range(i, i + 50)], queue=queue)
+            for i in range(0, 1500, 25):  # a batch, encoded, must fit maxMessageSize (8 KiB here)
+                p.send_batch([Message(topic, f"r{j}".encode() * 20) for j in range(i, i + 25)], queue=queue)
         with SyncAdmin(namesrv=server.namesrv) as admin:
             wait_until(lambda: admin.min_offset(queue) > 0, 30, "retention to delete the oldest segments")
             low, high = admin.min_offset(queue), admin.max_offset(queue)

@@ -10,6 +10,8 @@ import typer
 from cometmq.cli_admin._common import AsJson, Namesrv, Timeout, admin_app, fail, print_json, run, show, table
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from cometmq.client.admin import Admin
 
 _BROKER_ADDR = Annotated[str | None, typer.Option("-b", "--brokerAddr", help="this broker (address or name)",
@@ -81,17 +83,8 @@ def broker_status(
     timeout: Timeout = 5.0,
 ) -> None:
     """A broker's runtime figures (GET_BROKER_RUNTIME_INFO), or those of every master of a cluster."""
-    _one_of(broker, cluster)
-
-    async def call(admin: Admin) -> dict[str, dict[str, str]]:
-        addrs = await admin.broker_addrs(cluster=cluster, broker=broker)
-        return {addr: await admin.broker_runtime_info(addr) for addr in sorted(addrs.values())}
-
-    result = run(namesrv, timeout, call)
-    if as_json:
-        print_json(result)
-        return
-    show(*(table(f"status of {addr}", ("#Key", "#Value"), sorted(kv.items())) for addr, kv in result.items()))
+    _per_broker_kv(namesrv, broker, cluster, as_json, timeout, "status", lambda admin, addr:
+                   admin.broker_runtime_info(addr))
 
 
 @admin_app.command("getBrokerConfig")
@@ -103,17 +96,24 @@ def get_broker_config(
     timeout: Timeout = 5.0,
 ) -> None:
     """A broker's config as it runs (GET_BROKER_CONFIG), or that of every master of a cluster."""
+    _per_broker_kv(namesrv, broker, cluster, as_json, timeout, "config", lambda admin, addr:
+                   admin.broker_config(addr))
+
+
+def _per_broker_kv(namesrv: str, broker: str | None, cluster: str | None, as_json: bool, timeout: float,
+                   what: str, fetch: Callable[[Admin, str], Awaitable[dict[str, str]]]) -> None:
+    """``fetch`` (key -> value) of ``broker``, or of every master of ``cluster``: a table each, or JSON."""
     _one_of(broker, cluster)
 
     async def call(admin: Admin) -> dict[str, dict[str, str]]:
         addrs = await admin.broker_addrs(cluster=cluster, broker=broker)
-        return {addr: await admin.broker_config(addr) for addr in sorted(addrs.values())}
+        return {addr: await fetch(admin, addr) for addr in sorted(addrs.values())}
 
     result = run(namesrv, timeout, call)
     if as_json:
         print_json(result)
         return
-    show(*(table(f"config of {addr}", ("#Key", "#Value"), sorted(kv.items())) for addr, kv in result.items()))
+    show(*(table(f"{what} of {addr}", ("#Key", "#Value"), sorted(kv.items())) for addr, kv in result.items()))
 
 
 @admin_app.command("updateBrokerConfig")

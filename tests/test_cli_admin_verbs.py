@@ -385,8 +385,12 @@ def test_stats_all(server: CometServer) -> None:
     send(server, "VSTAT", 5)
     q = MessageQueue("VSTAT", "broker-a", 0)
     sdk(server, lambda a: a.update_consumer_offset("VG_STAT", q, 2))
+    ok(server, "consumeMessage", "-t", "VSTAT", "-g", "VG_STAT", "-c", "4")  # 4 messages pulled as VG_STAT
     rows = ok(server, "statsAll", "-t", "VSTAT")
-    assert rows == [{"topic": "VSTAT", "consumerGroup": "VG_STAT", "accumulation": 3, "messages": 5}]
+    assert len(rows) == 1 and rows[0]["inTps"] > 0 and rows[0]["outTps"] > 0, rows
+    assert rows[0] | {"inTps": 0, "outTps": 0} == {
+        "topic": "VSTAT", "consumerGroup": "VG_STAT", "accumulation": 3, "messages": 5, "inMsg24Hour": 5,
+        "outMsg24Hour": 4, "inTps": 0, "outTps": 0}
     assert all(r["messages"] > 0 for r in ok(server, "statsAll", "-a"))
     table = cli(server, "statsAll", "-t", "VSTAT")
     assert table.returncode == 0 and "VG_STAT" in table.stdout

@@ -160,8 +160,11 @@ async def test_runtime_info_has_the_keys_the_tools_read(start_broker: StartBroke
     for key in ("consumeQueueDiskRatio", "commitLogDiskRatio", "putMessageAverageSize", "putLatency99",
                 "putLatency999"):
         float(table[key])
-    for key in ("putTps", "getMissTps", "getTransferedTps", "getTransferredTps", "getTotalTps", "getFoundTps"):
-        assert [float(x) for x in table[key].split(" ")] == [0.0, 0.0, 0.0]
+    # TPS over 10 s, 1 min, 10 min: the 3 sends just made count (the broker is younger than every span)
+    assert all(float(x) > 0 for x in table["putTps"].split(" ")) and len(table["putTps"].split(" ")) == 3
+    for key in ("getMissTps", "getTransferedTps", "getTransferredTps", "getTotalTps", "getFoundTps"):
+        assert [float(x) for x in table[key].split(" ")] == [0.0, 0.0, 0.0]  # nothing was pulled
+    assert table["msgPutTotalTodayNow"] == "3" and table["msgPutTotalTodayMorning"] == "0"
     assert re.fullmatch(r"Total : [\d.]+ [KMGTPE]?i?B, Free : [\d.]+ [KMGTPE]?i?B\.", table["commitLogDirCapacity"])
     float(table["remainHowManyDataToFlush"].split(" ")[0])
     assert re.fullmatch(r"\[ \d+ days, \d+ hours, \d+ minutes, \d+ seconds \]", table["runtime"])
@@ -195,12 +198,23 @@ async def test_topic_and_group_tables(start_broker: StartBroker, client: Remotin
 async def test_stats_data_and_config(start_broker: StartBroker, client: RemotingClient, tmp_path: Path) -> None:
     b = await start_broker(tmp_path / "b")
     r = await ask(client, b, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "AT"})
+    assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "The stats <TOPIC_PUT_NUMS> <AT> not exist"
+    await setup(client, b)  # 3 single sends to AT
+    r = await ask(client, b, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "AT"})
     assert r.code == ResponseCode.SUCCESS
-    assert r.body == (b'{"statsDay":{"avgpt":0.0,"sum":0,"tps":0.0},"statsHour":{"avgpt":0.0,"sum":0,"tps":0.0},'
-                      b'"statsMinute":{"avgpt":0.0,"sum":0,"tps":0.0}}')
-    assert BrokerStatsData.decode(r.body) == BrokerStatsData()
-    r = await ask(client, b, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "NOPE", "statsKey": "x"})
-    assert r.code == ResponseCode.SYSTEM_ERROR and "not exist" in (r.remark or "")
+    assert re.fullmatch(rb'\{"statsDay":\{"avgpt":1\.0,"sum":3,"tps":[\d.E-]+\},"statsHour":\{"avgpt":1\.0,"sum":3,'
+                        rb'"tps":[\d.E-]+\},"statsMinute":\{"avgpt":1\.0,"sum":3,"tps":[\d.E-]+\}\}', r.body), r.body
+    data = BrokerStatsData.decode(r.body)
+    assert data.stats_minute.tps > 0 and data.stats_minute.sum == data.stats_day.sum == 3
+    size = BrokerStatsData.decode((await ask(client, b, RequestCode.VIEW_BROKER_STATS_DATA,
+                                             {"statsName": "TOPIC_PUT_SIZE", "statsKey": "AT"})).body)
+    assert size.stats_minute.sum > 3 * len(b"m0")  # stored records' bytes: body plus header, topic, properties
+    r = await ask(client, b, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "BROKER_PUT_NUMS",
+                                                                  "statsKey": b.config.broker_cluster_name})
+    assert BrokerStatsData.decode(r.body).stats_minute.sum == 3
+    for name, key in (("NOPE", "x"), ("GROUP_GET_NUMS", "AT@nobody"), ("COMMERCIAL_SEND_TIMES", "AT")):
+        r = await ask(client, b, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key})
+        assert r.code == ResponseCode.SYSTEM_ERROR and "not exist" in (r.remark or ""), (name, key)
 
     r = await ask(client, b, RequestCode.GET_BROKER_CONFIG)
     assert r.code == ResponseCode.SUCCESS and "version" in r.ext_fields

@@ -161,11 +161,16 @@ async def test_message_types_and_only_metrics_paths_answer(setup: Setup) -> None
     assert status == 404
 
 
-async def test_metrics_off_counts_nothing(tmp_path: Path) -> None:
+async def test_metrics_off_serves_nothing_but_counts_for_the_rates(tmp_path: Path) -> None:
     cfg = BrokerConfig(listen_port=0)
     broker = BrokerController(cfg.replace(store=cfg.store.replace(store_path=tmp_path / "b")))
-    assert broker.stats is None
-    assert broker.send_processor.stats is None and broker.pull_processor.stats is None and broker.pop.stats is None
+    # the message counters stay: GET_BROKER_RUNTIME_INFO's TPS and VIEW_BROKER_STATS_DATA read them
+    assert broker.send_processor.stats is broker.stats is broker.pull_processor.stats is broker.pop.stats
+    await broker.start()
+    try:
+        assert broker.server is not None and broker.server._observer is None  # no RPC latency timing
+    finally:
+        await broker.stop()
 
 
 @pytest.mark.parametrize(("props", "error"), [

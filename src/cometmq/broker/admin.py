@@ -16,6 +16,7 @@ from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupMana
 from cometmq.broker.locks import RebalanceLockManager
 from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.stats import BrokerStats
+from cometmq.broker.stats_windows import StatsWindows
 from cometmq.broker.topics import TopicConfigManager, retry_topic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.admin_bodies import (
@@ -75,7 +76,8 @@ class AdminProcessor:
     def __init__(self, config: BrokerConfig, store: MessageStore, *, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager, consumers: ConsumerManager,
                  producers: ProducerManager, locks: RebalanceLockManager, held_pulls: Callable[[], int],
-                 clock: Callable[[], int], stats: BrokerStats | None = None) -> None:
+                 clock: Callable[[], int], stats: BrokerStats | None = None,
+                 windows: StatsWindows | None = None) -> None:
         self.config = config
         self.store = store
         self.topics = topics
@@ -86,8 +88,10 @@ class AdminProcessor:
         self.locks = locks
         self.held_pulls = held_pulls
         self.clock = clock
-        #: the broker's counters (None while metrics are off): runtime info's totals
+        #: the broker's counters: runtime info's totals (None only in tests that build the processor alone)
         self.stats = stats
+        #: their rates and recent sums: runtime info's TPS, VIEW_BROKER_STATS_DATA
+        self.windows = windows
         self.boot_ms = clock()
         #: GET_BROKER_CONFIG's data version: bumped by every UPDATE_BROKER_CONFIG
         self.config_version = 0
@@ -349,8 +353,9 @@ def _runtime(ms: int) -> str:
 
 
 def runtime_table(admin: AdminProcessor) -> dict[str, str]:
-    """GET_BROKER_RUNTIME_INFO's table. Counts come from the broker's stats when metrics are on (totals since
-    start, as RocketMQ's ``...TodayNow``); rates, latencies and the midnight snapshots are not kept: "0"."""
+    """GET_BROKER_RUNTIME_INFO's table. Counts are the broker's stats (totals since start, as RocketMQ's
+    ``...TodayNow``); TPS ("10 s, 1 min, 10 min") and the totals when today and yesterday began come from its
+    windows (cometmq.broker.stats_windows); latencies are not kept: "0"."""
     store = admin.store
     now = admin.clock()
     stats = admin.stats
@@ -365,15 +370,20 @@ def runtime_table(admin: AdminProcessor) -> dict[str, str]:
     except OSError:
         disk_total = disk_free = 0
         ratio = -1.0
-    tps = "0.0 0.0 0.0"
+    windows = admin.windows
+    put_tps, get_tps = windows.tps() if windows is not None else ((0.0,) * 3, (0.0,) * 3)
+    today, yesterday = (windows.today_morning, windows.yesterday_morning) if windows is not None else ((0, 0),) * 2
+    put_tps_text, get_tps_text = (" ".join(f"{v:.1f}" for v in tps) for tps in (put_tps, get_tps))
     table = {
         "brokerVersionDesc": f"cometmq {__version__}", "brokerVersion": str(DEFAULT_VERSION),
         "brokerActive": "true", "bootTimestamp": str(admin.boot_ms), "runtime": _runtime(now - admin.boot_ms),
         "msgPutTotalTodayNow": str(put_total), "msgGetTotalTodayNow": str(get_total),
-        "msgPutTotalTodayMorning": "0", "msgGetTotalTodayMorning": "0",
-        "msgPutTotalYesterdayMorning": "0", "msgGetTotalYesterdayMorning": "0",
-        "putTps": tps, "getFoundTps": tps, "getMissTps": tps, "getTotalTps": tps, "getTransferredTps": tps,
-        "getTransferedTps": tps,  # the old spelling: the dashboard and the exporter read this one
+        "msgPutTotalTodayMorning": str(today[0]), "msgGetTotalTodayMorning": str(today[1]),
+        "msgPutTotalYesterdayMorning": str(yesterday[0]), "msgGetTotalYesterdayMorning": str(yesterday[1]),
+        # getFound: pulls that found messages (as messages); misses are not counted
+        "putTps": put_tps_text, "getFoundTps": get_tps_text, "getMissTps": "0.0 0.0 0.0",
+        "getTotalTps": get_tps_text, "getTransferredTps": get_tps_text,
+        "getTransferedTps": get_tps_text,  # the old spelling: the dashboard and the exporter read this one
         "putMessageTimesTotal": str(max(put_total, 1)), "putMessageSizeTotal": str(put_bytes),
         "putMessageAverageSize": repr(put_bytes / max(put_total, 1)), "putMessageFailedTimes": "0",
         "putMessageEntireTimeMax": "0", "getMessageEntireTimeMax": "0", "putLatency99": "0.00",

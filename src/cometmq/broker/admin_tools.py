@@ -20,6 +20,7 @@ from cometmq.broker.groups import SubscriptionGroupConfig
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.admin_bodies import (
     BrokerStatsData,
+    BrokerStatsItem,
     Connection,
     ConsumerConnection,
     ConsumeStats,
@@ -292,8 +293,12 @@ class AdminTools:
         name, key = _text(cmd, "statsName"), cmd.ext_fields.get("statsKey", "")
         if name not in STATS_NAMES:
             return make_response(cmd, ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
-        # The broker keeps no per-minute/hour/day windows of its counters yet: every window reads 0.
-        return _ok(cmd, BrokerStatsData().encode())
+        windows = self.admin.windows
+        item = windows.item(name, key) if windows is not None else None
+        if item is None:  # RocketMQ's answer for an item it never counted (or one not kept here: not KEPT)
+            return make_response(cmd, ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return _ok(cmd, BrokerStatsData(*(BrokerStatsItem(w.sum, w.tps, w.avgpt)
+                                          for w in (item.minute, item.hour, item.day))).encode())
 
     # -- offsets ------------------------------------------------------------------------------------------------
     async def reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -32,6 +32,7 @@ from cometmq.broker.send import SendProcessor
 from cometmq.broker.send_hooks import SendHooks
 from cometmq.broker.stats import IN_COUNT, BrokerStats
 from cometmq.broker.stats_log import StatsLog, Totals
+from cometmq.broker.stats_windows import StatsWindows
 from cometmq.broker.timer_bridge import TimerBridge
 from cometmq.broker.topics import TopicConfigManager
 from cometmq.broker.transaction import TransactionalMessageService
@@ -76,8 +77,9 @@ class BrokerController:
         self.consumers = ConsumerManager(clock, config.channel_expired_ms)
         self.producers = ProducerManager(clock, config.channel_expired_ms)
         self.locks = RebalanceLockManager(clock, config.lock_max_live_time_ms)
-        #: the counters metrics export (cometmq.metrics reads them); none at all while metrics are off
-        self.stats = BrokerStats() if config.metrics_exporter_type != "DISABLE" else None
+        #: the broker's counters, kept with metrics on or off (cometmq.metrics exports them; the windows rate them)
+        self.stats = BrokerStats()
+        self.stats_windows = StatsWindows(self.stats, config.broker_cluster_name)
         # Every write goes through the one appender; its completion means "durable as configured".
         self.appender = appender = Appender(store, sync_flush_timeout_s=store_cfg.sync_flush_timeout_ms / 1000)
         self.schedule = ScheduleMessageService(store, appender, config.message_delay_level,
@@ -99,7 +101,8 @@ class BrokerController:
         self.hold = self.pull_processor.hold
         self.admin = AdminProcessor(config, store, topics=topics, groups=groups, offsets=offsets,
                                     consumers=self.consumers, producers=self.producers, locks=self.locks,
-                                    held_pulls=lambda: self.hold.held_count, clock=clock, stats=self.stats)
+                                    held_pulls=lambda: self.hold.held_count, clock=clock, stats=self.stats,
+                                    windows=self.stats_windows)
         self.pop_processor = PopProcessor(config, store, groups, topics, self.pop)
         # Controller mode (off by default): the controller names the id, the role and the SyncStateSet.
         self.controller_mode = ControllerModeConfig(
@@ -205,7 +208,8 @@ class BrokerController:
             self.acl.start()  # reloads the file when it changes
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port,
                                      guard(self.dispatcher, self.acl, BROKER_POLICY),
-                                     observer=self.stats.rpc_done if self.stats is not None else None,
+                                     observer=(self.stats.rpc_done if self.config.metrics_exporter_type != "DISABLE"
+                                               else None),  # RPC latency: with metrics on only
                                      tls=ServerTls(self.config.tls) if self.config.tls.enabled else None,
                                      limits=self.config.connection_limits)
         self.server.add_close_callback(self._connection_closed)
@@ -215,6 +219,7 @@ class BrokerController:
             self.config = self.config.replace(listen_port=self.server.port)
             self.store.commitlog.store_host = _packed_host(self.config)
         self._housekeeping.start()
+        self.stats_windows.start()
         self.stats_log.start()
         if self.controller_mode is not None:
             # No nameserver registration before the controller has named the role (_register_as starts it).
@@ -247,6 +252,7 @@ class BrokerController:
             await self.registrar.stop()
         await self._housekeeping.stop()
         await self.stats_log.stop()
+        await self.stats_windows.stop()
         await cancel_and_wait(self._tasks)
         if self.metadata_sync is not None:
             await self.metadata_sync.stop()
@@ -352,15 +358,10 @@ class BrokerController:
         self.producers.scan_expired()
 
     def _stats_totals(self) -> Totals:
-        """For the stats line: with metrics on, the messages producers stored and consumers were handed
-        (BrokerStats); else every queue's max offset and the committed consumer offsets."""
+        """For the stats line: the messages producers stored and consumers were handed (BrokerStats)."""
         stats = self.stats
-        if stats is not None:
-            return Totals(sum(entry[IN_COUNT] for entry in list(stats.messages_in.values())),
-                          sum(entry[0] for entry in list(stats.messages_out.values())))
-        store = self.store
-        put = sum(store.max_offset(topic, queue_id) for topic, queue_id in list(store.queues))
-        return Totals(put, sum(sum(queues.values()) for queues in list(self.offsets.table.values())))
+        return Totals(sum(entry[IN_COUNT] for entry in list(stats.messages_in.values())),
+                      sum(entry[0] for entry in list(stats.messages_out.values())))
 
     def _stats_gauges(self) -> dict[str, object]:
         groups = list(self.consumers.groups.values())

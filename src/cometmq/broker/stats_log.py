@@ -4,11 +4,9 @@ TPS lines in its broker and store logs::
     [BROKER] broker-a putTps 120.5 getTps 118.2 putTotal 7230 getTotal 7092 topics 3 groups 2 consumers 4 \
 producers 1 heldPulls 4 diskRatio 0.41
 
-With metrics on (``metricsExporterType``), ``putTotal`` and ``getTotal`` are the broker's counters
-(cometmq.broker.stats): messages producers stored and messages handed to consumers (pull and POP). With metrics off
-nothing is counted on the request paths, so the line reads what the broker keeps anyway: messages stored as every
-consume queue's max offset (system topics included: retries, delays, timers) and consumption as committed consumer
-offsets moving forward. Totals are since the broker started; rates over the interval just ended.
+``putTotal`` and ``getTotal`` are the broker's counters (cometmq.broker.stats, kept with metrics on or off): messages
+producers stored and messages handed to consumers (pull and POP). Totals are since the broker started; rates over
+the interval just ended.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cometmq.client.errors import BrokerError, InvalidArgumentError, NoRouteError, reading_reply
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.admin_bodies import (
+    BrokerStatsData,
     Connection,
     GroupList,
     KVTable,
@@ -232,6 +233,19 @@ class AdminOpsMixin:
                                           context="runtime info")
         with reading_reply("bad runtime info", addr=addr):
             return dict(sorted(KVTable.decode(r.body or b"").table.items()))
+
+    async def broker_stats(self, addr: str, name: str, key: str) -> BrokerStatsData | None:
+        """One stats item of a broker over the last minute, hour and day (VIEW_BROKER_STATS_DATA: RocketMQ's
+        BrokerStatsManager names, e.g. ``TOPIC_PUT_NUMS`` by topic, ``GROUP_GET_NUMS`` by ``topic@group``); None
+        when the broker never counted it (its "not exist" answer)."""
+        r = await self._check().invoke(addr, make_request(RequestCode.VIEW_BROKER_STATS_DATA,
+                                                          {"statsName": name, "statsKey": key}), context="stats")
+        if r.code == ResponseCode.SYSTEM_ERROR and "not exist" in (r.remark or ""):
+            return None
+        if r.code != ResponseCode.SUCCESS:
+            raise BrokerError(r.code, r.remark or "", addr=addr, context=f"stats {name} {key}")
+        with reading_reply("bad stats data", addr=addr):
+            return BrokerStatsData.decode(r.body or b"")
 
     async def broker_config(self, addr: str) -> dict[str, str]:
         """A broker's config as it runs (GET_BROKER_CONFIG: Java properties text)."""

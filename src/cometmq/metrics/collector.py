@@ -108,7 +108,7 @@ class BrokerCollector(Collector):
         msgs_out = CounterMetricFamily("rocketmq_messages_out", "Total number of outgoing messages", labels=labels_out)
         bytes_out = CounterMetricFamily("rocketmq_throughput_out", "Total traffic of outgoing messages (record bytes)",
                                         labels=labels_out)
-        for (topic, group, retry), (count, nbytes) in list(stats.messages_out.items()):
+        for (topic, group, retry), (count, nbytes, _requests) in list(stats.messages_out.items()):
             values = [*common, topic, group, _bool(retry), _bool(is_system_topic(topic) or is_system_group(group))]
             msgs_out.add_metric(values, count)
             bytes_out.add_metric(values, nbytes)

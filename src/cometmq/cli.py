@@ -18,6 +18,8 @@ from cometmq.logsetup import LogSpec, log_options
 if TYPE_CHECKING:
     from cometmq.broker.config import BrokerConfig
     from cometmq.broker.controller import BrokerController
+    from cometmq.net.tls import TlsConfig
+    from cometmq.protocol.acl import Credentials
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="cometmq: a RocketMQ-compatible message broker written in Python.")
@@ -261,7 +263,9 @@ async def _start_dashboard(ctl: BrokerController, port: int | None, namesrv: str
                          f"{exc}") from None
     host = ctl.config.metrics_prometheus_host or ctl.config.listen_host
     try:
-        return await start_dashboard(namesrv, host, port)
+        # the broker's own credentials and TLS towards the cluster (innerClientAuthenticationCredentials, tls.enable)
+        return await start_dashboard(namesrv, host, port, credentials=ctl.config.inner_credentials,
+                                     tls=ctl.config.tls.client_context() or False)
     except OSError as exc:
         raise SystemExit(f"cannot serve the dashboard on {host}:{port}: {exc}") from None
 
@@ -270,32 +274,93 @@ def _dashboard_note(server: object | None) -> str:
     return f", dashboard {server.url}" if server is not None else ""  # type: ignore[attr-defined]
 
 
+InnerCredentialsOption = Annotated[str | None, typer.Option(
+    "--inner-credentials", envvar="COMETMQ_INNER_CREDENTIALS", show_default=False,
+    help="accessKey:secretKey (or RocketMQ's JSON form) this process signs its own requests with: an admin account "
+         "of the brokers' ACL (innerClientAuthenticationCredentials); prefer the environment variable")]
+
+
+def _inner_credentials(text: str | None, base: Credentials | None = None) -> Credentials | None:
+    """--inner-credentials (or the environment) over the config file's; a bad value names the option, never the
+    secret."""
+    if text is None:
+        return base
+    from cometmq.acl.remoting import parse_credentials
+
+    try:
+        return parse_credentials(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"the value {exc}", param_hint="--inner-credentials") from None
+
+
+def _check_acl_file(path: str, hint: str, *, must_exist: bool = False) -> None:
+    """A plain_acl.yml that does not parse stops the command before anything starts, naming its line and key."""
+    from cometmq.acl.control import AccessControl
+    from cometmq.acl.model import AclConfigError
+
+    if must_exist and not Path(path).is_file():
+        raise typer.BadParameter(f"{path} does not exist", param_hint=hint)
+    try:
+        AccessControl(path).load()
+    except AclConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+
+
+def _server_tls(base: TlsConfig, mode: str | None, cert: Path | None, key: Path | None) -> TlsConfig:
+    """The --tls-* options over ``base`` (from a config file); checked (the files load) before anything starts."""
+    from cometmq.net.tls import TlsError, tls_config_from_properties
+
+    props = {k: str(v) for k, v in (("tls.server.mode", mode), ("tls.server.certPath", cert),
+                                     ("tls.server.keyPath", key)) if v is not None}
+    try:
+        return tls_config_from_properties(props, base).check()
+    except TlsError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tls-mode/--tls-cert/--tls-key (tls.server.*)") from None
+
+
 @app.command()
 @log_options
 def namesrv(
     config: Annotated[Path | None, typer.Option(
-        "-c", "--config", help="a RocketMQ-style namesrv.properties (listenPort, bindAddress, …)")] = None,
+        "-c", "--config", help="a RocketMQ-style namesrv.properties (listenPort, bindAddress, aclEnable, tls.*, …)")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="port to listen on (listenPort) [default: 9876]",
                                              show_default=False)] = None,
     host: Annotated[str | None, typer.Option(help="address to bind (bindAddress) [default: 127.0.0.1]",
                                              show_default=False)] = None,
     controller_data: Annotated[Path | None, typer.Option(
         help="run the controller in this nameserver, its log in DIR (RocketMQ's enableControllerInNamesrv)")] = None,
+    tls_mode: TlsModeOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    inner_credentials: InnerCredentialsOption = None,
 ) -> None:
     """Run a nameserver (route registry)."""
-    from cometmq.namesrv.config import NamesrvFile, load_namesrv_conf
+    from cometmq.controller.config import NamesrvExtras, split_namesrv_properties
+    from cometmq.namesrv.config import NamesrvFile, namesrv_config_from_properties
     from cometmq.namesrv.server import EmbeddedService, NamesrvConfig, NamesrvController
     from cometmq.store.config import ConfigError
 
     try:
-        conf = load_namesrv_conf(config) if config else NamesrvFile(NamesrvConfig())
+        if config:
+            own, extras = split_namesrv_properties(config)  # tls.* and the embedded controller's credentials
+            try:
+                conf = namesrv_config_from_properties(own)
+            except ConfigError as exc:
+                raise ConfigError(f"{config}: {exc}") from None
+        else:
+            conf, extras = NamesrvFile(NamesrvConfig()), NamesrvExtras()
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="-c/--config") from None
-    ns_config = conf.namesrv
+    tls = _server_tls(extras.tls, tls_mode, tls_cert, tls_key)
+    credentials = _inner_credentials(inner_credentials, extras.inner_credentials)
+    ns_config = dataclasses.replace(conf.namesrv, tls=tls if tls.enabled else None)
     if host is not None:
         ns_config = dataclasses.replace(ns_config, host=host)
     if port is not None:
         ns_config = dataclasses.replace(ns_config, port=port)
+    if ns_config.acl_enable:
+        _check_acl_file(ns_config.acl_file, "-c/--config (aclFile)")
     host, port = ns_config.host, ns_config.port
     controller_data = controller_data or conf.controller_store_path
 
@@ -306,12 +371,15 @@ def namesrv(
             from cometmq.controller.log import LocalLog
             from cometmq.controller.processors import ControllerConfig, ControllerProcessors
 
-            embedded.append(ControllerProcessors(ControllerConfig(host=host, port=port), LocalLog(controller_data),
-                                                 address=lambda: ctl.addr))
+            # the nameserver's port, TLS and ACL; its credentials sign the role changes sent to brokers
+            embedded.append(ControllerProcessors(
+                ControllerConfig(host=host, port=port, inner_credentials=credentials, tls=tls),
+                LocalLog(controller_data), address=lambda: ctl.addr))
         ctl = NamesrvController(ns_config, embedded=embedded)
         await ctl.start()
         _server_gc()
-        print(f"cometmq namesrv listening on {host}:{ctl.port}", flush=True)
+        note = f", TLS {tls.mode.value}" if tls.enabled else ""
+        print(f"cometmq namesrv listening on {host}:{ctl.port}{note}", flush=True)
         try:
             await stop.wait()
         finally:
@@ -325,8 +393,14 @@ def namesrv(
 def controller(
     data: Annotated[Path, typer.Option(help="folder of the controller's log (controller.log; with --peers, its "
                                             "etcd member's data and log)")],
-    port: Annotated[int, typer.Option(help="port to listen on")] = 9878,
-    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int | None, typer.Option(help="port to listen on (listenPort) [default: 9878]",
+                                             show_default=False)] = None,
+    host: Annotated[str | None, typer.Option(help="address to bind (bindAddress) [default: 127.0.0.1]",
+                                             show_default=False)] = None,
+    config: Annotated[Path | None, typer.Option(
+        "-c", "--config", show_default=False,
+        help="a controller.properties: aclEnable, aclFile (default DATA/plain_acl.yml), "
+             "innerClientAuthenticationCredentials, tls.*, enableElectUncleanMaster, listenPort, bindAddress")] = None,
     peers: Annotated[str | None, typer.Option(
         help="the controller nodes, NAME=HOST:PORT,… (3 or 5): each runs an etcd member beside it (peers on "
              "PORT+1, clients on PORT+2) and their decisions are entries of that etcd cluster's log",
@@ -344,13 +418,30 @@ def controller(
         min=0, help="after a start, how long a recorded master is presumed alive before its first heartbeat "
                     "(default: the heartbeat timeout)", show_default=False)] = None,
     scan_interval: Annotated[float, typer.Option(min=0.05, help="seconds between scans for lost masters")] = 1.0,
+    tls_mode: TlsModeOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    inner_credentials: InnerCredentialsOption = None,
 ) -> None:
     """Run a controller node: elects each broker group's master. Alone, its decisions go to a durable local log;
     with --peers (or --etcd-endpoints), to a log on etcd shared by 3 or 5 nodes (docs/controller.md)."""
+    from cometmq.controller.config import ControllerFile, load_controller_conf
     from cometmq.controller.etcd_member import EtcdMember, Peer, PeersError, parse_peers
     from cometmq.controller.log import LocalLog, ReplicatedLog
     from cometmq.controller.server import ControllerConfig, ControllerServer
+    from cometmq.store.config import ConfigError
 
+    try:
+        conf = load_controller_conf(config) if config else ControllerFile()
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="-c/--config") from None
+    tls = _server_tls(conf.tls, tls_mode, tls_cert, tls_key)
+    credentials = _inner_credentials(inner_credentials, conf.inner_credentials)
+    listen_port: int = port if port is not None else conf.port if conf.port is not None else 9878
+    listen_host: str = host if host is not None else conf.host or "127.0.0.1"
+    acl_file = conf.acl_file or str(data / "plain_acl.yml")
+    if conf.acl_enable:
+        _check_acl_file(acl_file, "-c/--config (aclFile)")
     member: EtcdMember | None = None
     advertised = advertise
     node_id = node or "n0"
@@ -364,8 +455,8 @@ def controller(
             me = next((p for p in nodes if p.name == node), None)
             if me is None:
                 raise PeersError(f"--node must name one of {', '.join(p.name for p in nodes)}")
-            if me.port != port:
-                raise PeersError(f"--port {port} differs from {me.name}'s port in --peers ({me.port})")
+            if me.port != listen_port:
+                raise PeersError(f"--port {listen_port} differs from {me.name}'s port in --peers ({me.port})")
             member = EtcdMember(me, nodes, data, token=group)
             advertised = advertised or me.address
             endpoints = [p.client_endpoint for p in nodes]
@@ -378,22 +469,28 @@ def controller(
 
     async def main() -> None:
         stop = _stop_event()
-        config = ControllerConfig(host=host, port=port, group=group, node_id=node_id,
+        config = ControllerConfig(host=listen_host, port=listen_port, group=group, node_id=node_id,
                                   peers=tuple(f"{p.name}={p.address}" for p in nodes), advertised_addr=advertised,
                                   heartbeat_timeout_ms=heartbeat_timeout_ms, startup_grace_ms=startup_grace_ms,
-                                  scan_interval_s=scan_interval)
+                                  scan_interval_s=scan_interval, inner_credentials=credentials,
+                                  tls=tls if tls.enabled or tls.client_enable else None,
+                                  acl_enable=conf.acl_enable, acl_file=acl_file,
+                                  elect_unclean_master=bool(conf.elect_unclean_master))
         ctl: ControllerServer | None = None
         if endpoints:
             try:
                 from cometmq.controller.etcd_log import EtcdLog
             except ImportError as exc:
                 raise SystemExit(f"the etcd extra is not installed (pip install 'cometmq[etcd]'): {exc}") from None
-            log_: ReplicatedLog = EtcdLog(endpoints, group, lambda: ctl.addr if ctl else advertised or f"{host}:{port}")
+            log_: ReplicatedLog = EtcdLog(endpoints, group,
+                                          lambda: ctl.addr if ctl else advertised or f"{listen_host}:{listen_port}")
         else:
             log_ = LocalLog(data)
         ctl = ControllerServer(config, log_)
         await ctl.start()
         where = f", log on etcd {','.join(endpoints)}" if endpoints else f", log in {data}"
+        where += f", TLS {tls.mode.value}" if tls.enabled else ""
+        where += f", ACL {acl_file}" if conf.acl_enable else ""
         print(f"cometmq controller listening on {ctl.addr} (node {node_id}{where})", flush=True)
         try:
             await stop.wait()
@@ -543,6 +640,11 @@ def proxy(
         "--tls-config", envvar="COMETMQ_TLS_CONFIG", show_default=False,
         help="a RocketMQ tls.properties (tls.server.*, and tls.enable / tls.client.* for the remoting connections "
              "to nameservers and brokers); the --tls-* options win")] = None,
+    acl_file: Annotated[Path | None, typer.Option(
+        "--acl-file", envvar="COMETMQ_ACL_FILE", show_default=False,
+        help="check every gRPC call against this plain_acl.yml (the brokers' aclEnable=true + aclFile; reloaded "
+             "when it changes): credentials and topic/group permissions, as the brokers' remoting port")] = None,
+    inner_credentials: InnerCredentialsOption = None,
 ) -> None:
     """Serve the RocketMQ 5 gRPC protocol, talking remoting to the brokers found through the nameservers."""
     try:
@@ -550,15 +652,25 @@ def proxy(
         from cometmq.grpc.server import GrpcProxy
     except ImportError as exc:
         raise typer.BadParameter(f"the grpc extra is not installed (pip install 'cometmq[grpc]'): {exc}") from None
-    cfg = ProxyConfig(namesrv=namesrv, host=host, port=grpc_port, **_auth_options(access_keys),  # type: ignore[arg-type]
-                      tls=_tls_config(None, tls_mode, tls_cert, tls_key, tls_config))
+    auth = _auth_options(access_keys)
+    if acl_file is not None:
+        if access_keys:
+            raise typer.BadParameter("give --acl-file or --access-keys, not both (an ACL file has its own accounts)",
+                                     param_hint="--acl-file")
+        _check_acl_file(str(acl_file), "--acl-file", must_exist=True)
+        auth = {"acl_file": str(acl_file)}
+    credentials = _inner_credentials(inner_credentials)
+    cfg = ProxyConfig(namesrv=namesrv, host=host, port=grpc_port, **auth,  # type: ignore[arg-type]
+                      tls=_tls_config(None, tls_mode, tls_cert, tls_key, tls_config),
+                      inner_credentials=(credentials.access_key, credentials.secret_key) if credentials else None)
 
     async def main() -> None:
         stop = _stop_event()
         gp = GrpcProxy(cfg)
         await gp.start()
         _server_gc()
-        print(f"cometmq proxy listening on {gp.addr} (gRPC), nameservers {namesrv}", flush=True)
+        note = f", ACL {acl_file}" if acl_file is not None else ""
+        print(f"cometmq proxy listening on {gp.addr} (gRPC), nameservers {namesrv}{note}", flush=True)
         try:
             await stop.wait()
         finally:
@@ -576,22 +688,47 @@ def dashboard(
     read_only: Annotated[bool, typer.Option("--read-only", help="pages only: no create, delete, send, reset or "
                                                                 "re-send")] = False,
     interval: Annotated[float, typer.Option(min=0.5, help="seconds between samples for the live charts")] = 5.0,
+    users_file: Annotated[Path | None, typer.Option(
+        "--users-file", envvar="COMETMQ_DASHBOARD_USERS_FILE", show_default=False,
+        help="login required: rocketmq-dashboard's users.properties, name=password[,1] per line (,1: an admin, "
+             "who may act; others read); passwords clear, sha256:HEX or scrypt:… (python -m "
+             "cometmq.dashboard.passwd). Without it the dashboard is open to anyone who reaches the port")] = None,
+    session_secret: Annotated[str | None, typer.Option(
+        "--session-secret", envvar="COMETMQ_DASHBOARD_SESSION_SECRET", show_default=False,
+        help="key the session cookies are signed with (sessions then outlive a restart); default: a random one "
+             "made at start")] = None,
+    session_hours: Annotated[float, typer.Option(min=0.01, help="how long a login lasts")] = 8.0,
     access_key: Annotated[str | None, typer.Option(help="ACL access key of the dashboard's admin client",
                                                    envvar="COMETMQ_ACCESS_KEY", show_default=False)] = None,
     secret_key: Annotated[str | None, typer.Option(help="ACL secret key", envvar="COMETMQ_SECRET_KEY",
                                                    show_default=False)] = None,
+    tls: Annotated[bool, typer.Option("--tls", envvar="COMETMQ_TLS", show_envvar=False,
+                                      help="reach the cluster with TLS (also $COMETMQ_TLS=true)")] = False,
+    tls_ca: Annotated[str | None, typer.Option("--tls-ca", envvar="COMETMQ_TLS_CA", show_envvar=False,
+                                               help="CA file the servers' certificates are verified against "
+                                                    "(default: the system's CAs)")] = None,
+    tls_insecure: Annotated[bool, typer.Option("--tls-insecure", envvar="COMETMQ_TLS_INSECURE", show_envvar=False,
+                                               help="accept any server certificate (self-signed, tests)")] = False,
 ) -> None:
     """Serve the web dashboard (docs/dashboard.md) for the cluster of these nameservers."""
     try:
         from cometmq.dashboard import DashboardServer
+        from cometmq.dashboard.auth import UsersFileError
     except ImportError as exc:
         raise typer.BadParameter(f"the dashboard extra is not installed (pip install 'cometmq[dashboard]'): "
                                  f"{exc}") from None
+    if bool(access_key) != bool(secret_key):
+        raise typer.BadParameter("give both --access-key and --secret-key", param_hint="--access-key")
 
     async def main() -> None:
         stop = _stop_event()
-        server = DashboardServer(namesrv, host, port, read_only=read_only or None, interval=interval,
-                                 access_key=access_key, secret_key=secret_key)
+        try:
+            server = DashboardServer(namesrv, host, port, read_only=read_only or None, interval=interval,
+                                     access_key=access_key, secret_key=secret_key, tls=tls,
+                                     tls_ca_file=tls_ca, tls_insecure=tls_insecure, users_file=users_file,
+                                     session_secret=session_secret, session_hours=session_hours)
+        except UsersFileError as exc:
+            raise SystemExit(f"cometmq dashboard: {exc}") from None
         await server.start()
         print(f"cometmq dashboard on {server.url} (nameservers {namesrv})", flush=True)
         try:

@@ -9,7 +9,8 @@ its attempts from the 5.x ``Authorization`` header (cometmq.grpc.rpc). See docs/
 
 from cometmq.acl.control import AccessControl, AccessDenied, Attempt, accounts_config, host_of
 from cometmq.acl.model import Account, AclConfig, AclConfigError, AddressPattern, parse_acl
-from cometmq.acl.policy import BROKER_POLICY, NAMESRV_POLICY, Need, Policy
+from cometmq.acl.policy import BROKER_POLICY, CONTROLLER_POLICY, NAMESRV_POLICY, Need, Policy
 
-__all__ = ["BROKER_POLICY", "NAMESRV_POLICY", "AccessControl", "AccessDenied", "Account", "AclConfig",
-           "AclConfigError", "AddressPattern", "Attempt", "Need", "Policy", "accounts_config", "host_of", "parse_acl"]
+__all__ = ["BROKER_POLICY", "CONTROLLER_POLICY", "NAMESRV_POLICY", "AccessControl", "AccessDenied", "Account",
+           "AclConfig", "AclConfigError", "AddressPattern", "Attempt", "Need", "Policy", "accounts_config", "host_of",
+           "parse_acl"]

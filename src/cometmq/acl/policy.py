@@ -132,19 +132,27 @@ BROKER_ADMIN_CODES = frozenset({
     C.TRIGGER_DELETE_FILES, C.CLEAN_EXPIRED_CONSUMEQUEUE, C.CLEAN_UNUSED_TOPIC, C.DELETE_EXPIRED_COMMITLOG,
     C.WIPE_WRITE_PERM_OF_BROKER, C.ADD_WRITE_PERM_OF_BROKER, C.RESET_MASTER_FLUSH_OFFSET, C.CLEAN_BROKER_DATA,
     C.ADD_BROKER, C.REMOVE_BROKER, C.CONSUME_MESSAGE_DIRECTLY, C.SET_MESSAGE_REQUEST_MODE,
+    # what a controller (or `cometmq admin promote|demote`) tells a broker: its role, its group's lowest id
+    C.NOTIFY_BROKER_ROLE_CHANGED, C.NOTIFY_MIN_BROKER_ID_CHANGE,
+})
+
+#: a controller's reads (who leads, a group's master and SyncStateSet, the next free broker id): open to anyone, as
+#: route reads are; every other controller code (heartbeats, registering, applying ids, elections, changes of the
+#: SyncStateSet, cleaning a group's data) changes its state and needs an admin account
+CONTROLLER_PUBLIC_CODES = frozenset({
+    C.CONTROLLER_GET_REPLICA_INFO, C.CONTROLLER_GET_METADATA_INFO, C.CONTROLLER_GET_SYNC_STATE_DATA,
+    C.CONTROLLER_GET_NEXT_BROKER_ID,
 })
 
 #: codes a nameserver answers to anyone: reads of routes, clusters, topic lists and KV config (as RocketMQ, whose
-#: nameserver checks nothing); every other nameserver code (registering and unregistering brokers, deleting topics,
-#: write permissions, KV and configuration changes, the embedded controller's codes) needs an admin account
+#: nameserver checks nothing), and the embedded controller's reads; every other nameserver code (registering and
+#: unregistering brokers, deleting topics, write permissions, KV and configuration changes, the embedded
+#: controller's changes) needs an admin account
 NAMESRV_PUBLIC_CODES = frozenset({
     C.GET_ROUTEINFO_BY_TOPIC, C.GET_BROKER_CLUSTER_INFO, C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
     C.GET_TOPICS_BY_CLUSTER, C.GET_SYSTEM_TOPIC_LIST_FROM_NS, C.GET_UNIT_TOPIC_LIST, C.GET_HAS_UNIT_SUB_TOPIC_LIST,
     C.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, C.GET_KV_CONFIG, C.GET_KVLIST_BY_NAMESPACE, C.QUERY_DATA_VERSION,
-})
-
-#: codes a broker takes from its controller, which does not sign (cometmq's controller has no credentials)
-BROKER_PUBLIC_CODES = frozenset({C.NOTIFY_BROKER_ROLE_CHANGED, C.NOTIFY_MIN_BROKER_ID_CHANGE})
+}) | CONTROLLER_PUBLIC_CODES
 
 
 @dataclass(frozen=True)
@@ -165,7 +173,10 @@ class Policy:
         return fn(cmd) if fn is not None else []
 
 
-BROKER_POLICY = Policy("broker", BROKER_NEEDS, BROKER_ADMIN_CODES, BROKER_PUBLIC_CODES)
+BROKER_POLICY = Policy("broker", BROKER_NEEDS, BROKER_ADMIN_CODES)
 NAMESRV_POLICY = Policy("namesrv", {}, frozenset(), NAMESRV_PUBLIC_CODES, admin_by_default=True)
+#: a standalone controller's port (``cometmq controller`` with aclEnable): the embedded controller's rule
+CONTROLLER_POLICY = Policy("controller", {}, frozenset(), CONTROLLER_PUBLIC_CODES, admin_by_default=True)
 
-__all__ = ["ANY", "BROKER_POLICY", "NAMESRV_POLICY", "Need", "Policy", "group_need", "topic_need"]
+__all__ = ["ANY", "BROKER_POLICY", "CONTROLLER_POLICY", "NAMESRV_POLICY", "Need", "Policy", "group_need",
+           "topic_need"]

@@ -10,6 +10,7 @@ handlers after the server starts.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -113,3 +114,27 @@ class SigningRemotingClient(RemotingClient):
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         await super().invoke_oneway(addr, sign_request(cmd, self.credentials), timeout)
+
+
+def parse_credentials(text: str) -> Credentials:
+    """RocketMQ 5's ``innerClientAuthenticationCredentials`` value, ``{"accessKey":"ak","secretKey":"sk"}``, or the
+    command line's shorter ``ak:sk``; ValueError naming the expected forms (never the secret)."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            raise ValueError('is not JSON: give {"accessKey":"...","secretKey":"..."}') from None
+        ak, sk = (raw.get("accessKey"), raw.get("secretKey")) if isinstance(raw, dict) else (None, None)
+        if not isinstance(ak, str) or not isinstance(sk, str) or not ak.strip() or not sk:
+            raise ValueError('must name both keys: {"accessKey":"...","secretKey":"..."}')
+        return Credentials(ak.strip(), sk)
+    ak, sep, sk = text.partition(":")
+    if not sep or not ak.strip() or not sk:
+        raise ValueError('is neither {"accessKey":"...","secretKey":"..."} nor accessKey:secretKey')
+    return Credentials(ak.strip(), sk)
+
+
+def signing_client(credentials: Credentials | None, **kwargs: Any) -> RemotingClient:
+    """A SigningRemotingClient with ``credentials``, or a plain RemotingClient without."""
+    return SigningRemotingClient(credentials, **kwargs) if credentials is not None else RemotingClient(**kwargs)

@@ -21,10 +21,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ..acl.remoting import signing_client
 from ..common import failpoints
 from ..common.periodic import Periodic
 from ..net.client import RemotingClient
 from ..net.connection import Handler, RemotingConnection
+from ..net.tls import TlsConfig
+from ..protocol.acl import Credentials
 from ..protocol.codes import RemotingError, RequestCode, ResponseCode
 from ..protocol.remoting import RemotingCommand, make_request, make_response
 from . import wire
@@ -68,6 +71,16 @@ class ControllerConfig:
     #: after a start, how long a recorded master is presumed alive before its first heartbeat here (None: the
     #: heartbeat timeout): a restarted controller knows no one alive, and must not elect the first replica it hears
     startup_grace_ms: int | None = None
+    #: innerClientAuthenticationCredentials: what the controller sends to brokers (NOTIFY_BROKER_ROLE_CHANGED) is
+    #: signed with them, as brokers with aclEnable=true require (an admin account of their ACL); None: unsigned
+    inner_credentials: Credentials | None = None
+    #: TLS: the port's (tls.server.*; ControllerServer) and, with ``client_enable`` (tls.enable), the connections
+    #: to brokers; None: plaintext
+    tls: TlsConfig | None = None
+    #: aclEnable / aclFile: the port checks requests against this plain_acl.yml (ControllerServer; an embedding
+    #: nameserver checks with its own ACL instead): reads open, every change needs an admin account
+    acl_enable: bool = False
+    acl_file: str = "plain_acl.yml"
 
 
 class ControllerProcessors:
@@ -94,7 +107,9 @@ class ControllerProcessors:
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
         await self.log.start()  # replays the committed events into the state
-        self._client = RemotingClient()
+        tls = self.config.tls
+        self._client = signing_client(self.config.inner_credentials,
+                                      ssl=tls.client_context() if tls is not None else None)
         self._started_at = self.clock()
         self._serving = True
         self._scan.start()

@@ -1,14 +1,18 @@
 """The dashboard's web app (aiohttp): server-rendered pages (Jinja2 templates), a JSON endpoint for the live
-charts, and the actions (POST forms, each confirmed in the browser and checked on the server).
+charts, and the actions (POST forms, each confirmed in the browser and checked on the server). With a users file
+(auth.py) every page needs a login; only admins act, and every POST carries the session's CSRF token.
 
 ``DashboardServer`` runs the app on the current event loop with aiohttp's AppRunner: no thread, no signal
 handlers of its own, so the same code runs as ``cometmq dashboard`` and inside a broker process."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import logging
+import math
 import os
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -20,6 +24,7 @@ from aiohttp import web
 
 from cometmq import __version__
 from cometmq.client.errors import MQClientError
+from cometmq.dashboard.auth import COOKIE, LoginThrottle, Sessions, User, UsersFile
 from cometmq.dashboard.data import (
     ClusterData,
     body_views,
@@ -38,6 +43,19 @@ READ_ONLY = web.AppKey("read_only", bool)
 JINJA = web.AppKey("jinja", jinja2.Environment)
 NAMESRV = web.AppKey("namesrv", str)
 
+
+class Auth:
+    """The login of a dashboard with a users file: who may log in, their sessions, the failed-login throttle."""
+
+    def __init__(self, users: UsersFile, sessions: Sessions | None = None,
+                 throttle: LoginThrottle | None = None) -> None:
+        self.users = users
+        self.sessions = sessions or Sessions()
+        self.throttle = throttle or LoginThrottle()
+
+
+AUTH = web.AppKey("auth", Auth)  # absent: no users file, no login
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -51,16 +69,31 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def render(request: web.Request, template: str, **ctx: Any) -> web.Response:
+def can_act(request: web.Request) -> bool:
+    """May this request's user take the actions? Not when read-only; with a users file, admins only."""
+    if request.app[READ_ONLY]:
+        return False
+    if AUTH not in request.app:
+        return True
+    user: User | None = request.get("user")
+    return user is not None and user.admin
+
+
+def render(request: web.Request, template: str, *, status: int = 200, headers: dict[str, str] | None = None,
+           **ctx: Any) -> web.Response:
     started = request.get("started", time.perf_counter())
     app = request.app
     ctx.setdefault("errors", [])
+    session = request.get("session")
+    csrf = app[AUTH].sessions.csrf_token(session) if AUTH in app and session is not None else ""
     html = app[JINJA].get_template(template).render(
         request=request, read_only=app[READ_ONLY], namesrv=app[NAMESRV], flash_ok=request.query.get("ok", ""),
-        flash_err=request.query.get("err", ""), sampler=app[SAMPLER], **ctx)
+        flash_err=request.query.get("err", ""), sampler=app[SAMPLER], user=request.get("user"), csrf=csrf,
+        can_act=can_act(request), **ctx)
     ms = (time.perf_counter() - started) * 1000
     html = html.replace("<!--server-ms-->", f"{ms:.1f}")
-    return web.Response(text=html, content_type="text/html", headers={"Server-Timing": f"app;dur={ms:.1f}"})
+    return web.Response(text=html, content_type="text/html", status=status,
+                        headers={"Server-Timing": f"app;dur={ms:.1f}", **(headers or {})})
 
 
 @web.middleware
@@ -70,19 +103,128 @@ async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 @web.middleware
-async def guard_actions(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """POSTs (the actions) only from the dashboard's own pages (Origin/Referer = this host: no cross-site form
-    posts), never when read-only, and only when confirmed (the page's confirm dialog sets confirm=yes)."""
-    if request.method == "POST":
-        if request.app[READ_ONLY]:
-            raise web.HTTPForbidden(text="this dashboard is read-only")
-        origin = request.headers.get("Origin") or request.headers.get("Referer") or ""
-        if urlsplit(origin).netloc != request.host:
-            raise web.HTTPForbidden(text="actions are taken from the dashboard's own pages only")
-        form = await request.post()
-        if form.get("confirm") != "yes":
-            raise web.HTTPBadRequest(text="the action was not confirmed")
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With a users file: a valid session cookie (signed, not expired, not logged out, its user still in the file
+    with the same password) or the login page (GET) / 401 (anything else)."""
+    auth = request.app.get(AUTH)
+    if auth is None or request.path == "/login" or request.path.startswith("/static/"):
+        return await handler(request)
+    session = auth.sessions.read(request.cookies.get(COOKIE))
+    user = auth.users.get(session.user) if session is not None else None
+    if session is None or user is None or user.fingerprint != session.fingerprint:
+        if request.method == "GET" and not request.path.startswith("/api/"):
+            raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
+        raise web.HTTPUnauthorized(text="log in first: this dashboard needs a session (/login)")
+    request["session"], request["user"] = session, user
     return await handler(request)
+
+
+@web.middleware
+async def guard_actions(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """POSTs only from the dashboard's own pages (Origin/Referer = this host: no cross-site form posts); with a
+    users file, each with the session's CSRF token, and the actions from admins only; never an action when
+    read-only; and only when confirmed (the page's confirm dialog sets confirm=yes)."""
+    if request.method != "POST":
+        return await handler(request)
+    origin = request.headers.get("Origin") or request.headers.get("Referer") or ""
+    if urlsplit(origin).netloc != request.host:
+        raise web.HTTPForbidden(text="actions are taken from the dashboard's own pages only")
+    if request.path == "/login":
+        return await handler(request)
+    form = await request.post()
+    auth = request.app.get(AUTH)
+    if auth is not None:
+        given = str(form.get("csrf", "")) or request.headers.get("X-CSRF-Token", "")
+        if not auth.sessions.csrf_ok(request["session"], given):
+            raise web.HTTPForbidden(text="the CSRF token of this form is missing or wrong: reload the page and try "
+                                         "again")
+    if request.path == "/logout":
+        return await handler(request)
+    if request.app[READ_ONLY]:
+        raise web.HTTPForbidden(text="this dashboard is read-only")
+    if auth is not None and not request["user"].admin:
+        raise web.HTTPForbidden(text=f"only an admin may do this: user {request['user'].name} has read access "
+                                     f"(an admin is marked ',1' in the users file)")
+    if form.get("confirm") != "yes":
+        raise web.HTTPBadRequest(text="the action was not confirmed")
+    return await handler(request)
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """No framing (the confirmations could be clicked through from another site), no MIME sniffing, no
+    referrer to other sites; pages with a session's CSRF token are not cached."""
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    if "session" in request and response.content_type == "text/html":
+        response.headers.setdefault("Cache-Control", "no-store")
+
+
+# -- login ------------------------------------------------------------------------------------------------------
+def _safe_next(value: str | None) -> str:
+    """A local path to go back to after the login (never another site: no scheme, no '//', no backslash)."""
+    v = (value or "").strip()
+    if not v.startswith("/") or v.startswith("//") or "\\" in v or v.startswith("/login"):
+        return "/cluster"
+    return v
+
+
+async def login_page(request: web.Request) -> web.StreamResponse:
+    auth = request.app.get(AUTH)
+    if auth is None:
+        raise web.HTTPFound("/cluster")
+    session = auth.sessions.read(request.cookies.get(COOKIE))
+    if session is not None and auth.users.get(session.user) is not None:
+        raise web.HTTPFound(_safe_next(request.query.get("next")))
+    return render(request, "login.html", nav="login", login_page=True, next=_safe_next(request.query.get("next")),
+                  username="", login_error="")
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    auth = request.app.get(AUTH)
+    if auth is None:
+        raise web.HTTPFound("/cluster")
+    addr = request.remote or "?"
+    form = await request.post()
+    name, password = str(form.get("username", "")).strip(), str(form.get("password", ""))
+    nxt = _safe_next(str(form.get("next", "")))
+
+    def page(status: int, error: str, wait: float = 0.0) -> web.Response:
+        headers = {"Retry-After": str(math.ceil(wait))} if wait > 0 else None
+        return render(request, "login.html", status=status, headers=headers, nav="login", login_page=True,
+                      next=nxt, username=name, login_error=error)
+
+    wait = auth.throttle.retry_after(addr)
+    if wait > 0:
+        return page(429, f"Too many failed logins from {addr}: try again in {math.ceil(wait)} s.", wait)
+    # scrypt takes tens of ms: off the event loop (a broker's, inside a broker)
+    user = await asyncio.to_thread(auth.users.authenticate, name, password)
+    if user is None:
+        wait = auth.throttle.failed(addr)
+        log.warning("dashboard: failed login for user %r from %s%s", name[:64], addr,
+                    f" (locked out for {wait:.0f} s)" if wait else "")
+        if wait > 0:
+            return page(429, f"Wrong user name or password. Too many failed logins from {addr}: try again in "
+                             f"{math.ceil(wait)} s.", wait)
+        return page(401, "Wrong user name or password.")
+    auth.throttle.succeeded(addr)
+    token, _ = auth.sessions.issue(user)
+    log.info("dashboard: %s logged in from %s", user.name, addr)
+    resp = web.HTTPSeeOther(nxt)
+    resp.set_cookie(COOKIE, token, max_age=int(auth.sessions.ttl), path="/", httponly=True, samesite="Strict",
+                    secure=request.secure)
+    raise resp
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    auth = request.app.get(AUTH)
+    resp = web.HTTPSeeOther("/login")
+    if auth is not None and "session" in request:
+        auth.sessions.revoke(request["session"])
+        log.info("dashboard: %s logged out", request["user"].name)
+    resp.del_cookie(COOKIE, path="/")
+    raise resp
 
 
 def _back(path: str, **query: str) -> web.HTTPSeeOther:
@@ -262,8 +404,12 @@ async def resend(request: web.Request) -> web.StreamResponse:
 
 
 # -- the app ----------------------------------------------------------------------------------------------------
-def create_app(data: ClusterData, sampler: Sampler, *, namesrv: str, read_only: bool = False) -> web.Application:
-    app = web.Application(middlewares=[timing, guard_actions])
+def create_app(data: ClusterData, sampler: Sampler, *, namesrv: str, read_only: bool = False,
+               auth: Auth | None = None) -> web.Application:
+    app = web.Application(middlewares=[timing, authenticate, guard_actions])
+    app.on_response_prepare.append(_security_headers)
+    if auth is not None:
+        app[AUTH] = auth
     app[DATA] = data
     app[SAMPLER] = sampler
     app[READ_ONLY] = read_only
@@ -272,6 +418,9 @@ def create_app(data: ClusterData, sampler: Sampler, *, namesrv: str, read_only: 
     static = resources.files("cometmq.dashboard") / "static"
     app.add_routes([
         web.get("/", index),
+        web.get("/login", login_page),
+        web.post("/login", login),
+        web.post("/logout", logout),
         web.get("/cluster", cluster_page),
         web.get("/topics", topics_page),
         web.post("/topics", create_topic),
@@ -291,18 +440,38 @@ def create_app(data: ClusterData, sampler: Sampler, *, namesrv: str, read_only: 
 
 
 class DashboardServer:
-    """The dashboard on ``host:port`` (0: a free port; read ``.port``), reading the cluster of ``namesrv``."""
+    """The dashboard on ``host:port`` (0: a free port; read ``.port``), reading the cluster of ``namesrv``.
+
+    ``users_file`` (else ``$COMETMQ_DASHBOARD_USERS_FILE``): login required (auth.py); without one the dashboard is
+    open and says so at start. ``session_secret`` (else ``$COMETMQ_DASHBOARD_SESSION_SECRET``, else a random key
+    made now) signs the session cookies, which last ``session_hours``. ``access_key``/``secret_key`` or
+    ``credentials`` sign the admin client's requests (ACL); ``tls``/``tls_ca_file``/``tls_insecure`` as the SDK's
+    ``ClientInstance`` takes them (None: ``$COMETMQ_TLS``, ``$COMETMQ_TLS_CA``, ``$COMETMQ_TLS_INSECURE``)."""
 
     def __init__(self, namesrv: str, host: str = "127.0.0.1", port: int = 8080, *, read_only: bool | None = None,
                  interval: float = 5.0, window: float = 600.0, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None, credentials: tuple[str, str] | None = None,
+                 tls: bool | ssl.SSLContext | None = None, tls_ca_file: str | None = None,
+                 tls_insecure: bool | None = None, users_file: str | os.PathLike[str] | None = None,
+                 session_secret: str | None = None, session_hours: float = 8.0,
+                 throttle: LoginThrottle | None = None) -> None:
         self.namesrv = namesrv
         self.host = host
         self.port = port
         if read_only is None:
             read_only = os.environ.get("COMETMQ_DASHBOARD_READ_ONLY", "").lower() in ("1", "true", "yes")
         self.read_only = read_only
-        self.admin = make_admin(namesrv, access_key=access_key, secret_key=secret_key)
+        if users_file is None:
+            users_file = os.environ.get("COMETMQ_DASHBOARD_USERS_FILE") or None
+        if session_secret is None:
+            session_secret = os.environ.get("COMETMQ_DASHBOARD_SESSION_SECRET") or None
+        if session_hours <= 0:
+            raise ValueError("session_hours must be positive")
+        # a bad users file stops the start here, with the file and the line (auth.UsersFileError)
+        self.auth = (Auth(UsersFile(users_file), Sessions(session_secret, session_hours * 3600), throttle)
+                     if users_file else None)
+        self.admin = make_admin(namesrv, access_key=access_key, secret_key=secret_key, credentials=credentials,
+                                tls=tls, tls_ca_file=tls_ca_file, tls_insecure=tls_insecure)
         self.data = ClusterData(self.admin)
         self.sampler = Sampler(self.data, interval=interval, window=window)
         self._runner: web.AppRunner | None = None
@@ -311,9 +480,18 @@ class DashboardServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/"
 
+    def open_warning(self) -> str | None:
+        """What to say at start when anyone who reaches the port may act (no users file, not read-only)."""
+        if self.auth is not None or self.read_only:
+            return None
+        return (f"the dashboard on {self.url} has no login (no --users-file): anyone who can reach this port can "
+                f"create and delete topics, reset offsets and re-send messages with the dashboard's cluster "
+                f"credentials. Give it a users file (docs/dashboard.md, Login), or --read-only, before binding "
+                f"it beyond this machine.")
+
     async def start(self) -> None:
         await self.admin.start()
-        app = create_app(self.data, self.sampler, namesrv=self.namesrv, read_only=self.read_only)
+        app = create_app(self.data, self.sampler, namesrv=self.namesrv, read_only=self.read_only, auth=self.auth)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
@@ -327,10 +505,15 @@ class DashboardServer:
                 self.port = int(s[1])
                 break
         self.sampler.start()
-        log.info("dashboard on %s (cluster of %s)", self.url, self.namesrv)
+        log.info("dashboard on %s (cluster of %s; %s)", self.url, self.namesrv,
+                 f"login with the users of {self.auth.users.path}" if self.auth is not None else "no login")
+        warning = self.open_warning()
+        if warning:
+            log.warning("%s", warning)
 
     async def stop(self) -> None:
         await self.sampler.stop()
+        await self.data.close()
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()

@@ -6,17 +6,24 @@ dashboard. Every method returns plain dicts and lists for the templates; a broke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import os
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cometmq.client.admin import Admin
-from cometmq.client.errors import MQClientError
+from cometmq.client.errors import BrokerError, MQClientError
+from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageExt
+from cometmq.protocol.admin_bodies import TopicStatsTable
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.remoting import make_request
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +53,34 @@ def is_system_group(group: str) -> bool:
 
 
 def make_admin(namesrv: str, *, access_key: str | None = None, secret_key: str | None = None,
-               timeout: float = 5.0) -> Admin:
-    """The dashboard's admin client, signing its requests with the access and secret keys (options, else
-    ``COMETMQ_ACCESS_KEY``/``COMETMQ_SECRET_KEY``) when the cluster has ACL on (docs/security.md)."""
-    access_key = access_key or os.environ.get("COMETMQ_ACCESS_KEY") or None
-    secret_key = secret_key or os.environ.get("COMETMQ_SECRET_KEY") or None
-    if bool(access_key) != bool(secret_key):
-        raise ValueError("the dashboard needs both an access key and a secret key, or neither")
-    credentials = (access_key, secret_key) if access_key and secret_key else None
-    return Admin(namesrv=namesrv, timeout=timeout, credentials=credentials)
+               credentials: tuple[str, str] | None = None, tls: bool | ssl.SSLContext | None = None,
+               tls_ca_file: str | None = None, tls_insecure: bool | None = None, timeout: float = 5.0) -> Admin:
+    """The dashboard's admin client. It signs its requests (ACL, docs/security.md) with ``credentials``, else the
+    access and secret keys (options, else ``COMETMQ_ACCESS_KEY``/``COMETMQ_SECRET_KEY``), as ``cometmq admin``
+    does; TLS as the SDK's ``ClientInstance`` takes it (None: ``COMETMQ_TLS``, ``COMETMQ_TLS_CA``,
+    ``COMETMQ_TLS_INSECURE``)."""
+    if credentials is None:
+        access_key = access_key or os.environ.get("COMETMQ_ACCESS_KEY") or None
+        secret_key = secret_key or os.environ.get("COMETMQ_SECRET_KEY") or None
+        if bool(access_key) != bool(secret_key):
+            raise ValueError("the dashboard needs both an access key and a secret key, or neither")
+        credentials = (access_key, secret_key) if access_key and secret_key else None
+    instance = ClientInstance(namesrv, request_timeout=timeout, credentials=credentials, tls=tls,
+                              tls_ca_file=tls_ca_file, tls_insecure=tls_insecure)
+    return Admin(instance=instance, timeout=timeout)
+
+
+#: said beside a refusal by the cluster's ACL, on the page
+ACL_HINT = ("refused by the cluster's ACL: start the dashboard with --access-key/--secret-key (or "
+            "COMETMQ_ACCESS_KEY/COMETMQ_SECRET_KEY) of an account of the brokers' plain_acl.yml (an admin account "
+            "for the actions; docs/dashboard.md)")
+
+
+def describe(exc: BaseException) -> str:
+    """An SDK error for the page; a refusal by the ACL says what to do about it."""
+    if isinstance(exc, BrokerError) and exc.code == ResponseCode.NO_PERMISSION:
+        return f"{exc} ({ACL_HINT})"
+    return str(exc)
 
 
 async def guarded(what: str, call: Awaitable[T], errors: list[str]) -> T | None:
@@ -62,7 +88,7 @@ async def guarded(what: str, call: Awaitable[T], errors: list[str]) -> T | None:
     try:
         return await call
     except (MQClientError, OSError, TimeoutError, ValueError) as exc:
-        errors.append(f"{what}: {exc}")
+        errors.append(f"{what}: {describe(exc)}")
         return None
 
 
@@ -180,10 +206,28 @@ def message_row(m: MessageExt) -> dict[str, Any]:
 class ClusterData:
     """The dashboard's reads and actions, over one started ``Admin``."""
 
-    def __init__(self, admin: Admin, *, cache_ttl: float = 1.0) -> None:
+    def __init__(self, admin: Admin, *, cache_ttl: float = 1.0, table_ttl: float = 15.0,
+                 table_rate: float = 50.0, table_concurrency: int = 16) -> None:
         self.admin = admin
         self.cache = Cache(cache_ttl)
         self._metrics_urls: dict[str, str | None] = {}
+        #: messages held / written / queues per topic, with the monotonic time each was read: the Topics page
+        #: reads its rows from here (see ``topic_figures``)
+        self.figures: dict[str, tuple[float, dict[str, int]]] = {}
+        self.table_ttl = table_ttl
+        self.table_rate = table_rate
+        self.table_concurrency = table_concurrency
+        self._table_at = -math.inf  # monotonic start of the last pass over every topic
+        self._table_task: asyncio.Task[None] | None = None
+        #: the last pass: how many stats requests, how long (s), and when it ended (epoch ms)
+        self.last_pass: dict[str, float] = {}
+
+    async def close(self) -> None:
+        task, self._table_task = self._table_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # -- brokers ---------------------------------------------------------------------------------------------
     async def brokers(self) -> list[dict[str, Any]]:
@@ -280,9 +324,94 @@ class ClusterData:
 
     async def topic_totals(self, topic: str) -> dict[str, int]:
         """Messages held (sum of max - min) and written (sum of max) over the topic's queues."""
+        at = time.monotonic()
         stats = await self.admin.topic_stats(topic)
-        return {"held": sum(o.max_offset - o.min_offset for o in stats.values()),
-                "written": sum(o.max_offset for o in stats.values()), "queues": len(stats)}
+        totals = {"held": sum(o.max_offset - o.min_offset for o in stats.values()),
+                  "written": sum(o.max_offset for o in stats.values()), "queues": len(stats)}
+        self.figures[topic] = (at, totals)
+        return totals
+
+    # -- the topic table: the Topics page's figures, aggregated on the dashboard's side ----------------------------
+    def table_period(self) -> float:
+        """Seconds between passes over every topic: ``table_ttl``, longer for a large cluster so that the passes
+        cost the brokers at most ``table_rate`` stats requests a second on average."""
+        return max(self.table_ttl, len(self.figures) / self.table_rate)
+
+    def refresh_table(self) -> None:
+        """Start a pass over every topic in the background, unless one runs or the last is recent."""
+        if self._table_task is not None or time.monotonic() - self._table_at < self.table_period():
+            return
+        self._table_task = asyncio.get_running_loop().create_task(self._table_pass(), name="dashboard-topic-table")
+        self._table_task.add_done_callback(self._table_done)
+
+    def _table_done(self, task: asyncio.Task[None]) -> None:
+        if self._table_task is task:
+            self._table_task = None
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("dashboard topic table pass failed", exc_info=task.exception())
+
+    async def _table_pass(self) -> None:
+        """GET_TOPIC_STATS_INFO for every topic, straight to the masters that hold it (their topic configs say
+        which: no route lookups), ``table_concurrency`` at a time."""
+        started = time.monotonic()
+        self._table_at = started
+        configs = await self.topic_configs()
+        masters = await self.masters()
+        inst = self.admin.instance
+        gate = asyncio.Semaphore(self.table_concurrency)
+
+        async def one(topic: str, name: str) -> TopicStatsTable:
+            async with gate:
+                r = await inst.invoke_ok(masters[name], make_request(RequestCode.GET_TOPIC_STATS_INFO,
+                                                                     {"topic": topic}),
+                                         context=f"stats of {topic} on {name}")
+            return TopicStatsTable.decode(r.body, default_broker=name)
+
+        jobs = [(t, n) for t, cfg in configs.items() for n in cfg.get("brokers", ()) if n in masters]
+        results = await asyncio.gather(*(one(t, n) for t, n in jobs), return_exceptions=True)
+        totals: dict[str, dict[str, int]] = {}
+        failed: set[str] = set()
+        for (topic, _), res in zip(jobs, results, strict=True):
+            if isinstance(res, BaseException):
+                failed.add(topic)
+                continue
+            tot = totals.setdefault(topic, {"held": 0, "written": 0, "queues": 0})
+            for o in res.offset_table.values():
+                tot["held"] += o.max_offset - o.min_offset
+                tot["written"] += o.max_offset
+                tot["queues"] += 1
+        for topic in [t for t in self.figures if t not in configs]:  # deleted
+            del self.figures[topic]
+        for topic, tot in totals.items():
+            if topic not in failed and self.figures.get(topic, (-math.inf,))[0] < started:
+                self.figures[topic] = (started, tot)
+        self.last_pass = {"requests": len(jobs), "seconds": round(time.monotonic() - started, 3),
+                          "failed": len(failed), "at_ms": time.time() * 1000}
+
+    async def topic_figures(self, names: Iterable[str]) -> tuple[dict[str, dict[str, int] | None], float]:
+        """Held / written of ``names`` (None: not readable), and the age in seconds of the oldest figure shown.
+
+        From the table when there (read at most two periods ago: a page in use keeps it fresh, as each look at
+        a table older than a period starts a background pass over every topic); the others are read now, one
+        topic at a time. So a page load costs the cluster no stats request once the table is there."""
+        now = time.monotonic()
+        limit = 2 * self.table_period()
+        out: dict[str, dict[str, int] | None] = {}
+        missing: list[str] = []
+        oldest = 0.0
+        for t in names:
+            hit = self.figures.get(t)
+            if hit is None or now - hit[0] > limit:
+                missing.append(t)
+            else:
+                out[t] = hit[1]
+                oldest = max(oldest, now - hit[0])
+        self.refresh_table()
+        if missing:
+            got = await asyncio.gather(*(self.topic_totals(t) for t in missing), return_exceptions=True)
+            for t, tot in zip(missing, got, strict=True):
+                out[t] = None if isinstance(tot, BaseException) else tot
+        return out, oldest
 
     async def topics(self, search: str = "", page: int = 1, size: int = 50, system: bool = False) -> dict[str, Any]:
         errors: list[str] = []
@@ -291,17 +420,18 @@ class ClusterData:
         s = search.strip().lower()
         shown = [t for t in names if (system or not is_system_topic(t)) and (not s or s in t.lower())]
         rows_names, page, pages = page_of(shown, page, size)
-        totals = await asyncio.gather(*(self.topic_totals(t) for t in rows_names), return_exceptions=True)
+        figures, age = await self.topic_figures(rows_names)
         rows = []
-        for t, tot in zip(rows_names, totals, strict=True):
+        for t in rows_names:
             cfg = configs.get(t, {})
+            tot = figures.get(t)
             rows.append({"name": t, "read_queues": cfg.get("readQueueNums", ""),
                          "write_queues": cfg.get("writeQueueNums", ""), "perm": cfg.get("perm", ""),
                          "order": cfg.get("order", False), "brokers": ", ".join(cfg.get("brokers", [])),
-                         "held": None if isinstance(tot, BaseException) else tot["held"],
-                         "written": None if isinstance(tot, BaseException) else tot["written"]})
+                         "held": None if tot is None else tot["held"],
+                         "written": None if tot is None else tot["written"]})
         return {"rows": rows, "page": page, "pages": pages, "total": len(shown), "all": len(names),
-                "search": search, "system": system, "errors": errors}
+                "search": search, "system": system, "errors": errors, "figures_age": age}
 
     async def topic_detail(self, topic: str) -> dict[str, Any]:
         errors: list[str] = []
@@ -482,11 +612,13 @@ class ClusterData:
     async def create_topic(self, topic: str, queues: int, perm: int, order: bool) -> list[str]:
         written = await self.admin.create_topic(topic, read_queues=queues, perm=perm, order=order)
         self.cache.drop("topic")
+        self.figures.pop(topic, None)
         return written
 
     async def delete_topic(self, topic: str) -> list[str]:
         deleted = await self.admin.delete_topic(topic)
         self.cache.drop("topic")
+        self.figures.pop(topic, None)
         return deleted
 
     async def send(self, topic: str, body: str, tags: str, keys: str) -> Any:
@@ -499,6 +631,7 @@ class ClusterData:
             return await producer.send(Message(topic, body.encode("utf-8"), tags=tags or None, keys=keys or None))
         finally:
             await producer.close()
+            self.figures.pop(topic, None)
 
     async def resend(self, group: str, msg_id: str) -> tuple[str, Any]:
         """Send a dead-lettered message of ``group`` again to its original topic (RETRY_TOPIC), as a new
@@ -521,6 +654,7 @@ class ClusterData:
                                                  properties=user | {"ORIGIN_MESSAGE_ID": msg_id}))
         finally:
             await producer.close()
+            self.figures.pop(topic, None)
         return topic, result
 
     async def reset_offsets(self, group: str, topic: str, timestamp_ms: int) -> Any:

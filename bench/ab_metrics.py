@@ -3,6 +3,7 @@
 alternating in every round (off/on, then on/off) so that the machine's drift hits both alike.
 
     .venv/bin/python bench/ab_metrics.py --rounds 5
+    .venv/bin/python bench/ab_metrics.py --once off    # one run, one JSON line
 
 Per round and mode: ``cometmq bench produce --batch 128 --concurrency 4`` (acknowledged msg/s) against its own
 broker, and the broker process's CPU time per message during the run (user + system, from /proc: less noisy
@@ -66,7 +67,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--count", type=int, default=300_000)
+    parser.add_argument("--once", choices=("off", "on"), help="one run in this mode, its JSON line only (for "
+                        "farm-bench pairing two trees: PYTHONPATH=TREE/src:TREE picks the broker's code)")
     args = parser.parse_args()
+    if args.once:
+        print(json.dumps({"metrics": args.once, "at": time.strftime("%H:%M:%S"), **run(args.once, args.count)}))
+        return
     rates: dict[str, list[float]] = {"off": [], "on": []}
     cpu: dict[str, list[float]] = {"off": [], "on": []}
     for rnd in range(args.rounds):

@@ -590,7 +590,8 @@ def serve(
         stop = _stop_event()
         # enforcing: the broker and the gRPC endpoint reach this nameserver with TLS too
         tls = tls_cfg.replace(client_enable=True) if tls_cfg.mode.value == "enforcing" else tls_cfg
-        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls))
+        kv_path = (data or Path("data")).resolve() / "namesrv" / "kvConfig.json"  # KV configs outlive a restart
+        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls, kv_config_path=kv_path))
         await ns.start()
         try:
             cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}", broker_ip).replace(tls=tls)

@@ -6,6 +6,8 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
+
 from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnection
@@ -25,9 +27,9 @@ from cometmq.protocol.admin_bodies import (
     parse_fastjson,
 )
 from cometmq.protocol.client_bodies import ConsumerData, HeartbeatData, MessageQueue, SubscriptionData
-from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
-from cometmq.protocol.route import TopicList
+from cometmq.protocol.route import TopicList, TopicRouteData
 
 from .conftest import StartBroker, send_request
 
@@ -320,6 +322,23 @@ async def test_nameserver_answers_the_tools() -> None:
     assert route is not None and route.queue_datas[0].perm == 6
     r = await call(RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
     assert r.code == ResponseCode.QUERY_NOT_FOUND
-    for code in (RequestCode.PUT_KV_CONFIG, RequestCode.GET_NAMESRV_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG):
+    # KV configs: put, read, list, and the order conf carried by the route; deleted, all gone
+    r = await call(RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T", "value": "broker-a:4"})
+    assert r.code == ResponseCode.SUCCESS
+    r = await call(RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
+    assert (r.code, r.ext_fields["value"]) == (ResponseCode.SUCCESS, "broker-a:4")
+    r = await call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"})
+    assert r.body == b'{"table":{"T":"broker-a:4"}}'
+    r = await call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+    assert TopicRouteData.decode(r.body).order_topic_conf == "broker-a:4"
+    with pytest.raises(RemotingError) as bad:  # the dispatch answers it with this code and remark
+        await call(RequestCode.PUT_KV_CONFIG, {"namespace": "N"})
+    assert bad.value.code == ResponseCode.INVALID_PARAMETER and "'key'" in str(bad.value)
+    assert (await call(RequestCode.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})).code == 0
+    r = await call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"})
+    assert r.code == ResponseCode.QUERY_NOT_FOUND
+    r = await call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+    assert TopicRouteData.decode(r.body).order_topic_conf == ""
+    for code in (RequestCode.GET_NAMESRV_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG):
         r = await call(code)
         assert r.code == ResponseCode.SYSTEM_ERROR and "cometmq" in (r.remark or "")

@@ -259,7 +259,8 @@ class AdminProcessor:
         try:
             raw = loads_object(cmd.body, "subscription group")
             cfg = SubscriptionGroupConfig.from_json(raw)
-        except (ProtocolError, TypeError) as exc:
+            cfg = self.groups.with_attributes(cfg, raw.get("attributes"))
+        except (ProtocolError, TypeError, ValueError) as exc:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}") from None
         self.groups.put(cfg)
         return ok(cmd)
@@ -277,6 +278,9 @@ class AdminProcessor:
         if not group:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "header field 'groupName' is missing")
         self.groups.delete(group)
+        if cmd.ext_fields.get("cleanOffset", "false").strip().lower() in ("true", "1"):
+            removed = self.offsets.delete_group(group)  # RocketMQ 5's cleanOffset (deleteSubGroup -r true)
+            log.info("offsets of group %s removed (%d topics)", group, removed)
         return ok(cmd)
 
     # -- stats ----------------------------------------------------------------------------------------------

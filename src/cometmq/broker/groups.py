@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cometmq.common.atomic_file import read_optional, write_atomic
+from cometmq.protocol.group_policy import check_retry_policy
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +27,53 @@ class SubscriptionGroupConfig:
     brokerId: int = 0
     whichBrokerWhenConsumeSlowly: int = 1
     notifyConsumerIdsChangedEnable: bool = True
+    #: RocketMQ 5's GroupRetryPolicy: {"type": "CUSTOMIZED"|"EXPONENTIAL", "customizedRetryPolicy": {"next":
+    #: [ms, ...]}, "exponentialRetryPolicy": {"initial": ms, "max": ms, "multiplier": n}}; kept and shown (the
+    #: broker's retry delays follow the delay levels)
+    groupRetryPolicy: dict[str, Any] = field(default_factory=lambda: {"type": "CUSTOMIZED"})
+    #: the group's attributes (``updateSubGroup --attributes +k=v,-k``)
+    attributes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> SubscriptionGroupConfig:
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        policy = known.get("groupRetryPolicy")
+        if policy is None:
+            known.pop("groupRetryPolicy", None)
+        else:
+            known["groupRetryPolicy"] = check_retry_policy(policy)
+        attributes = known.get("attributes")
+        if attributes is None:
+            known.pop("attributes", None)
+        elif not isinstance(attributes, dict):
+            raise TypeError("attributes must be an object")
+        else:
+            known["attributes"] = {str(k): "" if v is None else str(v) for k, v in attributes.items()}
         return cls(**known)
+
+
+def alter_attributes(current: dict[str, str], change: dict[str, str], *, create: bool) -> dict[str, str]:
+    """RocketMQ's attribute change (AttributeUtil.alterCurrentAttributes): ``+key`` adds or updates, ``-key``
+    deletes (the key must exist); creating a group takes ``+key`` only. ValueError names what is wrong."""
+    out = dict(current)
+    seen: set[str] = set()
+    for raw_key, value in change.items():
+        sign, key = raw_key[:1], raw_key[1:]
+        if not key or "+" in key or "-" in key or "=" in key or "," in key:
+            raise ValueError(f"attribute key {raw_key!r} is malformed (+key=value adds, -key deletes)")
+        if key in seen:
+            raise ValueError(f"attribute {key!r} is changed twice")
+        seen.add(key)
+        if sign == "+":
+            out[key] = value
+        elif sign == "-" and not create:
+            if key not in current:
+                raise ValueError(f"attempt to delete a nonexistent attribute: {key}")
+            del out[key]
+        else:
+            raise ValueError(f"attribute {raw_key!r}: only +key=value is taken when creating a group"
+                             if create else f"attribute {raw_key!r} needs + (add) or - (delete)")
+    return out
 
 
 class SubscriptionGroupManager:
@@ -63,6 +106,19 @@ class SubscriptionGroupManager:
             self.groups[group] = cfg
             self.persist()
         return cfg
+
+    def with_attributes(self, cfg: SubscriptionGroupConfig, change: object) -> SubscriptionGroupConfig:
+        """``cfg`` (an update request) with its attributes: the group's current ones changed by ``change``
+        (``{"+key": value, "-key": ""}``, RocketMQ's request form), or kept when ``change`` is empty."""
+        current = self.groups.get(cfg.groupName)
+        if not change:
+            return replace(cfg, attributes=dict(current.attributes) if current is not None else {})
+        if not isinstance(change, dict):
+            raise ValueError("attributes must be an object")
+        final = alter_attributes(current.attributes if current is not None else {},
+                                 {str(k): "" if v is None else str(v) for k, v in change.items()},
+                                 create=current is None)
+        return replace(cfg, attributes=final)
 
     def put(self, cfg: SubscriptionGroupConfig) -> None:
         self.groups[cfg.groupName] = cfg

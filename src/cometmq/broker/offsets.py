@@ -59,6 +59,15 @@ class ConsumerOffsetManager:
             del self.table[key]
             self.dirty = True
 
+    def delete_group(self, group: str) -> int:
+        """Forget every committed offset of ``group`` (RocketMQ's removeOffset); the number of topics it had."""
+        keys = [k for k in self.table if k.split("@", 1)[1] == group]
+        for key in keys:
+            del self.table[key]
+        if keys:
+            self.dirty = True
+        return len(keys)
+
     def replace_all(self, table: dict[str, dict[int, int]]) -> bool:
         """Take the master's table (a replica's copy, broker/ha/metadata.py): written by the next periodic
         persist, as every change here is."""

@@ -115,6 +115,26 @@ def parse_bool(value: str | None, option: str) -> bool | None:
     raise typer.BadParameter(f"{value!r} is not true or false", param_hint=option)
 
 
+def parse_attributes(value: str, option: str) -> dict[str, str]:
+    """RocketMQ's attribute change syntax (AttributeParser): ``+key=value`` adds or updates, ``-key`` deletes,
+    comma separated; as the request carries it: ``{"+key": "value", "-key": ""}``."""
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        item = item.strip()
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        if sep and (not key.startswith("+") or len(key) < 2 or not val.strip()):
+            raise typer.BadParameter(f"{item!r}: an attribute to add is +key=value", param_hint=option)
+        if not sep and (not key.startswith("-") or len(key) < 2):
+            raise typer.BadParameter(f"{item!r}: +key=value adds an attribute, -key deletes one", param_hint=option)
+        if any(c in key[1:] for c in "+-"):
+            raise typer.BadParameter(f"{item!r}: a key holds no + or -", param_hint=option)
+        if key[1:] in {k[1:] for k in out}:
+            raise typer.BadParameter(f"attribute {key[1:]!r} is given twice", param_hint=option)
+        out[key] = val.strip()
+    return out
+
+
 def parse_time(value: str | None, option: str) -> int | None:
     """A timestamp as mqadmin takes it: ``now``, epoch milliseconds, ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time);
     ISO 8601 is accepted too. Epoch ms, or None when absent."""

@@ -31,18 +31,30 @@ def cluster_list(
     namesrv: Namesrv = "",
     cluster: Annotated[str | None, typer.Option("-c", "--clusterName", help="this cluster only",
                                                 show_default=False)] = None,
+    more: Annotated[bool, typer.Option("-m", "--moreStats", help="with each broker's in/out TPS and the messages "
+                                                                "stored (in) and consumed (out) yesterday and "
+                                                                "today")] = False,
+    interval: Annotated[float | None, typer.Option("-i", "--interval", min=0.1, metavar="SECONDS",
+                                                   help="print again every SECONDS, until Ctrl-C (exit 0) or "
+                                                        "--times; with --json one line per round",
+                                                   show_default=False)] = None,
+    times: Annotated[int | None, typer.Option("--times", min=1, help="with -i: print this many times, then exit",
+                                              show_default=False)] = None,
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
 ) -> None:
     """The clusters, their broker groups and each broker's address, version and figures
     (GET_BROKER_CLUSTER_INFO, GET_BROKER_RUNTIME_INFO)."""
-    from cometmq.client.errors import MQClientError
+    import asyncio
 
-    async def call(admin: Admin) -> list[dict[str, Any]]:
+    from cometmq.client.errors import MQClientError, NoRouteError
+
+    if times is not None and interval is None:
+        raise typer.BadParameter("--times needs -i", param_hint="--times")
+
+    async def rows_of(admin: Admin) -> list[dict[str, Any]]:
         info = await admin.cluster_info()
         if cluster is not None and cluster not in info.cluster_addr_table:
-            from cometmq.client.errors import NoRouteError
-
             raise NoRouteError(f"cluster {cluster} is unknown (known: {sorted(info.cluster_addr_table)})")
         rows = []
         for name_of_cluster, names in sorted(info.cluster_addr_table.items()):
@@ -55,23 +67,88 @@ def cluster_list(
                         runtime: dict[str, str] | None = await admin.broker_runtime_info(addr)
                     except MQClientError:
                         runtime = None
-                    rows.append({"cluster": name_of_cluster, "brokerName": name, "brokerId": bid, "addr": addr,
-                                 "runtime": runtime})
+                    row: dict[str, Any] = {"cluster": name_of_cluster, "brokerName": name, "brokerId": bid,
+                                           "addr": addr, "runtime": runtime}
+                    if more:
+                        row["stats"] = _more_stats(runtime)
+                    rows.append(row)
         return rows
 
-    rows = run(namesrv, timeout, call)
+    async def call(admin: Admin) -> None:
+        rounds = 0
+        while True:
+            _print_clusters(await rows_of(admin), as_json, more, one_line=interval is not None)
+            rounds += 1
+            if interval is None or (times is not None and rounds >= times):
+                return
+            await asyncio.sleep(interval)
+
+    try:
+        run(namesrv, timeout, call)
+    except KeyboardInterrupt:  # -i runs until Ctrl-C: a clean end
+        raise typer.Exit(0) from None
+
+
+def _number(text: str | None, *, first: bool = False) -> float | None:
+    """A runtime-info value as a number (``first``: the first of RocketMQ's "10s 1min 10min" TPS triples)."""
+    if not text:
+        return None
+    try:
+        return float(text.split()[0] if first else text)
+    except (ValueError, IndexError):
+        return None
+
+
+def _more_stats(runtime: dict[str, str] | None) -> dict[str, float | int | None]:
+    """clusterList -m's figures, as mqadmin reads them from GET_BROKER_RUNTIME_INFO: in/out TPS (putTps,
+    getTransferredTps), and messages in/out yesterday and today from the morning and now totals."""
+    rt = runtime or {}
+    n = {k: _number(rt.get(k)) for k in ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning",
+                                           "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning",
+                                           "msgGetTotalTodayMorning", "msgGetTotalTodayNow")}
+
+    def diff(later: str, earlier: str) -> int | None:
+        a, b = n[later], n[earlier]
+        return None if a is None or b is None else int(a - b)
+
+    return {"inTps": _number(rt.get("putTps"), first=True),
+            "outTps": _number(rt.get("getTransferredTps") or rt.get("getTransferedTps"), first=True),
+            "inTotalYest": diff("msgPutTotalTodayMorning", "msgPutTotalYesterdayMorning"),
+            "outTotalYest": diff("msgGetTotalTodayMorning", "msgGetTotalYesterdayMorning"),
+            "inTotalToday": diff("msgPutTotalTodayNow", "msgPutTotalTodayMorning"),
+            "outTotalToday": diff("msgGetTotalTodayNow", "msgGetTotalTodayMorning")}
+
+
+def _print_clusters(rows: list[dict[str, Any]], as_json: bool, more: bool, *, one_line: bool) -> None:
+    import json
+
     if as_json:
-        print_json(rows)
+        if one_line:
+            typer.echo(json.dumps(rows, sort_keys=True, default=str))
+        else:
+            print_json(rows)
         return
 
     def get(r: dict[str, Any], key: str) -> str:
         return "-" if r["runtime"] is None else r["runtime"].get(key, "-")
 
-    show(table("clusters", ("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#Topics",
-                            "#CommitLog Max Offset", "#Online Groups"),
-               ((r["cluster"], r["brokerName"], r["brokerId"], r["addr"],
-                 get(r, "brokerVersionDesc") if r["runtime"] is not None else "(no answer)", get(r, "topicCount"),
-                 get(r, "commitLogMaxOffset"), get(r, "consumerGroupsOnline")) for r in rows)))
+    columns = ["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#Topics", "#CommitLog Max Offset",
+               "#Online Groups"]
+    if more:
+        columns += ["#InTPS", "#OutTPS", "#InTotalYest", "#OutTotalYest", "#InTotalToday", "#OutTotalToday"]
+
+    def cells(r: dict[str, Any]) -> list[object]:
+        out: list[object] = [r["cluster"], r["brokerName"], r["brokerId"], r["addr"],
+                             get(r, "brokerVersionDesc") if r["runtime"] is not None else "(no answer)",
+                             get(r, "topicCount"), get(r, "commitLogMaxOffset"), get(r, "consumerGroupsOnline")]
+        if more:
+            st = r["stats"]
+            out += [None if st["inTps"] is None else f"{st['inTps']:.2f}",
+                    None if st["outTps"] is None else f"{st['outTps']:.2f}",
+                    st["inTotalYest"], st["outTotalYest"], st["inTotalToday"], st["outTotalToday"]]
+        return out
+
+    show(table("clusters", columns, (cells(r) for r in rows)))
 
 
 @admin_app.command("brokerStatus")

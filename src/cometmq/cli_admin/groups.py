@@ -14,6 +14,7 @@ from cometmq.cli_admin._common import (
     admin_app,
     fail,
     ms_time,
+    parse_attributes,
     parse_bool,
     parse_time,
     print_json,
@@ -23,8 +24,9 @@ from cometmq.cli_admin._common import (
 )
 
 if TYPE_CHECKING:
-    from cometmq.client.admin import Admin
+    from cometmq.client.admin import Admin, ConsumeStats
     from cometmq.client.admin_ops import ResetResult
+    from cometmq.client.message import MessageQueue
 
 _GROUP = Annotated[str, typer.Option("-g", "--groupName", help="consumer group name")]
 _BOOL: dict[str, Any] = {"metavar": "true|false", "show_default": False}
@@ -57,6 +59,16 @@ def update_sub_group(
                                                     show_default=False)] = None,
     notify: Annotated[str | None, typer.Option("-a", "--notifyConsumerIdsChanged",
                                                help="tell consumers when the group changes (true)", **_BOOL)] = None,
+    retry_policy: Annotated[str | None, typer.Option(
+        "-p", "--groupRetryPolicy", metavar="JSON",
+        help='the retry policy (RocketMQ 5), e.g. \'{"type":"EXPONENTIAL","exponentialRetryPolicy":{"initial":'
+             '5000,"max":7200000,"multiplier":2}}\' or \'{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":'
+             '[1000,5000,10000]}}\'; stored in the group\'s config and shown by its readers (cometmq\'s retry '
+             'delays follow the delay levels)', show_default=False)] = None,
+    attributes: Annotated[str | None, typer.Option(
+        "--attributes", metavar="+k=v,-k", help="change the group's attributes: +key=value adds or updates, -key "
+                                                "deletes (a new group takes +key only); others are kept",
+        show_default=False)] = None,
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
 ) -> None:
@@ -64,6 +76,11 @@ def update_sub_group(
     (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP). Options not given take RocketMQ's defaults."""
     if broker is not None and cluster is not None:
         raise typer.BadParameter("give -b or -c, not both", param_hint="-b/-c")
+    extra: dict[str, Any] = {}
+    if retry_policy is not None:
+        extra["groupRetryPolicy"] = _retry_policy(retry_policy)
+    if attributes is not None:
+        extra["attributes"] = parse_attributes(attributes, "--attributes")
     config: dict[str, Any] = {
         "consumeEnable": parse_bool(consume_enable, "-s") is not False,
         "consumeFromMinEnable": parse_bool(from_min, "-m") is not False,
@@ -80,12 +97,24 @@ def update_sub_group(
         consume_from_min_enable=config["consumeFromMinEnable"], retry_queue_nums=retry_queues,
         retry_max_times=retry_max, consume_message_orderly=config["consumeMessageOrderly"],
         brokerId=config["brokerId"], whichBrokerWhenConsumeSlowly=config["whichBrokerWhenConsumeSlowly"],
-        notifyConsumerIdsChangedEnable=config["notifyConsumerIdsChangedEnable"]))
+        notifyConsumerIdsChangedEnable=config["notifyConsumerIdsChangedEnable"], **extra))
     if as_json:
-        print_json({"groupName": group, "brokers": brokers, **config})
+        print_json({"groupName": group, "brokers": brokers, **config, **extra})
         return
     typer.echo(f"updateSubGroup: {group} on {', '.join(brokers)} ("
                + ", ".join(f"{k} {str(v).lower()}" for k, v in config.items()) + ")")
+
+
+def _retry_policy(text: str) -> dict[str, Any]:
+    """-p: RocketMQ 5's GroupRetryPolicy JSON, checked as the broker checks it."""
+    import json
+
+    from cometmq.protocol.group_policy import check_retry_policy
+
+    try:
+        return check_retry_policy(json.loads(text))
+    except ValueError as exc:  # JSONDecodeError is a ValueError
+        raise typer.BadParameter(f"not a retry policy: {exc}", param_hint="-p") from None
 
 
 @admin_app.command("deleteSubGroup")
@@ -95,20 +124,42 @@ def delete_sub_group(
     broker: Annotated[str | None, typer.Option("-b", "--brokerAddr", help="from this broker only (address or "
                                                                          "name)", show_default=False)] = None,
     cluster: Annotated[str | None, typer.Option("-c", "--clusterName", help="from every master of this cluster "
-                                                                           "(default: the only one)",
+                                                                           "(default: the only one), and its "
+                                                                           "%RETRY% and %DLQ% topics",
                                                 show_default=False)] = None,
+    remove_offset: Annotated[str | None, typer.Option("-r", "--removeOffset", help="also remove the group's "
+                                                                                  "committed offsets (false)",
+                                                      **_BOOL)] = None,
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
 ) -> None:
-    """Delete a subscription group (DELETE_SUBSCRIPTIONGROUP)."""
+    """Delete a subscription group (DELETE_SUBSCRIPTIONGROUP), with -r its consumer offsets too. From a cluster
+    (-c, or no -b), the group's %RETRY% and %DLQ% topics are deleted as well, as mqadmin does."""
+    from cometmq.client.errors import NoRouteError
+
     if broker is not None and cluster is not None:
         raise typer.BadParameter("give -b or -c, not both", param_hint="-b/-c")
-    brokers = run(namesrv, timeout, lambda admin: admin.delete_subscription_group(group, cluster=cluster,
-                                                                                  broker=broker))
+    clean = parse_bool(remove_offset, "-r") is True
+
+    async def call(admin: Admin) -> tuple[list[str], list[str]]:
+        brokers = await admin.delete_subscription_group(group, cluster=cluster, broker=broker, clean_offset=clean)
+        topics: list[str] = []
+        if broker is None:
+            for t in (f"%RETRY%{group}", f"%DLQ%{group}"):
+                try:
+                    await admin.topic_route(t)
+                except NoRouteError:  # the group never had one
+                    continue
+                await admin.delete_topic(t, cluster=cluster)
+                topics.append(t)
+        return brokers, topics
+
+    brokers, topics = run(namesrv, timeout, call)
     if as_json:
-        print_json({"groupName": group, "brokers": brokers})
+        print_json({"groupName": group, "brokers": brokers, "removeOffset": clean, "deletedTopics": topics})
         return
-    typer.echo(f"deleteSubGroup: {group} deleted from {', '.join(brokers)}")
+    typer.echo(f"deleteSubGroup: {group} deleted from {', '.join(brokers)}"
+               + (" with its offsets" if clean else "") + (f"; topics {', '.join(topics)} deleted" if topics else ""))
 
 
 @admin_app.command("consumerProgress")
@@ -117,29 +168,65 @@ def consumer_progress(
     group: Annotated[str | None, typer.Option("-g", "--groupName", help="the group (default: every group, one "
                                                                        "row each)", show_default=False)] = None,
     topic: Annotated[str | None, typer.Option("-t", "--topicName", help="this topic only", show_default=False)] = None,
+    show_ip: Annotated[str | None, typer.Option("-s", "--showClientIP", help="with -g: the IP of the client that "
+                                                                           "holds each queue, as the online "
+                                                                           "consumers say (false)",
+                                                **_BOOL)] = None,
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
 ) -> None:
     """A group's committed offsets against the brokers' max offsets per queue, and its lag (GET_CONSUME_STATS);
     without -g, every group's totals."""
+    with_ip = parse_bool(show_ip, "-s") is True
     if group is None:
+        if with_ip:
+            raise typer.BadParameter("-s needs -g", param_hint="-s")
         _all_groups_progress(namesrv, timeout, as_json)
         return
     g = group
-    stats = run(namesrv, timeout, lambda admin: admin.consumer_progress(g, topic))
+
+    async def call(admin: Admin) -> tuple[ConsumeStats, dict[MessageQueue, str]]:
+        stats = await admin.consumer_progress(g, topic)
+        return stats, (await _queue_clients(admin, g) if with_ip else {})
+
+    stats, clients = run(namesrv, timeout, call)
     if not stats.offsets:
         raise fail(f"group {group} has no consume stats{' for ' + topic if topic else ''}: it has committed no "
                    "offset (it never consumed, or does not exist)")
     rows = [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "brokerOffset": w.broker_offset,
              "consumerOffset": w.consumer_offset, "diff": w.lag} for q, w in stats.offsets.items()]
+    if with_ip:
+        for q, r in zip(stats.offsets, rows, strict=True):
+            r["clientIp"] = clients.get(q)
     if as_json:
         print_json({"group": group, "consumeTps": stats.consume_tps, "diffTotal": stats.total_lag, "offsets": rows})
         return
-    show(table(f"progress of {group}", ("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset",
-                                        "#Diff"),
-               ((r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"], r["consumerOffset"], r["diff"])
-                for r in rows)))
+    columns = ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset"] + (
+        ["#Client IP"] if with_ip else []) + ["#Diff"]
+    show(table(f"progress of {group}", columns,
+               ([r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"], r["consumerOffset"]]
+                + ([r["clientIp"] or "N/A"] if with_ip else []) + [r["diff"]] for r in rows)))
     typer.echo(f"Consume TPS: {stats.consume_tps:.2f}\nConsume Diff Total: {stats.total_lag}")
+
+
+async def _queue_clients(admin: Admin, group: str) -> dict[MessageQueue, str]:
+    """Which client IP holds each queue of ``group``, as mqadmin finds it: each online consumer's running info
+    (GET_CONSUMER_RUNNING_INFO through a broker), its queues; empty when none is online."""
+    from cometmq.client.errors import BrokerError, MQClientError
+
+    try:
+        conn = await admin.consumer_connection(group)
+    except BrokerError:
+        return {}
+    out: dict[MessageQueue, str] = {}
+    for c in conn.connections:
+        try:
+            info = await admin.consumer_running_info(group, c.client_id)
+        except MQClientError:  # a client that does not answer: its queues show no IP (mqadmin logs it)
+            continue
+        for q in info.queues:
+            out[q] = c.client_id.split("@")[0]
+    return out
 
 
 def _all_groups_progress(namesrv: str, timeout: float, as_json: bool) -> None:

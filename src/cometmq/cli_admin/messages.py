@@ -60,22 +60,113 @@ def query_msg_by_id(
     namesrv: Namesrv = "",
     topic: Annotated[str | None, typer.Option("-t", "--topic", help="the topic (needed for a unique key)",
                                               show_default=False)] = None,
+    group: Annotated[str | None, typer.Option("-g", "--consumerGroup", help="with -d: have this group's client "
+                                                                           "consume the message",
+                                              show_default=False)] = None,
+    client_id: Annotated[str | None, typer.Option("-d", "--clientId", help="with -g: the push consumer's client id "
+                                                                          "(consumerConnection lists them): it runs "
+                                                                          "its listener on the message "
+                                                                          "(CONSUME_MESSAGE_DIRECTLY through the "
+                                                                          "broker); nothing is committed",
+                                                  show_default=False)] = None,
+    resend: Annotated[str | None, typer.Option("-s", "--sendMessage", metavar="true|false",
+                                               help="true: send the message again to its topic (a new message "
+                                                    "with the same body, tags, keys and properties, a new msgId)",
+                                               show_default=False)] = None,
+    unit_name: Annotated[str | None, typer.Option("-u", "--unitName", help="RocketMQ's unit name of the -s "
+                                                                          "producer (unit deployment): accepted "
+                                                                          "and ignored, cometmq has no units",
+                                                  show_default=False)] = None,
+    body_format: Annotated[str, typer.Option("-f", "--bodyFormat", metavar="CHARSET",
+                                             help="decode the body with this charset")] = "UTF-8",
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
 ) -> None:
-    """Look a message up by its id (VIEW_MESSAGE_BY_ID; with -t the unique key first, QUERY_MESSAGE)."""
+    """Look a message up by its id (VIEW_MESSAGE_BY_ID; with -t the unique key first, QUERY_MESSAGE); with -g
+    and -d have a consumer consume it, with -s true send it again."""
     ids = [i.strip() for i in msg_id.split(",") if i.strip()]
     if not ids:
         raise typer.BadParameter("no message id", param_hint="-i")
+    if (group is None) != (client_id is None):
+        raise typer.BadParameter("-g and -d go together", param_hint="-g/-d")
+    again = parse_bool(resend, "-s") is True
+    decode_body(b"", body_format)  # an unknown charset is a usage error before anything is asked
+    del unit_name  # RocketMQ's unit deployment: nothing to set here
+    if group is not None and client_id is not None:
+        _consume_directly(namesrv, timeout, group, client_id, ids, topic, as_json)
+        return
+    if resend is not None:
+        if again:
+            _resend(namesrv, timeout, ids, topic, as_json)
+        return
 
     async def call(admin: Admin) -> list[MessageExt]:
         return [await (admin.query_message(topic, i) if topic else admin.view_message(i)) for i in ids]
 
     msgs = run(namesrv, timeout, call)
     if as_json:
-        print_json([message_json(m) for m in msgs] if len(ids) > 1 else message_json(msgs[0]))
+        print_json([message_json(m, body_format) for m in msgs] if len(ids) > 1
+                   else message_json(msgs[0], body_format))
         return
-    show(*(message_table(m) for m in msgs))
+    show(*(message_table(m, body_format) for m in msgs))
+
+
+def _consume_directly(namesrv: str, timeout: float, group: str, client_id: str, ids: list[str], topic: str | None,
+                      as_json: bool) -> None:
+    from cometmq.client.errors import InvalidArgumentError
+
+    async def call(admin: Admin) -> list[dict[str, object]]:
+        info = await admin.consumer_running_info(group, client_id)
+        if not info.push:  # as mqadmin: only a push consumer consumes a message it is handed
+            raise InvalidArgumentError(f"client {client_id} is not a push consumer: it cannot consume a message "
+                                       "directly")
+        out = []
+        for i in ids:
+            result = await admin.consume_message_directly(group, client_id, i, topic)
+            out.append({"msgId": i, **result.to_json()})
+        return out
+
+    results = run(namesrv, timeout, call)
+    if as_json:
+        print_json(results if len(ids) > 1 else results[0])
+        return
+    show(*(table(f"consumed directly by {client_id}: {r['msgId']}", ("", "value"),
+                 [(k, v) for k, v in r.items() if k != "msgId"]) for r in results))
+
+
+def _resend(namesrv: str, timeout: float, ids: list[str], topic: str | None, as_json: bool) -> None:
+    from cometmq.client.message import Message, SendResult
+    from cometmq.client.producer import Producer
+
+    async def call(admin: Admin) -> list[tuple[str, SendResult]]:
+        msgs = [await (admin.query_message(topic, i) if topic else admin.view_message(i)) for i in ids]
+        producer = Producer("ReSendMsgById", instance=admin.instance, send_timeout=timeout)
+        await producer.start()
+        try:
+            out = []
+            for i, m in zip(ids, msgs, strict=True):
+                props = {k: v for k, v in m.properties.items() if k not in _NOT_RESENT}
+                out.append((i, await producer.send(Message(m.topic, m.body, tags=m.tags, keys=m.keys or None,
+                                                           properties=props))))
+            return out
+        finally:
+            await producer.close()
+
+    results = run(namesrv, timeout, call)
+    rows = [{"originalMsgId": i, "topic": r.queue.topic, "brokerName": r.queue.broker_name,
+             "queueId": r.queue.queue_id, "queueOffset": r.queue_offset, "sendStatus": r.status.name,
+             "msgId": r.msg_id, "offsetMsgId": r.offset_msg_id} for i, r in results]
+    if as_json:
+        print_json(rows if len(ids) > 1 else rows[0])
+        return
+    show(table("sent again", ("#Original MsgId", "#Broker Name", "#QID", "#Send Result", "#MsgId"),
+               ((r["originalMsgId"], r["brokerName"], r["queueId"], r["sendStatus"], r["msgId"]) for r in rows)))
+
+
+#: properties a message sent again does not carry over: the Message fields' own, and those the broker set
+_NOT_RESENT = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS",
+                         "TIMER_DELAY_SEC", "MIN_OFFSET", "MAX_OFFSET", "CLUSTER", "REAL_TOPIC", "REAL_QID",
+                         "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES"})
 
 
 @admin_app.command("queryMsgByKey")
@@ -246,10 +337,15 @@ def send_message(
     queue_id: Annotated[int | None, typer.Option("-i", "--qid", min=0, help="with -b: send to this queue",
                                                  show_default=False)] = None,
     group: Annotated[str, typer.Option("--group", help="the producer group")] = "TOOLS_PRODUCER",
+    trace: Annotated[str | None, typer.Option("-m", "--msgTraceEnable", metavar="true|false",
+                                              help="RocketMQ's message trace: accepted, but the cometmq SDK writes "
+                                                   "no trace (nothing goes to RMQ_SYS_TRACE_TOPIC)",
+                                              show_default=False)] = None,
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
 ) -> None:
     """Send one message (the SDK's Producer)."""
+    parse_bool(trace, "-m")  # checked, then ignored: no trace is written
     from cometmq.client.message import Message, MessageQueue, SendResult
     from cometmq.client.producer import Producer
 

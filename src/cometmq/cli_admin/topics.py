@@ -53,7 +53,18 @@ def update_topic(
     write_queues: Annotated[int, typer.Option("-w", "--writeQueueNums", help="write queue count")] = 8,
     perm: Annotated[int, typer.Option("-p", "--perm", help="permission: 2 write, 4 read, 6 read+write")] = 6,
     order: Annotated[str | None, typer.Option("-o", "--order", metavar="true|false",
-                                              help="an ordered topic", show_default=False)] = None,
+                                              help="an ordered topic; true also writes its order conf "
+                                                   "(brokerName:writeQueueNums) to the nameservers' KV namespace "
+                                                   "ORDER_TOPIC_CONFIG, which routes carry as orderTopicConf: "
+                                                   "with -b merged into the topic's conf, else the cluster's "
+                                                   "brokers replace it", show_default=False)] = None,
+    unit: Annotated[str | None, typer.Option("-u", "--unit", metavar="true|false",
+                                             help="a unit topic: topicSysFlag bit 1 (RocketMQ's unit "
+                                                  "deployment; the nameserver lists it in GET_UNIT_TOPIC_LIST)",
+                                             show_default=False)] = None,
+    unit_sub: Annotated[str | None, typer.Option("-s", "--hasUnitSub", metavar="true|false",
+                                                 help="has unit subscriptions: topicSysFlag bit 2",
+                                                 show_default=False)] = None,
     attributes: Annotated[str | None, typer.Option("-a", "--attributes", metavar="+message.type=FIFO",
                                                    help="topic attributes (message.type only)",
                                                    show_default=False)] = None,
@@ -63,19 +74,30 @@ def update_topic(
     """Create or update a topic on every master of a cluster, or on one broker (UPDATE_AND_CREATE_TOPIC); waits
     until the nameserver routes it."""
     is_order = bool(parse_bool(order, "-o"))
+    sys_flag = (1 if parse_bool(unit, "-u") else 0) | (2 if parse_bool(unit_sub, "-s") else 0)
     message_type = _attributes(attributes)
     if broker is not None and cluster is not None:
         raise typer.BadParameter("give -b or -c, not both", param_hint="-b/-c")
-    brokers = run(namesrv, timeout, lambda admin: admin.create_topic(
-        topic, read_queues=read_queues, write_queues=write_queues, perm=perm, order=is_order,
-        message_type=message_type, cluster=cluster, broker=broker))
+
+    async def call(admin: Admin) -> tuple[list[str], str | None]:
+        brokers = await admin.create_topic(topic, read_queues=read_queues, write_queues=write_queues, perm=perm,
+                                           order=is_order, message_type=message_type, cluster=cluster,
+                                           broker=broker, topic_sys_flag=sys_flag)
+        if not is_order:
+            return brokers, None
+        conf = ";".join(f"{name}:{write_queues}" for name in brokers)
+        return brokers, await admin.update_order_conf(topic, conf, replace=broker is None)
+
+    brokers, order_conf = run(namesrv, timeout, call)
     result = {"topic": topic, "brokers": brokers, "readQueueNums": read_queues, "writeQueueNums": write_queues,
-              "perm": perm, "order": is_order, "messageType": message_type or "NORMAL"}
+              "perm": perm, "order": is_order, "messageType": message_type or "NORMAL", "topicSysFlag": sys_flag,
+              "orderConf": order_conf}
     if as_json:
         print_json(result)
         return
     typer.echo(f"updateTopic: {topic} on {', '.join(brokers)} (readQueueNums {read_queues}, writeQueueNums "
-               f"{write_queues}, perm {perm}, order {str(is_order).lower()}, message type {result['messageType']})")
+               f"{write_queues}, perm {perm}, order {str(is_order).lower()}, message type {result['messageType']}, "
+               f"topicSysFlag {sys_flag})" + (f"; orderConf [{order_conf}]" if order_conf else ""))
 
 
 @admin_app.command("deleteTopic")

@@ -20,6 +20,7 @@ from typing import Any
 from cometmq.client.admin_acl import AclAdmin
 from cometmq.client.admin_controller import ControllerAdmin
 from cometmq.client.admin_ha import EpochCache, EpochRange, HAStatus, ReplicationAdmin, RoleChange, _json_object
+from cometmq.client.admin_kv import ORDER_TOPIC_CONFIG, KvAdmin
 from cometmq.client.admin_ops import AdminOpsMixin
 from cometmq.client.errors import (
     BrokerError,
@@ -246,7 +247,7 @@ def _records(body: bytes, broker_name: str) -> list[MessageExt]:
 
 
 # -- the admin client ---------------------------------------------------------------------------------------------
-class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, AclAdmin):
+class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, KvAdmin, AclAdmin):
     """An asyncio admin client (RocketMQ's DefaultMQAdminExt, the parts a user needs)."""
 
     def __init__(self, *, namesrv: str | Iterable[str] | None = None, instance: ClientInstance | None = None,
@@ -340,11 +341,12 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, AclAdmin):
     async def create_topic(self, topic: str, *, read_queues: int = 4, write_queues: int | None = None,
                            perm: int = PERM_READ_WRITE, order: bool = False, message_type: str | None = None,
                            cluster: str | None = None, broker: str | None = None,
-                           wait: float = 5.0) -> list[str]:
+                           wait: float = 5.0, topic_sys_flag: int = 0) -> list[str]:
         """Create or update ``topic`` on every master of ``cluster`` (default: the only cluster), or on one
         ``broker`` (name or address), with UPDATE_AND_CREATE_TOPIC. Returns the broker names written.
 
         ``wait`` > 0 waits (that many seconds at most) until the nameserver's route shows the new config.
+        ``topic_sys_flag`` holds RocketMQ's unit bits (1: a unit topic, 2: it has unit subscriptions).
         """
         check_topic(topic)
         write_queues = read_queues if write_queues is None else write_queues
@@ -353,10 +355,14 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, AclAdmin):
                 raise InvalidArgumentError(f"{what} must be within 1..{_MAX_QUEUE_NUMS}, got {n!r}")
         if perm & ~(PERM_READ | PERM_WRITE | 1) or not perm & (PERM_READ | PERM_WRITE):
             raise InvalidArgumentError(f"perm {perm} is not a combination of read (4), write (2) and inherit (1)")
+        if isinstance(topic_sys_flag, bool) or not isinstance(topic_sys_flag, int) or topic_sys_flag & ~3:
+            raise InvalidArgumentError(f"topic_sys_flag {topic_sys_flag!r} is not a combination of unit (1) and "
+                                       "unit sub (2)")
         masters = await self._masters(cluster=cluster, broker=broker)
         fields: dict[str, object] = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queues,
                                      "writeQueueNums": write_queues, "perm": perm,
-                                     "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order}
+                                     "topicFilterType": "SINGLE_TAG", "topicSysFlag": topic_sys_flag,
+                                     "order": order}
         if message_type is not None:
             fields["attributes"] = f"+message.type={message_type.upper()}"
         inst = self._check()
@@ -407,6 +413,10 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, AclAdmin):
         await asyncio.gather(*(inst.invoke_ok(addr, make_request(RequestCode.DELETE_TOPIC_IN_NAMESRV, fields),
                                               context=f"delete topic {topic} on nameserver {addr}")
                                for addr in inst.namesrv_addrs))
+        try:  # as RocketMQ's deleteTopic: the topic's order conf goes too
+            await self.delete_kv_config(ORDER_TOPIC_CONFIG, topic)
+        except BrokerError:
+            log.debug("the order conf of %s was not deleted", topic, exc_info=True)
         inst.routes.pop(topic, None)
         if wait > 0:
             await self._wait_route(topic, wait, lambda route: route is None or not any(
@@ -514,13 +524,14 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, AclAdmin):
         return sorted(masters)
 
     async def delete_subscription_group(self, group: str, *, cluster: str | None = None,
-                                        broker: str | None = None) -> list[str]:
-        """Delete a subscription group (DELETE_SUBSCRIPTIONGROUP) on every master of a cluster or one broker."""
+                                        broker: str | None = None, clean_offset: bool = False) -> list[str]:
+        """Delete a subscription group (DELETE_SUBSCRIPTIONGROUP) on every master of a cluster or one broker;
+        ``clean_offset`` also removes the group's committed offsets there (RocketMQ 5's cleanOffset)."""
         check_group(group)
         masters = await self._masters(cluster=cluster, broker=broker)
         inst = self._check()
         await asyncio.gather(*(inst.invoke_ok(addr, make_request(RequestCode.DELETE_SUBSCRIPTIONGROUP,
-                                                                 {"groupName": group}),
+                                                                 {"groupName": group, "cleanOffset": clean_offset}),
                                               context=f"delete group {group} on {name}")
                                for name, addr in masters.items()))
         return sorted(masters)

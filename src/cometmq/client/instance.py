@@ -202,7 +202,9 @@ class ClientInstance:
         self.poll_namesrv_interval = poll_namesrv_interval
         self.heartbeat_interval = heartbeat_interval
         self.remoting = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
-                                        RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset},
+                                        RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+                                        RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+                                        RequestCode.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly},
                                        ssl=self.tls_context)
         self.routes: dict[str, TopicRouteData] = {}
         #: broker name -> {broker id: address}
@@ -427,6 +429,18 @@ class ClientInstance:
         if consumer is not None:
             consumer.on_ids_changed()
         return None
+
+    async def _on_running_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO through a broker (mqadmin consumerProgress -s, consumerStatus)."""
+        from cometmq.client.consumer_requests import answer_running_info
+
+        return await answer_running_info(self.consumers, ";".join(self.namesrv_addrs), cmd)
+
+    async def _on_consume_directly(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY through a broker (mqadmin queryMsgById -g -d)."""
+        from cometmq.client.consumer_requests import answer_consume_directly
+
+        return await answer_consume_directly(self.consumers, cmd)
 
     async def _on_reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (mqadmin resetOffsetByTime through a broker): the broker reset and

@@ -276,6 +276,47 @@ class PushConsumer:
             log.debug("consumers of %s changed: rebalancing", self.group)
             self._rebalancer.request()
 
+    # -- what the tools ask a client through a broker (client/consumer_requests.py) ---------------------------------
+    def queue_info(self) -> dict[MessageQueue, dict[str, Any]]:
+        """Per queue held, RocketMQ's ProcessQueueInfo figures (GET_CONSUMER_RUNNING_INFO's mqTable)."""
+        locked = self.locked_queues
+        return {mq: {"cachedMsgCount": self.in_flight(mq), "locked": mq in locked, "droped": False}
+                for mq in sorted(self._requests)}
+
+    async def consume_directly(self, msg: MessageExt) -> dict[str, Any]:
+        """Run the listener on one message a tool names (CONSUME_MESSAGE_DIRECTLY, ``queryMsgById -g -d``):
+        nothing is committed or sent back. RocketMQ's ConsumeMessageDirectlyResult as a dict."""
+        listener = self._listener
+        if listener is None:
+            return {"order": False, "autoCommit": True, "consumeResult": "CR_THROW_EXCEPTION",
+                    "remark": "the consumer has no listener", "spentTimeMills": 0}
+        orderly = self._orderly is not None
+        args: tuple[Any, ...] = ([msg],)
+        if orderly and self._orderly is not None and self._orderly._wants_context:
+            args = ([msg], ConsumeOrderlyContext(msg.queue, auto_commit=self.auto_commit))
+        begin = time.monotonic()
+        remark: str | None = None
+        try:
+            if self._listener_is_async or self._executor is None:
+                result = listener(*args)
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(self._executor, lambda: listener(*args))
+            if inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            code, remark = "CR_THROW_EXCEPTION", f"{type(exc).__name__}: {exc}"
+        else:
+            results: dict[object, str] = {
+                ConsumeStatus.CONSUME_SUCCESS: "CR_SUCCESS", ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS",
+                ConsumeOrderlyStatus.ROLLBACK: "CR_ROLLBACK", ConsumeOrderlyStatus.COMMIT: "CR_COMMIT"}
+            # None is success (as the SDK takes it); anything else is consumed later, as the listener calls do
+            code = "CR_SUCCESS" if result is None else results.get(result, "CR_LATER") \
+                if isinstance(result, (ConsumeStatus, ConsumeOrderlyStatus)) else "CR_LATER"
+        return {"order": orderly, "autoCommit": self.auto_commit if orderly else True, "consumeResult": code,
+                "remark": remark, "spentTimeMills": int((time.monotonic() - begin) * 1000)}
+
     # -- lifecycle ------------------------------------------------------------------------------------------
     async def start(self) -> None:
         if self.started:

@@ -34,6 +34,10 @@ from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, Self, TypeVar
 
 from cometmq.client.admin import Admin, ConsumeStats, OffsetReset, TopicOffset
+from cometmq.client.admin_controller import ControllerMetadata, ElectResult, GroupSyncState
+from cometmq.client.admin_ha import EpochCache, HAStatus, RoleChange
+from cometmq.client.admin_kv import ConsumeDirectlyResult, ConsumerRunningInfo
+from cometmq.client.admin_ops import ConsumerConnection, PullResult, ResetResult
 from cometmq.client.errors import ClientStateError, ClientTimeoutError
 from cometmq.client.lite_pull_consumer import CommitCallback, ConsumeFrom, LitePullConsumer
 from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
@@ -47,6 +51,7 @@ from cometmq.client.transaction_producer import (
     TransactionSendResult,
     run_local_transaction,
 )
+from cometmq.protocol.admin_bodies import BrokerStatsData, Connection
 from cometmq.protocol.route import PERM_READ_WRITE, ClusterInfo, TopicRouteData
 
 log = logging.getLogger(__name__)
@@ -448,10 +453,11 @@ class SyncAdmin(_Facade[Admin]):
 
     def create_topic(self, topic: str, *, read_queues: int = 4, write_queues: int | None = None,
                      perm: int = PERM_READ_WRITE, order: bool = False, message_type: str | None = None,
-                     cluster: str | None = None, broker: str | None = None, wait: float = 5.0) -> list[str]:
+                     cluster: str | None = None, broker: str | None = None, wait: float = 5.0,
+                     topic_sys_flag: int = 0) -> list[str]:
         return self._run(lambda: self._aio.create_topic(
             topic, read_queues=read_queues, write_queues=write_queues, perm=perm, order=order,
-            message_type=message_type, cluster=cluster, broker=broker, wait=wait))
+            message_type=message_type, cluster=cluster, broker=broker, wait=wait, topic_sys_flag=topic_sys_flag))
 
     update_topic = create_topic
 
@@ -469,13 +475,20 @@ class SyncAdmin(_Facade[Admin]):
         return self._run(lambda: self._aio.reset_offset_by_timestamp(group, topic, timestamp, force=force))
 
     def create_subscription_group(self, group: str, *, cluster: str | None = None, broker: str | None = None,
-                                  **config: Any) -> list[str]:
-        return self._run(lambda: self._aio.create_subscription_group(group, cluster=cluster, broker=broker,
-                                                                     **config))
+                                  consume_enable: bool = True, consume_broadcast_enable: bool = True,
+                                  consume_from_min_enable: bool = True, retry_queue_nums: int = 1,
+                                  retry_max_times: int = 16, consume_message_orderly: bool = False,
+                                  **extra: Any) -> list[str]:
+        return self._run(lambda: self._aio.create_subscription_group(
+            group, cluster=cluster, broker=broker, consume_enable=consume_enable,
+            consume_broadcast_enable=consume_broadcast_enable, consume_from_min_enable=consume_from_min_enable,
+            retry_queue_nums=retry_queue_nums, retry_max_times=retry_max_times,
+            consume_message_orderly=consume_message_orderly, **extra))
 
     def delete_subscription_group(self, group: str, *, cluster: str | None = None,
-                                  broker: str | None = None) -> list[str]:
-        return self._run(lambda: self._aio.delete_subscription_group(group, cluster=cluster, broker=broker))
+                                  broker: str | None = None, clean_offset: bool = False) -> list[str]:
+        return self._run(lambda: self._aio.delete_subscription_group(group, cluster=cluster, broker=broker,
+                                                                     clean_offset=clean_offset))
 
     def subscription_groups(self, broker: str) -> dict[str, dict[str, Any]]:
         return self._run(lambda: self._aio.subscription_groups(broker))
@@ -511,6 +524,206 @@ class SyncAdmin(_Facade[Admin]):
     def timer_metrics(self, *, cluster: str | None = None, broker: str | None = None,
                       addr: str | None = None) -> dict[str, dict[str, Any]]:
         return self._run(lambda: self._aio.timer_metrics(cluster=cluster, broker=broker, addr=addr))
+
+    # -- the operator, replication, controller, ACL and KV methods (admin_ops, admin_ha, admin_controller,
+    # admin_acl, admin_kv): one twin each
+    def acl_config(self, *, cluster: str | None = None, broker: str | None = None) -> dict[str, Any]:
+        return self._run(lambda: self._aio.acl_config(cluster=cluster, broker=broker))
+
+    def acl_versions(self, *, cluster: str | None = None, broker: str | None = None) -> dict[str, Any]:
+        return self._run(lambda: self._aio.acl_versions(cluster=cluster, broker=broker))
+
+    def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        return self._run(lambda: self._aio.add_write_perm(broker_name))
+
+    def broker_addrs(
+        self, *, cluster: str | None = None, broker: str | None = None, masters_only: bool = True
+    ) -> dict[str, str]:
+        return self._run(lambda: self._aio.broker_addrs(cluster=cluster, broker=broker, masters_only=masters_only))
+
+    def broker_config(self, addr: str) -> dict[str, str]:
+        return self._run(lambda: self._aio.broker_config(addr))
+
+    def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        return self._run(lambda: self._aio.broker_runtime_info(addr))
+
+    def broker_stats(self, addr: str, name: str, key: str) -> BrokerStatsData | None:
+        return self._run(lambda: self._aio.broker_stats(addr, name, key))
+
+    def clean_broker_data(
+        self,
+        controller_addr: str,
+        cluster: str,
+        broker_name: str,
+        broker_ids: Iterable[int] | None = None,
+        *,
+        clean_living: bool = False,
+    ) -> None:
+        broker_ids = None if broker_ids is None else list(broker_ids)
+        self._run(
+            lambda: self._aio.clean_broker_data(
+                controller_addr, cluster, broker_name, broker_ids, clean_living=clean_living
+            )
+        )
+
+    def consume_message_directly(
+        self, group: str, client_id: str, msg_id: str, topic: str | None = None
+    ) -> ConsumeDirectlyResult:
+        return self._run(lambda: self._aio.consume_message_directly(group, client_id, msg_id, topic))
+
+    def consumer_connection(self, group: str, *, broker: str | None = None) -> ConsumerConnection:
+        return self._run(lambda: self._aio.consumer_connection(group, broker=broker))
+
+    def consumer_running_info(
+        self, group: str, client_id: str, *, broker: str | None = None, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        return self._run(lambda: self._aio.consumer_running_info(group, client_id, broker=broker, jstack=jstack))
+
+    def delete_acl_account(
+        self, access_key: str, *, cluster: str | None = None, broker: str | None = None
+    ) -> list[str]:
+        return self._run(lambda: self._aio.delete_acl_account(access_key, cluster=cluster, broker=broker))
+
+    def delete_kv_config(self, namespace: str, key: str) -> None:
+        self._run(lambda: self._aio.delete_kv_config(namespace, key))
+
+    def demote(
+        self,
+        broker_addr: str,
+        master_addr: str,
+        *,
+        epoch: int | None = None,
+        broker_id: int | None = None,
+        master_ha_addr: str | None = None,
+    ) -> RoleChange:
+        return self._run(
+            lambda: self._aio.demote(
+                broker_addr, master_addr, epoch=epoch, broker_id=broker_id, master_ha_addr=master_ha_addr
+            )
+        )
+
+    def elect_master(
+        self, controller_addr: str, cluster: str, broker_name: str, broker_id: int | None = None
+    ) -> ElectResult:
+        return self._run(lambda: self._aio.elect_master(controller_addr, cluster, broker_name, broker_id))
+
+    def epoch_cache(self, broker_addr: str) -> EpochCache:
+        return self._run(lambda: self._aio.epoch_cache(broker_addr))
+
+    def get_controller_metadata(self, controller_addr: str) -> ControllerMetadata:
+        return self._run(lambda: self._aio.get_controller_metadata(controller_addr))
+
+    def get_kv_config(self, namespace: str, key: str) -> str | None:
+        return self._run(lambda: self._aio.get_kv_config(namespace, key))
+
+    def get_sync_state_data(self, controller_addr: str, broker_names: Iterable[str]) -> dict[str, GroupSyncState]:
+        broker_names = list(broker_names)
+        return self._run(lambda: self._aio.get_sync_state_data(controller_addr, broker_names))
+
+    def ha_status(self, broker_addr: str) -> HAStatus:
+        return self._run(lambda: self._aio.ha_status(broker_addr))
+
+    def kv_list(self, namespace: str) -> dict[str, str]:
+        return self._run(lambda: self._aio.kv_list(namespace))
+
+    def producer_connection(self, group: str, topic: str) -> tuple[Connection, ...]:
+        return self._run(lambda: self._aio.producer_connection(group, topic))
+
+    def promote(self, broker_addr: str, epoch: int | None = None) -> RoleChange:
+        return self._run(lambda: self._aio.promote(broker_addr, epoch))
+
+    def pull(
+        self,
+        queue: MessageQueue,
+        offset: int,
+        max_nums: int = 32,
+        *,
+        expression: str = "*",
+        group: str = "TOOLS_CONSUMER",
+    ) -> PullResult:
+        return self._run(lambda: self._aio.pull(queue, offset, max_nums, expression=expression, group=group))
+
+    def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        self._run(lambda: self._aio.put_kv_config(namespace, key, value))
+
+    def query_message_by_offset(self, queue: MessageQueue, offset: int) -> MessageExt:
+        return self._run(lambda: self._aio.query_message_by_offset(queue, offset))
+
+    def query_messages_by_unique_key(self, topic: str, msg_id: str, *, max_num: int = 32) -> list[MessageExt]:
+        return self._run(lambda: self._aio.query_messages_by_unique_key(topic, msg_id, max_num=max_num))
+
+    def read_range(
+        self,
+        queue: MessageQueue,
+        begin: int,
+        end: int,
+        *,
+        expression: str = "*",
+        limit: int | None = None,
+        group: str = "TOOLS_CONSUMER",
+    ) -> list[MessageExt]:
+        return self._run(
+            lambda: self._aio.read_range(queue, begin, end, expression=expression, limit=limit, group=group)
+        )
+
+    def reset_offset(self, group: str, topic: str, timestamp: int | _dt.datetime, *, force: bool = True) -> ResetResult:
+        return self._run(lambda: self._aio.reset_offset(group, topic, timestamp, force=force))
+
+    def topic_configs(self, broker: str) -> dict[str, dict[str, Any]]:
+        return self._run(lambda: self._aio.topic_configs(broker))
+
+    def topic_consumer_groups(self, topic: str) -> list[str]:
+        return self._run(lambda: self._aio.topic_consumer_groups(topic))
+
+    def topic_queues(self, topic: str) -> list[MessageQueue]:
+        return self._run(lambda: self._aio.topic_queues(topic))
+
+    def update_acl_account(
+        self,
+        access_key: str,
+        *,
+        secret_key: str | None = None,
+        white_remote_address: str | None = None,
+        admin: bool | None = None,
+        default_topic_perm: str | None = None,
+        default_group_perm: str | None = None,
+        topic_perms: Iterable[str] | None = None,
+        group_perms: Iterable[str] | None = None,
+        cluster: str | None = None,
+        broker: str | None = None,
+    ) -> list[str]:
+        topic_perms = None if topic_perms is None else list(topic_perms)
+        group_perms = None if group_perms is None else list(group_perms)
+        return self._run(
+            lambda: self._aio.update_acl_account(
+                access_key,
+                secret_key=secret_key,
+                white_remote_address=white_remote_address,
+                admin=admin,
+                default_topic_perm=default_topic_perm,
+                default_group_perm=default_group_perm,
+                topic_perms=topic_perms,
+                group_perms=group_perms,
+                cluster=cluster,
+                broker=broker,
+            )
+        )
+
+    def update_broker_config(self, addr: str, changes: Mapping[str, str]) -> None:
+        changes = dict(changes)
+        self._run(lambda: self._aio.update_broker_config(addr, changes))
+
+    def update_global_white_addrs(
+        self, patterns: Iterable[str], *, cluster: str | None = None, broker: str | None = None
+    ) -> list[str]:
+        patterns = list(patterns)
+        return self._run(lambda: self._aio.update_global_white_addrs(patterns, cluster=cluster, broker=broker))
+
+    def update_order_conf(self, topic: str, conf: str, *, replace: bool = True) -> str:
+        return self._run(lambda: self._aio.update_order_conf(topic, conf, replace=replace))
+
+    def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        return self._run(lambda: self._aio.wipe_write_perm(broker_name))
 
 
 class SyncSimpleConsumer(_Facade[SimpleConsumer]):

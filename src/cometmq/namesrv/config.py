@@ -40,6 +40,8 @@ NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "scanNotActiveBrokerInterval": ("scan_interval_s", lambda v: int(v) / 1000),
     "aclEnable": ("acl_enable", _bool),
     "aclFile": ("acl_file", str),
+    "orderMessageEnable": ("order_message_enable", _bool),
+    "kvConfigPath": ("kv_config_path", Path),
 }
 #: the controller in the nameserver (RocketMQ's enableControllerInNamesrv; its log in controllerStorePath)
 CONTROLLER_KEYS: dict[str, tuple[str, Any]] = {
@@ -48,7 +50,7 @@ CONTROLLER_KEYS: dict[str, tuple[str, Any]] = {
 }
 #: RocketMQ keys accepted with no effect
 IGNORED_KEYS = frozenset({
-    "rocketmqHome", "kvConfigPath", "configStorePath", "productEnvName", "clusterTest", "orderMessageEnable",
+    "rocketmqHome", "configStorePath", "productEnvName", "clusterTest",
     "returnOrderTopicConfigToBroker", "clientRequestThreadPoolNums", "defaultThreadPoolNums",
     "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity",
     "supportActingMaster", "enableAllTopicList", "enableTopicList", "notifyMinBrokerIdChanged",

@@ -6,12 +6,15 @@ INVALID_PARAMETER and a remark naming the problem; the route table is not touche
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 
+from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.net.client import split_address
 from cometmq.net.connection import Handler, RemotingConnection
-from cometmq.protocol.admin_bodies import encode_topic_list
+from cometmq.protocol.admin_bodies import KVTable, encode_topic_list
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import RemotingCommand, make_response
@@ -78,8 +81,12 @@ def _addr(cmd: RemotingCommand, key: str) -> str:
 class NamesrvProcessors:
     """The nameserver's handlers over one ``RouteInfoManager``; ``dispatcher()`` maps codes to them."""
 
-    def __init__(self, route_info: RouteInfoManager) -> None:
+    def __init__(self, route_info: RouteInfoManager, kv: KVConfigManager | None = None, *,
+                 order_message_enable: bool = True) -> None:
         self.route_info = route_info
+        self.kv = kv if kv is not None else KVConfigManager()
+        #: RocketMQ's orderMessageEnable: route answers carry the topic's ORDER_TOPIC_CONFIG as orderTopicConf
+        self.order_message_enable = order_message_enable
 
     def dispatcher(self) -> dict[int, Handler]:
         return {
@@ -97,9 +104,9 @@ class NamesrvProcessors:
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
             RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
             RequestCode.GET_KV_CONFIG: self.get_kv_config,
-            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_config,
-            RequestCode.PUT_KV_CONFIG: self.not_supported,
-            RequestCode.DELETE_KV_CONFIG: self.not_supported,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
             RequestCode.GET_NAMESRV_CONFIG: self.not_supported,
             RequestCode.UPDATE_NAMESRV_CONFIG: self.not_supported,
         }
@@ -152,6 +159,10 @@ class NamesrvProcessors:
         route = self.route_info.pick_route(topic)
         if route is None:
             raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic[:200]!r} on this nameserver")
+        if self.order_message_enable:
+            order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+            if order_conf:
+                route = dataclasses.replace(route, order_topic_conf=order_conf)
         return make_response(cmd, body=route.encode())
 
     async def get_cluster_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -176,8 +187,15 @@ class NamesrvProcessors:
         return make_response(cmd, body=encode_topic_list(names, addr))
 
     async def get_unit_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        # cometmq has no unit topics (RocketMQ's topicSysFlag unit bits): always an empty list
-        return make_response(cmd, body=encode_topic_list(()))
+        # RocketMQ's topicSysFlag unit bits (updateTopic -u/-s): unit topics, topics with unit subscriptions,
+        # and those of the latter that are not unit topics themselves
+        unit, unit_sub = 0x1, 0x2
+        want: dict[int, Callable[[int], bool]] = {
+            RequestCode.GET_UNIT_TOPIC_LIST: lambda f: bool(f & unit),
+            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: lambda f: bool(f & unit_sub),
+            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: lambda f: bool(f & unit_sub) and not f & unit}
+        test = want.get(cmd.code, lambda f: False)
+        return make_response(cmd, body=encode_topic_list(self.route_info.topics_with_sys_flag(test)))
 
     async def wipe_write_perm(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         count = self.route_info.update_write_perm(_text(cmd, "brokerName"), wipe=True)
@@ -188,13 +206,34 @@ class NamesrvProcessors:
         return make_response(cmd, ResponseCode.SUCCESS, None, {"addTopicCount": str(count)})
 
     async def get_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        # This nameserver keeps no KV config: every namespace and key is absent, as RocketMQ answers for one.
+        namespace, key = _field(cmd, "namespace"), _field(cmd, "key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return make_response(cmd, ResponseCode.QUERY_NOT_FOUND,
+                                 f"No config item, Namespace: {namespace} Key: {key}")
+        return make_response(cmd, ResponseCode.SUCCESS, None, {"value": value})
+
+    async def get_kv_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         namespace = _field(cmd, "namespace")
-        key = cmd.ext_fields.get("key")
-        what = f"No config item, Namespace: {namespace}" + (f" Key: {key}" if key is not None else "")
-        return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, what)
+        table = self.kv.namespace(namespace)
+        if table is None:
+            return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        return make_response(cmd, body=KVTable(table).encode())
+
+    async def put_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        namespace, key = _text(cmd, "namespace"), _text(cmd, "key")
+        value = _field(cmd, "value")
+        self.kv.put(namespace, key, value)
+        log.info("KV config put by %s: %s %s=%s", conn.remote_address if conn is not None else "-", namespace, key,
+                 value)
+        return make_response(cmd)
+
+    async def delete_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        namespace, key = _text(cmd, "namespace"), _text(cmd, "key")
+        self.kv.delete(namespace, key)
+        return make_response(cmd)
 
     async def not_supported(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         return make_response(cmd, ResponseCode.SYSTEM_ERROR,
-                             f"{_name(cmd)}: the cometmq nameserver keeps no KV config and takes its configuration "
-                             "from its config file at start")
+                             f"{_name(cmd)}: the cometmq nameserver takes its configuration from its config file at "
+                             "start")

@@ -296,6 +296,11 @@ class RouteInfoManager:
     def all_topics(self) -> list[str]:
         return sorted(self._topics)
 
+    def topics_with_sys_flag(self, test: Callable[[int], bool]) -> list[str]:
+        """The topics some broker holds with a topicSysFlag that passes ``test`` (the unit topic lists)."""
+        return sorted(topic for topic, queues in self._topics.items()
+                      if any(test(qd.topic_sys_flag) for qd in queues.values()))
+
     def topics_by_cluster(self, cluster: str) -> list[str]:
         names = self._clusters.get(cluster, set())
         return sorted(topic for topic, queues in self._topics.items() if not names.isdisjoint(queues))

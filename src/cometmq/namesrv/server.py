@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
@@ -13,6 +14,7 @@ from cometmq.acl.control import AccessControl
 from cometmq.acl.policy import NAMESRV_POLICY
 from cometmq.acl.remoting import guard
 from cometmq.common.periodic import Periodic
+from cometmq.namesrv.kv_config import KVConfigManager
 from cometmq.namesrv.processors import NamesrvProcessors
 from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
 from cometmq.net.connection import Handler, RemotingConnection
@@ -36,6 +38,11 @@ class NamesrvConfig:
     acl_file: str = "plain_acl.yml"
     #: TLS of the nameserver's port (net/tls.py), None: plaintext
     tls: TlsConfig | None = None
+    #: RocketMQ's orderMessageEnable: route answers carry a topic's ORDER_TOPIC_CONFIG KV value (written by
+    #: ``updateTopic -o true``) as orderTopicConf. On here; RocketMQ's default is false.
+    order_message_enable: bool = True
+    #: RocketMQ's kvConfigPath: where KV configs (ORDER_TOPIC_CONFIG, ...) are kept; None: in memory only
+    kv_config_path: Path | None = None
 
 
 class EmbeddedService(Protocol):
@@ -58,7 +65,8 @@ class NamesrvController:
                  embedded: Sequence[EmbeddedService] = ()) -> None:
         self.config = config or NamesrvConfig()
         self.route_info = RouteInfoManager(clock, self.config.broker_expiry_s)
-        self.processors = NamesrvProcessors(self.route_info)
+        self.processors = NamesrvProcessors(self.route_info, KVConfigManager(self.config.kv_config_path),
+                                            order_message_enable=self.config.order_message_enable)
         self.embedded = tuple(embedded)
         dispatcher = self.processors.dispatcher()
         for service in self.embedded:

@@ -177,6 +177,17 @@ def test_check_order_and_remarks() -> None:
     ac.check(_attempt("rocketmq2", "wrong-secret", send, [], host="192.168.1.9"))
 
 
+def test_a_trace_send_lets_only_itself_through() -> None:
+    ac = AccessControl.from_config(parse_acl(ROCKETMQ_EXAMPLE))
+    send, trace = RequestCode.SEND_MESSAGE, Need("RMQ_SYS_TRACE_TOPIC", False, PUB)
+    ac.check(_attempt("RocketMQ", "12345678", send, [trace]))  # defaultTopicPerm DENY, but traces always go
+    # the other topics of the same request (a gRPC SendMessage of several, a producer's settings) are checked
+    with pytest.raises(AccessDenied, match="topic=topicA"):
+        ac.check(_attempt("RocketMQ", "12345678", send, [trace, Need("topicA", False, PUB)]))
+    with pytest.raises(AccessDenied, match="Check signature failed"):  # and the signature still is
+        ac.check(_attempt("RocketMQ", "wrong-secret", send, [trace]))
+
+
 def test_policies() -> None:
     pull = make_request(RequestCode.PULL_MESSAGE, {"topic": "T", "consumerGroup": "G"})
     assert BROKER_POLICY.needs_of(pull) == [Need("T", False, SUB), Need("G", True, SUB)]

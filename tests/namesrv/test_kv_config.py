@@ -47,7 +47,7 @@ async def test_kv_configs_survive_a_restart(tmp_path: Path) -> None:
 def test_a_damaged_file_is_refused_with_its_name(tmp_path: Path, text: str) -> None:
     path = tmp_path / "kvConfig.json"
     path.write_text(text)
-    with pytest.raises(KVConfigError, match="kvConfig.json: not a KV config file"):
+    with pytest.raises(KVConfigError, match=r"kvConfig\.json: not a KV config file"):
         KVConfigManager(path)
     assert path.read_text() == text  # nothing rewritten
 

@@ -16,7 +16,7 @@ import grpc
 from cometmq.grpc import convert
 from cometmq.grpc.backend import PROXY_PRODUCER_GROUP, any_master
 from cometmq.grpc.handles import TransactionRef, recall_broker_name
-from cometmq.grpc.rpc import RpcBase, client_id_of, metadata_of, unary
+from cometmq.grpc.rpc import Caller, RpcBase, client_id_of, metadata_of, settings_needs, unary
 from cometmq.grpc.status import OK_STATUS, GrpcError, from_remoting, status
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
@@ -103,7 +103,7 @@ class ProducerRpcs(RpcBase):
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[spb.TelemetryCommand]:
         try:
-            self.check_auth(context, "Telemetry")
+            caller = self.check_auth(context, "Telemetry")
         except GrpcError as exc:
             yield spb.TelemetryCommand(status=status(exc.code, exc.message))
             return
@@ -119,6 +119,11 @@ class ProducerRpcs(RpcBase):
             try:
                 async for cmd in request_iterator:
                     if cmd.HasField("settings"):
+                        try:
+                            self.check_settings(caller, cmd.settings)
+                        except GrpcError as exc:  # refused: answered, nothing applied, and the stream ends
+                            outbox.put_nowait(spb.TelemetryCommand(status=status(exc.code, exc.message)))
+                            break
                         outbox.put_nowait(await self._settings_reply(session, cmd.settings))
                     # thread stack traces and verify results are answers we never asked for: ignored
             except Exception as exc:  # the client went away mid-stream
@@ -138,6 +143,13 @@ class ProducerRpcs(RpcBase):
             if session.outbox is outbox:
                 session.outbox = None
                 session.last_seen = time.monotonic()
+
+    def check_settings(self, caller: Caller | None, settings: pb.Settings) -> None:
+        """With ACL on, a client may announce only topics it may publish to, or a group (and topics) it may
+        consume as (RocketMQ 5's proxy checks the same): FORBIDDEN otherwise, BAD_REQUEST for settings that are
+        neither a producer's nor a consumer's. Checked at every settings command, against the ACL in force then."""
+        if self.acl is not None:
+            self.check_caller(caller, "Telemetry", settings_needs(settings))
 
     async def _settings_reply(self, session: Any, settings: pb.Settings) -> spb.TelemetryCommand:
         session.client_type = settings.client_type

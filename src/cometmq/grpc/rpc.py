@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -18,6 +19,7 @@ from cometmq.grpc.backend import Backend
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.status import GrpcError, status
+from cometmq.grpc.tls import RelayPeers
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.protocol.errors import ProtocolError
 
@@ -40,15 +42,24 @@ class RpcBase:
             self.acl.load()
         elif config.auth_enabled:
             self.acl = AccessControl.from_config(accounts_config(config.access_keys.items()))
+        #: permissive TLS: the relay's table of real client addresses (grpc/tls.py), set by GrpcProxy.start
+        self.relay_peers: RelayPeers | None = None
 
-    def check_auth(self, context: grpc.aio.ServicerContext[Any, Any], rpc: str = "", request: Any = None) -> None:
+    def client_host(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """The address the ACL checks: grpc's peer, or, behind the permissive-TLS relay, the relayed client's."""
+        peer = context.peer() or ""
+        return self.relay_peers.client_host(peer) if self.relay_peers is not None else host_of(peer)
+
+    def check_auth(self, context: grpc.aio.ServicerContext[Any, Any], rpc: str = "",
+                   request: Any = None) -> Caller | None:
         """Authenticate the call (the 5.x ``authorization`` header) and check the permissions ``rpc`` needs on the
-        topics and groups ``request`` names: UNAUTHORIZED or FORBIDDEN with RocketMQ's reason."""
+        topics and groups ``request`` names: UNAUTHORIZED or FORBIDDEN with RocketMQ's reason. Returns the
+        authenticated caller (None without ACL), for the later checks of a stream (:meth:`check_caller`)."""
         acl = self.acl
         if acl is None:
-            return
+            return None
         acl.start()  # the ACL file's reload watcher (idempotent; needs the running loop)
-        host = host_of(context.peer() or "")
+        host = self.client_host(context)
         metadata = metadata_of(context)
         access_key: str | None = None
         verify: Callable[[str], bool] = _no_signature
@@ -58,12 +69,31 @@ class RpcBase:
             if "authorization" in metadata and not acl.globally_allowed(host):
                 acl.refused(host, str(exc), f"gRPC {rpc or 'call'}")
                 raise GrpcError(pb.Code.UNAUTHORIZED, str(exc)) from None
+        caller = Caller(host, access_key, verify)
+        self.check_caller(caller, rpc, grpc_needs(rpc, request))
+        return caller
+
+    def check_caller(self, caller: Caller | None, rpc: str, needs: Sequence[Need]) -> None:
+        """Check ``needs`` for a caller :meth:`check_auth` let in earlier (a Telemetry stream's later commands),
+        against the ACL in force now; the signature's date is not looked at again (the stream outlives it)."""
+        acl = self.acl
+        if acl is None or caller is None:
+            return
         try:
-            acl.check(Attempt(host, access_key, verify, rpc, False, grpc_needs(rpc, request)))
+            acl.check(Attempt(caller.host, caller.access_key, caller.verify, rpc, False, needs))
         except AccessDenied as exc:
-            acl.refused(host, str(exc), f"gRPC {rpc or 'call'}")
+            acl.refused(caller.host, str(exc), f"gRPC {rpc or 'call'}")
             code = pb.Code.UNAUTHORIZED if isinstance(exc, NotAuthenticated) else pb.Code.FORBIDDEN
             raise GrpcError(code, str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who an authenticated call comes from: its address (as the ACL sees it), access key and signature check."""
+
+    host: str
+    access_key: str | None
+    verify: Callable[[str], bool]
 
 
 def _no_signature(secret: str) -> bool:
@@ -95,7 +125,22 @@ def grpc_needs(rpc: str, request: Any) -> list[Need]:
         return topic_need(_name(request, "topic"), SUB) + group_need(_name(request, "group"))
     if rpc in ("Heartbeat", "NotifyClientTermination"):
         return group_need(_name(request, "group"))
+    if rpc == "Telemetry":
+        return settings_needs(request) if isinstance(request, pb.Settings) else []
     return []
+
+
+def settings_needs(settings: pb.Settings) -> list[Need]:
+    """What a Telemetry settings command announces (RocketMQ 5's proxy checks the same): PUB on every topic a
+    producer publishes to; SUB on a consumer's group and on every topic it subscribes to. GrpcError BAD_REQUEST
+    for settings that are neither a producer's nor a consumer's."""
+    if settings.HasField("publishing"):
+        return [need for topic in settings.publishing.topics for need in topic_need(topic.name, PUB)]
+    if settings.HasField("subscription"):
+        sub = settings.subscription
+        return group_need(sub.group.name) + [need for entry in sub.subscriptions
+                                             for need in topic_need(entry.topic.name, SUB)]
+    raise GrpcError(pb.Code.BAD_REQUEST, "settings command doesn't have publishing or subscription")
 
 
 def metadata_of(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:

@@ -62,6 +62,8 @@ class GrpcProxy:
         #: permissive TLS: the public port, relaying to grpc's plaintext port on loopback (grpc/tls.py)
         self._front: TlsListener | None = None
         self.port = config.port
+        #: grpc's own port: ``port``, except behind the permissive relay (an internal one on 127.0.0.1)
+        self.grpc_port = 0
 
     @property
     def addr(self) -> str:
@@ -93,11 +95,14 @@ class GrpcProxy:
             await self.backend.close()
             raise OSError(f"cannot listen for gRPC on {self.config.bind_addr}")
         await server.start()
+        self.grpc_port = port
         if tls is not None and tls.mode is TlsMode.PERMISSIVE:
-            from cometmq.grpc.tls import start_permissive_front
+            from cometmq.grpc.tls import RelayPeers, start_permissive_front
 
+            # grpc sees the relay (127.0.0.1) as every client: the ACL looks the real one up in this table
+            peers = self.service.relay_peers = RelayPeers()
             try:
-                self._front = await start_permissive_front(self.config.host, self.config.port, tls, port)
+                self._front = await start_permissive_front(self.config.host, self.config.port, tls, port, peers)
             except OSError as exc:
                 await server.stop(None)
                 await self.backend.close()

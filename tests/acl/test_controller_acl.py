@@ -30,20 +30,11 @@ from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.store.config import ConfigError
 from tests.broker.conftest import broker_config
 from tests.kit import eventually
+from tests.kit.acl import admin_and_user
 
 ADMIN = ("ctlAdmin01", "ctlAdminSecret1")
 USER = ("ctlUser001", "ctlUserSecret1")
-ACL = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {USER[0]}
-    secretKey: {USER[1]}
-    admin: false
-    defaultTopicPerm: PUB|SUB
-    defaultGroupPerm: SUB
-"""
+ACL = admin_and_user(ADMIN, USER, default_topic="PUB|SUB")
 
 
 @pytest.fixture

@@ -21,24 +21,12 @@ from cometmq.protocol.acl import Credentials, sign_request
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from tests.broker.conftest import broker_config, pull_request, send_request
+from tests.kit.acl import admin_and_user
 
 ADMIN = ("adminUser1", "adminSecret1")
 USER = ("userAlpha1", "userSecret1")
 
-ACL = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {USER[0]}
-    secretKey: {USER[1]}
-    admin: false
-    defaultTopicPerm: DENY
-    defaultGroupPerm: SUB
-    topicPerms:
-      - allowed=PUB|SUB
-      - denied=DENY
-"""
+ACL = admin_and_user(ADMIN, USER, topic_perms={"allowed": "PUB|SUB", "denied": "DENY"})
 
 
 @dataclass

@@ -21,23 +21,13 @@ from cometmq.grpc.v2 import service_pb2 as spb
 from cometmq.grpc.v2 import service_pb2_grpc
 from tests.grpc.kit import new_message_id
 from tests.grpc.test_cli_grpc import Proc, cometmq, free_port, procs  # noqa: F401 - procs is a fixture
+from tests.kit.acl import admin_and_user
 
 pytestmark = pytest.mark.timeout(120)
 
 ADMIN = ("proxyAdmin1", "proxyAdminSecret1")
 USER = ("proxyUser01", "proxyUserSecret1")
-ACL = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {USER[0]}
-    secretKey: {USER[1]}
-    defaultTopicPerm: DENY
-    defaultGroupPerm: SUB
-    topicPerms:
-      - ProxyAcl=PUB|SUB
-"""
+ACL = admin_and_user(ADMIN, USER, topic_perms={"ProxyAcl": "PUB|SUB"})
 
 
 async def _calls(port: int, creds: tuple[str, str] | None) -> tuple[Any, Any, Any]:

@@ -14,6 +14,7 @@ import pytest
 from cometmq.client.admin import Admin
 from tests.interop.cometmq_server import CometServer
 from tests.interop.harness import ClientResult, CppClientRunner
+from tests.kit.acl import admin_and_user
 
 pytestmark = pytest.mark.interop
 
@@ -21,19 +22,7 @@ Server = Callable[..., CometServer]
 
 ADMIN = ("cppAdmin01", "cppAdminSecret")
 USER = ("cppUser001", "cppUserSecret")
-ACL = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {USER[0]}
-    secretKey: {USER[1]}
-    defaultTopicPerm: DENY
-    defaultGroupPerm: SUB
-    topicPerms:
-      - AclOk=PUB|SUB
-      - AclDenied=DENY
-"""
+ACL = admin_and_user(ADMIN, USER, topic_perms={"AclOk": "PUB|SUB", "AclDenied": "DENY"})
 
 
 @pytest.fixture

@@ -11,24 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.interop.grpc.conftest import ClientRunner, GrpcServer
+from tests.kit.acl import admin_and_user
 
 Server = Callable[..., GrpcServer]
 
 ADMIN = ("grpcAdmin1", "grpcAdminSecret")
 USER = ("grpcUser01", "grpcUserSecret")
-ACL = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {USER[0]}
-    secretKey: {USER[1]}
-    defaultTopicPerm: DENY
-    defaultGroupPerm: SUB
-    topicPerms:
-      - GrpcOk=PUB|SUB
-      - GrpcDenied=DENY
-"""
+ACL = admin_and_user(ADMIN, USER, topic_perms={"GrpcOk": "PUB|SUB", "GrpcDenied": "DENY"})
 
 
 def test_python_5x_client_with_and_without_credentials(py5: ClientRunner, grpc_server: Server, tmp_path: Path,

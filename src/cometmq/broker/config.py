@@ -22,6 +22,8 @@ from cometmq.store.config import (
     StoreConfig,
     convert_keys,
     parse_properties,
+    property_bool,
+    property_port,
     store_config_from_properties,
 )
 
@@ -202,11 +204,6 @@ def _metrics_exporter_type(v: str) -> str:
     return s
 
 
-def _port(v: str) -> int:
-    port = int(v)
-    if not 0 <= port <= 65535:
-        raise ValueError("a port is 0..65535 (0: any free port)")
-    return port
 
 
 def _credentials(v: str) -> tuple[str, str]:
@@ -223,13 +220,6 @@ def _credentials(v: str) -> tuple[str, str]:
     return raw["accessKey"], raw["secretKey"]
 
 
-def _bool(v: str) -> bool:
-    s = v.strip().lower()
-    if s in ("true", "1", "yes"):
-        return True
-    if s in ("false", "0", "no"):
-        return False
-    raise ValueError(f"not a boolean: {v!r}")
 
 
 BROKER_KEYS: dict[str, tuple[str, Any]] = {
@@ -239,10 +229,10 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "namesrvAddr": ("namesrv_addr", str),
     "listenPort": ("listen_port", int),
     "brokerIP1": ("broker_ip", str),
-    "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
-    "autoCreateSubscriptionGroup": ("auto_create_subscription_group", _bool),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", property_bool),
+    "autoCreateSubscriptionGroup": ("auto_create_subscription_group", property_bool),
     "defaultTopicQueueNums": ("default_topic_queue_nums", int),
-    "longPollingEnable": ("long_polling_enable", _bool),
+    "longPollingEnable": ("long_polling_enable", property_bool),
     "shortPollingTimeMills": ("short_polling_time_ms", int),
     "registerBrokerInterval": ("register_interval_ms", int),
     "channelExpiredTimeout": ("channel_expired_ms", int),
@@ -250,29 +240,29 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "messageDelayLevel": ("message_delay_level", parse_delay_levels),
     "lockMaxLiveTime": ("lock_max_live_time_ms", int),
     "flushConsumerOffsetInterval": ("consumer_offset_persist_interval_ms", int),
-    "enablePropertyFilter": ("enable_property_filter", _bool),
+    "enablePropertyFilter": ("enable_property_filter", property_bool),
     "brokerPermission": ("broker_permission", int),
-    "timerWheelEnable": ("timer_wheel_enable", _bool),
+    "timerWheelEnable": ("timer_wheel_enable", property_bool),
     "timerPrecisionMs": ("timer_precision_ms", int),
     "timerMaxDelaySec": ("timer_max_delay_sec", int),
     "timerRollWindowSlot": ("timer_roll_window_slot", int),
     "timerFlushIntervalMs": ("timer_flush_interval_ms", int),
     "mappedFileSizeTimerLog": ("timer_log_file_size", int),
-    "recallMessageEnable": ("recall_message_enable", _bool),
+    "recallMessageEnable": ("recall_message_enable", property_bool),
     "popReviveIntervalMs": ("pop_revive_interval_ms", int),
     "popSnapshotIntervalMs": ("pop_snapshot_interval_ms", int),
     "transactionTimeOut": ("transaction_timeout_ms", int),
     "transactionCheckMax": ("transaction_check_max", int),
     "transactionCheckInterval": ("transaction_check_interval_ms", int),
     "haListenPort": ("ha_listen_port", int),
-    "allAckInSyncStateSet": ("all_ack_in_sync_state_set", _bool),
+    "allAckInSyncStateSet": ("all_ack_in_sync_state_set", property_bool),
     "minInSyncReplicas": ("min_in_sync_replicas", int),
     "haMaxTimeSlaveNotCatchup": ("ha_max_time_slave_not_catchup_ms", int),
     "haSendHeartbeatInterval": ("ha_send_heartbeat_interval_ms", int),
     "haHousekeepingInterval": ("ha_housekeeping_interval_ms", int),
     "slaveTimeout": ("slave_ack_timeout_ms", int),
     "haTransferBatchSize": ("ha_transfer_batch_size", int),
-    "enableControllerMode": ("enable_controller_mode", _bool),
+    "enableControllerMode": ("enable_controller_mode", property_bool),
     "controllerAddr": ("controller_addr", str),
     "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int),
     "controllerHeartBeatTimeoutMills": ("controller_heartbeat_timeout_ms", int),
@@ -282,12 +272,12 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "electionPriority": ("election_priority", int),
     "statsLogIntervalSec": ("stats_log_interval_s", float),
     "metricsExporterType": ("metrics_exporter_type", _metrics_exporter_type),
-    "metricsPrometheusPort": ("metrics_prometheus_port", _port),
-    "dashboardPort": ("dashboard_port", _port),
-    "metricsPromExporterPort": ("metrics_prometheus_port", _port),  # RocketMQ 5's BrokerConfig field name
+    "metricsPrometheusPort": ("metrics_prometheus_port", property_port),
+    "dashboardPort": ("dashboard_port", property_port),
+    "metricsPromExporterPort": ("metrics_prometheus_port", property_port),  # RocketMQ 5's BrokerConfig field name
     "metricsPrometheusHost": ("metrics_prometheus_host", str),
     "metricsPromExporterHost": ("metrics_prometheus_host", str),
-    "aclEnable": ("acl_enable", _bool),
+    "aclEnable": ("acl_enable", property_bool),
     "aclFile": ("acl_file", str),
     "innerClientAuthenticationCredentials": ("inner_credentials", _credentials),
     "serverChannelMaxIdleTimeSeconds": ("server_idle_timeout_s", float),  # RocketMQ's NettyServerConfig key

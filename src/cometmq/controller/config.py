@@ -20,26 +20,14 @@ from typing import Any
 from ..acl.remoting import parse_credentials
 from ..net.tls import ALL_TLS_KEYS, TlsConfig, TlsError, tls_config_from_properties
 from ..protocol.acl import Credentials
-from ..store.config import ConfigError, convert_keys, parse_properties
+from ..store.config import ConfigError, convert_keys, parse_properties, property_bool, property_port
 
 #: RocketMQ 5's key of the credentials a server signs its own requests with
 INNER_CREDENTIALS_KEY = "innerClientAuthenticationCredentials"
 
 
-def _bool(value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no"):
-        return False
-    raise ValueError(f"not a boolean: {value!r}")
 
 
-def _port(value: str) -> int:
-    port = int(value)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"not a port: {port}")
-    return port
 
 
 def _file(value: str) -> str:
@@ -50,10 +38,10 @@ def _file(value: str) -> str:
 
 #: RocketMQ key -> (ControllerFile field, converter)
 CONTROLLER_FILE_KEYS: dict[str, tuple[str, Any]] = {
-    "listenPort": ("port", _port),
+    "listenPort": ("port", property_port),
     "bindAddress": ("host", str.strip),
-    "enableElectUncleanMaster": ("elect_unclean_master", _bool),
-    "aclEnable": ("acl_enable", _bool),
+    "enableElectUncleanMaster": ("elect_unclean_master", property_bool),
+    "aclEnable": ("acl_enable", property_bool),
     "aclFile": ("acl_file", _file),
 }
 #: RocketMQ controller keys accepted with no effect (its DLedger/JRaft consensus, thread pools, paths)

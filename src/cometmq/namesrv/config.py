@@ -14,38 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from cometmq.namesrv.server import NamesrvConfig
-from cometmq.store.config import ConfigError, convert_keys, parse_properties
-
-
-def _bool(value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no"):
-        return False
-    raise ValueError(f"not a boolean: {value!r}")
-
-
-def _port(value: str) -> int:
-    port = int(value)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"not a port: {port}")
-    return port
-
+from cometmq.store.config import ConfigError, convert_keys, parse_properties, property_bool, property_port
 
 #: RocketMQ key -> (NamesrvConfig field, converter)
 NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
-    "listenPort": ("port", _port),
+    "listenPort": ("port", property_port),
     "bindAddress": ("host", str),
     "scanNotActiveBrokerInterval": ("scan_interval_s", lambda v: int(v) / 1000),
-    "aclEnable": ("acl_enable", _bool),
+    "aclEnable": ("acl_enable", property_bool),
     "aclFile": ("acl_file", str),
-    "orderMessageEnable": ("order_message_enable", _bool),
+    "orderMessageEnable": ("order_message_enable", property_bool),
     "kvConfigPath": ("kv_config_path", Path),
 }
 #: the controller in the nameserver (RocketMQ's enableControllerInNamesrv; its log in controllerStorePath)
 CONTROLLER_KEYS: dict[str, tuple[str, Any]] = {
-    "enableControllerInNamesrv": ("enabled", _bool),
+    "enableControllerInNamesrv": ("enabled", property_bool),
     "controllerStorePath": ("store_path", Path),
 }
 #: RocketMQ keys accepted with no effect

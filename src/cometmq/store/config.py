@@ -157,6 +157,24 @@ STORE_KEYS: dict[str, tuple[str, Any]] = {
 }
 
 
+def property_bool(value: str) -> bool:
+    """A properties file's boolean: true/false (also 1/0, yes/no), any case."""
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def property_port(value: str) -> int:
+    """A properties file's port number (0: any free port)."""
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError("a port is 0..65535 (0: any free port)")
+    return port
+
+
 def convert_keys(props: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]) -> dict[str, Any]:
     """Field values for the RocketMQ-named keys of ``props`` that ``keys`` knows; a bad value names its key."""
     changes: dict[str, Any] = {}

@@ -31,6 +31,9 @@ def _call(client: BenchClient, op: str, args: dict[str, Any]) -> Coroutine[Any, 
         return client.consume(args["stream"], args["count"])
     if op == "latency":
         return client.latency(args["stream"], args["count"], args["interval_ms"])
+    if op == "acked" and args.get("auto_batch"):
+        return client.acked_auto_batch(args["stream"], args["size"], args["producers"], args["max_count"],
+                                       args["seconds"])
     if op == "acked":
         return client.acked(args["stream"], args["size"], args["producers"], args["max_count"], args["seconds"],
                             bool(args.get("fsync", True)))

@@ -71,6 +71,11 @@ def table_rows(backlog: int) -> list[Row]:
             "msgs_per_s", True, redis_workload="acked_1_nofsync"),
         Row("acked sends, 64 producers, no fsync per ack: cometmq ASYNC, Redis everysec (msg/s)", "acked_64",
             "msgs_per_s", True, redis_workload="acked_64_nofsync"),
+        # the same 64 senders with the cometmq SDK's producer auto-batching on; peers: the one-send rows above
+        Row("acked sends, 64 producers, SDK auto-batching on, fsync per ack: cometmq SYNC (msg/s)",
+            "acked_64_autobatch", "msgs_per_s", True, "cometmq-sync"),
+        Row("acked sends, 64 producers, SDK auto-batching on, no fsync per ack: cometmq ASYNC (msg/s)",
+            "acked_64_autobatch", "msgs_per_s", True),
         Row(f"broker RSS at a {n} backlog (MiB)", "rss", "backlog_mib", False),
         Row("broker RSS idle (MiB)", "rss", "idle_mib", False),
     ]
@@ -126,7 +131,8 @@ def cpu_table(summary: Summary, systems: tuple[str, ...] = SYSTEMS) -> str:
     lines = ["| workload | " + " | ".join(f"{LABEL[s]} broker / client" for s in present) + " |",
              "|---|" + "---:|" * len(present)]
     for w, label in (("produce_100b", "produce 100 B"), ("produce_1k", "produce 1 KiB"), ("consume", "consume"),
-                     ("acked_64", "acknowledged, 64 producers")):
+                     ("acked_64", "acknowledged, 64 producers"),
+                     ("acked_64_autobatch", "acknowledged, 64 producers, auto-batching")):
         cells = []
         for s in present:
             b = stat(summary, w, s, "server_cpu_us_per_msg")

@@ -48,11 +48,14 @@ FULL = Mode("full", repeats=3, produce_seconds=8.0, produce_max=2_000_000, backl
 
 #: the order of workloads in a session; cometmq-sync runs only the durable-acknowledgement ones + one produce
 WORKLOADS = ("backlog", "produce_100b", "produce_1k", "latency", "acked_1", "acked_64", "acked_1_nofsync",
-             "acked_64_nofsync")
+             "acked_64_nofsync", "acked_64_autobatch")
 # acked_N: fsync before each acknowledgement where the system can (cometmq-sync; Redis appendfsync always);
-# acked_N_nofsync only where that is a runtime switch (Redis everysec; cometmq ASYNC is the "cometmq" system)
-PER_SYSTEM = {"cometmq-sync": ("produce_100b", "acked_1", "acked_64"), "redis": WORKLOADS}
+# acked_N_nofsync only where that is a runtime switch (Redis everysec; cometmq ASYNC is the "cometmq" system);
+# acked_64_autobatch: acked_64 with the SDK's producer auto-batching on (cometmq only: Producer(auto_batch=True))
 DEFAULT = WORKLOADS[:6]
+PER_SYSTEM = {"cometmq": (*DEFAULT, "acked_64_autobatch"),
+              "cometmq-sync": ("produce_100b", "acked_1", "acked_64", "acked_64_autobatch"),
+              "redis": WORKLOADS[:8]}
 
 Log = Callable[[str], None]
 
@@ -145,7 +148,7 @@ def _workload(name: str, server: Server, driver: Driver, mode: Mode, tag: str) -
         producers = int(name.split("_")[1])
         r = _measure(server, driver, "acked", mode.acked_seconds * 4 + 120, stream=stream, size=100,
                      producers=producers, max_count=mode.acked_max, seconds=mode.acked_seconds,
-                     fsync=not name.endswith("_nofsync"))
+                     fsync=not name.endswith("_nofsync"), auto_batch=name.endswith("_autobatch"))
         driver.call("delete", 120, stream=stream)
         return [{"workload": name, **r}]
     raise ValueError(f"unknown workload {name!r}")

@@ -101,6 +101,12 @@ class BenchClient(ABC):
         """One message per request, each waiting for the broker's acknowledgement, ``producers`` at once.
         ``fsync``: acknowledge only after an fsync, where the system has that as a runtime switch (Redis)."""
 
+    async def acked_auto_batch(self, stream: str, size: int, producers: int, max_count: int,
+                               seconds: float) -> dict[str, Any]:
+        """:meth:`acked` with the client's producer auto-batching on (concurrent sends coalesced into batch
+        requests, each sender still waiting for its own acknowledgement); only clients that have it."""
+        raise NotImplementedError(f"{type(self).__name__} has no producer auto-batching")
+
     async def delete(self, stream: str) -> None:
         """Drop the stream (so a later workload's memory is not inflated by this one)."""
         return None

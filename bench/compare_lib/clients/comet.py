@@ -13,12 +13,18 @@ from compare_lib.clients.base import BenchClient, latency_summary, paced, run_wo
 BATCH = 128
 CONCURRENCY = 4
 QUEUES = 4
+#: the acked_64_autobatch row's batchMaxDelayMs: RocketMQ's minimum (its default, 10 ms, caps 64 closed-loop
+#: producers at 6,400 msg/s: each round of sends waits out the delay)
+AUTO_BATCH_DELAY_MS = 1.0
 
 
 class CometClient(BenchClient):
     settings = (f"cometmq SDK: `Producer.send_batch` of {BATCH} messages, {CONCURRENCY} batches in flight (one per "
                 f"queue, {QUEUES} queues); backlog read with `LitePullConsumer.poll` (pulls of up to 1024); latency "
-                "with a `PushConsumer` (long polling); acknowledged sends with `Producer.send`, one connection")
+                "with a `PushConsumer` (long polling); acknowledged sends with `Producer.send`, one connection; "
+                f"the auto-batching row: the same sends with `Producer(auto_batch=True, batch_max_delay_ms="
+                f"{AUTO_BATCH_DELAY_MS:g})` (batch_max_bytes 32 KiB), concurrent sends coalesced into "
+                "SEND_BATCH_MESSAGE requests")
 
     @property
     def namesrv(self) -> str:
@@ -109,3 +115,23 @@ class CometClient(BenchClient):
                 await producer.send(Message(stream, body))
 
             return await run_workers(producers, 1, max_count, seconds, step)
+
+    async def acked_auto_batch(self, stream: str, size: int, producers: int, max_count: int,
+                               seconds: float) -> dict[str, Any]:
+        await self._topic(stream)
+        body = b"x" * size
+        async with Producer(f"cmp-ackb-{stream}", namesrv=self.namesrv, auto_batch=True,
+                            batch_max_delay_ms=AUTO_BATCH_DELAY_MS) as producer:
+            await producer.send(Message(stream, body))
+            assert producer.batcher is not None
+            batches0, batched0 = producer.batcher.batches_sent, producer.batcher.messages_batched
+
+            async def step(w: int, k: int) -> None:
+                await producer.send(Message(stream, body))
+
+            result = await run_workers(producers, 1, max_count, seconds, step)
+            batches = producer.batcher.batches_sent - batches0
+            result["requests"] = batches
+            result["msgs_per_request"] = round((producer.batcher.messages_batched - batched0) / batches, 1) \
+                if batches else 0
+            return result

@@ -8,10 +8,18 @@ import binascii
 import itertools
 import logging
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from cometmq.client.auto_batch import (
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_DELAY_MS,
+    DEFAULT_TOTAL_BATCH_MAX_BYTES,
+    MAX_BATCH_MAX_BYTES,
+    MAX_BATCH_MAX_DELAY_MS,
+    AutoBatcher,
+)
 from cometmq.client.errors import (
     BrokerError,
     ClientStateError,
@@ -29,7 +37,11 @@ from cometmq.protocol.msgid import UniqKeyGenerator
 from cometmq.protocol.remoting import ONEWAY_FLAG, RemotingCommand, make_request, next_opaque
 from cometmq.protocol.route import TopicRouteData
 
+if TYPE_CHECKING:
+    from cometmq.client.auto_batch import _Item
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: (queues, message, arg) -> the queue to send to
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -76,11 +88,26 @@ class Producer:
     def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv: str | None = None,
                  instance: ClientInstance | None = None, send_timeout: float = 3.0, retries: int = 2,
                  compress_over: int = 4096, compress_level: int = 5, max_message_size: int = 4 * 1024 * 1024,
-                 max_batch_bytes: int = 1024 * 1024, credentials: Credentials | tuple[str, str] | None = None) -> None:
+                 max_batch_bytes: int = 1024 * 1024, credentials: Credentials | tuple[str, str] | None = None,
+                 auto_batch: bool = False, batch_max_delay_ms: float = DEFAULT_BATCH_MAX_DELAY_MS,
+                 batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+                 total_batch_max_bytes: int = DEFAULT_TOTAL_BATCH_MAX_BYTES) -> None:
+        """``auto_batch``: concurrent :meth:`send` calls for one topic go as one batch request, held at most
+        ``batch_max_delay_ms`` (1 .. 30000) or until ``batch_max_bytes`` (1 .. 2 MiB) of them; at most
+        ``total_batch_max_bytes`` held across topics (a send past it waits). RocketMQ 5's ``autoBatch``,
+        ``batchMaxDelayMs``, ``batchMaxBytes``, ``totalBatchMaxBytes``, with its defaults (off, 10 ms, 32 KiB,
+        32 MiB). See :mod:`cometmq.client.auto_batch`."""
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a producer needs namesrv='host:port' or a ClientInstance")
         if not group:
             raise InvalidArgumentError("the producer group name is empty")
+        if not 0 < batch_max_delay_ms <= MAX_BATCH_MAX_DELAY_MS:
+            raise InvalidArgumentError(f"batch_max_delay_ms must be more than 0 and at most "
+                                       f"{MAX_BATCH_MAX_DELAY_MS:g}, not {batch_max_delay_ms}")
+        if not 0 < batch_max_bytes <= MAX_BATCH_MAX_BYTES:
+            raise InvalidArgumentError(f"batch_max_bytes must be 1 .. {MAX_BATCH_MAX_BYTES}, not {batch_max_bytes}")
+        if total_batch_max_bytes <= 0:
+            raise InvalidArgumentError(f"total_batch_max_bytes must be more than 0, not {total_batch_max_bytes}")
         self.group = group
         self._own_instance = instance is None
         self.instance = instance or ClientInstance(namesrv or "", credentials=credentials)
@@ -97,6 +124,9 @@ class Producer:
         self._valid_topics: set[str] = set()
         self._v2_template: dict[str, str] | None = None
         self._queue_cache: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
+        #: the accumulator of auto-batched sends (None: auto_batch off)
+        self.batcher = AutoBatcher(self, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes) \
+            if auto_batch else None
         self.started = False
 
     async def start(self) -> None:
@@ -104,11 +134,15 @@ class Producer:
             return
         self.instance.register_producer(self.group)
         await self.instance.start()
+        if self.batcher is not None:
+            self.batcher.open()
         self.started = True
 
     async def close(self) -> None:
         if not self.started:
             return
+        if self.batcher is not None:
+            await self.batcher.close()  # sends the open batches and waits for their answers
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         self.started = False
@@ -194,7 +228,11 @@ class Producer:
                    selector: MessageQueueSelector | None = None, arg: Any = None,
                    timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer. Retries on another queue (and broker) when the failure allows
-        it, unless a queue was chosen (``queue`` or ``selector``), where a failure is reported as it is."""
+        it, unless a queue was chosen (``queue`` or ``selector``), where a failure is reported as it is.
+
+        With ``auto_batch`` on, a message without ``queue``/``selector`` that can go in a batch (not scheduled, not
+        a transaction's half, small enough) waits at most ``batch_max_delay_ms`` for others of its topic and goes
+        with them in one request (:mod:`cometmq.client.auto_batch`)."""
         self._check(msg)
         timeout = self.send_timeout if timeout is None else timeout
         if queue is not None or selector is not None:
@@ -208,26 +246,34 @@ class Producer:
                 if route_stale(exc):  # not retried here, but the next send goes to the new master
                     self.instance.refresh_route_soon(msg.topic)
                 raise
-        queues = await self._queues(msg.topic)
+        batcher = self.batcher
+        if batcher is not None and batcher.admits(msg):
+            return await batcher.send(msg, timeout)
+        return await self._with_retries(msg.topic, lambda q: self._send_to(q, msg, timeout))
+
+    async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue], Awaitable[T]]) -> T:
+        """``attempt(queue)`` on the next queue of ``topic``, and again on another queue (and broker) after a
+        retriable failure, up to ``retries`` times (RocketMQ's retryTimesWhenSendFailed)."""
+        queues = await self._queues(topic)
         last_error: MQClientError | None = None
         failed_broker: str | None = None
-        for attempt in range(self.retries + 1):
+        for n in range(self.retries + 1):
             candidates = queues if failed_broker is None else \
                 [q for q in queues if q.broker_name != failed_broker] or queues
             q = candidates[next(self._next_queue) % len(candidates)]
             try:
-                return await self._send_to(q, msg, timeout)
+                return await attempt(q)
             except MQClientError as exc:
                 if not exc.retriable:
                     raise
                 last_error = exc
                 failed_broker = q.broker_name
-                if attempt < self.retries:
+                if n < self.retries:
                     log.info("send to %s failed (%s); retrying on another queue", q, exc)
-                    queues = await self._after_failure(msg.topic, exc, queues)
+                    queues = await self._after_failure(topic, exc, queues)
                 elif route_stale(exc):
                     # no retry left: the next send must not go to a gone master until the 30 s route poll
-                    self.instance.refresh_route_soon(msg.topic)
+                    self.instance.refresh_route_soon(topic)
         assert last_error is not None
         raise last_error
 
@@ -369,6 +415,27 @@ class Producer:
             if route_stale(exc):  # a batch is not retried (a part may be stored); the next send finds the master
                 self.instance.refresh_route_soon(q.topic)
             raise
+
+    async def _send_items(self, topic: str, items: list[_Item], timeout: float) -> list[SendResult]:
+        """An auto-batch's messages (:mod:`cometmq.client.auto_batch`) in one SEND_BATCH_MESSAGE under the retry
+        policy of :meth:`send`; a retry sends the same body (the same message ids). One message goes as a
+        single send."""
+        if len(items) == 1:
+            msg = items[0].msg
+            return [await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout))]
+        uniqs = self._uniq.new_keys(len(items))
+        body = encode_batch_raw([(it.body, it.head + f"UNIQ_KEY\x01{key}\x02WAIT\x01true\x02".encode("ascii"),
+                                  it.flag) for it, key in zip(items, uniqs, strict=True)])
+
+        async def attempt(q: MessageQueue) -> list[SendResult]:
+            header = SendMessageRequestHeader(producer_group=self.group, topic=q.topic, queue_id=q.queue_id,
+                                              born_timestamp=_now_ms(), properties="", batch=True)
+            cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
+            addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
+            response = await self.instance.invoke(addr, cmd, timeout, context=f"batch to {q.topic}/{q.queue_id}")
+            return self._batch_result(response, q, uniqs, addr)
+
+        return await self._with_retries(topic, attempt)
 
     @staticmethod
     def _batch_result(response: Any, q: MessageQueue, uniqs: list[str], addr: str) -> list[SendResult]:

@@ -257,10 +257,17 @@ class SyncProducer(_Facade[Producer]):
     def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv: str, send_timeout: float = 3.0,
                  retries: int = 2, compress_over: int = 4096, compress_level: int = 5,
                  max_message_size: int = 4 * 1024 * 1024, max_batch_bytes: int = 1024 * 1024,
-                 call_timeout: float | None = 60.0) -> None:
+                 call_timeout: float | None = 60.0, auto_batch: bool = False,
+                 batch_max_delay_ms: float = 10.0, batch_max_bytes: int = 32 * 1024,
+                 total_batch_max_bytes: int = 32 * 1024 * 1024) -> None:
+        """``auto_batch`` and the ``batch_*`` options: see :class:`Producer` (sends from many threads at once
+        coalesce on the facade's loop)."""
         super().__init__(lambda: Producer(group, namesrv=namesrv, send_timeout=send_timeout, retries=retries,
                                           compress_over=compress_over, compress_level=compress_level,
-                                          max_message_size=max_message_size, max_batch_bytes=max_batch_bytes),
+                                          max_message_size=max_message_size, max_batch_bytes=max_batch_bytes,
+                                          auto_batch=auto_batch, batch_max_delay_ms=batch_max_delay_ms,
+                                          batch_max_bytes=batch_max_bytes,
+                                          total_batch_max_bytes=total_batch_max_bytes),
                          call_timeout)
 
     def send(self, msg: Message, *, queue: MessageQueue | None = None, selector: MessageQueueSelector | None = None,

@@ -240,6 +240,7 @@ class AdminProcessor:
                     message_type = value.strip().upper()
         self.topics.put(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type,
                                       h.topic_sys_flag, h.order, message_type))
+        await self.topics.routes_settled()  # answered once the nameservers have it, as RocketMQ does
         return ok(cmd)
 
     async def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

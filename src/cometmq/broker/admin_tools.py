@@ -532,6 +532,7 @@ class AdminTools:
         configs = [TopicConfig.from_json(item) for item in items]
         for cfg in configs:
             self.admin.topics.put(cfg)
+        await self.admin.topics.routes_settled()
         return _ok(cmd)
 
     async def create_group_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

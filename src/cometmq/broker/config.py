@@ -67,6 +67,15 @@ class BrokerConfig:
     #: the safety-net re-check of held pulls; wake-ups come from arrivals, not from this
     hold_check_interval_ms: int = 5000
     register_interval_ms: int = 30_000
+    #: full registrations deflated in Java's compact layout (RocketMQ's compressedRegister; its default is false)
+    compressed_register: bool = True
+    #: full table every round, without asking the nameserver's data version first (RocketMQ's default is true)
+    force_register: bool = False
+    #: full tables sent as several registrations of split_registration_size topics (RocketMQ's keys)
+    enable_split_registration: bool = False
+    split_registration_size: int = 800
+    #: topic changes registered with REGISTER_TOPIC_IN_NAMESRV, one per topic, instead of a REGISTER_BROKER
+    enable_single_topic_register: bool = False
     channel_expired_ms: int = 120_000
     max_reconsume_times: int = 16
     message_delay_level: tuple[int, ...] = parse_delay_levels(DEFAULT_DELAY_LEVELS)
@@ -235,6 +244,12 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "longPollingEnable": ("long_polling_enable", property_bool),
     "shortPollingTimeMills": ("short_polling_time_ms", int),
     "registerBrokerInterval": ("register_interval_ms", int),
+    "registerNameServerPeriod": ("register_interval_ms", int),  # RocketMQ's BrokerConfig field name
+    "compressedRegister": ("compressed_register", _bool),
+    "forceRegister": ("force_register", _bool),
+    "enableSplitRegistration": ("enable_split_registration", _bool),
+    "splitRegistrationSize": ("split_registration_size", int),
+    "enableSingleTopicRegister": ("enable_single_topic_register", _bool),
     "channelExpiredTimeout": ("channel_expired_ms", int),
     "maxReconsumeTimes": ("max_reconsume_times", int),
     "messageDelayLevel": ("message_delay_level", parse_delay_levels),
@@ -307,6 +322,8 @@ def broker_config_from_properties(props: Mapping[str, str], base: BrokerConfig |
                     ", ".join(ignored))
     base = base or BrokerConfig()
     changes = convert_keys(props, BROKER_KEYS)
+    if changes.get("split_registration_size", 1) < 1:
+        raise ConfigError("splitRegistrationSize must be at least 1")
     changes["store"] = store_config_from_properties(props, base.store)
     try:
         changes["tls"] = tls_config_from_properties(props, base.tls)

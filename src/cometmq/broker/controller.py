@@ -45,7 +45,7 @@ from cometmq.net.tls import ServerTls
 from cometmq.protocol.acl import Credentials
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
-from cometmq.protocol.route import ClusterInfo
+from cometmq.protocol.route import ClusterInfo, TopicConfig
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
 
@@ -236,9 +236,15 @@ class BrokerController:
 
     async def _start_registrar(self, broker_id: int, state_version: int) -> None:
         assert self.client is not None
-        registrar = NamesrvRegistrar(self.client, self.config.namesrv_addrs, self.config.broker_cluster_name,
-                                     self.config.broker_name, broker_id, self.addr, self.ha_addr, self.topics.all,
-                                     self.config.register_interval_ms / 1000, state_version=state_version)
+        cfg = self.config
+        registrar = NamesrvRegistrar(self.client, cfg.namesrv_addrs, cfg.broker_cluster_name,
+                                     cfg.broker_name, broker_id, self.addr, self.ha_addr, self.topics.all,
+                                     cfg.register_interval_ms / 1000, state_version=state_version,
+                                     compressed=cfg.compressed_register, force_register=cfg.force_register,
+                                     split_registration=cfg.enable_split_registration,
+                                     split_size=cfg.split_registration_size,
+                                     single_topic_register=cfg.enable_single_topic_register,
+                                     broker_perm=cfg.broker_permission)
         self.registrar = registrar
         await registrar.start()
 
@@ -383,12 +389,13 @@ class BrokerController:
             if released:
                 log.info("released %d queue locks of departed client %s", released, client_id)
 
-    def _topics_changed(self) -> None:
+    def _topics_changed(self, name: str, cfg: TopicConfig | None) -> asyncio.Future[None] | None:
+        """A topic was created, updated or deleted: register just that change (the registrar batches changes
+        that come while one is in flight); the admin's create waits for it (TopicConfigManager.routes_settled)."""
         registrar = self.registrar
-        if registrar is not None:
-            task: asyncio.Task[object] = asyncio.ensure_future(registrar.register_now())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if registrar is None:
+            return None
+        return registrar.topics_changed(() if cfg is None else (cfg,), () if cfg is not None else (name,))
 
 
 def _packed_host(config: BrokerConfig) -> bytes:

@@ -7,6 +7,7 @@ INVALID_PARAMETER and a remark naming the problem; the route table is not touche
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from cometmq.protocol.admin_bodies import KVTable, encode_topic_list
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import RemotingCommand, make_response
-from cometmq.protocol.route import RegisterBrokerBody, TopicList, body_crc32
+from cometmq.protocol.route import DataVersion, RegisterBrokerBody, TopicList, TopicRouteData, body_crc32
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class NamesrvProcessors:
         return {
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.REGISTER_TOPIC_IN_NAMESRV: self.register_topic,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topics,
@@ -124,10 +127,20 @@ class NamesrvProcessors:
             raise RemotingError(ResponseCode.INVALID_PARAMETER, "REGISTER_BROKER: bodyCrc32 does not match the body")
         # 5.x brokers may state their own expiry; otherwise the nameserver's default applies.
         timeout_ms = _int(cmd, "heartbeatTimeoutMillis", 0)
-        try:
-            body = RegisterBrokerBody.decode(cmd.body, compressed=_flag(cmd, "compressed"))
-        except RemoteProtocolError as exc:  # name what was bad; the dispatch answers (INVALID_PARAMETER) and logs
-            raise RemoteProtocolError(f"REGISTER_BROKER: bad body: {exc}") from None
+        compressed = _flag(cmd, "compressed")
+        # A body this broker sent before, under the data version it still holds here (a Java broker's periodic
+        # forced registration, the same bodies of a split one), changes nothing: it is not decoded again.
+        digest = hashlib.blake2b(cmd.body, digest_size=16, person=b"c" if compressed else b"p").digest()
+        known = self.route_info.known_body_version(broker_name, broker_addr, broker_id, digest)
+        if known is not None:
+            body = RegisterBrokerBody((), known)
+            filter_servers = None  # as the body left them
+        else:
+            try:
+                body = RegisterBrokerBody.decode(cmd.body, compressed=compressed)
+            except RemoteProtocolError as exc:  # name what was bad; the dispatch answers (INVALID_PARAMETER)
+                raise RemoteProtocolError(f"REGISTER_BROKER: bad body: {exc}") from None
+            filter_servers = body.filter_server_list
         result = self.route_info.register_broker(
             cluster,
             broker_name,
@@ -137,8 +150,9 @@ class NamesrvProcessors:
             body.topic_configs,
             body.data_version,
             conn,
-            filter_servers=body.filter_server_list,
+            filter_servers=filter_servers,
             timeout_s=timeout_ms / 1000 if timeout_ms > 0 else None,
+            body_digest=digest,
         )
         # Null fields are left out, as Java does: a replica must not take "" for its master's address.
         ext = {
@@ -147,6 +161,32 @@ class NamesrvProcessors:
             if value is not None
         }
         return make_response(cmd, ResponseCode.SUCCESS, None, ext)
+
+    async def query_data_version(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """QUERY_DATA_VERSION (322), a broker's needRegister: header ``changed`` says whether its data version
+        (the body) differs from the one held here; the body is the one held (absent when not registered)."""
+        cluster = _text(cmd, "clusterName")
+        broker_addr = _addr(cmd, "brokerAddr")
+        try:
+            version = DataVersion.decode(cmd.body)
+        except RemoteProtocolError as exc:
+            raise RemoteProtocolError(f"QUERY_DATA_VERSION: bad body: {exc}") from None
+        changed, held = self.route_info.query_data_version(cluster, broker_addr, version)
+        return make_response(cmd, ResponseCode.SUCCESS, None, {"changed": "true" if changed else "false"},
+                             held.encode() if held is not None else b"")
+
+    async def register_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """REGISTER_TOPIC_IN_NAMESRV (217), RocketMQ's registerSingleTopicAll: one topic's queues as a route
+        body. Queues of a broker not registered here are refused, as in RocketMQ (answered SUCCESS, not kept)."""
+        topic = _text(cmd, "topic")
+        try:
+            route = TopicRouteData.decode(cmd.body)
+        except RemoteProtocolError as exc:
+            raise RemoteProtocolError(f"REGISTER_TOPIC_IN_NAMESRV: bad body: {exc}") from None
+        if not self.route_info.register_topic(topic, route.queue_datas):
+            log.warning("REGISTER_TOPIC_IN_NAMESRV %s from %s: no queues, or a broker not registered here; ignored",
+                        topic[:200], conn.remote_address if conn is not None else "-")
+        return make_response(cmd)
 
     async def unregister_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         self.route_info.unregister_broker(

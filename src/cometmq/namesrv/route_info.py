@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cometmq.protocol.route import (
@@ -28,6 +28,8 @@ from cometmq.protocol.route import (
 log = logging.getLogger(__name__)
 
 DEFAULT_BROKER_EXPIRY_S = 120.0
+#: body digests remembered per broker and data version (a split registration sends several bodies)
+MAX_BODY_DIGESTS = 64
 
 
 class ExpiredBroker(NamedTuple):
@@ -45,6 +47,10 @@ class BrokerLiveInfo:
     ha_server_addr: str
     conn: Hashable | None
     timeout_s: float
+    #: the topics its registrations carried under ``data_version`` (a master's only)
+    seen: set[str] = field(default_factory=set)
+    #: digests of the register bodies taken under ``data_version``: the same body again needs no decoding
+    digests: set[bytes] = field(default_factory=set)
 
 
 class _Holder(NamedTuple):
@@ -87,9 +93,16 @@ class RouteInfoManager:
         data_version: DataVersion,
         conn: Hashable | None = None,
         *,
-        filter_servers: Sequence[str] = (),
+        filter_servers: Sequence[str] | None = (),
         timeout_s: float | None = None,
+        body_digest: bytes | None = None,
     ) -> RegisterBrokerResult:
+        """Register (or refresh) one broker. ``topic_configs`` are read as RocketMQ does: all of them when the
+        data version is new to this nameserver (or the broker is); under a version it has, only the topics
+        not yet seen under it (the later bodies of a split registration), so a topic deleted here, or write
+        permission wiped, is not undone by a re-registration of the same table. ``filter_servers`` None keeps
+        the broker's list; ``body_digest`` remembers the body so ``known_body_version`` can skip decoding it
+        when it comes again."""
         holder = self._conflicting_holder(broker_name, broker_addr, broker_id, data_version)
         if holder is not None:
             # #6316: another live broker holds this id at a higher state version (a newer controller epoch);
@@ -129,11 +142,20 @@ class RouteInfoManager:
 
         # Only the master's topic table defines the queues. Topics it leaves out are kept, not removed: 5.x
         # Java brokers register just the changed topics after creating one, under the current data version.
-        if broker_id == MASTER_ID and (first or prev is None or prev.data_version != data_version):
+        fresh = first or prev is None or prev.data_version != data_version
+        seen: set[str] = set() if fresh or prev is None else prev.seen
+        digests: set[bytes] = set() if fresh or prev is None else prev.digests
+        if broker_id == MASTER_ID and (fresh or body_digest is None or body_digest not in digests):
+            topics = self._topics
             for config in topic_configs:
-                self._topics.setdefault(config.topic_name, {})[broker_name] = QueueData.from_topic_config(
-                    broker_name, config
-                )
+                name = config.topic_name
+                if fresh or name not in seen:
+                    topics.setdefault(name, {})[broker_name] = QueueData.from_topic_config(broker_name, config)
+                    seen.add(name)
+        if body_digest is not None:
+            if len(digests) >= MAX_BODY_DIGESTS:
+                digests.clear()
+            digests.add(body_digest)
 
         if prev is not None and prev.conn is not conn:
             self._unindex_conn(prev.conn, broker_addr)
@@ -146,6 +168,8 @@ class RouteInfoManager:
             ha_addr,
             conn,
             self.broker_expiry_s if timeout_s is None else timeout_s,
+            seen,
+            digests,
         )
         if conn is not None:
             self._by_conn.setdefault(conn, set()).add(broker_addr)
@@ -153,7 +177,7 @@ class RouteInfoManager:
             log.info("broker registered: %s %s id %d at %s", cluster, broker_name, broker_id, broker_addr)
         if filter_servers:
             self._filter_servers[broker_addr] = list(filter_servers)
-        else:
+        elif filter_servers is not None:
             self._filter_servers.pop(broker_addr, None)
 
         if broker_id != MASTER_ID:
@@ -162,6 +186,39 @@ class RouteInfoManager:
             if master_addr is not None and master is not None:
                 return RegisterBrokerResult(master_addr, master.ha_server_addr)
         return RegisterBrokerResult(None, None)
+
+    def known_body_version(self, broker_name: str, broker_addr: str, broker_id: int,
+                           body_digest: bytes) -> DataVersion | None:
+        """The data version of a register body this nameserver took from this broker already, under the
+        version the broker still holds here, or None. Such a body changes no topic again (every topic in it
+        is seen), so the caller may register with its version and no topics instead of decoding it."""
+        info = self._live.get(broker_addr)
+        group = self._groups.get(broker_name)
+        if (info is None or group is None or info.broker_name != broker_name or info.broker_id != broker_id
+                or group.addrs.get(broker_id) != broker_addr or body_digest not in info.digests):
+            return None
+        return info.data_version
+
+    def query_data_version(self, cluster: str, broker_addr: str,
+                           data_version: DataVersion) -> tuple[bool, DataVersion | None]:
+        """QUERY_DATA_VERSION (RocketMQ's isBrokerTopicConfigChanged and queryBrokerTopicConfig): whether the
+        broker's data version differs from the one held here, and the one held (None: not registered). A
+        known broker counts as alive from now, as after a registration."""
+        info = self._live.get(broker_addr)
+        if info is None or info.cluster != cluster:
+            return True, None
+        info.last_update = self._clock()
+        return info.data_version != data_version, info.data_version
+
+    def register_topic(self, topic: str, queue_datas: Sequence[QueueData]) -> bool:
+        """REGISTER_TOPIC_IN_NAMESRV (RocketMQ's registerTopic): add or replace the queues of ``topic`` on the
+        named brokers. Nothing changes when one of them is not registered (False), as in RocketMQ."""
+        if not queue_datas or any(qd.broker_name not in self._groups for qd in queue_datas):
+            return False
+        queues = self._topics.setdefault(topic, {})
+        for qd in queue_datas:
+            queues[qd.broker_name] = qd
+        return True
 
     def _conflicting_holder(self, broker_name: str, broker_addr: str, broker_id: int,
                             data_version: DataVersion) -> _Holder | None:

@@ -382,6 +382,14 @@ class DataVersion:
             _int(obj, "stateVersion", "data version", 0),
         )
 
+    def encode(self) -> bytes:
+        """QUERY_DATA_VERSION's request and answer body (Java's ``DataVersion.encode()``: the JSON object)."""
+        return encode_json(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview) -> DataVersion:
+        return cls.from_json(decode_json(data, "data version"))
+
 
 _I32 = struct.Struct(">i")
 
@@ -434,25 +442,36 @@ class RegisterBrokerBody:
         )
 
     def encode(self, compress: bool = False) -> bytes:
-        """JSON, or with ``compress`` Java's compact layout deflated (header ``compressed`` "true").
+        """JSON, or with ``compress`` Java's compact layout deflated (header ``compressed`` "true"), as
+        RocketMQ's ``RegisterBrokerBody.encode(true)``.
 
         That layout is: int32 length + DataVersion JSON, int32 topic count, per topic int32 length +
-        "name read write perm filterType attributesJSON", int32 length + filter server JSON array, int32 count
-        of static-topic mappings (always 0 here). It carries neither topicSysFlag nor order.
+        "name read write perm filterType attributesJSON" (``TopicConfig.encode()``), int32 length + filter
+        server JSON array, int32 count of static-topic mappings (always 0 here). It carries neither topicSysFlag
+        nor order: ``compressible()`` says whether a table loses nothing by it.
         """
         if not compress:
             return encode_json(self.to_json())
         parts = [_framed(encode_json(self.data_version.to_json())), _I32.pack(len(self.topic_configs))]
+        pack = _I32.pack
         for tc in self.topic_configs:
-            attrs = tc.to_json()["attributes"]
-            line = f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type} "
-            parts.append(_framed(line.encode("utf-8") + encode_json(attrs)))
+            attrs = b"{}" if tc.message_type == "NORMAL" else encode_json(tc.to_json()["attributes"])
+            line = (f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type} "
+                    ).encode() + attrs
+            parts += (pack(len(line)), line)
         parts += (_framed(encode_json(list(self.filter_server_list))), _I32.pack(0))
+        # Deflater.BEST_COMPRESSION, as Java: the body is built once per change and read by every nameserver
         return zlib.compress(b"".join(parts), 9)
+
+    @staticmethod
+    def compressible(config: TopicConfig) -> bool:
+        """Whether the compact (compressed) layout carries all of ``config`` that routes use: it has no
+        topicSysFlag field, so a unit topic (flag != 0) must go in a JSON body to keep its flag."""
+        return config.topic_sys_flag == 0
 
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, compressed: bool = False) -> RegisterBrokerBody:
-        if not compressed:
+        if not compressed and not looks_deflated(data):
             if not data:  # Java accepts a bodiless registration as an empty topic table
                 return cls()
             return cls.from_json(decode_json(data, "register body"))
@@ -514,6 +533,16 @@ def _compact_topic(line_bytes: bytes) -> TopicConfig:
     return _checked(_topic_config(raw))
 
 
+def looks_deflated(data: bytes | bytearray | memoryview) -> bool:
+    """Whether a register body is a zlib stream rather than JSON. RocketMQ 5.x brokers with
+    ``compressedRegister=true`` deflate the body but send the header ``compressed`` "false" (BrokerOuterAPI
+    since RIP-32); a JSON body starts with ``{`` (or blanks), a zlib stream with CMF 0x78 and a header whose
+    16-bit value is a multiple of 31."""
+    if len(data) < 2 or data[0] != 0x78:
+        return False
+    return (data[0] * 256 + data[1]) % 31 == 0
+
+
 def _framed(payload: bytes) -> bytes:
     return _I32.pack(len(payload)) + payload
 
@@ -526,6 +555,8 @@ def _inflate(data: bytes) -> bytes:
         raise RemoteProtocolError(f"compressed register body does not inflate: {exc}") from None
     if len(raw) > MAX_INFLATED_SIZE or inflater.unconsumed_tail:
         raise RemoteProtocolError(f"compressed register body inflates beyond {MAX_INFLATED_SIZE} bytes")
+    if not inflater.eof:
+        raise RemoteProtocolError("compressed register body is truncated: its zlib stream does not end")
     return raw
 
 

@@ -161,6 +161,7 @@ def report(name: str, oks: list[float], fails: list[tuple[float, str]], t_kill: 
     return gap
 
 
+@pytest.mark.soak  # ~50 s: out of CI for the suite's 20-minute budget; the gRPC client's test below stays
 def test_cpp_producer_goes_on_after_the_master_is_killed(ha_cluster: Cluster, cpp_client: CppClientRunner) -> None:
     topic, ns = "FailoverCpp", namesrv_of(ha_cluster)
     before = prepare(ha_cluster, topic)

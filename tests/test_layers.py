@@ -21,7 +21,7 @@ LAYERS: list[frozenset[str]] = [
     frozenset({"acl"}),  # access control: wraps a server's handler table (net), signs with protocol.acl
     frozenset({"broker", "namesrv", "controller"}),
     frozenset({"client"}),
-    frozenset({"grpc", "proxy", "spark", "cli", "cli_admin", "bench_tool", "local_cluster", "metrics",
+    frozenset({"grpc", "proxy", "spark", "cli", "cli_admin", "cli_bench", "bench_tool", "local_cluster", "metrics",
                "dashboard", "logsetup"}),  # edges
 ]
 
@@ -33,6 +33,7 @@ ONLY: dict[str, frozenset[str]] = {
     "spark": frozenset({"common", "protocol", "net", "client"}),  # a data source built on the client
     "cli_admin": frozenset({"common", "protocol", "net", "client"}),  # admin commands speak through the client
     "bench_tool": frozenset({"common", "protocol", "net", "client"}),  # load generator: a client
+    "cli_bench": frozenset(),  # `cometmq bench`: options only; bench_tool (sideways) does the work
     "local_cluster": frozenset({"common", "store", "client"}),  # child processes; epoch files; the admin SDK
     "dashboard": frozenset({"common", "protocol", "net", "client"}),  # web pages over the admin client
     "logsetup": frozenset({"common"}),  # the commands' logging options: stdlib logging and typer only
@@ -41,7 +42,8 @@ ONLY: dict[str, frozenset[str]] = {
 #: imports within the same layer that are part of the design
 SIDEWAYS: dict[str, frozenset[str]] = {
     # `cometmq serve` starts the gRPC endpoint too; `cometmq cluster` is local_cluster
-    "cli": frozenset({"cli_admin", "bench_tool", "grpc", "local_cluster", "logsetup", "metrics", "dashboard"}),
+    "cli": frozenset({"cli_admin", "cli_bench", "grpc", "local_cluster", "logsetup", "metrics", "dashboard"}),
+    "cli_bench": frozenset({"bench_tool"}),
 }
 
 #: modules outside cometmq a package may not import

@@ -12,12 +12,7 @@ from pathlib import Path
 import pytest
 
 from cometmq.broker.config import ConfigError, load_broker_conf, parse_properties
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.kit.ports import free_port
 
 
 def cometmq(*args: str) -> list[str]:

@@ -20,8 +20,8 @@ import pytest
 
 from cometmq.client import Message
 from cometmq.client.sync import SyncProducer
-from tests.interop.cometmq_server import free_port
 from tests.kit import wait_until
+from tests.kit.ports import free_port, free_port_block
 
 _PROC_LINE = re.compile(r"^(namesrv|ctl|master|replica)\s+(\S+)\s+pid (\d+)\s+(\S+)")
 
@@ -34,25 +34,7 @@ def cometmq(*args: str) -> subprocess.CompletedProcess[str]:
 def _free_base_port(brokers: int = 2, offsets: tuple[int, ...] = (0, 1), avoid: range = range(0)) -> int:
     """A port P with P+10*i+o free for each node i and offset o (a broker: remoting and HA; a controller: remoting,
     etcd peers, etcd clients), and no port in ``avoid``."""
-    import socket
-
-    for _ in range(50):
-        base = free_port()
-        if base > 65000 or any(base <= a <= base + 10 * brokers for a in avoid):
-            continue
-        try:
-            socks = []
-            for port in (base + 10 * i + o for i in range(brokers) for o in offsets):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        return base
-    raise AssertionError("no four free ports found")
+    return free_port_block(brokers, offsets, avoid=avoid)
 
 
 def _alive(pid: int) -> bool:

@@ -492,9 +492,12 @@ def controller(
         where += f", TLS {tls.mode.value}" if tls.enabled else ""
         where += f", ACL {acl_file}" if conf.acl_enable else ""
         print(f"cometmq controller listening on {ctl.addr} (node {node_id}{where})", flush=True)
+        watch = asyncio.ensure_future(member.watch()) if member is not None else None
         try:
             await stop.wait()
         finally:
+            if watch is not None:
+                watch.cancel()
             await ctl.stop()
 
     if member is not None:

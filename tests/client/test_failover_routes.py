@@ -32,6 +32,7 @@ from cometmq.client.errors import (
 from cometmq.client.instance import ClientInstance, RouteRefresher, route_stale
 from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.route import BrokerData, QueueData, TopicRouteData
 from tests.kit import eventually
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,30 @@ async def test_the_instance_refreshes_a_topic_once_for_a_burst_of_failures() -> 
     inst.route = route  # type: ignore[method-assign]
     assert await asyncio.gather(*(inst.refresh_route("T") for _ in range(50))) == [True] * 50
     assert calls == ["T"]
+    await inst.route_refresher.close()
+
+
+async def test_a_known_topic_without_a_master_is_not_sent_through_the_default_route() -> None:
+    """A failover's window: the route still names the topic but no master. The producer must not borrow TBW102's
+    4 queues per broker (queue ids the topic may not have: the CI failure "queueId 2 is out of range")."""
+    p = Producer("no-default-pg", namesrv="127.0.0.1:1")
+    inst = p.instance
+    inst.route_refresher = RouteRefresher(lambda topic: asyncio.sleep(0), min_interval=0.5)
+    orphan = TopicRouteData((QueueData("broker-a", 2, 2),), (BrokerData("c", "broker-a", {1: "127.0.0.1:2"}),))
+    default = TopicRouteData((QueueData("broker-a", 8, 8),), (BrokerData("c", "broker-a", {0: "127.0.0.1:3"}),))
+    inst.routes.update({"Known": orphan, "TBW102": default})
+    with pytest.raises(NoRouteError, match="no writable queue"):
+        await p.queues("Known")
+    # a topic no nameserver knows still goes through the default route, up to 4 queues per broker
+    lookups: list[str] = []
+
+    async def route(topic: str, *, refresh: bool = False) -> TopicRouteData | None:
+        lookups.append(topic)
+        return inst.routes.get(topic)
+
+    inst.route = route  # type: ignore[method-assign]
+    assert [q.queue_id for q in await p.queues("Unknown")] == [0, 1, 2, 3]
+    assert lookups == ["Unknown", "TBW102"]
     await inst.route_refresher.close()
 
 

@@ -3,6 +3,7 @@ anything starts."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,31 @@ def test_the_command_refuses_bad_peers_and_starts_nothing(tmp_path: Path, extra:
                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 2 and why in out.stderr
     assert not (tmp_path / "c").exists()
+
+
+async def test_a_member_that_cannot_bind_its_port_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The etcd member exits when its client port is taken (as when another process got it first); the controller
+    logs that once, naming the member's log, instead of running on silently with one vote fewer."""
+    import shutil
+    import socket
+
+    from cometmq.controller.etcd_member import EtcdMember
+    from tests.kit.ports import free_port_block
+
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd-server is not installed (scripts/test installs it)")
+    base = free_port_block(1, (0, 1, 2))
+    [me] = parse_peers(f"c0=127.0.0.1:{base}")
+    member = EtcdMember(me, [me], tmp_path, token="t")
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        squatter.bind(("127.0.0.1", base + 2))
+        squatter.listen()
+        member.start()
+        try:
+            await asyncio.wait_for(member.watch(interval=0.05), 30)
+        finally:
+            member.stop()
+    assert member.proc is not None and member.proc.returncode not in (None, 0)
+    [record] = [r for r in caplog.records if "etcd member exited" in r.getMessage()]
+    assert str(tmp_path / "etcd.log") in record.getMessage()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.kit.ports import free_port
+
 CHROMIUM = os.environ.get("COMETMQ_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("COMETMQ_CHROMEDRIVER", "/usr/bin/chromedriver")
 #: where the screenshots go: docs/img when COMETMQ_DASHBOARD_SCREENSHOTS=docs (to refresh the docs' pictures),
@@ -24,12 +25,6 @@ CHROMEDRIVER = os.environ.get("COMETMQ_CHROMEDRIVER", "/usr/bin/chromedriver")
 _DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 IMG = _DOCS_IMG if os.environ.get("COMETMQ_DASHBOARD_SCREENSHOTS") == "docs" \
     else Path(os.environ.get("TMPDIR", "/tmp")) / f"cometmq-dashboard-shots-{os.getpid()}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:

@@ -17,12 +17,7 @@ import pytest
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
 from cometmq.grpc.v2 import service_pb2_grpc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.kit.ports import free_port
 
 
 def cometmq(*args: str) -> list[str]:

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from cometmq.net.tls import client_context
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from tests.kit import wait_until
+from tests.kit.ports import free_port
 
 SERVING_MARKER = "cometmq serving"
 
@@ -42,12 +42,6 @@ DEFAULT_CONF: dict[str, str] = {
     "maxHashSlotNum": "4096",
     "maxIndexNum": "16384",
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerError(RuntimeError):

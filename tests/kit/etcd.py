@@ -13,7 +13,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 from types import TracebackType
@@ -21,15 +20,10 @@ from types import TracebackType
 import pytest
 
 from cometmq.controller.etcd_member import etcd_args
+from tests.kit.ports import free_port
 
 HEARTBEAT_MS = 100
 ELECTION_MS = 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class EtcdMember:

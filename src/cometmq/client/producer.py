@@ -217,6 +217,12 @@ class Producer:
         queues = await self.instance.publish_queues(topic)
         if queues:
             return queues
+        if topic in self.instance.routes:
+            # The topic exists but no master takes writes now (a failover under way, or a read-only topic). As
+            # RocketMQ, the default route is only for a topic no nameserver knows: its 4 queues per broker would
+            # send to queue ids this topic does not have.
+            raise NoRouteError(f"topic {topic} has no writable queue now (no master of its brokers is registered, "
+                               "or its permission forbids writes)")
         default = await self.instance.publish_queues("TBW102")
         if not default:
             raise NoRouteError(f"no route for topic {topic}, and no broker allows auto-creating it")

@@ -11,6 +11,8 @@ the kernel if the controller dies first (Linux ``PR_SET_PDEATHSIG``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shutil
 import signal
 import subprocess
@@ -18,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 #: the etcd member's ports relative to its controller's remoting port
 PEER_PORT_OFFSET = 1
@@ -105,6 +109,15 @@ class EtcdMember:
         with open(self.data / "etcd.log", "ab") as out:
             self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+    async def watch(self, interval: float = 1.0) -> None:
+        """Log an error once if this member exits while the controller runs: the controller goes on through the
+        other members (it is given every endpoint), but the group has lost one vote of its quorum."""
+        while self.proc is not None and self.proc.poll() is None:
+            await asyncio.sleep(interval)
+        if self.proc is not None:
+            log.error("this controller's etcd member exited (code %s; its log: %s); the etcd cluster has one "
+                      "member fewer until this controller is restarted", self.proc.returncode, self.data / "etcd.log")
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc is None or self.proc.poll() is not None:

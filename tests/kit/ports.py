@@ -1,0 +1,60 @@
+"""Free loopback ports for servers a test starts in another process.
+
+A port is picked below the kernel's ephemeral range (``ip_local_port_range``): a port picked there is released
+before the server binds it, and in that window any outgoing connection of the machine may take it as its local
+port (an etcd member that then cannot bind exits; CI once lost one that way). Below the range only a listener
+can take it. Each candidate is checked by binding it.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Iterable
+
+_LOW = 10_000
+
+
+def _ephemeral_floor() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(ports: Iterable[int]) -> bool:
+    socks: list[socket.socket] = []
+    try:
+        for port in ports:
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port_block(nodes: int = 1, offsets: tuple[int, ...] = (0,), *, step: int = 10,
+                    avoid: Iterable[int] = ()) -> int:
+    """A port P with P + step*i + o free for every node i and offset o, none of them in ``avoid``."""
+    top = _ephemeral_floor() - step * nodes - max(offsets) - 1
+    if top <= _LOW:  # an odd range setting: fall back to any free port the kernel hands out
+        top, low = 65000 - step * nodes - max(offsets), 1024
+    else:
+        low = _LOW
+    taken = set(avoid)
+    for _ in range(200):
+        base = random.randrange(low, top)
+        ports = [base + step * i + o for i in range(nodes) for o in offsets]
+        if not taken.intersection(ports) and _bindable(ports):
+            return base
+    raise AssertionError(f"no block of {nodes}x{offsets} free ports found")
+
+
+def free_port() -> int:
+    """One free port, below the ephemeral range."""
+    return free_port_block()

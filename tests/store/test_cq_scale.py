@@ -374,3 +374,17 @@ def test_a_truncated_pending_queue_stays_dirty_until_flushed(make_store) -> None
     assert not f.pending and f.flushed_position == f.wrote_position == 2 * CQ_UNIT_SIZE
     assert bodies(store, "T", 0) == [b"a", b"b"]
     assert json.loads(store.checkpoint_file.read_bytes())["dispatched_offset"] == recs[2].phy_offset
+
+
+def test_a_queue_offset_far_past_the_end_is_not_filled_with_files(tmp_path: Path) -> None:
+    from cometmq.store.consume_queue import MAX_GAP_FILES, ConsumeQueue
+
+    cq = ConsumeQueue("T", 0, tmp_path / "T" / "0", 64)
+    assert cq.put(0, 100, 10, 0)
+    assert cq.put(3, 200, 10, 0)  # a small gap is filled (units of size 0 in between)
+    assert cq.max_offset == 4 and cq.get_unit(1) == (0, 0, 0)
+    far = 64 * (MAX_GAP_FILES + 2)
+    assert not cq.put(far, 300, 10, 0)  # a damaged header's offset: refused, no thousands of files
+    assert cq.max_offset == 4 and len(cq.files.files) == 1
+    assert cq.put(4, 400, 10, 0)
+    cq.destroy()

@@ -33,6 +33,12 @@ class StoreConfig:
     flush_commitlog_least_pages: int = 4
     flush_commitlog_thorough_interval_ms: int = 10_000
     flush_interval_consume_queue_ms: int = 1000
+    #: a consume queue is flushed when it has this many dirty pages (or a full file) ... (RocketMQ's)
+    flush_consume_queue_least_pages: int = 2
+    #: ... or, whatever it has, when this many ms passed since the last thorough flush (RocketMQ's)
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+    #: consume-queue files mapped at once; the least recently used is unmapped beyond (store/cq_file.py)
+    max_open_consume_queue_files: int = 8192
     sync_flush_timeout_ms: int = 5000
     #: SYNC_FLUSH: the broker's send path runs the group commit's fdatasync on its own thread while the
     #: average fdatasync takes at most this many µs (no thread hand-offs); slower disks use the flush thread.
@@ -80,6 +86,8 @@ class StoreConfig:
             raise ConfigError(f"commitlog_segment_size {self.commitlog_segment_size} is below 4096")
         if self.consume_queue_units_per_file < 2:
             raise ConfigError("consume_queue_units_per_file must be at least 2")
+        if self.max_open_consume_queue_files < 1:
+            raise ConfigError("max_open_consume_queue_files must be at least 1")
         if self.max_message_size > self.commitlog_segment_size - 8:
             raise ConfigError("max_message_size must fit in one commit-log segment")
         if not 10 <= self.disk_max_used_space_ratio <= 95:
@@ -137,6 +145,9 @@ STORE_KEYS: dict[str, tuple[str, Any]] = {
     "flushCommitLogLeastPages": ("flush_commitlog_least_pages", int),
     "flushCommitLogThoroughInterval": ("flush_commitlog_thorough_interval_ms", int),
     "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", int),
+    "flushConsumeQueueLeastPages": ("flush_consume_queue_least_pages", int),
+    "flushConsumeQueueThoroughInterval": ("flush_consume_queue_thorough_interval_ms", int),
+    "maxOpenConsumeQueueFiles": ("max_open_consume_queue_files", int),
     "syncFlushTimeout": ("sync_flush_timeout_ms", int),
     "groupCommitInlineMaxMicros": ("group_commit_inline_max_us", int),
     "maxMessageSize": ("max_message_size", int),

@@ -1,7 +1,12 @@
 """Consume queues: per (topic, queueId), dense 20-byte units pointing into the commit log.
 
 Unit = commit-log offset (int64), record size (int32), tag hash code (int64). The queue offset of a
-message is the index of its unit, so offsets are 0-based and dense.
+message is the index of its unit, so offsets are 0-based and dense. The files grow as they fill and are mapped only
+while in use (store/cq_file.py). A queue that was never written has no file and no folder.
+
+Durability: a queue is *dirty* from its first unit not yet flushed, whose commit-log offset it remembers
+(``dirty_phy``); the store's flush policy (``MessageStore.flush_consume_queues``) flushes queues in batches and
+records in the checkpoint how far every queue is durable: the lowest ``dirty_phy`` of the queues left dirty.
 """
 
 from __future__ import annotations
@@ -12,36 +17,50 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cometmq.store.config import CQ_UNIT_SIZE
-from cometmq.store.mapped_file import MappedFile, MappedFileQueue
+from cometmq.store.cq_file import ConsumeQueueFile, ConsumeQueueFiles, MappingLRU
 
 log = logging.getLogger(__name__)
 
 CQ_UNIT = struct.Struct(">qiq")
+_SIZE_FIELD = struct.Struct(">8xi").unpack_from
+
+#: a queue offset gap is filled with (empty, sparse) files up to this many; a larger one is refused
+MAX_GAP_FILES = 64
+
+#: the queues' shared bound on open mappings when a queue is made without one (tests, tools)
+_DEFAULT_LRU = MappingLRU(8192)
 
 
 class ConsumeQueue:
+    __slots__ = ("_min_offset", "_next", "_on_dirty", "_tail", "dirty_phy", "file_size", "files", "queue_id",
+                 "topic", "units_per_file")
+
     def __init__(self, topic: str, queue_id: int, directory: Path, units_per_file: int,
-                 *, preallocate: bool = True) -> None:
+                 *, lru: MappingLRU | None = None, on_dirty: Callable[[ConsumeQueue], None] | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
         self.file_size = units_per_file * CQ_UNIT_SIZE
-        self.files = MappedFileQueue(directory, self.file_size, preallocate=preallocate)
+        self.files = ConsumeQueueFiles(directory, self.file_size, lru if lru is not None else _DEFAULT_LRU)
         self._min_offset = 0
         #: the hot path's shortcut: the file that takes the next unit, and that unit's queue offset
-        self._tail: MappedFile | None = None
+        self._tail: ConsumeQueueFile | None = None
         self._next = -1
+        #: the commit-log offset of the first unit not flushed yet, -1 when everything is flushed
+        self.dirty_phy = -1
+        #: told when the queue turns dirty (the store keeps the set of dirty queues)
+        self._on_dirty = on_dirty
 
     # -- startup ---------------------------------------------------------------------------
-    def load(self) -> None:
-        self.files.load()
+    def load(self, directory: str | None = None) -> None:
+        self.files.load(directory)
 
     def recover(self) -> None:
         """Set the write position just past the last non-empty unit (units are written densely)."""
         self._tail = None
         while self.files.files:
             last = self.files.files[-1]
-            n = self._count_units(last)
+            n = last.count_units(self.units_per_file)
             if n == 0 and len(self.files.files) > 1:
                 # An empty trailing file: drop it and look at the previous one.
                 self.files.files.pop()
@@ -54,25 +73,18 @@ class ConsumeQueue:
         self._min_offset = first.file_from_offset // CQ_UNIT_SIZE if first else 0
         self._skip_leading_holes()
 
-    def _count_units(self, mf: MappedFile) -> int:
-        """Units in use in a file: binary search for the first unit whose size field is 0."""
-        lo, hi = 0, self.units_per_file
-        mm = mf.mm
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if CQ_UNIT.unpack_from(mm, mid * CQ_UNIT_SIZE)[1] > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    def end_recovery(self) -> None:
+        """Drop recovery's images of the files (reads map them from now on)."""
+        self.files.drop_images()
 
     def _skip_leading_holes(self) -> None:
         first = self.files.first
         if first is None:
             return
         base = first.file_from_offset // CQ_UNIT_SIZE
+        buf = first.buf()
         for i in range(first.wrote_position // CQ_UNIT_SIZE):
-            if CQ_UNIT.unpack_from(first.mm, i * CQ_UNIT_SIZE)[1] > 0:
+            if _SIZE_FIELD(buf, i * CQ_UNIT_SIZE)[0] > 0:
                 self._min_offset = base + i
                 return
 
@@ -135,12 +147,21 @@ class ConsumeQueue:
         tail = self._tail
         if queue_offset == self._next and tail is not None:
             pos = tail.wrote_position
-            if pos < tail.size:
-                CQ_UNIT.pack_into(tail.mm, pos, phy_offset, size, tags_code)
+            mm = tail._mm
+            # A file unmapped by the LRU, or one that must grow first, takes the slow path.
+            if mm is not None and pos + CQ_UNIT_SIZE <= tail._len:
+                CQ_UNIT.pack_into(mm, pos, phy_offset, size, tags_code)
                 tail.wrote_position = pos + CQ_UNIT_SIZE
                 self._next = queue_offset + 1
+                if self.dirty_phy < 0:
+                    self._mark_dirty(phy_offset)
                 return True
         return self._put_slow(queue_offset, phy_offset, size, tags_code)
+
+    def _mark_dirty(self, phy_offset: int) -> None:
+        self.dirty_phy = phy_offset
+        if self._on_dirty is not None:
+            self._on_dirty(self)
 
     def _put_slow(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> bool:
         self._tail = None
@@ -154,6 +175,14 @@ class ConsumeQueue:
             mf = self.files.last_for_append(pos_bytes)
             self._min_offset = queue_offset
         elif queue_offset > expected:
+            if (pos_bytes - last.end_offset) // self.file_size >= MAX_GAP_FILES:
+                # A queue offset this far ahead is a damaged header (the body CRC does not cover it), not a gap to
+                # fill with thousands of empty files: the unit is not written (RocketMQ appends at the queue's end
+                # with "logic queue order maybe wrong"; a unit at the wrong offset would be served as another).
+                log.error("consume queue %s-%d: the record at %d names queue offset %d, more than %d files past the "
+                          "end %d: not dispatched to the queue", self.topic, self.queue_id, phy_offset, queue_offset,
+                          MAX_GAP_FILES, expected)
+                return False
             log.warning("consume queue %s-%d: gap from %d to %d", self.topic, self.queue_id,
                         expected, queue_offset)
             mf = last
@@ -164,10 +193,13 @@ class ConsumeQueue:
         else:
             mf = self.files.last_for_append()
         pos = mf.wrote_position
-        CQ_UNIT.pack_into(mf.mm, pos, phy_offset, size, tags_code)
+        mm = mf.ensure(pos + CQ_UNIT_SIZE)  # grows the file (blocks reserved first) or maps it again
+        CQ_UNIT.pack_into(mm, pos, phy_offset, size, tags_code)
         mf.wrote_position = pos + CQ_UNIT_SIZE
         self._tail = mf
         self._next = queue_offset + 1
+        if self.dirty_phy < 0:
+            self._mark_dirty(phy_offset)
         return True
 
     def truncate_from_phy(self, phy_end: int) -> int:
@@ -194,7 +226,7 @@ class ConsumeQueue:
         mf = self.files.find(pos)
         if mf is None:
             return None
-        phy, size, tags = CQ_UNIT.unpack_from(mf.mm, pos - mf.file_from_offset)
+        phy, size, tags = CQ_UNIT.unpack_from(mf.buf(), pos - mf.file_from_offset)
         return (phy, size, tags)
 
     def units(self, queue_offset: int, max_units: int) -> memoryview | None:
@@ -238,7 +270,7 @@ class ConsumeQueue:
             last_pos = first.wrote_position - CQ_UNIT_SIZE
             if last_pos < 0:
                 break
-            phy = CQ_UNIT.unpack_from(first.mm, last_pos)[0]
+            phy = CQ_UNIT.unpack_from(first.buf(), last_pos)[0]
             if phy >= min_phy:
                 break
             self.files.delete_first(1)
@@ -252,17 +284,51 @@ class ConsumeQueue:
             return
         base = first.file_from_offset // CQ_UNIT_SIZE
         lo, hi = max(self._min_offset - base, 0), first.wrote_position // CQ_UNIT_SIZE
+        buf = first.buf()
         while lo < hi:
             mid = (lo + hi) // 2
-            phy, size, _ = CQ_UNIT.unpack_from(first.mm, mid * CQ_UNIT_SIZE)
+            phy, size, _ = CQ_UNIT.unpack_from(buf, mid * CQ_UNIT_SIZE)
             if size == 0 or phy < min_phy:
                 lo = mid + 1
             else:
                 hi = mid
         self._min_offset = max(self._min_offset, base + lo)
 
-    def flush(self) -> None:
-        self.files.flush()
+    def flush(self, least_pages: int = 0) -> None:
+        """Flush the queue when ``flush_due(least_pages)``; the store's policy flushes through ``take_flush``."""
+        for f in self.files.files:
+            if f.pending:
+                f.prepare()
+                f.install()
+        if self.flush_due(least_pages):
+            for f, target in self.take_flush():
+                f.flush_to(target)
+
+    def flush_due(self, least_pages: int) -> bool:
+        """RocketMQ's rule (flushConsumeQueueLeastPages): flush when a file is full or at least ``least_pages`` pages
+        are dirty; with 0, whenever anything is."""
+        pages = 0
+        for f in self.files.files:
+            if f.pending:
+                return False  # not on disk yet (the flush pass makes it first; it failed to): it stays dirty
+            if f.flushed_position < f.wrote_position:
+                if least_pages <= 0 or f.is_full:
+                    return True
+                pages += f.dirty_pages()
+        return pages >= least_pages > 0
+
+    def has_pending(self) -> bool:
+        return any(f.pending for f in self.files.files)
+
+    def has_unflushed(self) -> bool:
+        return any(f.flushed_position < f.wrote_position for f in self.files.files)
+
+    def take_flush(self) -> list[tuple[ConsumeQueueFile, int]]:
+        """The files with unflushed units and how far they are written, and the queue counted clean from now (the
+        caller holds the store lock, so nothing is written meanwhile; it then flushes them to those positions and
+        marks the queue dirty again if that fails)."""
+        self.dirty_phy = -1
+        return [(f, f.wrote_position) for f in self.files.files if f.flushed_position < f.wrote_position]
 
     def close(self) -> None:
         self.files.close()

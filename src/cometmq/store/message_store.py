@@ -23,6 +23,7 @@ from cometmq.store.checkpoint import Checkpoint
 from cometmq.store.commitlog import CommitLog
 from cometmq.store.config import CQ_UNIT_SIZE, FlushDiskType, StoreConfig
 from cometmq.store.consume_queue import CQ_UNIT, ConsumeQueue
+from cometmq.store.cq_file import MappingLRU
 from cometmq.store.dispatch import Dispatcher, ReputService
 from cometmq.store.flush import AsyncFlushService, GroupCommitService, _FlushBase
 from cometmq.store.index import IndexService
@@ -74,6 +75,19 @@ def usage_of(st: os.statvfs_result) -> tuple[float, int]:
 DISK_CHECK_INTERVAL_S = 0.5
 
 
+def _mapping_bound(configured: int) -> int:
+    """maxOpenConsumeQueueFiles, kept under half the process's file-descriptor limit (a mapping holds a descriptor)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return configured
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return configured
+    return min(configured, max(16, soft // 2))
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -86,6 +100,16 @@ class MessageStore:
         self.store_host = store_host
         self.commitlog = CommitLog(config, pack_host(*store_host), clock)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        #: the consume-queue files mapped at once (store/cq_file.py)
+        self.cq_mappings = MappingLRU(_mapping_bound(config.max_open_consume_queue_files))
+        #: queues with units not flushed yet (each knows the commit-log offset of its first); under ``lock``
+        self.dirty_queues: set[ConsumeQueue] = set()
+        #: the dispatched offset of the last checkpoint saved; cuts of the log (``truncate``) since a flush pass
+        #: began, as (generation, offset), which that pass's checkpoint must not claim past; ``_cp_lock`` orders saves
+        self._saved_dispatched = 0
+        self._cut_gen = 0
+        self._cuts: list[tuple[int, int]] = []
+        self._cp_lock = threading.Lock()
         self.index: IndexService | None = (
             IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num)
             if config.message_index_enable else None
@@ -160,9 +184,14 @@ class MessageStore:
         self.flush_service.stop()
         if self.index_builder is not None:
             self.index_builder.stop()
+        self.flush_consume_queues(0)  # every pending file made, every dirty queue flushed (folders synced once)
         with self.lock:
             self.commitlog.flush()
-            self._flush_logic()
+            for cq in list(self.dirty_queues):  # whatever came in meanwhile
+                cq.flush()
+            self.dirty_queues.clear()
+            if self.index is not None:
+                self.index.flush()
             end = self.commitlog.max_offset
             Checkpoint(end, self.reput.reput_offset, self.clock(), clean_end_offset=end).save(
                 self.checkpoint_file)
@@ -176,20 +205,109 @@ class MessageStore:
                 self.index.close()
             self.commitlog.close()
 
-    def _flush_logic(self) -> None:
-        for cq in list(self.queues.values()):
-            cq.flush()
-            cq.files.release_flushed(4096)
+    def checkpoint_floor(self, dispatched: int, flushed: int) -> None:
+        """Save a checkpoint that claims no more than ``dispatched`` (and the log flushed to no more than ``flushed``):
+        after recovery re-dispatched, and when the log is cut, what a checkpoint saved before may claim is no longer
+        on disk (a cut log's offsets are written again; new units wait in memory or in the page cache)."""
+        with self._cp_lock:
+            dispatched = min([dispatched, self._saved_dispatched] if self._saved_dispatched else [dispatched])
+            for cq in self.dirty_queues:
+                if 0 <= cq.dirty_phy < dispatched:
+                    dispatched = cq.dirty_phy
+            Checkpoint(flushed, dispatched, self.clock()).save(self.checkpoint_file)
+            self._saved_dispatched = dispatched
+
+    def flush_consume_queues(self, least_pages: int = 0) -> int:
+        """Flush the dirty consume queues that RocketMQ's policy says are due (``least_pages`` dirty pages or a full
+        file; 0: every dirty one), one fdatasync per file, outside the store lock. Returns the commit-log offset
+        below which every unit is durable: the dispatch point when this began, or the first unflushed unit of a
+        queue left dirty (below the threshold, or whose flush failed), whichever is lower."""
+        durable, _ = self._flush_consume_queues(least_pages)
+        return durable
+
+    def _flush_consume_queues(self, least_pages: int) -> tuple[int, int]:
+        """``flush_consume_queues``, and the log-cut generation it began at."""
+        self.make_pending_files()
+        with self.lock:
+            durable = self.reput.reput_offset
+            gen = self._cut_gen
+            jobs = []
+            for cq in self.dirty_queues:
+                if cq.flush_due(least_pages) or not (cq.has_unflushed() or cq.has_pending()):
+                    jobs.append((cq, cq.dirty_phy, cq.take_flush()))
+            for cq, _, _ in jobs:
+                self.dirty_queues.discard(cq)
+        failed = []
+        error: OSError | None = None
+        # Every file of this pass exists now: a folder synced once covers the new entries of all of them.
+        synced_dirs: set[Path] = set()
+        for cq, phy, files in jobs:
+            try:
+                for f, target in files:
+                    f.flush_to(target, synced_dirs)
+                cq.files.release_flushed(4096)
+            except OSError as exc:
+                failed.append((cq, phy))
+                error = exc
+        with self.lock:
+            for cq, phy in failed:  # still dirty from its first unit
+                if cq.dirty_phy < 0 or phy < cq.dirty_phy:
+                    cq.dirty_phy = phy
+                if (cq.topic, cq.queue_id) in self.queues:
+                    self.dirty_queues.add(cq)
+            for cq in self.dirty_queues:
+                if 0 <= cq.dirty_phy < durable:
+                    durable = cq.dirty_phy
+        if error is not None:
+            log.error("consume-queue flush failed for %d queue(s): %s", len(failed), error)
+        return durable, gen
+
+    def make_pending_files(self) -> int:
+        """Make the consume-queue files still in memory (store/cq_file.py): folders and file without the store lock,
+        then, under it, a batch at a time, copy each buffer in and map it. A file that cannot be made now (a full
+        disk) stays pending for the next pass, its queue dirty. Returns how many were made."""
+        pending = self.cq_mappings.take_pending()
+        ready = []
+        error: OSError | None = None
+        for f in pending:
+            try:
+                f.prepare()
+                ready.append(f)
+            except OSError as exc:
+                error = exc
+                self.cq_mappings.add_pending(f)
+        if error is not None:
+            log.error("cannot make %d consume-queue file(s) now (they stay in memory, their queues dirty; retried "
+                      "at the next flush): %s", len(pending) - len(ready), error)
+        made = 0
+        for i in range(0, len(ready), 256):
+            with self.lock:
+                for f in ready[i : i + 256]:
+                    try:
+                        f.install()
+                        made += 1
+                    except OSError as exc:
+                        log.error("cannot make consume-queue file %s now: %s", f.path, exc)
+                        self.cq_mappings.add_pending(f)
+        return made
+
+    def flush_and_checkpoint(self, least_pages: int = 0) -> None:
+        """Flush consume queues (those due by ``least_pages``, see ``flush_consume_queues``) and the index, then
+        record how far they are durable."""
+        durable, gen = self._flush_consume_queues(least_pages)
+        if self.index_builder is not None:
+            durable = self.index_builder.durable_point(durable)
         if self.index is not None:
             self.index.flush()
-
-    def flush_and_checkpoint(self) -> None:
-        """Flush consume queues and index, then record how far they are durable."""
-        dispatched = self.reput.reput_offset
-        if self.index_builder is not None:
-            dispatched = self.index_builder.durable_point(dispatched)
-        self._flush_logic()
-        Checkpoint(self.flush_service.flushed_offset, dispatched, self.clock()).save(self.checkpoint_file)
+        flushed = self.flush_service.flushed_offset
+        with self._cp_lock:
+            for g, offset in self._cuts:  # the log was cut while this pass ran: claim nothing past the cut
+                if g > gen:
+                    durable = min(durable, offset)
+                    flushed = min(flushed, offset)
+            self._cuts = [c for c in self._cuts if c[0] > gen]
+            Checkpoint(flushed, durable, self.clock()).save(self.checkpoint_file)
+            self._saved_dispatched = durable
 
     # -- write -----------------------------------------------------------------------------------
     def put_message(self, msg: MessageInner) -> PutResult:
@@ -289,10 +407,14 @@ class MessageStore:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_dir / topic / str(queue_id),
-                              self.config.consume_queue_units_per_file, preallocate=self.config.preallocate)
+            cq = self.new_consume_queue(topic, queue_id, self.config.consume_queue_dir / topic / str(queue_id))
             self.queues[key] = cq
         return cq
+
+    def new_consume_queue(self, topic: str, queue_id: int, directory: Path) -> ConsumeQueue:
+        """A consume queue object (no file until its first unit is written)."""
+        return ConsumeQueue(topic, queue_id, directory, self.config.consume_queue_units_per_file,
+                            lru=self.cq_mappings, on_dirty=self.dirty_queues.add)
 
     # -- replication hooks ---------------------------------------------------------------------
     def set_confirm_offset(self, offset: int | None) -> None:
@@ -332,6 +454,12 @@ class MessageStore:
             self.reput.pending.clear()
             self.reput.reput_offset = min(self.reput.reput_offset, offset)
             self.rebuild_queue_table()
+            # A checkpoint saved before says the old log was dispatched (and flushed) past the cut: offsets from the
+            # cut on are written again, and their units are not on disk yet.
+            self._cut_gen += 1
+            with self._cp_lock:
+                self._cuts.append((self._cut_gen, offset))
+            self.checkpoint_floor(offset, min(service.flushed_offset, offset))
 
     def rebuild_queue_table(self) -> None:
         self.commitlog.queue_table = {key: cq.max_offset for key, cq in self.queues.items()}
@@ -627,7 +755,9 @@ class MessageStore:
     def delete_topic(self, topic: str) -> None:
         with self.lock:
             for key in [k for k in self.queues if k[0] == topic]:
-                self.queues.pop(key).destroy()
+                cq = self.queues.pop(key)
+                self.dirty_queues.discard(cq)
+                cq.destroy()
                 self.commitlog.queue_table.pop(key, None)
             try:
                 (self.config.consume_queue_dir / topic).rmdir()

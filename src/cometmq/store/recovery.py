@@ -11,11 +11,12 @@ recovery never duplicates or reorders.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cometmq.store.checkpoint import Checkpoint
-from cometmq.store.consume_queue import ConsumeQueue
 
 if TYPE_CHECKING:
     from cometmq.store.message_store import MessageStore
@@ -24,19 +25,19 @@ log = logging.getLogger(__name__)
 
 
 def load_consume_queues(store: MessageStore) -> None:
+    """Every queue on disk, unmapped: the last file of each is read (one pread when it is small) to find its end."""
     root = store.config.consume_queue_dir
     root.mkdir(parents=True, exist_ok=True)
-    for topic_dir in sorted(root.iterdir()):
-        if not topic_dir.is_dir():
-            continue
-        for qdir in sorted(topic_dir.iterdir()):
-            if not (qdir.is_dir() and qdir.name.isdigit()):
-                continue
-            cq = ConsumeQueue(topic_dir.name, int(qdir.name), qdir, store.config.consume_queue_units_per_file,
-                              preallocate=store.config.preallocate)
-            cq.load()
+    with os.scandir(root) as topics:
+        topic_dirs = sorted((e.name, e.path) for e in topics if e.is_dir())
+    for topic, topic_path in topic_dirs:
+        with os.scandir(topic_path) as queues:
+            qdirs = sorted((int(e.name), e.path) for e in queues if e.name.isdigit() and e.is_dir())
+        for queue_id, qpath in qdirs:
+            cq = store.new_consume_queue(topic, queue_id, Path(qpath))
+            cq.load(qpath)
             cq.recover()
-            store.queues[(cq.topic, cq.queue_id)] = cq
+            store.queues[(topic, queue_id)] = cq
 
 
 def recover(store: MessageStore) -> bool:
@@ -98,10 +99,14 @@ def recover(store: MessageStore) -> bool:
         if store.index is not None:
             store.index.truncate_after(end)
     redispatch_from = min(redispatch_from, checked_from, end)
+    # The units re-dispatched from here on are not on disk yet: the first checkpoint must not claim them.
+    store.checkpoint_floor(redispatch_from, end if checkpoint is None else min(checkpoint.commitlog_flushed, end))
     store.reput.reput_offset = redispatch_from
     count = store.reput.reput_from_log(end, notify=False)
     store.reput.reput_offset = end
     store.rebuild_queue_table()
+    for cq in store.queues.values():
+        cq.end_recovery()
     for mf in files.files:
         mf.flushed_position = mf.wrote_position
     log.info("recovery %s: log end %d, %d records re-dispatched, %.3f s",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cometmq.common.service import ServiceThread
@@ -18,18 +20,35 @@ MAX_DELETE_PER_PASS = 10
 
 
 class MaintenanceService(ServiceThread):
-    """Flush consume queues and index, then save the checkpoint, when anything was dispatched."""
+    """RocketMQ's FlushConsumeQueueService: every flushIntervalConsumeQueue, flush the consume queues with at least
+    flushConsumeQueueLeastPages dirty pages (or a full file), and every flushConsumeQueueThoroughInterval all dirty
+    ones; then the index, and the checkpoint, whose dispatched offset stays below every unit not flushed yet (the
+    queues left dirty hold it back). 5,000 queues each written a little cost a few fdatasyncs a second, not 5,000."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, monotonic: Callable[[], float] = time.monotonic) -> None:
         super().__init__("FlushConsumeQueueService", store.config.flush_interval_consume_queue_ms / 1000)
         self.store = store
+        self._monotonic = monotonic
         self._saved: tuple[int, int] | None = None
+        self._last_thorough = monotonic()
+        #: passes that flushed something, and the thorough ones among them
+        self.passes = 0
+        self.thorough_passes = 0
 
     def run_once(self) -> None:
-        state = (self.store.reput.reput_offset, self.store.flushed_offset)
-        if state != self._saved:
-            self.store.flush_and_checkpoint()
-            self._saved = state
+        store = self.store
+        cfg = store.config
+        now = self._monotonic()
+        thorough = now - self._last_thorough >= cfg.flush_consume_queue_thorough_interval_ms / 1000
+        state = (store.reput.reput_offset, store.flushed_offset)
+        if state == self._saved and not (thorough and store.dirty_queues) and not store.cq_mappings.pending:
+            return  # nothing new; queues left dirty below the threshold wait for the thorough pass
+        store.flush_and_checkpoint(0 if thorough else cfg.flush_consume_queue_least_pages)
+        self._saved = state
+        self.passes += 1
+        if thorough:
+            self._last_thorough = now
+            self.thorough_passes += 1
 
     def on_shutdown(self) -> None:
         """The store's shutdown writes the final, clean checkpoint."""

@@ -197,11 +197,14 @@ def out(**kw):
     print(json.dumps(kw), flush=True)
 def rss():
     return round(psutil.Process().memory_info().rss / 2**20, 1)
+def anon():  # RSS less its file-backed pages (mapped commit-log and consume-queue files the kernel can drop)
+    m = psutil.Process().memory_info()
+    return round((m.rss - m.shared) / 2**20, 1)
 t0 = time.perf_counter()
 store = MessageStore(StoreConfig(store_path=path))
 store.start()
 started = time.perf_counter() - t0
-out(event="started", seconds=round(started, 3), rss_mib=rss(), abnormal=store.recovered_abnormally,
+out(event="started", seconds=round(started, 3), rss_mib=rss(), anon_mib=anon(), abnormal=store.recovered_abnormally,
     queues_loaded=len(store.queues))
 if mode in ("write", "crash"):
     round_no = 0 if mode == "write" else 1
@@ -228,7 +231,7 @@ if mode == "check":
         r = store.get_messages(topic, qid, 0, 32)
         if r.status is not GetStatus.FOUND or len(r.buffers) != expect:
             bad += 1
-    out(event="checked", sampled=len(keys[::step]), bad=bad, rss_mib=rss())
+    out(event="checked", sampled=len(keys[::step]), bad=bad, rss_mib=rss(), anon_mib=anon())
 t0 = time.perf_counter()
 store.shutdown()
 out(event="stopped", seconds=round(time.perf_counter() - t0, 3))
@@ -272,7 +275,8 @@ def row_queues(args: argparse.Namespace) -> None:
         report(bench="scale", row="queues", case="clean_restart", queues=args.queues, api="store",
                write_seconds=written["seconds"], write_rss_mib=written["rss_mib"],
                restart_seconds=started["seconds"], rss_after_restart_mib=started["rss_mib"],
-               rss_after_reads_mib=checked["rss_mib"], queues_loaded=started["queues_loaded"],
+               anon_after_restart_mib=started["anon_mib"], rss_after_reads_mib=checked["rss_mib"],
+               anon_after_reads_mib=checked["anon_mib"], queues_loaded=started["queues_loaded"],
                sampled=checked["sampled"], bad=checked["bad"], cq_files=files, cq_disk_bytes=blocks,
                cq_apparent_bytes=apparent, cq_disk_bytes_per_queue=round(blocks / max(1, args.queues)),
                restart_ok=started["seconds"] <= 10)
@@ -284,7 +288,8 @@ def row_queues(args: argparse.Namespace) -> None:
         started, checked = _event(ev, "started"), _event(ev, "checked")
         report(bench="scale", row="queues", case="crash_restart", queues=args.queues, api="store",
                restart_seconds=started["seconds"], abnormal=started["abnormal"],
-               rss_after_restart_mib=started["rss_mib"], rss_after_reads_mib=checked["rss_mib"],
+               rss_after_restart_mib=started["rss_mib"], anon_after_restart_mib=started["anon_mib"],
+               rss_after_reads_mib=checked["rss_mib"], anon_after_reads_mib=checked["anon_mib"],
                sampled=checked["sampled"], bad=checked["bad"], restart_ok=started["seconds"] <= 10)
     finally:
         shutil.rmtree(wd, ignore_errors=True)

@@ -345,3 +345,28 @@ def test_async_flush_writes_in_the_background(make_store: MakeStore) -> None:
     store = make_store(flush_disk_type=ASYNC, flush_interval_commitlog_ms=10, flush_commitlog_least_pages=0)
     res = store.put_message(msg())
     assert store.wait_flushed(res.end_offset, 10)
+
+
+@pytest.mark.parametrize("preallocate", [True, False])
+def test_zeroing_a_tail_skips_holes_but_clears_every_byte_past_the_end(tmp_path: Path, preallocate: bool) -> None:
+    """zero_from reads only the ranges the file system reports as data; islands of stale bytes far past the end
+    (in a preallocated segment, and in a sparse one) are still cleared, and bytes before the end are kept."""
+    from cometmq.store.mapped_file import MappedFile
+
+    size = 64 << 20
+    mf = MappedFile(tmp_path / f"{0:020d}", size, preallocate=preallocate)
+    try:
+        mf.mm[0:4096] = b"k" * 4096
+        for at in (5000, 9 << 20, 40 << 20, size - 3):
+            mf.mm[at:at + 3] = b"xyz"
+        mf.flush()
+        ranges = mf._data_ranges(4096)
+        assert all(4096 <= a < b <= size for a, b in ranges)
+        # the islands lie in reported ranges; most of the file does not (when the file system reports holes)
+        for at in (5000, 9 << 20, 40 << 20, size - 3):
+            assert any(a <= at < b for a, b in ranges), (at, ranges)
+        mf.zero_from(4096)
+        assert bytes(mf.mm[0:4096]) == b"k" * 4096
+        assert mf.mm.find(b"xyz") == -1 and mf.mm.find(b"k", 4096) == -1
+    finally:
+        mf.close()

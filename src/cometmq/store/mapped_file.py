@@ -176,19 +176,43 @@ class MappedFile:
         """Zero the file from ``pos`` to its end (truncating a torn or rejected tail).
 
         Stale records left past the end would be read back as valid by a later recovery scan, so the
-        tail must be zero. Only chunks that hold something are written, so a clean tail costs a read."""
+        tail must be zero. Only chunks that hold something are written, so a clean tail costs a read, and only of
+        what the file system says holds data (``SEEK_DATA``/``SEEK_HOLE``): a preallocated segment's unwritten
+        extents read as zeros without being read. Reading them would fault the whole 1 GiB segment into the page
+        cache (2.5 s, and the process's RSS grows by as much) on every restart after a crash. A file system
+        without hole reporting calls the whole file data, and it is all read, as before."""
         chunk = 1 << 20
         zeros = bytes(chunk)
-        p = pos
         wrote = False
-        while p < self.size:
-            n = min(chunk - (p % chunk), self.size - p)
-            if self.mm[p : p + n] != zeros[:n]:
-                self.mm[p : p + n] = zeros[:n]
-                wrote = True
-            p += n
+        for start, end in self._data_ranges(pos):
+            p = start
+            while p < end:
+                n = min(chunk - (p % chunk), end - p)
+                if self.mm[p : p + n] != zeros[:n]:
+                    self.mm[p : p + n] = zeros[:n]
+                    wrote = True
+                p += n
         if wrote:
             os.fdatasync(self._fd)
+
+    def _data_ranges(self, pos: int) -> list[tuple[int, int]]:
+        """The ranges from ``pos`` to the file's end that may hold something other than zeros (holes and
+        unwritten extents left out; the page cache's dirty pages count as data)."""
+        out: list[tuple[int, int]] = []
+        p = pos
+        while p < self.size:
+            try:
+                start = os.lseek(self._fd, p, os.SEEK_DATA)
+                end = os.lseek(self._fd, start, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data from p on
+                    break
+                return [*out, (p, self.size)]  # no hole reporting here: read it all
+            if start >= self.size:
+                break
+            out.append((start, min(end, self.size)))
+            p = end
+        return out
 
     def last_modified(self) -> float:
         try:

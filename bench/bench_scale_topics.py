@@ -154,6 +154,29 @@ async def route_prober(ns: str, topics: list[str], samples: list[float], stop_ev
             await asyncio.sleep(0.002)
 
 
+async def route_cost(ns: str, pid: int, topics: list[str], *, clients: int = 16, each: int = 500) -> dict[str, Any]:
+    """The nameserver's CPU per GET_ROUTEINFO_BY_TOPIC: ``clients`` connections asking back to back (the scaling
+    model's input for many clients refreshing routes)."""
+    from cometmq.net.client import RemotingClient
+    from cometmq.protocol.codes import RequestCode, ResponseCode
+    from cometmq.protocol.remoting import make_request
+
+    async def one(i: int) -> None:
+        rng = random.Random(i)
+        async with RemotingClient() as client:
+            for _ in range(each):
+                reply = await client.invoke(ns, make_request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                             {"topic": rng.choice(topics)}), 10)
+                if reply.code != ResponseCode.SUCCESS:
+                    raise SystemExit(f"route: {reply.code} {reply.remark}")
+
+    t0, c0 = time.perf_counter(), cpu_s(pid)
+    await asyncio.gather(*(one(i) for i in range(clients)))
+    n, cpu, wall = clients * each, cpu_s(pid) - c0, time.perf_counter() - t0
+    return {"queries": n, "clients": clients, "namesrv_cpu_us_per_query": round(cpu / n * 1e6, 1),
+            "queries_per_s": round(n / wall), "namesrv_cpu_share": round(cpu / wall, 2)}
+
+
 async def namesrv_rounds(ns: str, pid: int, a: argparse.Namespace) -> dict[str, Any]:
     from cometmq.broker.registration import NamesrvRegistrar
     from cometmq.net.client import RemotingClient
@@ -181,6 +204,7 @@ async def namesrv_rounds(ns: str, pid: int, a: argparse.Namespace) -> dict[str, 
         await asyncio.sleep(2.0)
         stop_event.set()
         await prober
+        out["route_query_cost"] = await route_cost(ns, pid, all_topics)
         samples_busy: list[float] = []
         stop_event = asyncio.Event()
         prober = asyncio.create_task(route_prober(ns, all_topics, samples_busy, stop_event))

@@ -8,6 +8,7 @@ topics (``topic()`` gives a fresh name), so tests do not see each other's messag
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,10 @@ from pyspark.sql import SparkSession
 from cometmq.client import Message
 from cometmq.client.sync import SyncProducer
 from tests.interop.cometmq_server import CometServer
+
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest closed the stream
+# it captured: a "--- Logging error ---" traceback at the end of every run. Its INFO lines say nothing we need.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 #: broker settings for the session broker: SQL92 filters on, small files
 BROKER_CONF = {"enablePropertyFilter": "true"}

@@ -47,3 +47,24 @@ async def test_sync_flush_resolves_only_when_flushed(make_store: Callable[..., M
     assert all(r.ok for r in results)
     assert store.flushed_offset >= max(r.end_offset for r in results)
     assert b.appends == 1  # under SYNC_FLUSH the whole turn shares one append and one group commit
+
+
+async def test_an_append_that_raises_answers_every_request_with_the_error(
+        make_store: Callable[..., MessageStore]) -> None:
+    """The CI hang: shipping to a replica whose socket had just closed raised inside the append of a batch drained
+    at the end of a loop turn; the batch's senders were never answered. Now they get the error."""
+    store = make_store()
+    calls = 0
+
+    def put(msgs: list) -> object:  # type: ignore[type-arg]
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+        return store.put_messages(msgs)
+
+    b = AppendBatcher(asyncio.get_running_loop(), put)  # type: ignore[arg-type]
+    futs = [b.put([msg(body=f"m{i}".encode())]) for i in range(5)]  # the first at once, four in the next turn
+    results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 5)
+    assert results[0].ok  # type: ignore[union-attr]
+    assert all(isinstance(r, RuntimeError) and "closed=True" in str(r) for r in results[1:]), results

@@ -17,10 +17,13 @@ so that one bad message fails only its own request.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult, PutStatus
+
+log = logging.getLogger(__name__)
 
 PutMessages = Callable[[list[MessageInner]], PutResult]
 #: wait (on the loop) until the log is durable to an offset: PUT_OK, or the timeout status to answer with
@@ -86,6 +89,17 @@ class AppendBatcher:
         if not pending:
             return
         self.requests += len(pending)
+        try:
+            self._append_pending(pending)
+        except Exception as exc:
+            # A bug past this point must not leave senders waiting for an answer that never comes (their clients
+            # would time out, and a batch drained from a loop callback has nobody else to tell): they get the error.
+            log.exception("appending %d requests failed", len(pending))
+            for _, fut, _ in pending:
+                if not fut.done():
+                    fut.set_exception(exc)
+
+    def _append_pending(self, pending: list[_Pending]) -> None:
         settled: list[tuple[asyncio.Future[PutResult], PutResult]]
         if len(pending) == 1:
             msgs, fut, on_stored = pending[0]

@@ -220,10 +220,17 @@ class _Link:
         send loop would (the loop still drains and ships the rest)."""
         m = self.master
         offset = self.offset
-        if self.idle and offset is not None and self.writer.transport.get_write_buffer_size() == 0:
+        if self.idle and offset is not None and not self.writer.is_closing() and \
+                self.writer.transport.get_write_buffer_size() == 0:
             end = m.store.commitlog.max_offset
             if offset < end:
-                self._send_frame(offset, end, m.config.transfer_batch_size)
+                try:
+                    self._send_frame(offset, end, m.config.transfer_batch_size)
+                except (OSError, RuntimeError, ha.HAProtocolError) as exc:
+                    # The replica went away (a reset closes the transport before this link's loops see it): the
+                    # send loop meets the same error and closes the link. Raising here would fail the append that
+                    # called, after its messages were stored, and leave its senders without an answer.
+                    log.debug("HA link %s: shipping at the append failed: %s", self.peer, exc)
 
     async def _send_loop(self) -> None:
         m = self.master

@@ -16,6 +16,16 @@ Rows:
   broker uses it): one message to each (``--queues-per-topic`` queues per topic), a clean stop, then a restart (time
   to ``start()``, RSS after it, a read of some queues), then a SIGKILL while writing a second message to each and a
   crash restart (recovery re-dispatches; every queue must hold its messages).
+* ``consumers`` -- one consumer group of ``--consumers`` push consumers (a comma list: ``50,200,500,1000``; default
+  1000) on one topic of ``--consumer-queues`` queues (64), created with the admin client on a ``cometmq serve``
+  subprocess. The consumers are SDK ``PushConsumer`` objects, each with its own client instance (its own client id
+  and connections), spread over ``--consumer-procs`` child processes (4), each one asyncio loop starting its share
+  at once. Reports the time until the group settled (every queue of the topic owned by exactly one consumer, as the
+  consumers report their assignments, unchanged for ``--settle-quiet`` s), from the first start and from the last
+  consumer's start; the heartbeats and rebalances that failed (the SDK's warnings, counted in the children:
+  ``hb_failures`` heartbeats, ``rebalance_failures`` failed topic rebalances, ``list_failures`` consumer lists not
+  obtained); the NOTIFY_CONSUMER_IDS_CHANGED the consumers were sent (``notices``, all of them together); and the
+  broker's CPU per second while steady (psutil over ``--steady`` s, 10; 40 covers a heartbeat round, every 30 s).
 
 Prints one JSON object per measurement; ``# ...`` progress on stderr. Data goes to a temporary folder (BENCH_DIR to
 choose) and is removed at the end. The machine is shared and small: the numbers are noisy.
@@ -34,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -295,9 +306,218 @@ def row_queues(args: argparse.Namespace) -> None:
         shutil.rmtree(wd, ignore_errors=True)
 
 
+# -------------------------------------------------------------------------------------------- row: consumers
+
+_CONSUMERS_CHILD = r"""
+import asyncio, json, logging, os, sys, time
+from cometmq.client.instance import ClientInstance
+from cometmq.client.push_consumer import PushConsumer
+
+namesrv, topic, group, count, index = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+counts = {"hb_failures": 0, "rebalance_failures": 0, "list_failures": 0, "other_warnings": 0, "notices": 0}
+
+
+class Count(logging.Handler):
+    def emit(self, record):
+        msg = record.msg if isinstance(record.msg, str) else ""
+        if msg.startswith("request %d to %s failed") and record.args and record.args[0] == 34:
+            counts["hb_failures"] += 1
+        elif msg.startswith("rebalance of %s for group %s failed"):
+            counts["rebalance_failures"] += 1
+        elif msg.startswith("cannot list the consumers"):
+            counts["list_failures"] += 1
+        elif msg.startswith("consumers of %s changed"):
+            counts["notices"] += 1
+        elif record.levelno >= logging.WARNING:
+            counts["other_warnings"] += 1
+
+
+logging.getLogger("cometmq").addHandler(Count())
+logging.getLogger("cometmq").setLevel(logging.INFO)
+logging.getLogger("cometmq").propagate = False
+logging.getLogger("cometmq.client.push_consumer").setLevel(logging.DEBUG)  # a NOTIFY_CONSUMER_IDS_CHANGED taken
+
+
+async def handle(msgs):
+    return None
+
+
+def out(**kw):
+    sys.stdout.write(json.dumps(kw) + "\n")
+    sys.stdout.flush()
+
+
+async def main():
+    consumers = []
+    for i in range(count):
+        inst = ClientInstance(namesrv, instance_name=f"bench{index}-{i}")
+        c = PushConsumer(group, instance=inst, listener=handle)
+        c.subscribe(topic, "*")
+        consumers.append(c)
+    out(event="created", t=time.time())
+    started = 0
+
+    async def start(c):
+        nonlocal started
+        await c.start()
+        started += 1
+
+    async def report():
+        while True:
+            owners = {}
+            for c in consumers:
+                for mq in c.assignment:
+                    if mq.topic == topic:
+                        owners.setdefault(mq.queue_id, []).append(c.instance.client_id)
+            out(event="state", t=time.time(), started=started, owners=owners, **counts)
+            await asyncio.sleep(0.25)
+
+    reporter = asyncio.ensure_future(report())
+    await asyncio.gather(*(start(c) for c in consumers))
+    out(event="started", t=time.time(), ids=[c.instance.client_id for c in consumers])
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # the parent says when to stop
+    reporter.cancel()
+    await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
+    out(event="closed", t=time.time(), **counts)
+
+
+asyncio.run(main())
+"""
+
+
+def _consumers_case(args: argparse.Namespace, n: int) -> dict[str, Any]:
+    import threading
+
+    wd = workdir()
+    broker = None
+    children: list[subprocess.Popen[str]] = []
+    try:
+        broker = Broker(wd)
+        topic, group = "ScaleConsumers", "scale_cg"
+
+        async def create() -> None:
+            from cometmq.client.admin import Admin
+
+            async with Admin(namesrv=broker.namesrv) as admin:  # type: ignore[union-attr]
+                await admin.create_topic(topic, read_queues=args.consumer_queues)
+
+        asyncio.run(create())
+        procs = max(1, min(args.consumer_procs, n))
+        shares = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+        latest: dict[int, dict[str, Any]] = {}
+        started_at: dict[int, float] = {}
+        lock = threading.Lock()
+        history: list[tuple[float, Any]] = []  # (time seen, combined owners) at every change
+        all_ids: list[str] = []
+
+        def reader(i: int, proc: subprocess.Popen[str]) -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                ev = json.loads(line)
+                with lock:
+                    if ev["event"] == "state":
+                        latest[i] = ev
+                        combined: dict[int, list[str]] = {}
+                        for st in latest.values():
+                            for q, ids in st["owners"].items():
+                                combined.setdefault(int(q), []).extend(ids)
+                        key = tuple(sorted((q, tuple(sorted(ids))) for q, ids in combined.items()))
+                        if not history or history[-1][1] != key:
+                            history.append((time.time(), key))
+                    elif ev["event"] == "started":
+                        started_at[i] = ev["t"]
+                        all_ids.extend(ev["ids"])
+                    elif ev["event"] == "closed":
+                        latest[i] = {**latest.get(i, {}), **ev}
+
+        load0 = os.getloadavg()[0]
+        t0 = time.time()
+        for i, share in enumerate(shares):
+            proc = subprocess.Popen([sys.executable, "-c", _CONSUMERS_CHILD, broker.namesrv, topic, group, str(share),
+                                     str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            children.append(proc)
+            threading.Thread(target=reader, args=(i, proc), daemon=True).start()
+
+        def valid(key: Any) -> bool:
+            return len(key) == args.consumer_queues and all(len(ids) == 1 for _, ids in key)
+
+        deadline = t0 + args.settle_timeout
+        settled_at: float | None = None
+        while time.time() < deadline:
+            time.sleep(0.25)
+            with lock:
+                all_started = len(started_at) == procs
+                last_t, last_key = history[-1] if history else (0.0, ())
+            if all_started and valid(last_key) and time.time() - last_t >= args.settle_quiet:
+                settled_at = last_t
+                break
+        all_started_t = max(started_at.values()) if len(started_at) == procs else None
+        with lock:
+            changes = len(history)
+            final = history[-1][1] if history else ()
+        # what every consumer should own once all see the whole group (the SDK's default strategy)
+        from cometmq.client.rebalance import AllocateAverage
+        from cometmq.protocol.client_bodies import MessageQueue
+
+        mqs = [MessageQueue(topic, "broker", q) for q in range(args.consumer_queues)]
+        ids = sorted(all_ids)
+        expected = tuple(sorted((mq.queue_id, (cid,)) for cid in ids[:args.consumer_queues]
+                                for mq in AllocateAverage().allocate(group, cid, mqs, ids)))
+        log(f"consumers {n}: {'settled' if settled_at else 'NOT settled'} after "
+            f"{(settled_at or time.time()) - t0:.1f} s, {changes} assignment changes seen")
+        cpu0, w0 = broker.cpu(), time.time()
+        time.sleep(args.steady)
+        steady_cpu = (broker.cpu() - cpu0) / (time.time() - w0)
+        with lock:
+            changed_while_steady = bool(history) and history[-1][0] > w0
+        for proc in children:
+            with suppress(OSError):
+                assert proc.stdin is not None
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+        for proc in children:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        time.sleep(0.2)
+        with lock:
+            totals = {k: sum(int(st.get(k, 0)) for st in latest.values())
+                      for k in ("hb_failures", "rebalance_failures", "list_failures", "other_warnings", "notices")}
+        import cometmq
+
+        return report(bench="scale", row="consumers", consumers=n, queues=args.consumer_queues, processes=procs,
+                      cometmq_src=str(Path(cometmq.__file__).parent),
+                      settled=settled_at is not None,
+                      settle_s=round(settled_at - t0, 2) if settled_at else None,
+                      settle_after_last_start_s=(round(settled_at - all_started_t, 2)
+                                                 if settled_at and all_started_t else None),
+                      all_started_s=round(all_started_t - t0, 2) if all_started_t else None,
+                      assignment_changes=changes, changed_while_steady=changed_while_steady,
+                      final_as_expected=final == expected, **totals,
+                      steady_broker_cpu_s_per_s=round(steady_cpu, 4), broker_rss_mib=broker.rss_mib(),
+                      loadavg_1m_before=round(load0, 2), loadavg_1m_after=round(os.getloadavg()[0], 2))
+    finally:
+        for proc in children:
+            if proc.poll() is None:
+                proc.kill()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def row_consumers(args: argparse.Namespace) -> None:
+    for n in [int(x) for x in str(args.consumers).split(",") if x.strip()]:
+        log(f"consumers: {n} push consumers of one group on {args.consumer_queues} queues, "
+            f"{args.consumer_procs} processes")
+        _consumers_case(args, n)
+
+
 ROWS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "topics": (row_topics, "batched sends over many topics vs one topic; consume-queue disk per written queue"),
     "queues": (row_queues, "many queues on one store: write one message each, restart time, RSS, crash restart"),
+    "consumers": (row_consumers, "one group of many push consumers: time to settle, failed heartbeats and "
+                                 "rebalances, steady broker CPU"),
 }
 
 
@@ -312,6 +532,13 @@ def main() -> None:
     ap.add_argument("--topics", type=int, default=5000, help="topics: topics of the spread case")
     ap.add_argument("--queues", type=int, default=100_000, help="queues: queues on the store")
     ap.add_argument("--queues-per-topic", type=int, default=4, help="queues: queues a topic")
+    ap.add_argument("--consumers", default="1000", help="consumers: group sizes, comma separated (50,200,500,1000)")
+    ap.add_argument("--consumer-queues", type=int, default=64, help="consumers: queues of the topic")
+    ap.add_argument("--consumer-procs", type=int, default=4, help="consumers: child processes holding the consumers")
+    ap.add_argument("--settle-quiet", type=float, default=3.0,
+                    help="consumers: seconds without an assignment change that count as settled")
+    ap.add_argument("--settle-timeout", type=float, default=180.0, help="consumers: give up settling after this")
+    ap.add_argument("--steady", type=float, default=10.0, help="consumers: seconds of steady broker CPU measured")
     args = ap.parse_args()
     if args.list:
         for name, (_, what) in ROWS.items():

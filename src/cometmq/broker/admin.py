@@ -29,10 +29,11 @@ from cometmq.protocol.admin_bodies import (
 )
 from cometmq.protocol.client_bodies import (
     CLUSTERING,
+    IS_SUB_CHANGE,
+    IS_SUPPORT_HEART_BEAT_V2,
     HeartbeatData,
     LockBatchBody,
     MessageQueue,
-    encode_consumer_list,
     encode_lock_ok,
     loads_object,
 )
@@ -131,15 +132,25 @@ class AdminProcessor:
         except ProtocolError as exc:  # name the part; the dispatch picks the code
             raise RemoteProtocolError(f"bad heartbeat: {exc}") from None
         conn.attributes["client_id"] = data.client_id
+        # Heartbeat v2 (RocketMQ 5): a non-zero fingerprint stands for the heartbeat's subscriptions; with
+        # withoutSub the client sent only the fingerprint. A group whose current subscriptions were not given
+        # with that fingerprint (unknown here, e.g. after a restart, or changed) answers IS_SUB_CHANGE=true:
+        # the client sends the full heartbeat. A 4.x heartbeat (no fingerprint) is full, as it always was.
+        fingerprint = data.fingerprint
+        without_sub = data.without_sub and fingerprint != 0
+        sub_change = fingerprint == 0  # what RocketMQ answers a v1 heartbeat
         for consumer in data.consumers:
             cfg = self.groups.find(consumer.group_name)
             if cfg is not None and consumer.message_model == CLUSTERING:
                 self.topics.create_system_topic(retry_topic(consumer.group_name), cfg.retryQueueNums)
+            if without_sub and not self.consumers.knows_fingerprint(consumer.group_name, fingerprint):
+                sub_change = True
             self.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer,
-                                 notify=cfg is None or cfg.notifyConsumerIdsChangedEnable)
+                                    notify=cfg is None or cfg.notifyConsumerIdsChangedEnable,
+                                    fingerprint=fingerprint, without_sub=without_sub)
         for group in data.producer_groups:
             self.producers.register(conn, data.client_id, cmd.language, cmd.version, group)
-        return ok(cmd)
+        return ok(cmd, {IS_SUPPORT_HEART_BEAT_V2: "true", IS_SUB_CHANGE: "true" if sub_change else "false"})
 
     async def unregister_client(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(UnregisterClientRequestHeader, cmd)
@@ -152,10 +163,10 @@ class AdminProcessor:
 
     async def consumer_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(GetConsumerListByGroupRequestHeader, cmd)
-        ids = self.consumers.client_ids(h.consumer_group)
-        if not ids:
+        body = self.consumers.consumer_list_body(h.consumer_group)  # encoded once per membership change
+        if body is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no consumer of group {h.consumer_group} is online")
-        return ok(cmd, body=encode_consumer_list(ids))
+        return ok(cmd, body=body)
 
     # -- offsets --------------------------------------------------------------------------------------------
     async def query_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -77,6 +77,12 @@ class BrokerConfig:
     #: topic changes registered with REGISTER_TOPIC_IN_NAMESRV, one per topic, instead of a REGISTER_BROKER
     enable_single_topic_register: bool = False
     channel_expired_ms: int = 120_000
+    #: NOTIFY_CONSUMER_IDS_CHANGED to a group's clients when its membership changes (RocketMQ's key); False: none,
+    #: whatever the groups' own notifyConsumerIdsChangedEnable says
+    notify_consumer_ids_changed_enable: bool = True
+    #: a group's notices are coalesced: the first change is told at once, the others within a window (1 ms per
+    #: member, at most this) once at its end (cometmq's key; 0: every change told at once, as RocketMQ does)
+    notify_consumer_ids_changed_window_ms: int = 500
     max_reconsume_times: int = 16
     message_delay_level: tuple[int, ...] = parse_delay_levels(DEFAULT_DELAY_LEVELS)
     lock_max_live_time_ms: int = 60_000
@@ -251,6 +257,8 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "splitRegistrationSize": ("split_registration_size", int),
     "enableSingleTopicRegister": ("enable_single_topic_register", property_bool),
     "channelExpiredTimeout": ("channel_expired_ms", int),
+    "notifyConsumerIdsChangedEnable": ("notify_consumer_ids_changed_enable", property_bool),
+    "notifyConsumerIdsChangedWindowMs": ("notify_consumer_ids_changed_window_ms", int),
     "maxReconsumeTimes": ("max_reconsume_times", int),
     "messageDelayLevel": ("message_delay_level", parse_delay_levels),
     "lockMaxLiveTime": ("lock_max_live_time_ms", int),

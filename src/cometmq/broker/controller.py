@@ -74,7 +74,9 @@ class BrokerController:
                                                         auto_create=config.auto_create_subscription_group,
                                                         default_retry_max=config.max_reconsume_times)
         self.offsets = offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
-        self.consumers = ConsumerManager(clock, config.channel_expired_ms)
+        self.consumers = ConsumerManager(clock, config.channel_expired_ms,
+                                         notify_window_ms=config.notify_consumer_ids_changed_window_ms,
+                                         notify_enable=config.notify_consumer_ids_changed_enable)
         self.producers = ProducerManager(clock, config.channel_expired_ms)
         self.locks = RebalanceLockManager(clock, config.lock_max_live_time_ms)
         #: the broker's counters, kept with metrics on or off (cometmq.metrics exports them; the windows rate them)
@@ -267,6 +269,7 @@ class BrokerController:
             await self._stop_master_services()
         await self.timer.stop()
         await self.hold.stop()
+        self.consumers.close()
         if self.server is not None:
             await self.server.stop()
         if self.client is not None:
@@ -381,8 +384,7 @@ class BrokerController:
         self.consumers.connection_closed(conn)
         self.producers.connection_closed(conn)
         client_id = conn.attributes.get("client_id")
-        if client_id and not any(ch.client_id == client_id for info in self.consumers.groups.values()
-                                 for ch in info.channels.values()):
+        if client_id and not self.consumers.has_client(client_id):
             # The client is gone (closed or killed): free its queue locks now, so the orderly consumers that
             # take over its queues need not wait for the lock lifetime (60 s) to pass.
             released = self.locks.unlock_client(client_id)

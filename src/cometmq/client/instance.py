@@ -21,6 +21,7 @@ import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from cometmq.client.errors import (
@@ -36,7 +37,13 @@ from cometmq.net.client import RemotingClient, split_address
 from cometmq.net.connection import RemotingConnection, RequestTimeoutError
 from cometmq.net.tls import TlsError, sdk_client_context
 from cometmq.protocol.acl import Credentials, sign_request
-from cometmq.protocol.client_bodies import ConsumerData, HeartbeatData, MessageQueue
+from cometmq.protocol.client_bodies import (
+    IS_SUB_CHANGE,
+    IS_SUPPORT_HEART_BEAT_V2,
+    ConsumerData,
+    HeartbeatData,
+    MessageQueue,
+)
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.remoting import RemotingCommand, make_request
@@ -216,6 +223,10 @@ class ClientInstance:
         self.route_refresher = RouteRefresher(self._refresh_after_failure, min_interval=route_refresh_min_interval,
                                               clock=clock)
         self._background: set[asyncio.Task[Any]] = set()
+        #: heartbeat v2: broker address -> (fingerprint, connection) of the last full heartbeat it took
+        self._heartbeat_known: dict[str, tuple[int, RemotingConnection | None]] = {}
+        #: fingerprint-only heartbeats a broker accepted (for stats and tests)
+        self.heartbeats_lean = 0
         self._users = 0
         self.started = False
 
@@ -396,12 +407,51 @@ class ClientInstance:
                              tuple(c.consumer_data() for c in self.consumers.values()))
 
     async def heartbeat(self, addrs: Iterable[str] | None = None) -> None:
-        """Send one heartbeat to every known broker (or to ``addrs``)."""
+        """Send one heartbeat to every known broker (or to ``addrs``).
+
+        Heartbeat v2 (RocketMQ 5): the heartbeat carries a fingerprint of what it says. A broker that answered
+        IS_SUPPORT_HEART_BEAT_V2 and took the full heartbeat with this fingerprint, on the connection in use, is
+        sent only the fingerprint (no subscriptions); when it answers IS_SUB_CHANGE (it does not know the group
+        or its subscriptions any more, e.g. after a restart) the full heartbeat follows at once."""
         if not self.producer_groups and not self.consumers:
             return
-        body = self.heartbeat_data().encode()
-        await asyncio.gather(*(self._quiet(addr, make_request(RequestCode.HEART_BEAT, {}, body))
-                               for addr in (self.all_broker_addrs() if addrs is None else addrs)))
+        data = self.heartbeat_data()
+        fingerprint = data.compute_fingerprint()
+        full = replace(data, fingerprint=fingerprint).encode()
+        lean: bytes | None = None
+        sends = []
+        for addr in (self.all_broker_addrs() if addrs is None else addrs):
+            if self._heartbeat_known.get(addr) == (fingerprint, self.remoting.connections.get(addr)):
+                if lean is None:
+                    lean = data.without_subscriptions(fingerprint).encode()
+                sends.append(self._heartbeat_to(addr, fingerprint, full, lean))
+            else:
+                sends.append(self._heartbeat_to(addr, fingerprint, full, None))
+        await asyncio.gather(*sends)
+
+    async def _heartbeat_to(self, addr: str, fingerprint: int, full: bytes, lean: bytes | None) -> None:
+        if lean is not None:
+            response = await self._heartbeat_once(addr, lean)
+            if response is not None and response.ext_fields.get(IS_SUB_CHANGE) != "true":
+                self.heartbeats_lean += 1
+                return
+            self._heartbeat_known.pop(addr, None)
+            if response is None:
+                return
+        response = await self._heartbeat_once(addr, full)
+        ext = response.ext_fields if response is not None else {}
+        if ext.get(IS_SUPPORT_HEART_BEAT_V2) == "true" and ext.get(IS_SUB_CHANGE) != "true":
+            self._heartbeat_known[addr] = (fingerprint, self.remoting.connections.get(addr))
+        else:
+            self._heartbeat_known.pop(addr, None)
+
+    async def _heartbeat_once(self, addr: str, body: bytes) -> RemotingCommand | None:
+        try:
+            return await self.invoke_ok(addr, make_request(RequestCode.HEART_BEAT, {}, body),
+                                        context=f"request {RequestCode.HEART_BEAT}")
+        except Exception as exc:
+            log.warning("request %d to %s failed: %s", RequestCode.HEART_BEAT, addr, exc)
+            return None
 
     async def _quiet(self, addr: str, cmd: RemotingCommand) -> None:
         try:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cometmq.protocol.errors import RemoteProtocolError
@@ -108,9 +109,16 @@ class ConsumerData:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatData:
+    """HEART_BEAT's body. ``fingerprint`` and ``without_sub`` are RocketMQ 5's heartbeat v2
+    (``heartbeatFingerprint``, ``withoutSub``): a non-zero fingerprint stands for the heartbeat's content, and
+    with ``without_sub`` the consumers' subscriptions are left out (the broker keeps those it has). 4.x
+    clients send neither (0 and False); they are encoded only when the fingerprint is set."""
+
     client_id: str
     producer_groups: tuple[str, ...] = ()
     consumers: tuple[ConsumerData, ...] = ()
+    fingerprint: int = 0
+    without_sub: bool = False
 
     @classmethod
     def decode(cls, body: bytes) -> HeartbeatData:
@@ -127,12 +135,43 @@ class HeartbeatData:
             if not isinstance(p, Mapping) or not isinstance(p.get("groupName"), str):
                 raise RemoteProtocolError("producer data without a groupName")
             groups.append(p["groupName"])
-        return cls(client_id, tuple(groups), tuple(ConsumerData.from_json(c) for c in consumers))
+        fingerprint = raw.get("heartbeatFingerprint", 0)
+        if isinstance(fingerprint, bool) or not isinstance(fingerprint, int | None):
+            raise RemoteProtocolError(f"bad heartbeatFingerprint {fingerprint!r}")
+        # fastjson names the field after its getter (isWithoutSub -> "withoutSub"); take the field's name too
+        without_sub = raw.get("withoutSub", raw.get("isWithoutSub", False))
+        return cls(client_id, tuple(groups), tuple(ConsumerData.from_json(c) for c in consumers),
+                   fingerprint or 0, without_sub is True)
 
     def encode(self) -> bytes:
-        return dumps({"clientID": self.client_id,
-                      "producerDataSet": [{"groupName": g} for g in self.producer_groups],
-                      "consumerDataSet": [c.to_json() for c in self.consumers]})
+        raw: dict[str, Any] = {"clientID": self.client_id,
+                               "producerDataSet": [{"groupName": g} for g in self.producer_groups],
+                               "consumerDataSet": [c.to_json() for c in self.consumers]}
+        if self.fingerprint:
+            raw["heartbeatFingerprint"] = self.fingerprint
+            raw["withoutSub"] = self.without_sub
+        return dumps(raw)
+
+    def compute_fingerprint(self) -> int:
+        """A non-zero signed 32-bit digest of what the heartbeat says, the client id and the subscriptions'
+        versions left out (as RocketMQ 5's ``computeHeartbeatFingerprint``; the value itself is ours: the
+        broker only compares it with the ones it was sent)."""
+        consumers = [{**c.to_json(), "subscriptionDataSet": [{**s.to_json(), "subVersion": 0}
+                                                             for s in c.subscriptions]}
+                     for c in sorted(self.consumers, key=lambda c: c.group_name)]
+        crc = zlib.crc32(dumps({"producerDataSet": sorted(self.producer_groups), "consumerDataSet": consumers}))
+        return (crc - (1 << 32) if crc >= 1 << 31 else crc) or 1
+
+    def without_subscriptions(self, fingerprint: int) -> HeartbeatData:
+        """The v2 heartbeat that stands for this one: the same groups, no subscriptions, ``fingerprint``."""
+        return replace(self, consumers=tuple(replace(c, subscriptions=()) for c in self.consumers),
+                       fingerprint=fingerprint, without_sub=True)
+
+
+#: HEART_BEAT response ext fields (RocketMQ 5's MixAll): the broker takes v2 heartbeats; the client should send
+#: the full heartbeat (its subscriptions) next
+IS_SUPPORT_HEART_BEAT_V2 = "IS_SUPPORT_HEART_BEAT_V2"
+IS_SUB_CHANGE = "IS_SUB_CHANGE"
 
 
 @dataclass(frozen=True, slots=True, order=True)

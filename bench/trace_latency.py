@@ -84,8 +84,10 @@ def broker_main(out: str, argv: list[str]) -> None:
         Path(out).write_text(json.dumps(EVENTS))
 
     signal.signal(signal.SIGUSR1, dump)
+    from cometmq import cli
     from cometmq.cli import main
 
+    cli.EXEC_SERVERS = False  # serve here, with the wrappers above (not in a fresh interpreter)
     sys.argv = ["cometmq", *argv]
     main()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -78,3 +79,49 @@ def test_serve_starts_and_stops_cleanly(tmp_path: Path) -> None:
     checkpoint = json.loads((data / "checkpoint").read_text())
     assert checkpoint["clean_end_offset"] >= 0
     assert (data / "config" / "topics.json").exists()
+
+
+def test_a_server_command_becomes_the_server_process(tmp_path: Path) -> None:
+    """`cometmq namesrv` parses its options, then execs `python -m cometmq.server_main` (issue [16]): the same PID
+    serves, and options read from the environment (secrets) are not on its command line."""
+    proc = subprocess.Popen(cometmq("namesrv", "--port", "0", "--log-file", str(tmp_path / "ns.log")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COMETMQ_INNER_CREDENTIALS": "someAdmin:notOnTheCommandLine"})
+    try:
+        assert proc.stdout is not None
+        assert "cometmq namesrv listening on 127.0.0.1:" in proc.stdout.readline()
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        at = cmdline.index(b"-m")  # after the interpreter's own flags (-B, -X…), handed on
+        assert cmdline[at:at + 4] == [b"-m", b"cometmq.server_main", b"namesrv", b"--port"], cmdline
+        assert b"notOnTheCommandLine" not in b" ".join(cmdline)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert "nameserver serving on" in (tmp_path / "ns.log").read_text()
+
+
+def test_the_server_commands_take_what_cli_declares() -> None:
+    """cometmq.cli's typer signatures are the one definition of the options; server_main's functions take them."""
+    import inspect
+
+    from cometmq import cli, server_main
+
+    for name, run in server_main.COMMANDS.items():
+        declared = [p for p in inspect.signature(getattr(cli, name)).parameters
+                    if not p.startswith("log_") and p != "typer_context"]
+        assert declared == list(inspect.signature(run).parameters), name
+
+
+def test_a_mistake_found_by_the_server_process_is_a_usage_error(tmp_path: Path) -> None:
+    out = subprocess.run(cometmq("serve", "--data", str(tmp_path / "d"), "--tls-mode", "enforcing"),
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "300"})
+    assert out.returncode == 2, out.stderr
+    assert "Usage: " in out.stderr and "serve [OPTIONS]" in out.stderr
+    assert "Invalid value for --tls-mode/--tls-cert/--tls-key (tls.server.*):" in out.stderr
+    assert not (tmp_path / "d").exists()

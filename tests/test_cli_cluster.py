@@ -44,7 +44,7 @@ def _alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return b"cometmq.cli" in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return b"cometmq.server_main" in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class Cluster:

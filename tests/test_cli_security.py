@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from cometmq.broker.controller import BrokerController
-from cometmq.cli import app
 from cometmq.client import Admin, ClientInstance
 from cometmq.client.errors import MQClientError
 from cometmq.net.client import RemotingClient
@@ -22,7 +21,7 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from tests.broker.conftest import broker_config
 from tests.net.tlskit import Certs, make_certs
-from tests.test_cli import free_port
+from tests.test_cli import cometmq, free_port
 from tests.test_cli_controller import running
 
 pytestmark = pytest.mark.timeout(120)
@@ -110,13 +109,11 @@ def test_controller_with_acl_and_tls_from_its_properties(tmp_path: Path, certs: 
 
 
 def test_bad_security_options_stop_the_commands(tmp_path: Path) -> None:
-    runner = CliRunner()
-
     def refused(*args: str) -> str:
         """The error, its words joined by single spaces (the box it is printed in may wrap it anywhere)."""
-        out = runner.invoke(app, list(args))
-        assert out.exit_code == 2, out.output
-        return " ".join(w for w in out.output.replace("│", " ").split() if w.strip("╭╮╰╯─"))
+        out = subprocess.run(cometmq(*args), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        return " ".join(w for w in out.stderr.replace("│", " ").split() if w.strip("╭╮╰╯─"))
 
     assert "needs tls.server.certPath" in refused("namesrv", "--port", "0", "--tls-mode", "enforcing")
     assert "must be disabled, permissive or enforcing, not 'sometimes'" in refused(

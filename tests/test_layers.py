@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,7 @@ LAYERS: list[frozenset[str]] = [
     frozenset({"broker", "namesrv", "controller"}),
     frozenset({"client"}),
     frozenset({"grpc", "proxy", "spark", "cli", "cli_admin", "cli_bench", "bench_tool", "local_cluster", "metrics",
-               "dashboard", "logsetup"}),  # edges
+               "dashboard", "logsetup", "server_main"}),  # edges
 ]
 
 #: packages built on fewer layers than all those below them
@@ -36,13 +39,16 @@ ONLY: dict[str, frozenset[str]] = {
     "cli_bench": frozenset(),  # `cometmq bench`: options only; bench_tool (sideways) does the work
     "local_cluster": frozenset({"common", "store", "client"}),  # child processes; epoch files; the admin SDK
     "dashboard": frozenset({"common", "protocol", "net", "client"}),  # web pages over the admin client
-    "logsetup": frozenset({"common"}),  # the commands' logging options: stdlib logging and typer only
+    "logsetup": frozenset({"common"}),  # the commands' logging: stdlib logging only
+    "cli": frozenset(),  # options only: server_main, cli_admin, cli_bench, local_cluster (sideways) do the work
 }
 
 #: imports within the same layer that are part of the design
 SIDEWAYS: dict[str, frozenset[str]] = {
-    # `cometmq serve` starts the gRPC endpoint too; `cometmq cluster` is local_cluster
-    "cli": frozenset({"cli_admin", "cli_bench", "grpc", "local_cluster", "logsetup", "metrics", "dashboard"}),
+    # the server commands run in server_main (after an exec); `cometmq cluster` is local_cluster
+    "cli": frozenset({"cli_admin", "cli_bench", "local_cluster", "logsetup", "server_main"}),
+    # `cometmq serve` starts the gRPC endpoint, the metrics exporter and the dashboard too
+    "server_main": frozenset({"grpc", "logsetup", "metrics", "dashboard"}),
     "cli_bench": frozenset({"bench_tool"}),
 }
 
@@ -52,6 +58,9 @@ FORBIDDEN_MODULES: dict[str, frozenset[str]] = {
     "protocol": frozenset({"asyncio", "socketserver", "selectors"}),
     "filter": frozenset({"asyncio", "socket", "socketserver", "selectors"}),
     "store": frozenset({"asyncio", "socket", "socketserver", "selectors"}),
+    # the server process (issue [16]): what a long-running command imports holds no command-line library
+    "server_main": frozenset({"typer", "rich", "pydantic", "click"}),
+    "logsetup": frozenset({"typer", "rich", "pydantic", "click"}),
 }
 
 
@@ -138,7 +147,11 @@ def test_an_arrow_pointing_the_wrong_way_is_caught() -> None:
     assert violations("broker", {"cometmq.client"}) == ["cometmq.client"]
     assert violations("broker", {"cometmq.store", "cometmq.timer", "cometmq.net"}) == []
     assert violations("namesrv", {"cometmq.broker"}) == ["cometmq.broker"]  # same layer: not without SIDEWAYS
-    assert violations("cli", {"cometmq.grpc", "cometmq.broker"}) == []
+    assert violations("cli", {"cometmq.server_main", "cometmq.logsetup"}) == []
+    assert violations("cli", {"cometmq.broker"}) == ["cometmq.broker"]  # the commands' work is server_main's
+    assert violations("server_main", {"cometmq.cli", "cometmq.cli_admin", "typer", "rich.console"}) == [
+        "cometmq.cli", "cometmq.cli_admin", "rich.console", "typer"]
+    assert violations("server_main", {"cometmq.grpc", "cometmq.broker", "asyncio"}) == []
 
 
 def test_imports_are_read_everywhere_in_a_module(tmp_path: Path) -> None:
@@ -163,3 +176,16 @@ def test_protocol_imports_no_socket_except_address_packing() -> None:
     for path in (SRC / "protocol").rglob("*.py"):
         text = path.read_text()
         assert "socket.socket(" not in text and "create_connection" not in text, path
+
+
+def test_a_server_process_imports_no_command_line_library() -> None:
+    """What ``cometmq serve|broker|namesrv|controller`` runs after its exec (server_main and the servers it starts)
+    leaves typer, rich, pydantic, click and the admin commands out of memory (issue [16])."""
+    code = ("import sys\n"
+            "import cometmq.server_main, cometmq.broker.controller, cometmq.namesrv.server, cometmq.controller.server\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {'typer', 'rich', 'pydantic', "
+            "'click', 'markdown_it', 'pygments'} or m.startswith(('cometmq.cli', 'cometmq.local_cluster')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

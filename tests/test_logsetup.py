@@ -8,13 +8,14 @@ import logging
 import subprocess
 import sys
 import textwrap
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from cometmq.broker.stats_log import StatsLog, Totals
-from cometmq.logsetup import JsonFormatter, LogSpec, dict_config, parse_levels
+from cometmq.logsetup import JsonFormatter, LogSpec, handler_for, parse_levels
 
 COMMANDS = ["namesrv", "controller", "broker", "serve", "proxy", "cluster"]
 
@@ -45,12 +46,14 @@ def test_json_lines_carry_time_level_logger_message_exc() -> None:
     assert "RuntimeError: boom" in json.loads(line)["exc"]
 
 
-def test_dict_config_has_the_overrides_and_the_rotating_file(tmp_path: Path) -> None:
-    cfg = dict_config(LogSpec("WARNING", {"cometmq.broker.ha": "DEBUG"}, "json", tmp_path / "b.log", 1000, 3))
-    assert cfg["root"]["level"] == "WARNING" and cfg["loggers"] == {"cometmq.broker.ha": {"level": "DEBUG"}}
-    handler = cfg["handlers"]["main"]
-    assert handler["class"] == "logging.handlers.RotatingFileHandler"
-    assert (handler["maxBytes"], handler["backupCount"]) == (1000, 3)
+def test_the_handler_is_the_rotating_file(tmp_path: Path) -> None:
+    handler = handler_for(LogSpec("WARNING", {"cometmq.broker.ha": "DEBUG"}, "json", tmp_path / "b.log", 1000, 3))
+    try:
+        assert isinstance(handler, RotatingFileHandler) and isinstance(handler.formatter, JsonFormatter)
+        assert (handler.maxBytes, handler.backupCount) == (1000, 3)
+    finally:
+        handler.close()
+    assert isinstance(handler_for(LogSpec()), logging.StreamHandler)
 
 
 def test_the_file_rotates(tmp_path: Path) -> None:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from typer.testing import CliRunner
 
-from cometmq.cli import app
 from cometmq.client.admin import Admin
 from cometmq.grpc.auth import authorization_header, date_time_now
 from cometmq.grpc.v2 import definition_pb2 as pb
@@ -87,12 +86,11 @@ def test_standalone_proxy_checks_its_acl_file(tmp_path: Path, procs: list[Proc],
 
 
 def test_bad_acl_options_stop_the_proxy(tmp_path: Path) -> None:
-    runner = CliRunner()
-
     def refused(*args: str) -> str:
-        out = runner.invoke(app, ["proxy", "--grpc-port", str(free_port()), *args])
-        assert out.exit_code == 2, out.output
-        return " ".join(w for w in out.output.replace("│", " ").split() if w.strip("╭╮╰╯─"))
+        out = subprocess.run(cometmq("proxy", "--grpc-port", str(free_port()), *args), capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        return " ".join(w for w in out.stderr.replace("│", " ").split() if w.strip("╭╮╰╯─"))
 
     missing = tmp_path / "nowhere.yml"
     assert f"{missing} does not exist" in refused("--acl-file", str(missing))

@@ -7,17 +7,13 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cometmq.acl.admin import AclAdminProcessor
-from cometmq.acl.control import AccessControl
-from cometmq.acl.policy import BROKER_POLICY
-from cometmq.acl.remoting import SigningRemotingClient, guard
 from cometmq.broker.admin import AdminProcessor
 from cometmq.broker.appender import Appender
 from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupManager
-from cometmq.broker.ha.controller_client import ControllerClient, ControllerModeConfig
 from cometmq.broker.ha.metadata import MetadataProcessor, SlaveMetadataSync
 from cometmq.broker.ha.processor import HAProcessor
 from cometmq.broker.ha.service import HAConfig, ReplicationService, Role
@@ -39,7 +35,7 @@ from cometmq.broker.transaction import TransactionalMessageService
 from cometmq.common.periodic import Periodic
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
-from cometmq.net.connection import Handler, RemotingConnection
+from cometmq.net.connection import Dispatcher, Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
 from cometmq.net.tls import ServerTls
 from cometmq.protocol.acl import Credentials
@@ -48,6 +44,10 @@ from cometmq.protocol.remoting import make_request
 from cometmq.protocol.route import ClusterInfo, TopicConfig
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from cometmq.acl.control import AccessControl
+    from cometmq.broker.ha.controller_client import ControllerClient, ControllerModeConfig
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +107,17 @@ class BrokerController:
                                     windows=self.stats_windows)
         self.pop_processor = PopProcessor(config, store, groups, topics, self.pop)
         # Controller mode (off by default): the controller names the id, the role and the SyncStateSet.
-        self.controller_mode = ControllerModeConfig(
-            config.broker_cluster_name, config.broker_name, tuple(config.controller_addrs),
-            heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
-            heartbeat_timeout_ms=config.controller_heartbeat_timeout_ms,
-            sync_broker_metadata_period_ms=config.sync_broker_metadata_period_ms,
-            sync_controller_metadata_period_ms=config.sync_controller_metadata_period_ms,
-            election_priority=config.election_priority) if config.enable_controller_mode else None
+        self.controller_mode: ControllerModeConfig | None = None
+        if config.enable_controller_mode:  # its client module is imported only in controller mode
+            from cometmq.broker.ha.controller_client import ControllerModeConfig
+
+            self.controller_mode = ControllerModeConfig(
+                config.broker_cluster_name, config.broker_name, tuple(config.controller_addrs),
+                heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+                heartbeat_timeout_ms=config.controller_heartbeat_timeout_ms,
+                sync_broker_metadata_period_ms=config.sync_broker_metadata_period_ms,
+                sync_controller_metadata_period_ms=config.sync_controller_metadata_period_ms,
+                election_priority=config.election_priority)
         self.controller_client: ControllerClient | None = None
         # Replication: the broker's role in its group, the HA link, and the gate the appender asks.
         self.replication = ReplicationService(
@@ -152,8 +156,12 @@ class BrokerController:
             **self.metadata.handlers(),
         }
         # Access control (aclEnable): every request is checked at the server's handler table (acl/remoting.py)
-        self.acl = AccessControl(config.acl_path) if config.acl_enable else None
-        if self.acl is not None:
+        self.acl: AccessControl | None = None
+        if config.acl_enable:  # the ACL modules are imported only when access control is on
+            from cometmq.acl.admin import AclAdminProcessor
+            from cometmq.acl.control import AccessControl
+
+            self.acl = AccessControl(config.acl_path)
             self.dispatcher.update(AclAdminProcessor(self.acl, broker_name=config.broker_name,
                                                      cluster_name=config.broker_cluster_name,
                                                      broker_addr=lambda: self.addr).handlers())
@@ -200,16 +208,25 @@ class BrokerController:
         await self.replication.start()
         self.appender.set_replication(self.replication)
         inner = self.config.inner_credentials  # innerClientAuthenticationCredentials: sign our own requests
-        self.client = (SigningRemotingClient(Credentials(*inner), ssl=self.config.tls.client_context()) if inner
-                       else RemotingClient(ssl=self.config.tls.client_context()))  # tls.enable: TLS to namesrv, peers
+        if inner:
+            from cometmq.acl.remoting import SigningRemotingClient  # imported only when the broker signs
+
+            self.client = SigningRemotingClient(Credentials(*inner), ssl=self.config.tls.client_context())
+        else:
+            self.client = RemotingClient(ssl=self.config.tls.client_context())  # tls.enable: TLS to namesrv, peers
         self.metadata_sync = SlaveMetadataSync(
             self.client, self.replication.master_broker_addr, topics=self.topics, groups=self.groups,
             offsets=self.offsets, schedule=self.schedule, timer=self.timer.service)
         self.metadata_sync.start()
         if self.acl is not None:
             self.acl.start()  # reloads the file when it changes
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port,
-                                     guard(self.dispatcher, self.acl, BROKER_POLICY),
+        table: Dispatcher = self.dispatcher
+        if self.acl is not None:
+            from cometmq.acl.policy import BROKER_POLICY
+            from cometmq.acl.remoting import guard
+
+            table = guard(self.dispatcher, self.acl, BROKER_POLICY)
+        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, table,
                                      observer=(self.stats.rpc_done if self.config.metrics_exporter_type != "DISABLE"
                                                else None),  # RPC latency: with metrics on only
                                      tls=ServerTls(self.config.tls) if self.config.tls.enabled else None,
@@ -225,6 +242,8 @@ class BrokerController:
         self.stats_log.start()
         if self.controller_mode is not None:
             # No nameserver registration before the controller has named the role (_register_as starts it).
+            from cometmq.broker.ha.controller_client import ControllerClient
+
             self.controller_client = ControllerClient(self.controller_mode, self.client, self.replication,
                                                       meta_dir=Path(self.config.store.store_path),
                                                       broker_addr=lambda: self.addr, clock=self.clock,

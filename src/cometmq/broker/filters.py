@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 
-from cometmq.filter import FilterSyntaxError, cached_filter
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import record_properties
@@ -31,6 +30,8 @@ def property_filter_for(expression_type: str | None, expression: str | None,
     text = (expression or "").strip()
     if not text or text == "*":
         return None
+    from cometmq.filter import FilterSyntaxError, cached_filter  # the SQL92 parser: only for SQL92 subscriptions
+
     try:
         return cached_filter(text)
     except FilterSyntaxError as exc:

@@ -8,18 +8,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from cometmq.acl.control import AccessControl
-from cometmq.acl.policy import NAMESRV_POLICY
-from cometmq.acl.remoting import guard
 from cometmq.common.periodic import Periodic
 from cometmq.namesrv.kv_config import KVConfigManager
 from cometmq.namesrv.processors import NamesrvProcessors
 from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
-from cometmq.net.connection import Handler, RemotingConnection
+from cometmq.net.connection import Dispatcher, Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
 from cometmq.net.tls import ServerTls, TlsConfig
+
+if TYPE_CHECKING:
+    from cometmq.acl.control import AccessControl
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,16 @@ class NamesrvController:
                 raise ValueError(f"request codes {sorted(clash)} are served twice")
             dispatcher.update(service.handlers())
         tls = self.config.tls
-        self.acl = AccessControl(self.config.acl_file) if self.config.acl_enable else None
-        self._server = RemotingServer(self.config.host, self.config.port, guard(dispatcher, self.acl, NAMESRV_POLICY),
+        self.acl: AccessControl | None = None
+        table: Dispatcher = dispatcher
+        if self.config.acl_enable:  # the ACL modules are imported only when access control is on
+            from cometmq.acl.control import AccessControl
+            from cometmq.acl.policy import NAMESRV_POLICY
+            from cometmq.acl.remoting import guard
+
+            self.acl = AccessControl(self.config.acl_file)
+            table = guard(dispatcher, self.acl, NAMESRV_POLICY)
+        self._server = RemotingServer(self.config.host, self.config.port, table,
                                       tls=ServerTls(tls) if tls is not None and tls.enabled else None)
         self._server.add_close_callback(self._connection_closed)
         for service in self.embedded:

@@ -12,7 +12,6 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from decimal import Decimal
 from typing import Any, NoReturn
 
 from cometmq.protocol.client_bodies import MessageQueue
@@ -39,6 +38,8 @@ def java_double(value: float) -> str:
         return "null"
     if value == 0:
         return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    from decimal import Decimal  # only doubles need it (admin stats bodies), not a server's idle path
+
     sign, digits, exp = Decimal(repr(value)).as_tuple()
     assert isinstance(exp, int)
     text = "".join(map(str, digits)).rstrip("0") or "0"

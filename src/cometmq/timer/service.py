@@ -42,7 +42,6 @@ together.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import threading
 import time
 from typing import Any
@@ -78,6 +77,8 @@ class TimerMessageService(TimerReplica, TimerRecovery, TimerEnqueue, TimerDequeu
             if not self._outstanding():
                 log.info("timer: no message pending; switching the wheel to %s", wanted)
                 self._close_files()
+                import shutil  # only here: shutil pulls bz2 and lzma
+
                 shutil.rmtree(self.timerlog_dir, ignore_errors=True)
                 self.wheel_path.unlink(missing_ok=True)
                 self.geometry = wanted

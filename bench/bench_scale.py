@@ -16,6 +16,12 @@ Rows:
   broker uses it): one message to each (``--queues-per-topic`` queues per topic), a clean stop, then a restart (time
   to ``start()``, RSS after it, a read of some queues), then a SIGKILL while writing a second message to each and a
   crash restart (recovery re-dispatches; every queue must hold its messages).
+* ``create`` and ``nameserver`` -- bench_scale_topics.py's rows, run from here: ``--create-topics`` topics created one
+  after another through the admin client (time per 1,000, first against last); one nameserver and ``--ns-brokers``
+  simulated brokers of ``--ns-broker-topics`` topics (CPU per periodic round, CPU per route query, route latency).
+* ``connections`` -- ``--connections`` idle remoting connections to a ``cometmq serve`` subprocess: broker memory per
+  connection, broker CPU per producer heartbeat, per consumer heartbeat in full (4.x clients) and per
+  fingerprint-only heartbeat (RocketMQ 5's heartbeat v2).
 * ``consumers`` -- one consumer group of ``--consumers`` push consumers (a comma list: ``50,200,500,1000``; default
   1000) on one topic of ``--consumer-queues`` queues (64), created with the admin client on a ``cometmq serve``
   subprocess. The consumers are SDK ``PushConsumer`` objects, each with its own client instance (its own client id
@@ -513,9 +519,84 @@ def row_consumers(args: argparse.Namespace) -> None:
         _consumers_case(args, n)
 
 
+def row_connections(args: argparse.Namespace) -> None:
+    """Idle client connections on one `cometmq serve`: memory per connection; broker CPU per producer heartbeat,
+    per consumer heartbeat in full (4.x, and v2's first) and per fingerprint-only one (heartbeat v2)."""
+    from cometmq.protocol.client_bodies import ConsumerData, HeartbeatData, SubscriptionData
+
+    n = args.connections
+    wd = workdir()
+    broker = Broker(wd)
+    try:
+        async def run() -> dict[str, Any]:
+            clients = [RemotingClient() for _ in range(n)]
+            try:
+                await asyncio.sleep(2)
+                rss0 = broker.ps.memory_info().rss
+
+                async def beat(bodies: list[bytes]) -> float:
+                    c0 = sum(broker.ps.cpu_times()[:2])
+                    replies = await asyncio.gather(*(c.invoke(broker.addr, make_request(RequestCode.HEART_BEAT, {}, b),
+                                                              60) for c, b in zip(clients, bodies, strict=True)))
+                    bad = [r for r in replies if r.code != ResponseCode.SUCCESS]
+                    if bad:
+                        raise RuntimeError(f"heartbeat refused: {bad[0].code} {bad[0].remark}")
+                    return (sum(broker.ps.cpu_times()[:2]) - c0) / n * 1e6
+
+                producer = [HeartbeatData(f"127.0.0.1@p{i}", ("scale_pg",)).encode() for i in range(n)]
+                await beat(producer)  # the first: each connection and client registered
+                await asyncio.sleep(1)
+                rss1 = broker.ps.memory_info().rss
+                producer_us = min([await beat(producer) for _ in range(3)])
+                subs = (SubscriptionData("ScaleConn", "*"),)
+                consumer = (ConsumerData("scale_conn_cg", subscriptions=subs),)
+                full = [HeartbeatData(f"127.0.0.1@p{i}", ("scale_pg",), consumer) for i in range(n)]
+                fp = full[0].compute_fingerprint()
+                v1 = [h.encode() for h in full]
+                v2_full = [HeartbeatData(h.client_id, h.producer_groups, h.consumers, fp).encode() for h in full]
+                v2_only = [h.without_subscriptions(fp).encode() for h in full]
+                await beat(v1)  # the group's members join
+                await asyncio.sleep(1.5)  # the notices of the joins go out
+                consumer_v1_us = min([await beat(v1) for _ in range(3)])
+                await beat(v2_full)
+                consumer_v2_us = min([await beat(v2_only) for _ in range(3)])
+                return {"connections": n, "rss_idle_mib": round(rss0 / 2**20, 1),
+                        "rss_with_mib": round(rss1 / 2**20, 1),
+                        "kib_per_connection": round((rss1 - rss0) / n / 1024, 1),
+                        "broker_cpu_us_per_producer_heartbeat": round(producer_us, 1),
+                        "broker_cpu_us_per_consumer_heartbeat_full": round(consumer_v1_us, 1),
+                        "broker_cpu_us_per_consumer_heartbeat_fingerprint": round(consumer_v2_us, 1),
+                        "body_bytes_full": len(v1[0]), "body_bytes_fingerprint": len(v2_only[0])}
+            finally:
+                await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+        log(f"connections: {n} idle connections and their heartbeats")
+        report(bench="scale", row="connections", **asyncio.run(run()), loadavg_1m=round(os.getloadavg()[0], 2))
+    finally:
+        broker.stop()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def _topics_bench(row: str) -> Callable[[argparse.Namespace], None]:
+    """The rows kept in bench_scale_topics.py (topic creation through the admin client; one nameserver and many
+    simulated brokers), run from here with this command's options."""
+    def run(args: argparse.Namespace) -> None:
+        import bench_scale_topics as t
+
+        a = argparse.Namespace(topics=args.create_topics, step=args.create_step, queues=8, brokers=args.ns_brokers,
+                               broker_topics=args.ns_broker_topics, rounds=args.ns_rounds)
+        result = t.row_topics(a) if row == "create" else t.row_nameserver(a)
+        report(bench="scale", **{**result, "row": row})
+    return run
+
+
 ROWS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
+    "create": (_topics_bench("create"), "topics created one after another through the admin client (10,000)"),
+    "nameserver": (_topics_bench("nameserver"), "one nameserver, many simulated brokers: CPU per round, route "
+                                                "query cost and latency"),
     "topics": (row_topics, "batched sends over many topics vs one topic; consume-queue disk per written queue"),
     "queues": (row_queues, "many queues on one store: write one message each, restart time, RSS, crash restart"),
+    "connections": (row_connections, "idle client connections: memory each, broker CPU per heartbeat (v1, v2)"),
     "consumers": (row_consumers, "one group of many push consumers: time to settle, failed heartbeats and "
                                  "rebalances, steady broker CPU"),
 }
@@ -539,10 +620,17 @@ def main() -> None:
                     help="consumers: seconds without an assignment change that count as settled")
     ap.add_argument("--settle-timeout", type=float, default=180.0, help="consumers: give up settling after this")
     ap.add_argument("--steady", type=float, default=10.0, help="consumers: seconds of steady broker CPU measured")
+    ap.add_argument("--connections", type=int, default=2000,
+                    help="connections: idle connections (the broker allows 2,048 per IP: maxConnectionsPerIp)")
+    ap.add_argument("--create-topics", type=int, default=10_000, help="create: topics to create")
+    ap.add_argument("--create-step", type=int, default=1_000, help="create: report every STEP topics")
+    ap.add_argument("--ns-brokers", type=int, default=100, help="nameserver: simulated brokers")
+    ap.add_argument("--ns-broker-topics", type=int, default=1_000, help="nameserver: topics per broker")
+    ap.add_argument("--ns-rounds", type=int, default=3, help="nameserver: periodic rounds measured")
     args = ap.parse_args()
     if args.list:
         for name, (_, what) in ROWS.items():
-            print(f"{name:8} {what}")
+            print(f"{name:12} {what}")
         return
     unknown = [r for r in args.rows if r not in ROWS]
     if unknown:

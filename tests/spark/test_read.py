@@ -81,15 +81,39 @@ def test_exact_offset_ranges(spark: SparkSession, server: CometServer, producer:
 
 def test_timestamps_bound_the_read(spark: SparkSession, server: CometServer, producer: SyncProducer,
                                    topic: str) -> None:
-    send(producer, topic, [f"early{i}" for i in range(12)])
+    """startingTimestamp / endingTimestamp, their per-queue JSON forms, the no-match strategy; and
+    maxRecordsPerPartition and includeHeaders, on the same data. Queue 1 has nothing after the cut, queue 3
+    nothing at all."""
+    def to(queue: int, bodies: list[str]) -> None:
+        producer.send_batch([Message(topic, b.encode()) for b in bodies], queue=MessageQueue(topic, "broker-a", queue))
+
+    to(0, [f"early0-{i}" for i in range(6)])
+    to(1, [f"early1-{i}" for i in range(6)])
     time.sleep(0.05)
     cut = int(time.time() * 1000)
     time.sleep(0.05)
-    send(producer, topic, [f"late{i}" for i in range(12)])
-    late = {r.body for r in reader(spark, server, topic, startingTimestamp=str(cut)).collect()}
-    early = {r.body for r in reader(spark, server, topic, endingTimestamp=str(cut)).collect()}
-    assert late == {f"late{i}".encode() for i in range(12)}
-    assert early == {f"early{i}".encode() for i in range(12)}
+    to(0, [f"late0-{i}" for i in range(6)])
+    to(2, [f"late2-{i}" for i in range(6)])
+    late = {f"late{q}-{i}".encode() for q in (0, 2) for i in range(6)}
+    early = {f"early{q}-{i}".encode() for q in (0, 1) for i in range(6)}
+
+    def bodies(**options: str) -> set[bytes]:
+        return {r.body for r in reader(spark, server, topic, **options).collect()}
+
+    # As Spark's Kafka source: by default a queue with no message at or after the starting timestamp fails the read.
+    with pytest.raises(SparkError, match=r"startingTimestamp: no message stored at or after the timestamp in "
+                                         rf"{topic} broker-a:1 \(timestamp {cut}\); {topic} broker-a:3"):
+        bodies(startingTimestamp=str(cut))
+    assert bodies(startingTimestamp=str(cut), startingOffsetsByTimestampStrategy="latest") == late
+    assert bodies(endingTimestamp=str(cut)) == early
+    by_queue = bodies(startingOffsetsByTimestamp=json.dumps({topic: {"broker-a:0": cut, "broker-a:2": -2}}),
+                      endingOffsetsByTimestamp=json.dumps({topic: {"broker-a:0": -1, "broker-a:1": cut}}))
+    assert by_queue == late | {f"early1-{i}".encode() for i in range(6)}  # queues left out: earliest / latest
+
+    split = reader(spark, server, topic, maxRecordsPerPartition="4", includeHeaders="false")
+    assert "properties" not in split.columns
+    assert split.rdd.getNumPartitions() == 3 + 2 + 2  # 12, 6 and 6 messages in pieces of at most 4
+    assert split.count() == 24
 
 
 def test_tag_and_sql92_filters(spark: SparkSession, server: CometServer, producer: SyncProducer,

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -125,3 +126,32 @@ def test_stream_write_copies_a_topic(spark: SparkSession, server: CometServer, p
         assert sum(admin.max_offset(MessageQueue(target, "broker-a", i)) for i in range(4)) == 50
     progress = q.lastProgress
     assert progress is not None and json.loads(progress["sources"][0]["endOffset"])[topic]  # offsets per queue
+
+
+def test_min_offsets_per_trigger_waits_for_enough_or_the_delay(spark: SparkSession, server: CometServer,
+                                                               producer: SyncProducer, topic: str) -> None:
+    """minOffsetsPerTrigger holds micro-batches back until that many offsets wait, or maxTriggerDelay has passed
+    since the last one; the first trigger is never held back (as in Spark's Kafka source)."""
+    name = f"minoffsets_{topic.lower()}"
+    send(producer, topic, [f"a{i}" for i in range(5)])
+    q = (stream(spark, server, topic, minOffsetsPerTrigger="20", maxTriggerDelay="6s").select("body")
+         .writeStream.format("memory").queryName(name).trigger(processingTime="200 milliseconds").start())
+    try:
+        def rows() -> int:
+            return int(spark.sql(f"SELECT count(*) FROM {name}").collect()[0][0])
+
+        wait_until(lambda: rows() == 5, 60, "the first micro-batch")
+        t0 = time.time()
+        send(producer, topic, [f"b{i}" for i in range(5)])
+        time.sleep(1.5)
+        held, elapsed = rows(), time.time() - t0
+        if elapsed < 3:  # (a machine too slow to look in time proves nothing here)
+            assert held == 5, "5 offsets waiting, fewer than minOffsetsPerTrigger=20: no micro-batch yet"
+        wait_until(lambda: rows() == 10, 60, "the micro-batch maxTriggerDelay lets through")
+        t1 = time.time()
+        send(producer, topic, [f"c{i}" for i in range(20)])
+        wait_until(lambda: rows() == 30, 60, "the micro-batch of 20 offsets")
+        assert time.time() - t1 < 4, "20 offsets waiting should trigger at once, not after maxTriggerDelay"
+        assert q.exception() is None
+    finally:
+        q.stop()

@@ -13,8 +13,8 @@ from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import MessageRecord, SysFlag, encode_record
 from cometmq.spark.decode import decode_records
 from cometmq.spark.options import OptionError, parse_read, parse_write
-from cometmq.spark.planning import QueueRange, from_json, limit_rows, split_ranges, to_json
-from cometmq.spark.resolve import DataLossError, check_data_loss
+from cometmq.spark.planning import QueueRange, from_json, limit_rows, should_wait, split_ranges, to_json
+from cometmq.spark.resolve import DataLossError, NoOffsetForTimestampError, check_data_loss, resolve_bound
 from cometmq.spark.schema import arrow_schema, read_schema
 
 NS = {"namesrv": "127.0.0.1:9876"}
@@ -43,6 +43,44 @@ NS = {"namesrv": "127.0.0.1:9876"}
     ({**NS, "subscribe": "T", "expressionType": "SQL92"}, False, "SQL92 needs a subExpression"),
     ({**NS, "subscribe": "T", "expressionType": "XPATH", "subExpression": "a"}, False, "TAG or SQL92"),
     ({**NS, "assign": '{"T": []}'}, False, "non-empty list"),
+    # Spark's Kafka source's remaining options
+    ({**NS, "subscribe": "T", "startingTimestamp": "5", "startingOffsetsByTimestamp": '{"T": {"b:0": 5}}'}, False,
+     "startingOffsetsByTimestamp and startingTimestamp contradict"),
+    ({**NS, "subscribe": "T", "startingOffsets": "earliest", "startingOffsetsByTimestamp": '{"T": {"b:0": 5}}'},
+     True, "startingOffsets and startingOffsetsByTimestamp contradict"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestamp": "{nope"}, False,
+     "option startingOffsetsByTimestamp is not valid JSON"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '{"T": {"b:0": "x"}}'}, False,
+     "startingOffsetsByTimestamp: timestamp of T b:0 is not an integer"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '{"T": {"b:0": -1}}'}, False,
+     "startingOffsetsByTimestamp: timestamp -1 (latest) of T b:0 is not allowed"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '{"T": {"b:0": -7}}'}, True, "timestamp -7 of T b:0"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '{"T": {"0": 5}}'}, False,
+     "option startingOffsetsByTimestamp: queue '0' in offsets JSON is not 'brokerName:queueId'"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '{"U": {"b:0": 5}}'}, False,
+     "option startingOffsetsByTimestamp names topics that are not read: U"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '[1]'}, False, "startingOffsetsByTimestamp must be JSON"),
+    ({**NS, "subscribe": "T", "endingOffsetsByTimestamp": '{"T": {"b:0": -2}}'}, False, "-2 (earliest)"),
+    ({**NS, "subscribe": "T", "endingOffsetsByTimestamp": '{"T": {"b:0": 5}}'}, True,
+     "endingOffsetsByTimestamp is for batch reads"),
+    ({**NS, "subscribe": "T", "endingOffsets": "latest", "endingTimestamp": "5"}, False,
+     "endingOffsets and endingTimestamp contradict"),
+    ({**NS, "subscribe": "T", "startingTimestamp": "5", "startingOffsetsByTimestampStrategy": "skip"}, False,
+     "startingOffsetsByTimestampStrategy='skip' must be error or latest"),
+    ({**NS, "subscribe": "T", "startingOffsetsByTimestampStrategy": "latest"}, True,
+     "startingOffsetsByTimestampStrategy only applies with startingTimestamp or startingOffsetsByTimestamp"),
+    ({**NS, "subscribe": "T", "minOffsetsPerTrigger": "0"}, True, "minOffsetsPerTrigger='0' must be at least 1"),
+    ({**NS, "subscribe": "T", "minOffsetsPerTrigger": "many"}, True, "minOffsetsPerTrigger='many' is not an integer"),
+    ({**NS, "subscribe": "T", "minOffsetsPerTrigger": "10"}, False, "minOffsetsPerTrigger is for streaming"),
+    ({**NS, "subscribe": "T", "maxTriggerDelay": "5s"}, True, "maxTriggerDelay only applies with minOffsetsPerTrigger"),
+    ({**NS, "subscribe": "T", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"}, True,
+     "maxTriggerDelay='soon' is not a duration"),
+    ({**NS, "subscribe": "T", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "-5s"}, True, "not a duration"),
+    ({**NS, "subscribe": "T", "maxRecordsPerPartition": "0"}, False, "maxRecordsPerPartition='0' must be at least 1"),
+    ({**NS, "subscribe": "T", "maxRecordsPerPartition": "1e3"}, True, "maxRecordsPerPartition='1e3' is not an integer"),
+    ({**NS, "subscribe": "T", "includeHeaders": "perhaps"}, False, "includeHeaders='perhaps' is not true or false"),
+    ({**NS, "subscribe": "T", "includeHeaders": "true", "includeProperties": "false"}, False,
+     "includeHeaders and includeProperties contradict"),
 ])
 def test_bad_read_options_name_the_option(options: dict[str, str], streaming: bool, needle: str) -> None:
     with pytest.raises(OptionError, match=None) as info:
@@ -62,6 +100,31 @@ def test_read_options_defaults_and_case() -> None:
     assert stream.topic_matches("Abc") and not stream.topic_matches("xA")
     ts = parse_read({**NS, "assign": '{"T": [0, "b:3"]}', "startingTimestamp": "1000"}, streaming=False)
     assert ts.assign == {"T": (0, "b:3")} and ts.starting.timestamp == 1000
+
+
+def test_kafka_style_options_parse() -> None:
+    batch = parse_read({**NS, "subscribe": "T,U",
+                        "startingOffsetsByTimestamp": '{"T": {"b:0": 1000, "b:1": -2}}',
+                        "endingOffsetsByTimestamp": '{"U": {"b:3": 2000, "c:0": -1}}',
+                        "startingOffsetsByTimestampStrategy": "LATEST", "maxRecordsPerPartition": "500",
+                        "includeHeaders": "false"}, streaming=False)
+    assert batch.starting.kind == "timestamps" and batch.starting.offsets == {"T": {"b:0": 1000, "b:1": -2}}
+    assert batch.starting.option == "startingOffsetsByTimestamp"
+    assert batch.ending.kind == "timestamps" and batch.ending.offsets == {"U": {"b:3": 2000, "c:0": -1}}
+    assert batch.timestamp_strategy == "latest" and batch.max_records_per_partition == 500
+    assert not batch.include_properties
+    assert parse_read({**NS, "subscribe": "T", "startingTimestamp": "7"}, streaming=False).timestamp_strategy == "error"
+    stream = parse_read({**NS, "subscribe": "T", "minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "80",
+                         "startingOffsetsByTimestamp": '{"T": {"b:0": -1}}'}, streaming=True)
+    assert (stream.min_offsets_per_trigger, stream.max_offsets_per_trigger) == (50, 80)
+    assert stream.max_trigger_delay == 15 * 60  # Spark's Kafka source's default: 15m
+    for raw, seconds in (("250ms", 0.25), ("30s", 30), ("2m", 120), ("1h", 3600), ("1500", 1.5), ("3 min", 180)):
+        opts = parse_read({**NS, "subscribe": "T", "minOffsetsPerTrigger": "1", "maxTriggerDelay": raw},
+                          streaming=True)
+        assert opts.max_trigger_delay == seconds, raw
+    same = parse_read({**NS, "subscribe": "T", "includeHeaders": "true", "includeProperties": "true"},
+                      streaming=False)
+    assert same.include_properties
 
 
 def test_write_options() -> None:
@@ -97,6 +160,139 @@ def test_split_ranges_covers_every_offset_once() -> None:
         assert mine[0].start == lo and mine[-1].end == hi
         assert all(a.end == b.start for a, b in itertools.pairwise(mine))
     assert split_ranges(ranges, 8) == pieces  # deterministic
+
+
+def test_split_ranges_max_records_per_partition() -> None:
+    ranges = [QueueRange(q(0), 0, 1000), QueueRange(q(1), 10, 20), QueueRange(q(2), 5, 5)]
+    pieces = split_ranges(ranges, None, 300)
+    assert [(r.queue, r.start, r.end) for r in pieces] == [
+        (q(0), 0, 250), (q(0), 250, 500), (q(0), 500, 750), (q(0), 750, 1000), (q(1), 10, 20)]
+    assert len(split_ranges(ranges, None, 1000)) == 2  # exactly the maximum: not cut
+    # with minPartitions too: at least that many pieces, none above the maximum
+    both = split_ranges(ranges, 8, 300)
+    assert len(both) >= 8 and max(r.size for r in both) <= 300
+    for queue, (lo, hi) in ((q(0), (0, 1000)), (q(1), (10, 20))):
+        mine = [r for r in both if r.queue == queue]
+        assert mine[0].start == lo and mine[-1].end == hi
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
+    assert max(r.size for r in split_ranges([QueueRange(q(0), 0, 7)], None, 1)) == 1
+
+
+def test_should_wait_min_offsets_and_max_delay() -> None:
+    start, latest = {q(0): 10, q(1): 0}, {q(0): 14, q(1): 3, q(2): 2}  # 4 + 3 + 2 (a new queue) = 9 waiting
+    assert not should_wait(start, latest, 100, 60.0, 0.0, now=1000.0)  # the first trigger never waits
+    assert should_wait(start, latest, 10, 60.0, 990.0, now=1000.0)  # 9 < 10 and only 10 s since the last one
+    assert not should_wait(start, latest, 9, 60.0, 990.0, now=1000.0)  # 9 waiting is enough
+    assert not should_wait(start, latest, 10, 60.0, 940.0, now=1000.0)  # the delay has passed
+
+
+def test_stream_reader_admission_control() -> None:
+    """latestOffset with minOffsetsPerTrigger, maxTriggerDelay and maxOffsetsPerTrigger, over fixed offsets."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    from cometmq.spark.reader import CometStreamReader
+
+    opts = parse_read({**NS, "subscribe": "T", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "6",
+                       "maxTriggerDelay": "1h"}, streaming=True)
+    reader = CometStreamReader(opts, read_schema())
+    start = to_json({q(0): 0, q(1): 0})
+    backlog = {q(0): 4, q(1): 3}
+
+    def latest(known: dict[MessageQueue, int]) -> tuple[dict[MessageQueue, int], dict[MessageQueue, int]]:
+        return dict(known), {x: max(backlog[x], known.get(x, 0)) for x in backlog}
+
+    reader._latest = latest  # type: ignore[method-assign]
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxRows(6)
+    first = reader.latestOffset(start, limit)  # the first trigger goes (as Kafka's), capped at 6
+    assert sum(from_json(first).values()) == 6
+    assert reader.latestOffset(first, limit) == first  # 1 waiting < 10: no batch
+    assert reader.latestOffset(first, ReadAllAvailable()) == to_json(backlog)  # Spark's override wins
+    backlog.update({q(0): 10, q(1): 10})
+    assert sum(from_json(reader.latestOffset(first, limit)).values()) == 12  # 14 waiting: go, 6 at most
+    reader._last_trigger = 0.0  # an hour ago or more: the delay passed
+    backlog.update({q(0): 10, q(1): 11})
+    assert sum(from_json(reader.latestOffset(to_json({q(0): 10, q(1): 10}), limit)).values()) == 21
+    only_min = CometStreamReader(parse_read({**NS, "subscribe": "T", "minOffsetsPerTrigger": "3"}, streaming=True),
+                                 read_schema())
+    only_min._latest = latest  # type: ignore[method-assign]
+    assert only_min.getDefaultReadLimit() == ReadMinRows(3)
+    only_min._last_trigger = 1e18  # a trigger "just now"
+    here = to_json({q(0): 10, q(1): 10})
+    assert only_min.latestOffset(here, ReadMinRows(3)) == here  # 1 waiting
+    assert only_min.latestOffset(here, ReadMinRows(1)) == to_json({q(0): 10, q(1): 11})
+    only_min._target = {q(0): 10, q(1): 11}  # availableNow: the minimum never holds the run back
+    assert only_min.latestOffset(here, ReadMinRows(3)) == to_json({q(0): 10, q(1): 11})
+
+
+class FakeLink:
+    """The offsets of queue i: [0, ends[i]); message k of every queue stored at time 1000 * (k + 1)."""
+
+    def __init__(self, ends: dict[MessageQueue, int]) -> None:
+        self.ends = ends
+
+    def min_offsets(self, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return {x: 0 for x in queues}
+
+    def max_offsets(self, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return {x: self.ends[x] for x in queues}
+
+    def offsets_for_time(self, queues: list[MessageQueue], ts: int) -> dict[MessageQueue, int]:
+        return {x: min(self.ends[x], max(0, -(-ts // 1000) - 1)) for x in queues}  # the end when none
+
+
+def test_resolve_timestamps_and_the_no_match_strategy() -> None:
+    link = FakeLink({q(0): 10, q(1): 3, q(2): 0})
+    queues = sorted(link.ends, key=lambda x: x.queue_id)
+    by_ts = parse_read({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '{"T": {"b:0": 5000, "b:1": -2}}',
+                        "endingOffsetsByTimestamp": '{"T": {"b:0": 7500, "b:1": 99000}}'}, streaming=False)
+    got = resolve_bound(link, by_ts.starting, queues, missing=-2, strategy="error")  # type: ignore[arg-type]
+    assert got == {q(0): 4, q(1): 0, q(2): 0}  # b:2 left out: the default (earliest)
+    ends = resolve_bound(link, by_ts.ending, queues, missing=-1, strategy="latest")  # type: ignore[arg-type]
+    assert ends == {q(0): 7, q(1): 3, q(2): 0}  # no message at or after 99000 in b:1: its end
+    late = parse_read({**NS, "subscribe": "T", "startingTimestamp": "4000"}, streaming=False)
+    with pytest.raises(NoOffsetForTimestampError, match=r"startingTimestamp: .*T b:1 \(timestamp 4000\); T b:2"):
+        resolve_bound(link, late.starting, queues, missing=-2, strategy="error")  # type: ignore[arg-type]
+    assert resolve_bound(link, late.starting, queues, missing=-2,  # type: ignore[arg-type]
+                         strategy="latest") == {q(0): 3, q(1): 3, q(2): 0}
+    stray = parse_read({**NS, "subscribe": "T", "startingOffsetsByTimestamp": '{"T": {"b:9": 5}}'}, streaming=False)
+    with pytest.raises(OptionError, match="startingOffsetsByTimestamp names queue b:9 of T, which is not read"):
+        resolve_bound(link, stray.starting, queues, missing=-2, strategy="error")  # type: ignore[arg-type]
+
+
+def test_write_queue_column() -> None:
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    from cometmq.client.errors import InvalidArgumentError
+    from cometmq.spark.options import WriteOptions
+    from cometmq.spark.writer import check_write_schema, pick_queue, to_messages
+
+    def schema(**cols: object) -> StructType:
+        return StructType([StructField(name, kind) for name, kind in cols.items()])  # type: ignore[arg-type]
+
+    w = WriteOptions(namesrv="h:1", topic="T")
+    text, i32, i64 = StringType(), IntegerType(), LongType()
+    for cols, needle in ((schema(body=text, queue=i32, queueId=i32), "'queue' and 'queueId' contradict"),
+                         (schema(body=text, brokerName=text), "'brokerName' only means something"),
+                         (schema(body=text, queueId=text), "column 'queueId' is string")):
+        with pytest.raises(OptionError, match=needle):
+            check_write_schema(cols, w)
+    check_write_schema(schema(body=text, queue=i64, brokerName=text), w)
+    batch = pa.RecordBatch.from_pydict({"body": ["a", "b"], "queue": [2, None]})
+    rows = to_messages(batch, "T")
+    assert (rows[0].queue_id, rows[0].broker, rows[1].queue_id) == (2, None, None)
+    bad = pa.RecordBatch.from_pydict({"body": ["a"], "queueId": [1], "shardingKey": ["k"]})
+    with pytest.raises(InvalidArgumentError, match="row 0 of the task: queueId and shardingKey contradict"):
+        to_messages(bad, "T")
+    with pytest.raises(InvalidArgumentError, match="queueId -1 is negative"):
+        to_messages(pa.RecordBatch.from_pydict({"body": ["a"], "queueId": [-1]}), "T")
+    qs = [MessageQueue("T", "a", 0), MessageQueue("T", "a", 1), MessageQueue("T", "b", 0)]
+    assert pick_queue(qs, "T", None, 1, "r") == qs[1]
+    assert pick_queue(qs, "T", "b", 0, "r") == qs[2]
+    with pytest.raises(InvalidArgumentError, match="queue 0 on several brokers"):
+        pick_queue(qs, "T", None, 0, "r")
+    with pytest.raises(InvalidArgumentError, match=r"no writable queue 5 .*its queues: a:0, a:1, b:0"):
+        pick_queue(qs, "T", None, 5, "r")
 
 
 def test_limit_rows_shares_by_backlog() -> None:

@@ -95,3 +95,17 @@ def test_bad_writes_fail_clearly(spark: SparkSession, server: CometServer, topic
         body.write.format("cometmq").option("namesrv", server.namesrv).option("topic", topic) \
             .mode("overwrite").save()
     assert read_all(spark, server, topic).count() == 0  # nothing half-written by the refused writes
+
+
+def test_queue_column_picks_the_queue(spark: SparkSession, server: CometServer, topic: str) -> None:
+    rows = [(f"q{i}", i % 4, "broker-a" if i % 2 else None) for i in range(12)]
+    df = spark.createDataFrame(rows, "body string, queueId int, brokerName string").coalesce(1)
+    df.write.format("cometmq").option("namesrv", server.namesrv).option("topic", topic).mode("append").save()
+    back = read_all(spark, server, topic).collect()
+    assert sorted((r.body.decode(), r.queueId) for r in back) == sorted((b, q) for b, q, _ in rows)
+    for q in range(4):  # one task, one queue: the rows keep their order
+        mine = sorted((r for r in back if r.queueId == q), key=lambda r: r.queueOffset)
+        assert [r.body.decode() for r in mine] == [b for b, qid, _ in rows if qid == q]
+    with pytest.raises(SparkError, match="has no writable queue 9"):
+        (spark.createDataFrame([("x", 9)], "body string, queue int").write.format("cometmq")
+         .option("namesrv", server.namesrv).option("topic", topic).mode("append").save())

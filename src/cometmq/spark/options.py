@@ -37,9 +37,11 @@ LATEST = -1
 _SPARK_OWN = frozenset({"checkpointlocation", "queryname", "path"})
 
 _READ_OPTIONS = ("namesrv", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
-                 "startingTimestamp", "endingTimestamp", "maxOffsetsPerTrigger", "minPartitions",
-                 "failOnDataLoss", "subExpression", "expressionType", "includeProperties", "commitToGroup",
-                 "consumerGroup", "requestTimeoutMs", "accessKey", "secretKey")
+                 "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+                 "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+                 "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition", "failOnDataLoss", "subExpression",
+                 "expressionType", "includeProperties", "includeHeaders", "commitToGroup", "consumerGroup",
+                 "requestTimeoutMs", "accessKey", "secretKey")
 _WRITE_OPTIONS = ("namesrv", "topic", "producerGroup", "batchSize", "maxInFlight", "sendTimeoutMs", "retries",
                   "requestTimeoutMs", "accessKey", "secretKey")
 
@@ -62,18 +64,23 @@ def split_queue_key(key: str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class Bound:
-    """Where reading starts or ends: ``earliest``, ``latest``, a timestamp (epoch ms) or per-queue offsets
-    ``{topic: {"broker:queueId": offset}}`` (offset -2 = earliest, -1 = latest)."""
+    """Where reading starts or ends: ``earliest``, ``latest``, a timestamp (epoch ms) for every queue, per-queue
+    offsets ``{topic: {"broker:queueId": offset}}`` or per-queue timestamps in the same shape (``timestamps``;
+    ``offsets`` then holds them). In both JSON forms -2 = earliest, -1 = latest."""
 
-    kind: Literal["earliest", "latest", "timestamp", "offsets"]
+    kind: Literal["earliest", "latest", "timestamp", "offsets", "timestamps"]
     timestamp: int = 0
     offsets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: the option it came from (for error messages)
+    option: str = ""
 
     def describe(self) -> str:
         if self.kind == "timestamp":
             return f"timestamp {self.timestamp}"
         if self.kind == "offsets":
             return json.dumps(self.offsets, sort_keys=True)
+        if self.kind == "timestamps":
+            return "timestamps " + json.dumps(self.offsets, sort_keys=True)
         return self.kind
 
 
@@ -86,8 +93,15 @@ class ReadOptions:
     assign: Mapping[str, tuple[int | str, ...]] | None = None
     starting: Bound = Bound("earliest")
     ending: Bound = Bound("latest")
+    #: startingOffsetsByTimestampStrategy: what a queue with no message at or after its starting timestamp
+    #: does: "error" fails the read, "latest" starts it at its end
+    timestamp_strategy: Literal["error", "latest"] = "error"
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    #: maxTriggerDelay in seconds (with minOffsetsPerTrigger): a trigger runs after this long even with fewer
+    max_trigger_delay: float = 15 * 60.0
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     expression: str = "*"
     expression_type: str = "TAG"
@@ -190,18 +204,49 @@ def _topic(name: str, topic: str) -> str:
         raise OptionError(f"option {name}: {exc}") from None
 
 
-def _json(name: str, raw: str) -> object:
+def _json(name: str, raw: str, what: str = "neither earliest, latest nor") -> object:
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise OptionError(f"option {name} is neither earliest, latest nor valid JSON: {exc}") from None
+        raise OptionError(f"option {name} is {what} valid JSON: {exc}") from None
 
 
-def _bound(opts: Mapping[str, str], offsets_name: str, ts_name: str, *, default: str,
+def _per_queue(name: str, data: object, what: str, allowed_json: frozenset[int]) -> dict[str, dict[str, int]]:
+    """``{topic: {"brokerName:queueId": value}}`` checked: the values are ``what`` (offsets or timestamps),
+    integers, and a negative one only -2 (earliest) or -1 (latest), and only where ``allowed_json`` has it."""
+    if not isinstance(data, dict) or not data:
+        raise OptionError(f"option {name} must be JSON " + '{"topic": {"brokerName:queueId": ' + what + "}}")
+    out: dict[str, dict[str, int]] = {}
+    for topic, queues in data.items():
+        _topic(name, topic)
+        if not isinstance(queues, dict):
+            raise OptionError(f"option {name}: the {what}s of {topic} must be an object "
+                              '{"brokerName:queueId": ' + what + "}")
+        per: dict[str, int] = {}
+        for key, value in queues.items():
+            try:
+                broker, qid = split_queue_key(key)
+            except OptionError as exc:
+                raise OptionError(f"option {name}: {exc}") from None
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise OptionError(f"option {name}: {what} of {topic} {key} is not an integer: {value!r}")
+            if value < 0 and value not in allowed_json:
+                names = {EARLIEST: "-2 (earliest)", LATEST: "-1 (latest)"}
+                raise OptionError(f"option {name}: {what} {names.get(value, value)} of {topic} {key} "
+                                  "is not allowed here")
+            per[queue_key(broker, qid)] = value
+        out[topic] = per
+    return out
+
+
+def _bound(opts: Mapping[str, str], offsets_name: str, by_ts_name: str, ts_name: str, *, default: str,
            allowed: frozenset[str], allowed_json: frozenset[int], streaming: bool) -> Bound:
-    raw, ts = opts.get(offsets_name), opts.get(ts_name)
-    if raw is not None and ts is not None:
-        raise OptionError(f"options {offsets_name} and {ts_name} contradict each other: give one")
+    """One end of the read from whichever of its three options is given (more than one is a contradiction:
+    Spark's Kafka source silently prefers the timestamp ones; this source refuses to guess)."""
+    given = [n for n in (offsets_name, by_ts_name, ts_name) if n in opts]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(given)} contradict each other: give one")
+    ts = opts.get(ts_name)
     if ts is not None:
         try:
             millis = int(ts.strip())
@@ -209,37 +254,42 @@ def _bound(opts: Mapping[str, str], offsets_name: str, ts_name: str, *, default:
             raise OptionError(f"option {ts_name}={ts!r} is not epoch milliseconds") from None
         if millis < 0:
             raise OptionError(f"option {ts_name}={ts!r} is negative")
-        return Bound("timestamp", timestamp=millis)
+        return Bound("timestamp", timestamp=millis, option=ts_name)
+    by_ts = opts.get(by_ts_name)
+    if by_ts is not None:
+        stamps = _per_queue(by_ts_name, _json(by_ts_name, by_ts, "not"), "timestamp", allowed_json)
+        return Bound("timestamps", offsets=stamps, option=by_ts_name)
+    raw = opts.get(offsets_name)
     if raw is None:
-        return Bound(default)  # type: ignore[arg-type]
+        return Bound(default, option=offsets_name)  # type: ignore[arg-type]
     word = raw.strip().lower()
     if word in ("earliest", "latest"):
         if word not in allowed:
             mode = "a streaming" if streaming else "a batch"
             raise OptionError(f"option {offsets_name}={word} makes no sense for {mode} read")
-        return Bound(word)  # type: ignore[arg-type]
+        return Bound(word, option=offsets_name)  # type: ignore[arg-type]
     data = _json(offsets_name, raw)
     if not isinstance(data, dict) or not data:
         raise OptionError(f"option {offsets_name} must be earliest, latest or JSON "
                           '{"topic": {"brokerName:queueId": offset}}')
-    offsets: dict[str, dict[str, int]] = {}
-    for topic, queues in data.items():
-        _topic(offsets_name, topic)
-        if not isinstance(queues, dict):
-            raise OptionError(f"option {offsets_name}: the offsets of {topic} must be an object "
-                              '{"brokerName:queueId": offset}')
-        per: dict[str, int] = {}
-        for key, off in queues.items():
-            broker, qid = split_queue_key(key)
-            if isinstance(off, bool) or not isinstance(off, int):
-                raise OptionError(f"option {offsets_name}: offset of {topic} {key} is not an integer: {off!r}")
-            if off < 0 and off not in allowed_json:
-                names = {EARLIEST: "-2 (earliest)", LATEST: "-1 (latest)"}
-                raise OptionError(f"option {offsets_name}: offset {names.get(off, off)} of {topic} {key} "
-                                  "is not allowed here")
-            per[queue_key(broker, qid)] = off
-        offsets[topic] = per
-    return Bound("offsets", offsets=offsets)
+    return Bound("offsets", offsets=_per_queue(offsets_name, data, "offset", allowed_json), option=offsets_name)
+
+
+_DURATION = re.compile(r"(\d+)\s*(us|ms|s|sec|m|min|h|d)?")
+_DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration(opts: Mapping[str, str], name: str) -> float | None:
+    """A duration as Spark writes them (``500ms``, ``30s``, ``15m``, ``1h``; a bare number is milliseconds),
+    in seconds."""
+    raw = opts.get(name)
+    if raw is None:
+        return None
+    m = _DURATION.fullmatch(raw.strip().lower())
+    if m is None:
+        raise OptionError(f"option {name}={raw!r} is not a duration (e.g. 500ms, 30s, 15m, 1h)")
+    return int(m.group(1)) * _DURATION_MS[m.group(2)] / 1000
 
 
 def _assign(raw: str) -> dict[str, tuple[int | str, ...]]:
@@ -292,26 +342,48 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         assign = _assign(opts["assign"])
 
     if streaming:
-        for name in ("endingOffsets", "endingTimestamp"):
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
             if name in opts:
                 raise OptionError(f"option {name} is for batch reads; a stream has no end")
-        starting = _bound(opts, "startingOffsets", "startingTimestamp", default="latest",
-                          allowed=frozenset({"earliest", "latest"}), allowed_json=frozenset({EARLIEST, LATEST}),
-                          streaming=True)
+        starting = _bound(opts, "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
+                          default="latest", allowed=frozenset({"earliest", "latest"}),
+                          allowed_json=frozenset({EARLIEST, LATEST}), streaming=True)
         ending = Bound("latest")
     else:
-        for name in ("maxOffsetsPerTrigger", "commitToGroup"):
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "commitToGroup"):
             if name in opts:
                 raise OptionError(f"option {name} is for streaming reads (readStream)")
-        starting = _bound(opts, "startingOffsets", "startingTimestamp", default="earliest",
-                          allowed=frozenset({"earliest"}), allowed_json=frozenset({EARLIEST}), streaming=False)
-        ending = _bound(opts, "endingOffsets", "endingTimestamp", default="latest",
+        starting = _bound(opts, "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
+                          default="earliest", allowed=frozenset({"earliest"}), allowed_json=frozenset({EARLIEST}),
+                          streaming=False)
+        ending = _bound(opts, "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp", default="latest",
                         allowed=frozenset({"latest"}), allowed_json=frozenset({LATEST}), streaming=False)
-    for bound, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
-        if bound.kind == "offsets":
+    for bound in (starting, ending):
+        if bound.kind in ("offsets", "timestamps"):
             stray = [t for t in bound.offsets if not _selects(t, subscribe, pattern, assign)]
             if stray:
-                raise OptionError(f"option {name} names topics that are not read: {', '.join(sorted(stray))}")
+                raise OptionError(f"option {bound.option} names topics that are not read: "
+                                  f"{', '.join(sorted(stray))}")
+    raw_strategy = opts.get("startingOffsetsByTimestampStrategy")
+    strategy = None
+    if raw_strategy is not None:
+        strategy = raw_strategy.strip().lower()
+        if strategy not in ("error", "latest"):
+            raise OptionError(f"option startingOffsetsByTimestampStrategy={raw_strategy!r} must be error or latest")
+        if starting.kind not in ("timestamp", "timestamps"):
+            raise OptionError("option startingOffsetsByTimestampStrategy only applies with startingTimestamp or "
+                              "startingOffsetsByTimestamp")
+    min_per_trigger = _int(opts, "minOffsetsPerTrigger", minimum=1)
+    delay = _duration(opts, "maxTriggerDelay")
+    if delay is not None and min_per_trigger is None:
+        raise OptionError("option maxTriggerDelay only applies with minOffsetsPerTrigger")
+    include = _bool(opts, "includeProperties", True)
+    if "includeHeaders" in opts:
+        headers = _bool(opts, "includeHeaders", True)
+        if "includeProperties" in opts and headers != include:
+            raise OptionError("options includeHeaders and includeProperties contradict each other "
+                              "(includeHeaders is another name for includeProperties)")
+        include = headers
 
     expression_type = opts.get("expressionType", "TAG").strip().upper()
     if expression_type not in ("TAG", "SQL92"):
@@ -331,11 +403,15 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     timeout_ms = _int(opts, "requestTimeoutMs", minimum=100)
     return ReadOptions(
         namesrv=namesrv, subscribe=subscribe, pattern=pattern, assign=assign, starting=starting, ending=ending,
+        timestamp_strategy="latest" if strategy == "latest" else "error",
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", minimum=1),
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay=15 * 60.0 if delay is None else delay,
         min_partitions=_int(opts, "minPartitions", minimum=1),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", minimum=1),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         expression=expression, expression_type=expression_type,
-        include_properties=_bool(opts, "includeProperties", True),
+        include_properties=include,
         commit_to_group=commit_to.strip() if commit_to else None,
         group=commit_to.strip() if commit_to and "consumerGroup" not in opts else group,
         timeout=(timeout_ms or 10_000) / 1000, credentials=_credentials(opts))

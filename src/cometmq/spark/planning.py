@@ -18,6 +18,7 @@ __all__ = [
     "QueueRange",
     "from_json",
     "limit_rows",
+    "should_wait",
     "split_ranges",
     "to_json",
 ]
@@ -66,27 +67,47 @@ def from_json(data: object, what: str = "offsets") -> Offsets:
     return out
 
 
-def split_ranges(ranges: Iterable[QueueRange], min_partitions: int | None) -> list[QueueRange]:
+def split_ranges(ranges: Iterable[QueueRange], min_partitions: int | None,
+                 max_records: int | None = None) -> list[QueueRange]:
     """Non-empty ranges, the large ones cut into pieces so that there are at least ``min_partitions`` of
-    them when the offsets allow it. Pieces of one queue are contiguous and about equal; the result is in
-    queue order."""
+    them when the offsets allow it, and none holds more than ``max_records`` offsets. Pieces of one queue are
+    contiguous and about equal; the result is in queue order."""
     rs = sorted((r for r in ranges if r.size > 0), key=lambda r: _order(r.queue))
-    if not min_partitions or len(rs) >= min_partitions:
-        return rs
-    total = sum(r.size for r in rs)
-    if total == 0:
-        return []
-    out: list[QueueRange] = []
-    for r in rs:
+    if min_partitions and len(rs) < min_partitions:
+        total = sum(r.size for r in rs)
         # As Spark's Kafka source: each range gets pieces in proportion to its share of all offsets.
-        pieces = max(1, min(r.size, math.ceil(r.size * min_partitions / total)))
-        step, extra = divmod(r.size, pieces)
-        at = r.start
-        for i in range(pieces):
-            n = step + (1 if i < extra else 0)
-            out.append(QueueRange(r.queue, at, at + n))
-            at += n
+        rs = [piece for r in rs
+              for piece in _cut(r, max(1, min(r.size, math.ceil(r.size * min_partitions / total))))]
+    if max_records:
+        # maxRecordsPerPartition: the fewest equal pieces of at most max_records each
+        rs = [piece for r in rs for piece in _cut(r, math.ceil(r.size / max_records))]
+    return rs
+
+
+def _cut(r: QueueRange, pieces: int) -> list[QueueRange]:
+    """``r`` in ``pieces`` contiguous parts whose sizes differ by one at most (the larger ones first)."""
+    if pieces <= 1:
+        return [r]
+    step, extra = divmod(r.size, pieces)
+    out: list[QueueRange] = []
+    at = r.start
+    for i in range(pieces):
+        n = step + (1 if i < extra else 0)
+        out.append(QueueRange(r.queue, at, at + n))
+        at += n
     return out
+
+
+def should_wait(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int], min_rows: int,
+                max_delay: float, last_trigger: float, now: float) -> bool:
+    """minOffsetsPerTrigger / maxTriggerDelay, as Spark's Kafka source decides them: wait (plan no batch) while
+    fewer than ``min_rows`` offsets are waiting in all, unless ``max_delay`` seconds have passed since
+    ``last_trigger`` (the time of the last trigger that did not wait; 0 before the first, which therefore
+    never waits). The caller sets ``last_trigger = now`` whenever this returns False."""
+    if now - last_trigger >= max_delay:
+        return False
+    waiting = sum(max(0, off - start.get(q, 0)) for q, off in latest.items())
+    return waiting < min_rows
 
 
 def limit_rows(start: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int],

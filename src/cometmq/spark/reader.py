@@ -26,7 +26,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError, NoRouteError
@@ -48,7 +54,7 @@ from cometmq.protocol.remoting import decode as decode_frame
 from cometmq.spark.decode import decode_answers
 from cometmq.spark.link import Link
 from cometmq.spark.options import ReadOptions, queue_key
-from cometmq.spark.planning import QueueRange, from_json, limit_rows, split_ranges, to_json
+from cometmq.spark.planning import QueueRange, from_json, limit_rows, should_wait, split_ranges, to_json
 from cometmq.spark.resolve import DataLossError, check_data_loss, discover, resolve_bound
 from cometmq.spark.schema import arrow_schema
 
@@ -101,7 +107,7 @@ class QueueSlice(InputPartition):
 
 def _slices(link: Link, ranges: list[QueueRange], opts: ReadOptions) -> list[QueueSlice]:
     out = []
-    for r in split_ranges(ranges, opts.min_partitions):
+    for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition):
         addr = link.instance.master_addr(r.queue.broker_name)
         if addr is None:
             link.queues([r.queue.topic], missing_ok=True)
@@ -464,8 +470,8 @@ class CometBatchReader(DataSourceReader):
         opts = self.opts
         with Link(opts.namesrv, timeout=opts.timeout, credentials=opts.credentials) as link:
             queues = discover(link, opts, streaming=False)
-            starts = resolve_bound(link, opts.starting, queues, missing=-2)
-            ends = resolve_bound(link, opts.ending, queues, missing=-1)
+            starts = resolve_bound(link, opts.starting, queues, missing=-2, strategy=opts.timestamp_strategy)
+            ends = resolve_bound(link, opts.ending, queues, missing=-1, strategy="latest")
             backwards = [q for q in queues if starts[q] > ends[q]]
             if backwards:
                 q = backwards[0]
@@ -498,6 +504,8 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow = arrow_schema(schema)
         self._link: Link | None = None
         self._target: dict[MessageQueue, int] | None = None
+        #: when the last micro-batch was let through (minOffsetsPerTrigger / maxTriggerDelay); 0: never
+        self._last_trigger = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -512,7 +520,8 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         queues = discover(self.link, self.opts, streaming=True)
-        start = resolve_bound(self.link, self.opts.starting, queues, missing=-1)
+        start = resolve_bound(self.link, self.opts.starting, queues, missing=-1,
+                              strategy=self.opts.timestamp_strategy)
         return to_json(start)
 
     def _latest(self, known: dict[MessageQueue, int]) -> tuple[dict[MessageQueue, int], dict[MessageQueue, int]]:
@@ -524,19 +533,37 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return start, self.link.max_offsets(sorted(start, key=lambda q: (q.topic, q.broker_name, q.queue_id)))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch. Spark passes back the read limit :meth:`getDefaultReadLimit` gave
+        (PySpark has no composite limit, so the options' minOffsetsPerTrigger and maxOffsetsPerTrigger are both
+        applied whenever the limit is not ReadAllAvailable), or ReadAllAvailable, which overrides them."""
         begin, latest = self._latest(from_json(start, "the checkpointed start offset"))
         if self._target is not None:
             latest = {q: min(off, self._target.get(q, begin[q])) for q, off in latest.items()}
         latest = {q: max(off, begin[q]) for q, off in latest.items()}
-        if isinstance(limit, ReadMaxRows):
-            latest = limit_rows(begin, latest, limit.max_rows)
-        elif not isinstance(limit, ReadAllAvailable):
+        if isinstance(limit, ReadAllAvailable):
+            return to_json(latest)
+        if not isinstance(limit, ReadMaxRows | ReadMinRows):
             log.warning("cometmq ignores the read limit %r", limit)
+            return to_json(latest)
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_offsets_per_trigger
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_offsets_per_trigger
+        # minOffsetsPerTrigger does not hold back an availableNow run: it would end it with data left unread
+        # (Spark ends such a run when the source returns its start offset).
+        if min_rows is not None and self._target is None:
+            now = time.time()
+            if should_wait(begin, latest, min_rows, self.opts.max_trigger_delay, self._last_trigger, now):
+                log.debug("fewer than minOffsetsPerTrigger=%d offsets waiting: no micro-batch yet", min_rows)
+                return start
+            self._last_trigger = now
+        if max_rows is not None:
+            latest = limit_rows(begin, latest, max_rows)
         return to_json(latest)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)  # latestOffset applies the minimum too
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from cometmq.spark.options import EARLIEST, LATEST, Bound, OptionError, ReadOpti
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataLossError", "check_data_loss", "discover", "resolve_bound"]
+__all__ = ["DataLossError", "NoOffsetForTimestampError", "check_data_loss", "discover", "resolve_bound"]
 
 
 class DataLossError(RuntimeError):
@@ -52,9 +52,20 @@ def _assigned(topic: str, selectors: Iterable[int | str], queues: list[MessageQu
     return out
 
 
-def resolve_bound(link: Link, bound: Bound, queues: list[MessageQueue], *, missing: int) -> dict[MessageQueue, int]:
-    """Concrete offsets of ``bound`` for ``queues``. In JSON offsets, -2/-1 mean the queue's first offset /
-    its end; a queue the JSON leaves out gets ``missing`` (-2 or -1) too."""
+class NoOffsetForTimestampError(ValueError):
+    """A queue has no message stored at or after the starting timestamp (startingOffsetsByTimestampStrategy=error)."""
+
+
+def resolve_bound(link: Link, bound: Bound, queues: list[MessageQueue], *, missing: int,
+                  strategy: str) -> dict[MessageQueue, int]:
+    """Concrete offsets of ``bound`` for ``queues``. In JSON offsets or timestamps, -2/-1 mean the queue's first
+    offset / its end; a queue the JSON leaves out gets ``missing`` (-2 or -1) too.
+
+    A timestamp resolves to the first offset stored at or after it (SEARCH_OFFSET_BY_TIMESTAMP). A queue that has
+    none (the broker answers its end) follows ``strategy``: ``"error"`` raises NoOffsetForTimestampError naming
+    the queues, ``"latest"`` takes the queue's end. Starting bounds pass the option
+    startingOffsetsByTimestampStrategy; ending bounds pass "latest" (as Spark's Kafka source, which ends such a
+    partition at its latest offset)."""
     if not queues:
         return {}
     if bound.kind == "earliest":
@@ -62,23 +73,44 @@ def resolve_bound(link: Link, bound: Bound, queues: list[MessageQueue], *, missi
     if bound.kind == "latest":
         return link.max_offsets(queues)
     if bound.kind == "timestamp":
-        return link.offsets_for_time(queues, bound.timestamp)
+        return _by_time(link, bound, {q: bound.timestamp for q in queues}, strategy)
     wanted: dict[MessageQueue, int] = {}
     for q in queues:
         wanted[q] = bound.offsets.get(q.topic, {}).get(queue_key(q.broker_name, q.queue_id), missing)
-    known = set(queues)
+    known = {(q.topic, queue_key(q.broker_name, q.queue_id)) for q in queues}
     for topic, per in bound.offsets.items():
         for key in per:
-            if not any(queue_key(q.broker_name, q.queue_id) == key and q.topic == topic for q in known):
-                raise OptionError(f"offsets JSON names queue {key} of {topic}, which is not read "
-                                  f"(queues read: {_names(queues)})")
+            if (topic, key) not in known:
+                raise OptionError(f"option {bound.option or 'offsets JSON'} names queue {key} of {topic}, "
+                                  f"which is not read (queues read: {_names(queues)})")
     lows = [q for q, off in wanted.items() if off == EARLIEST]
     highs = [q for q, off in wanted.items() if off == LATEST]
+    if bound.kind == "timestamps":
+        stamps = {q: ts for q, ts in wanted.items() if ts not in (EARLIEST, LATEST)}
+        if stamps:
+            wanted.update(_by_time(link, bound, stamps, strategy))
     if lows:
         wanted.update(link.min_offsets(lows))
     if highs:
         wanted.update(link.max_offsets(highs))
     return wanted
+
+
+def _by_time(link: Link, bound: Bound, stamps: Mapping[MessageQueue, int], strategy: str) -> dict[MessageQueue, int]:
+    """The first offset at or after each queue's timestamp; for a queue with none, its end, or with
+    ``strategy`` "error", NoOffsetForTimestampError."""
+    queues = list(stamps)
+    found: dict[MessageQueue, int] = {}
+    for ts in sorted(set(stamps.values())):
+        found.update(link.offsets_for_time([q for q in queues if stamps[q] == ts], ts))
+    ends = link.max_offsets(queues)
+    none = [q for q in queues if found[q] >= ends[q]]
+    if none and strategy == "error":
+        what = "; ".join(f"{q.topic} {queue_key(q.broker_name, q.queue_id)} (timestamp {stamps[q]})" for q in none)
+        raise NoOffsetForTimestampError(
+            f"option {bound.option}: no message stored at or after the timestamp in {what}. "
+            "Set startingOffsetsByTimestampStrategy=latest to start such queues at their end.")
+    return {q: min(found[q], ends[q]) for q in queues}
 
 
 def _names(queues: Iterable[MessageQueue]) -> str:

@@ -80,6 +80,9 @@ WRITE_COLUMNS: dict[str, frozenset[str]] = {
     "shardingKey": frozenset({"string", "int", "bigint"}),
     "deliverAt": frozenset({"timestamp", "timestamp_ntz", "bigint"}),
     "delay": frozenset({"int", "bigint", "double", "float"}),
+    "queueId": frozenset({"int", "bigint"}),
+    "queue": frozenset({"int", "bigint"}),  # another name for queueId (Spark's Kafka sink has "partition")
+    "brokerName": frozenset({"string"}),
 }
 
 

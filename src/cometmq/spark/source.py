@@ -29,7 +29,8 @@ class CometMQDataSource(DataSource):
 
     def schema(self) -> StructType:
         # Only the properties switch changes the schema; a bad value is reported by the reader.
-        raw = str(self.options.get("includeProperties", "true")).strip().lower()
+        # (includeHeaders, as Spark's Kafka source names it, is another name for includeProperties.)
+        raw = str(self.options.get("includeProperties", self.options.get("includeHeaders", "true"))).strip().lower()
         return read_schema(include_properties=raw not in ("false", "0", "no"))
 
     def _check_schema(self, schema: StructType) -> None:

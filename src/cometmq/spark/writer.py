@@ -6,7 +6,9 @@ Each task makes one producer and sends all its rows with it:
   ``batchSize`` messages, spread round-robin over the topic's queues, up to ``maxInFlight`` requests at once;
 - rows with a ``shardingKey`` go to the queue the key hashes to (the SDK's ``select_by_hash``: CRC32 of the
   key), in batches sent one after another per queue, so a key's rows keep their order within the task;
-- rows with ``deliverAt`` (a timestamp or epoch ms) or ``delay`` (seconds) are timer messages, sent one by one.
+- rows with ``deliverAt`` (a timestamp or epoch ms) or ``delay`` (seconds) are timer messages, sent one by one;
+- rows with a ``queueId`` (or ``queue``) go to that queue of the topic (on the broker the ``brokerName`` column
+  names, needed only when several brokers have a queue of that id), batched and ordered per queue as keyed rows.
 
 A failed request is retried ``retries`` times; then the task fails and Spark runs it again. Delivery is
 therefore at-least-once: a retried task (or a request whose answer was lost) can send a row twice.
@@ -19,7 +21,7 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -34,7 +36,7 @@ from cometmq.spark.schema import WRITE_COLUMNS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CometBatchWriter", "CometStreamWriter", "SentCount", "check_write_schema"]
+__all__ = ["CometBatchWriter", "CometStreamWriter", "Outgoing", "SentCount", "check_write_schema", "pick_queue"]
 
 
 @dataclasses.dataclass
@@ -59,6 +61,11 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
         raise OptionError("writing to cometmq needs a 'body' column (binary or string)")
     if "topic" not in kinds and opts.topic is None:
         raise OptionError("say where to write: a 'topic' column or the option topic")
+    if "queue" in kinds and "queueId" in kinds:
+        raise OptionError("columns 'queue' and 'queueId' contradict each other ('queue' is another name for "
+                          "'queueId'): give one")
+    if "brokerName" in kinds and "queue" not in kinds and "queueId" not in kinds:
+        raise OptionError("column 'brokerName' only means something with a 'queueId' column (the queue to send to)")
 
 
 # -- rows -> messages ---------------------------------------------------------------------------------------------
@@ -70,9 +77,18 @@ def _epoch_ms(col: pa.Array) -> list[int | None]:
     return col.to_pylist()  # type: ignore[no-any-return]
 
 
-def to_messages(batch: pa.RecordBatch, topic: str | None,
-                first_row: int = 0) -> list[tuple[Message, str | int | None]]:
-    """(message, sharding key) per row of ``batch``; a row that cannot be sent raises InvalidArgumentError."""
+class Outgoing(NamedTuple):
+    """One row to send: the message, its sharding key, and the queue its row names (broker, queue id)."""
+
+    msg: Message
+    key: str | int | None
+    broker: str | None = None
+    queue_id: int | None = None
+    where: str = ""
+
+
+def to_messages(batch: pa.RecordBatch, topic: str | None, first_row: int = 0) -> list[Outgoing]:
+    """What to send per row of ``batch``; a row that cannot be sent raises InvalidArgumentError."""
     n = batch.num_rows
     names = batch.schema.names
 
@@ -84,7 +100,9 @@ def to_messages(batch: pa.RecordBatch, topic: str | None,
     tags, keys, props, shard = col("tags"), col("keys"), col("properties"), col("shardingKey")
     deliver = _epoch_ms(batch.column("deliverAt")) if "deliverAt" in names else [None] * n
     delay = col("delay")
-    out: list[tuple[Message, str | int | None]] = []
+    queue_ids = col("queue") if "queue" in names else col("queueId")
+    brokers = col("brokerName")
+    out: list[Outgoing] = []
     for i in range(n):
         where = f"row {first_row + i} of the task"
         body = bodies[i]
@@ -97,6 +115,12 @@ def to_messages(batch: pa.RecordBatch, topic: str | None,
             raise InvalidArgumentError(f"{where}: deliverAt and delay contradict each other: give one")
         if delay[i] is not None and delay[i] < 0:
             raise InvalidArgumentError(f"{where}: delay {delay[i]} is negative")
+        qid = queue_ids[i]
+        if qid is not None:
+            if qid < 0:
+                raise InvalidArgumentError(f"{where}: queueId {qid} is negative")
+            if shard[i] is not None:
+                raise InvalidArgumentError(f"{where}: queueId and shardingKey contradict each other: give one")
         p = props[i]
         try:
             msg = Message(t, body, tags=tags[i], keys=keys[i], properties=dict(p) if p else {},
@@ -104,8 +128,23 @@ def to_messages(batch: pa.RecordBatch, topic: str | None,
             msg.wire_properties("check")  # reserved or malformed properties are refused here, with the row
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{where}: {exc}") from None
-        out.append((msg, shard[i]))
+        out.append(Outgoing(msg, shard[i], brokers[i] if qid is not None else None, qid, where))
     return out
+
+
+def pick_queue(queues: Sequence[MessageQueue], topic: str, broker: str | None, queue_id: int,
+               where: str) -> MessageQueue:
+    """The queue ``queue_id`` of ``topic`` (on ``broker`` when given) among its writable ``queues``."""
+    hit = [q for q in queues if q.queue_id == queue_id and (broker is None or q.broker_name == broker)]
+    if len(hit) == 1:
+        return hit[0]
+    have = ", ".join(f"{q.broker_name}:{q.queue_id}" for q in queues) or "none"
+    if not hit:
+        on = f" on broker {broker}" if broker is not None else ""
+        raise InvalidArgumentError(f"{where}: topic {topic} has no writable queue {queue_id}{on} "
+                                   f"(its queues: {have})")
+    raise InvalidArgumentError(f"{where}: topic {topic} has a queue {queue_id} on several brokers ({have}); "
+                               "add a brokerName column to say which")
 
 
 # -- sending ------------------------------------------------------------------------------------------------------
@@ -168,9 +207,9 @@ class _Sender:
                 results = await self._retrying(f"batch to {queue}", send)
         self._count(results, len(msgs))
 
-    async def _send_one(self, msg: Message) -> None:
+    async def _send_one(self, msg: Message, queue: MessageQueue | None = None) -> None:
         async def send() -> list[SendResult]:
-            return [await self.producer.send(msg, timeout=self.opts.send_timeout)]
+            return [await self.producer.send(msg, queue=queue, timeout=self.opts.send_timeout)]
 
         async with self.slots:
             self._count(await self._retrying(f"timer message to {msg.topic}", send), 1)
@@ -182,14 +221,17 @@ class _Sender:
         self.sent += n
         self.requests += 1
 
-    async def add(self, msgs: list[tuple[Message, str | int | None]]) -> None:
+    async def add(self, rows: list[Outgoing]) -> None:
         self._check()
         size = self.opts.batch_size
-        for msg, key in msgs:
+        for msg, key, broker, queue_id, where in rows:
+            target = None
+            if queue_id is not None:
+                target = pick_queue(await self.queues(msg.topic), msg.topic, broker, queue_id, where)
             if msg.deliver_at is not None or msg.delay is not None:
-                self._spawn(self._send_one(msg))
-            elif key is not None:
-                queue = select_by_hash(await self.queues(msg.topic), msg, key)
+                self._spawn(self._send_one(msg, target))
+            elif target is not None or key is not None:
+                queue = target if target is not None else select_by_hash(await self.queues(msg.topic), msg, key)
                 buf = self.keyed.setdefault(queue, [])
                 buf.append(msg)
                 if len(buf) >= size:

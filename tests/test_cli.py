@@ -14,6 +14,7 @@ import pytest
 
 from cometmq.broker.config import ConfigError, load_broker_conf, parse_properties
 from tests.kit.ports import free_port
+from tests.kit.procs import reap
 
 
 def cometmq(*args: str) -> list[str]:
@@ -69,12 +70,7 @@ def test_serve_starts_and_stops_cleanly(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
     assert not (data / "abort").exists()
     checkpoint = json.loads((data / "checkpoint").read_text())
     assert checkpoint["clean_end_offset"] >= 0
@@ -97,12 +93,7 @@ def test_a_server_command_becomes_the_server_process(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
     assert "nameserver serving on" in (tmp_path / "ns.log").read_text()
 
 

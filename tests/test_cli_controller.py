@@ -15,6 +15,7 @@ from pathlib import Path
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
+from tests.kit.procs import reap
 from tests.test_cli import cometmq, free_port
 
 
@@ -35,12 +36,7 @@ def running(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
         else:
             raise AssertionError(f"process {proc.pid} still exists")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
 
 
 def request(addr: str, code: int, **fields: object) -> RemotingCommand:

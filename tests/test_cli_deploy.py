@@ -18,6 +18,7 @@ from cometmq.protocol.remoting import make_request
 from cometmq.protocol.route import ClusterInfo
 from cometmq.server_main import UsageError, _broker_config
 from cometmq.store.config import ConfigError
+from tests.kit.procs import reap
 from tests.test_cli import cometmq, free_port
 
 
@@ -33,12 +34,7 @@ def _stop(proc: subprocess.Popen[str]) -> int:
     try:
         return proc.wait(30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
 
 
 def test_broker_ip_on_a_wildcard_bind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -13,13 +13,14 @@ bad parameter, exit code 2.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -223,6 +224,31 @@ def _tls_config(conf: Path | None, mode: str | None, cert: Path | None, key: Pat
         return tls_config_from_properties(props, tls).check()
     except TlsError as exc:
         raise UsageError(str(exc), param_hint="--tls-mode/--tls-cert/--tls-key (tls.server.*)") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class _ServiceNotes:
+    grpc: str  # ", gRPC host:port" or ""
+    rest: str  # the metrics and dashboard notes
+
+
+@contextlib.asynccontextmanager
+async def _broker_services(ctl: BrokerController, namesrv: str, host: str, *, dashboard_port: int | None,
+                           grpc_port: int | None, access_keys: str | None,
+                           tls: TlsConfig) -> AsyncIterator[_ServiceNotes]:
+    """What runs beside a started broker (metrics, dashboard, gRPC endpoint, each as configured): started in
+    that order, stopped (those that started) when the block ends or a later one fails to start. The broker itself
+    is the caller's to stop."""
+    metrics = dash = proxy = None
+    try:
+        metrics = await _start_metrics(ctl)
+        dash = await _start_dashboard(ctl, dashboard_port, namesrv)
+        proxy = await _start_grpc(grpc_port, namesrv, host, access_keys, ctl, tls)
+        yield _ServiceNotes(_grpc_note(proxy), _metrics_note(metrics) + _dashboard_note(dash))
+    finally:
+        await _stop_metrics(dash)
+        await _stop_metrics(metrics)
+        await _stop_grpc(proxy)
 
 
 def _grpc_note(proxy: object | None) -> str:
@@ -491,25 +517,14 @@ def broker(config: Path | None, data: Path | None, port: int | None, host: str, 
         stop = _stop_event()
         ctl = BrokerController(cfg)
         await ctl.start()
-        metrics = dash = None
         try:
-            metrics = await _start_metrics(ctl)
-            dash = await _start_dashboard(ctl, dashboard_port, cfg.namesrv_addr)
-            proxy = await _start_grpc(grpc_port, cfg.namesrv_addr, host, access_keys, ctl, cfg.tls)
-        except BaseException:
-            await _stop_metrics(dash)
-            await _stop_metrics(metrics)
-            await ctl.stop()
-            raise
-        _server_gc()
-        print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}{_grpc_note(proxy)}, "
-              f"data in {cfg.store.store_path}{_metrics_note(metrics)}{_dashboard_note(dash)}", flush=True)
-        try:
-            await stop.wait()
+            async with _broker_services(ctl, cfg.namesrv_addr, host, dashboard_port=dashboard_port,
+                                        grpc_port=grpc_port, access_keys=access_keys, tls=cfg.tls) as notes:
+                _server_gc()
+                print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}{notes.grpc}, "
+                      f"data in {cfg.store.store_path}{notes.rest}", flush=True)
+                await stop.wait()
         finally:
-            await _stop_metrics(dash)
-            await _stop_metrics(metrics)
-            await _stop_grpc(proxy)
             await ctl.stop()
 
     _run(main())
@@ -538,27 +553,19 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
             await ns.stop()
             raise
         ctl = BrokerController(cfg)
-        await ctl.start()
-        metrics = dash = None
         try:
-            metrics = await _start_metrics(ctl)
-            dash = await _start_dashboard(ctl, dashboard_port, f"{host}:{ns.port}")
-            proxy = await _start_grpc(grpc_port, f"{host}:{ns.port}", host, access_keys, ctl, tls)
+            await ctl.start()
         except BaseException:
-            await _stop_metrics(dash)
-            await _stop_metrics(metrics)
-            await ctl.stop()
             await ns.stop()
             raise
-        _server_gc()
-        print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}{_grpc_note(proxy)}, "
-              f"data in {cfg.store.store_path}{_metrics_note(metrics)}{_dashboard_note(dash)}", flush=True)
         try:
-            await stop.wait()
+            async with _broker_services(ctl, f"{host}:{ns.port}", host, dashboard_port=dashboard_port,
+                                        grpc_port=grpc_port, access_keys=access_keys, tls=tls) as notes:
+                _server_gc()
+                print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}{notes.grpc}, "
+                      f"data in {cfg.store.store_path}{notes.rest}", flush=True)
+                await stop.wait()
         finally:
-            await _stop_metrics(dash)
-            await _stop_metrics(metrics)
-            await _stop_grpc(proxy)
             await ctl.stop()
             await ns.stop()
 

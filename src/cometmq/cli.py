@@ -86,8 +86,10 @@ def log_options(fn: F) -> F:
     return command  # type: ignore[return-value]
 
 
-#: False: the long-running commands run in this process (bench/trace_latency.py patches the broker's classes first)
-EXEC_SERVERS = True
+#: False: the long-running commands run in this process, for launchers that patch it first (bench/trace_latency.py
+#: wraps the broker's classes; the chaos harness's srcbind.py binds outgoing connections): set it, or set
+#: COMETMQ_SERVER_EXEC=0 in the environment
+EXEC_SERVERS = os.environ.get("COMETMQ_SERVER_EXEC", "1") != "0"
 
 
 def server_command(fn: F) -> F:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import io
+import os
 import runpy
 import signal
 import sys
@@ -64,6 +65,8 @@ def main() -> None:
         del sys.path[0]  # this file's folder: its modules must not shadow anything
     source, module = sys.argv[1], sys.argv[3]
     install(source)
+    # `cometmq <server command>` would exec a fresh interpreter (cometmq.server_main) without the patch: serve here
+    os.environ["COMETMQ_SERVER_EXEC"] = "0"
     faulthandler.register(signal.SIGUSR1)  # threads' stacks
     signal.signal(signal.SIGUSR2, _dump_tasks)  # asyncio tasks' stacks
     sys.argv = [module, *sys.argv[4:]]

@@ -48,3 +48,32 @@ def test_example_pipeline(spark: SparkSession, server: CometServer, topic: str, 
     # One sensor's windows sit in one queue (sharding key), so they keep their order.
     assert all(len({m.queueId for m in messages if json.loads(m.body)["sensor"] == s}) == 1
                for s in ("s0", "s1", "s2", "s3"))
+
+
+def test_sensor_stats_stream(spark: SparkSession, server: CometServer, producer: Any, topic: str,
+                             tmp_path: Path) -> None:
+    """examples/sensor_stats_stream.py (examples/pipelines as a plain job): two runs, each reading once."""
+    spec = importlib.util.spec_from_file_location("sensor_stats_stream", EXAMPLE.parent / "sensor_stats_stream.py")
+    assert spec is not None and spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    from cometmq.client import Message
+
+    def send(start: int, n: int) -> None:
+        producer.send_batch([Message(topic, json.dumps({"sensor": f"s{i % 3}", "value": float(i), "ts": i}).encode())
+                             for i in range(start, start + n)])
+
+    def expected(n: int) -> dict[str, tuple[int, float, float]]:
+        vals = {s: [float(i) for i in range(n) if i % 3 == int(s[1])] for s in ("s0", "s1", "s2")}
+        return {s: (len(v), round(sum(v) / len(v), 3), max(v)) for s, v in vals.items()}
+
+    send(0, 30)
+    producer.send_batch([Message(topic, b"not json")])
+    out = str(tmp_path / "out")
+    stats = job.run(spark, namesrv=server.namesrv, topic=topic, out=out).collect()
+    assert {r.sensor: (r.readings, r.avg_value, r.max_value) for r in stats} == expected(30)
+    send(30, 15)
+    stats = job.run(spark, namesrv=server.namesrv, topic=topic, out=out).collect()
+    assert {r.sensor: (r.readings, r.avg_value, r.max_value) for r in stats} == expected(45)
+    table = spark.read.parquet(str(tmp_path / "out" / "readings")).collect()
+    assert len(table) == len({(r.queueId, r.queueOffset) for r in table}) == 45

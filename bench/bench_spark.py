@@ -17,7 +17,11 @@ Rows/s are rows over wall time; the ratio is cometmq / ceiling of the best round
 ceiling's rows (body, tags, keys) into a topic with ``df.write.format("cometmq")`` (the batch write rate, best of
 two), and ``--stream-runs`` streaming queries (availableNow), each reading ``--stream-messages`` of a topic and
 writing them to a second topic with ``writeStream.format("cometmq")`` (the stream write rate: the best query, whole
-query included). One JSON object on stdout (and in bench/results/).
+query included). With ``--eos`` (or ``--eos-only``, which skips the reads), the same batch write and stream write
+again with ``transactional=true`` (exactly-once: a half message per row, committed by the driver), interleaved
+with the at-least-once ones, and the ratio of their times (``eos_batch_write_ratio``,
+``eos_stream_write_ratio``: exactly-once time / at-least-once time, best run each). One JSON object on stdout
+(and in bench/results/).
 """
 
 from __future__ import annotations
@@ -87,6 +91,50 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+def bench_eos(spark: SparkSession, server: CometServer, ceiling: Any, args: argparse.Namespace,
+              res: dict[str, Any], tmp: Path) -> None:
+    """At-least-once vs exactly-once (transactional=true): the batch write of the ceiling's rows and an
+    availableNow stream copy of --stream-messages, alternating, best of --rounds (at least 2) each."""
+    rounds = max(2, args.rounds)
+    n = min(args.stream_messages, args.messages)
+    stream_in = "BenchEosIn"
+    server.create_topic(stream_in, args.queues)
+    run(produce(server.namesrv, stream_in, n, args.body_size))
+    rows = ceiling.select("body", "tags", "keys")
+    times: dict[str, list[float]] = {k: [] for k in ("alo_batch", "eos_batch", "alo_stream", "eos_stream")}
+    for r in range(rounds):
+        for mode in ("alo", "eos"):
+            tx = "true" if mode == "eos" else "false"
+            target = f"BenchEos{mode.capitalize()}{r}"
+            server.create_topic(target, args.queues)
+            dt, _ = timed(lambda target=target, tx=tx: rows.write.format("cometmq")
+                          .option("namesrv", server.namesrv).option("topic", target).option("transactional", tx)
+                          .mode("append").save())
+            times[f"{mode}_batch"].append(dt)
+            src = (spark.readStream.format("cometmq").option("namesrv", server.namesrv)
+                   .option("subscribe", stream_in).option("startingOffsets", "earliest").load())
+            query = (src.select("body", "tags", "keys").writeStream.format("cometmq")
+                     .option("namesrv", server.namesrv).option("topic", target).option("transactional", tx)
+                     .option("checkpointLocation", str(tmp / f"eos-ckpt-{mode}{r}")).trigger(availableNow=True))
+            t0 = time.perf_counter()
+            q = query.start()
+            q.awaitTermination(900)
+            times[f"{mode}_stream"].append(time.perf_counter() - t0)
+            assert q.exception() is None, q.exception()
+            got = spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", target) \
+                .load().count()
+            assert got == args.messages + n, f"{mode} round {r}: {got} rows, not {args.messages} + {n}"
+            log(f"round {r + 1} {mode}: batch write {times[f'{mode}_batch'][-1]:.2f} s ({args.messages} rows), "
+                f"stream write {times[f'{mode}_stream'][-1]:.2f} s ({n} rows)")
+    res["eos_seconds"] = {k: [round(x, 3) for x in v] for k, v in times.items()}
+    res["eos_stream_messages"] = n
+    for what in ("batch", "stream"):
+        res[f"eos_{what}_write_ratio"] = round(min(times[f"eos_{what}"]) / min(times[f"alo_{what}"]), 3)
+    res["load_avg"] = [round(x, 2) for x in os.getloadavg()]
+    log(f"exactly-once / at-least-once time: batch {res['eos_batch_write_ratio']}, "
+        f"stream {res['eos_stream_write_ratio']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -95,6 +143,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--stream-messages", type=int, default=200_000)
     ap.add_argument("--stream-runs", type=int, default=2, help="availableNow queries copying the stream input")
+    ap.add_argument("--eos", action="store_true", help="also time the exactly-once (transactional=true) writes")
+    ap.add_argument("--eos-only", action="store_true", help="only the at-least-once vs exactly-once writes")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (default: bench/results/)")
     args = ap.parse_args()
 
@@ -128,68 +178,74 @@ def main() -> None:
         comet = (spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", topic).load())
         ceiling = (spark.read.format("cometmq_synthetic").option("rows", str(args.messages))
                    .option("parts", str(args.queues)).option("body", str(args.body_size)).load())
-        # Same rows? A quick look at both, and every message must be there.
-        assert comet.count() == args.messages, "the cometmq read lost or added messages"
-        assert ceiling.count() == args.messages
-        pq = tmp / "parquet"
-        runs: dict[str, list[float]] = {k: [] for k in ("cometmq_count", "ceiling_count", "cometmq_parquet",
-                                                        "ceiling_parquet")}
-        for r in range(args.rounds):
-            for name, df in (("ceiling", ceiling), ("cometmq", comet)):
-                dt, n = timed(df.count)
-                assert n == args.messages
-                runs[f"{name}_count"].append(dt)
-                shutil.rmtree(pq, ignore_errors=True)
-                dt, _ = timed(lambda df=df: df.write.parquet(str(pq)))
-                runs[f"{name}_parquet"].append(dt)
-                log(f"round {r + 1} {name}: count {runs[f'{name}_count'][-1]:.2f} s, "
-                    f"parquet {runs[f'{name}_parquet'][-1]:.2f} s")
-        res["seconds"] = {k: [round(x, 3) for x in v] for k, v in runs.items()}
-        for what in ("count", "parquet"):
-            c = args.messages / min(runs[f"cometmq_{what}"])
-            ceil = args.messages / min(runs[f"ceiling_{what}"])
-            res[f"cometmq_{what}_rows_s"] = round(c)
-            res[f"ceiling_{what}_rows_s"] = round(ceil)
-            res[f"{what}_ratio"] = round(c / ceil, 3)
+        if args.eos_only:
+            bench_eos(spark, server, ceiling, args, res, tmp)
+        else:
+            # Same rows? A quick look at both, and every message must be there.
+            assert comet.count() == args.messages, "the cometmq read lost or added messages"
+            assert ceiling.count() == args.messages
+            pq = tmp / "parquet"
+            runs: dict[str, list[float]] = {k: [] for k in ("cometmq_count", "ceiling_count", "cometmq_parquet",
+                                                            "ceiling_parquet")}
+            for r in range(args.rounds):
+                for name, df in (("ceiling", ceiling), ("cometmq", comet)):
+                    dt, n = timed(df.count)
+                    assert n == args.messages
+                    runs[f"{name}_count"].append(dt)
+                    shutil.rmtree(pq, ignore_errors=True)
+                    dt, _ = timed(lambda df=df: df.write.parquet(str(pq)))
+                    runs[f"{name}_parquet"].append(dt)
+                    log(f"round {r + 1} {name}: count {runs[f'{name}_count'][-1]:.2f} s, "
+                        f"parquet {runs[f'{name}_parquet'][-1]:.2f} s")
+            res["seconds"] = {k: [round(x, 3) for x in v] for k, v in runs.items()}
+            for what in ("count", "parquet"):
+                c = args.messages / min(runs[f"cometmq_{what}"])
+                ceil = args.messages / min(runs[f"ceiling_{what}"])
+                res[f"cometmq_{what}_rows_s"] = round(c)
+                res[f"ceiling_{what}_rows_s"] = round(ceil)
+                res[f"{what}_ratio"] = round(c / ceil, 3)
 
-        # Batch write: the ceiling's rows (body, tags, keys) into a topic with df.write.format("cometmq"), best of
-        # two (the first also starts the workers' write path).
-        write_topic = "BenchSparkWrite"
-        server.create_topic(write_topic, args.queues)
-        rows = ceiling.select("body", "tags", "keys")
-        batch_s = []
-        for _ in range(2):
-            dt, _ = timed(lambda: rows.write.format("cometmq").option("namesrv", server.namesrv)
-                          .option("topic", write_topic).mode("append").save())
-            batch_s.append(dt)
-        res["batch_write_s"] = [round(x, 3) for x in batch_s]
-        res["batch_write_rows_s"] = round(args.messages / min(batch_s))
+            # Batch write: the ceiling's rows (body, tags, keys) into a topic with df.write.format("cometmq"), best of
+            # two (the first also starts the workers' write path).
+            write_topic = "BenchSparkWrite"
+            server.create_topic(write_topic, args.queues)
+            rows = ceiling.select("body", "tags", "keys")
+            batch_s = []
+            for _ in range(2):
+                dt, _ = timed(lambda: rows.write.format("cometmq").option("namesrv", server.namesrv)
+                              .option("topic", write_topic).mode("append").save())
+                batch_s.append(dt)
+            res["batch_write_s"] = [round(x, 3) for x in batch_s]
+            res["batch_write_rows_s"] = round(args.messages / min(batch_s))
 
-        # Stream write: an availableNow query copies a topic of --stream-messages into another topic. Each run is
-        # a new query (its own checkpoint) over the same input, so each copies all of it; the rate is the best
-        # run's, whole query included (start, planning, checkpoint writes, the one micro-batch).
-        n = min(args.stream_messages, args.messages)
-        stream_in = "BenchSparkStreamIn"
-        server.create_topic(stream_in, args.queues)
-        run(produce(server.namesrv, stream_in, n, args.body_size))
-        stream_s = []
-        for k in range(args.stream_runs):
-            src = (spark.readStream.format("cometmq").option("namesrv", server.namesrv)
-                   .option("subscribe", stream_in).option("startingOffsets", "earliest").load())
-            query = (src.select("body", "tags", "keys").writeStream.format("cometmq")
-                     .option("namesrv", server.namesrv).option("topic", out_topic)
-                     .option("checkpointLocation", str(tmp / f"ckpt{k}")).trigger(availableNow=True))
-            t0 = time.perf_counter()
-            q = query.start()
-            q.awaitTermination(600)
-            stream_s.append(time.perf_counter() - t0)
-        written = spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", out_topic) \
-            .load().count()
-        assert written == args.stream_runs * n, f"the stream writes wrote {written} rows, not {args.stream_runs} x {n}"
-        res["stream_written"] = written
-        res["stream_write_s"] = [round(x, 3) for x in stream_s]
-        res["stream_write_rows_s"] = round(n / min(stream_s))
-        log(f"batch write {res['batch_write_rows_s']} rows/s, stream write {res['stream_write_rows_s']} rows/s")
+            # Stream write: an availableNow query copies a topic of --stream-messages into another topic. Each run is
+            # a new query (its own checkpoint) over the same input, so each copies all of it; the rate is the best
+            # run's, whole query included (start, planning, checkpoint writes, the one micro-batch).
+            n = min(args.stream_messages, args.messages)
+            stream_in = "BenchSparkStreamIn"
+            server.create_topic(stream_in, args.queues)
+            run(produce(server.namesrv, stream_in, n, args.body_size))
+            stream_s = []
+            for k in range(args.stream_runs):
+                src = (spark.readStream.format("cometmq").option("namesrv", server.namesrv)
+                       .option("subscribe", stream_in).option("startingOffsets", "earliest").load())
+                query = (src.select("body", "tags", "keys").writeStream.format("cometmq")
+                         .option("namesrv", server.namesrv).option("topic", out_topic)
+                         .option("checkpointLocation", str(tmp / f"ckpt{k}")).trigger(availableNow=True))
+                t0 = time.perf_counter()
+                q = query.start()
+                q.awaitTermination(600)
+                stream_s.append(time.perf_counter() - t0)
+            written = spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", out_topic) \
+                .load().count()
+            assert written == args.stream_runs * n, \
+                f"the stream writes wrote {written} rows, not {args.stream_runs} x {n}"
+            res["stream_written"] = written
+            res["stream_write_s"] = [round(x, 3) for x in stream_s]
+            res["stream_write_rows_s"] = round(n / min(stream_s))
+            log(f"batch write {res['batch_write_rows_s']} rows/s, stream write {res['stream_write_rows_s']} rows/s")
+            if args.eos:
+                bench_eos(spark, server, ceiling, args, res, tmp)
     finally:
         if spark is not None:
             spark.stop()

@@ -198,14 +198,16 @@ class TransactionProducer(Producer):
         await self.end_transaction(result, state)
         return TransactionSendResult(result, state)
 
-    async def send_half(self, msg: Message, *, timeout: float | None = None) -> SendResult:
-        """Only the first step: store ``msg`` as a half (invisible until :meth:`end_transaction`)."""
+    async def send_half(self, msg: Message, *, timeout: float | None = None,
+                        queue: MessageQueue | None = None) -> SendResult:
+        """Only the first step: store ``msg`` as a half (invisible until :meth:`end_transaction`); ``queue``: the
+        real queue it is delivered to when committed (default: the producer picks one, retrying on others)."""
         self._check(msg)
         if msg.delay_level or msg.deliver_at is not None or msg.delay is not None:
             raise InvalidArgumentError("a transactional message cannot be delayed or scheduled")
         half = Message(msg.topic, msg.body, tags=msg.tags, keys=msg.keys,
                        properties={**msg.properties, TRAN_MSG: "true", PGROUP: self.group}, flag=msg.flag)
-        result = await self.send(half, timeout=timeout)
+        result = await self.send(half, timeout=timeout, queue=queue)
         await self._announce(result.queue)
         return result
 

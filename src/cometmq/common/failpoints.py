@@ -10,15 +10,25 @@ The points (grep ``failpoints.hit``):
 | ``ha.demote.role_set`` | a master becoming a replica: its role changed, its master services not yet stopped |
 | ``ha.truncate.log_cut`` | a replica's truncation: the log is cut back, its epoch file not yet |
 | ``controller.elect.committed`` | the controller leader: an election is in the log, the brokers not yet told |
+| ``spark.commit.after_marker.<batchId>`` | a Spark exactly-once commit: the batch's marker is stored, no COMMIT sent |
+| ``spark.commit.partial.<batchId>`` | a Spark exactly-once commit: half of the batch's COMMITs answered |
+
+With ``COMETMQ_FAILPOINTS_KILL=session`` a failpoint SIGKILLs the process group of its session's leader instead
+(e.g. a Spark driver started with ``start_new_session=True`` and its JVM, when the point is reached in a Python
+worker the JVM started, which may sit in a process group of its own). Only for processes started in a session of
+their own: the leader of a terminal's session is its shell.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 ENV = "COMETMQ_FAILPOINTS"
+#: ``session``: a failpoint SIGKILLs its session leader's process group, not only its process
+KILL_ENV = "COMETMQ_FAILPOINTS_KILL"
 #: the exit status of a process a failpoint ended (as a SIGKILL'd one)
 EXIT_CODE = 137
 
@@ -48,6 +58,8 @@ def hit(name: str) -> None:
     if _armed[name] <= 0:
         sys.stderr.write(f"failpoint {name}: exiting\n")
         sys.stderr.flush()
+        if os.environ.get(KILL_ENV) == "session":
+            os.killpg(os.getsid(0), signal.SIGKILL)
         os._exit(EXIT_CODE)
 
 

@@ -21,6 +21,7 @@ from cometmq.client.admin import all_topics, max_offset, min_offset, search_offs
 from cometmq.client.errors import NoRouteError
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageQueue
+from cometmq.client.transaction_producer import TransactionClientInstance
 
 __all__ = ["Link", "is_system_topic"]
 
@@ -46,9 +47,12 @@ def _loop_factory() -> asyncio.AbstractEventLoop:
 class Link:
     """A blocking client for the Spark source and sink (not thread-safe: one caller at a time)."""
 
-    def __init__(self, namesrv: str, *, timeout: float = 10.0, credentials: tuple[str, str] | None = None) -> None:
+    def __init__(self, namesrv: str, *, timeout: float = 10.0, credentials: tuple[str, str] | None = None,
+                 transactions: bool = False) -> None:
+        """``transactions``: the instance also answers the brokers' transaction check-backs (while a call runs)."""
         self.loop = _loop_factory()
-        self.instance = ClientInstance(namesrv, request_timeout=timeout, credentials=credentials)
+        kind = TransactionClientInstance if transactions else ClientInstance
+        self.instance = kind(namesrv, request_timeout=timeout, credentials=credentials)
         self.timeout = timeout
         self.closed = False
 

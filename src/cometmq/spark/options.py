@@ -43,7 +43,10 @@ _READ_OPTIONS = ("namesrv", "subscribe", "subscribePattern", "assign", "starting
                  "expressionType", "includeProperties", "includeHeaders", "commitToGroup", "consumerGroup",
                  "requestTimeoutMs", "accessKey", "secretKey")
 _WRITE_OPTIONS = ("namesrv", "topic", "producerGroup", "batchSize", "maxInFlight", "sendTimeoutMs", "retries",
-                  "requestTimeoutMs", "accessKey", "secretKey")
+                  "requestTimeoutMs", "accessKey", "secretKey", "transactional", "commitTopic")
+
+#: where the exactly-once sink records the micro-batches it commits (see cometmq.spark.exactly_once)
+DEFAULT_COMMIT_TOPIC = "cometmq-spark-commits"
 
 
 class OptionError(ValueError):
@@ -134,6 +137,9 @@ class WriteOptions:
     send_timeout: float = 10.0
     retries: int = 2
     credentials: tuple[str, str] | None = None
+    #: exactly-once: rows as transactional half messages committed by the driver (cometmq.spark.exactly_once)
+    transactional: bool = False
+    commit_topic: str = DEFAULT_COMMIT_TOPIC
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -440,9 +446,17 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         raise OptionError(f"option producerGroup: {exc}") from None
     timeout_ms = _int(opts, "sendTimeoutMs", minimum=100) or _int(opts, "requestTimeoutMs", minimum=100)
     retries = _int(opts, "retries", minimum=0)
+    transactional = _bool(opts, "transactional", False)
+    commit_topic = _topic("commitTopic", opts.get("commitTopic", DEFAULT_COMMIT_TOPIC).strip())
+    if "commitTopic" in opts and not transactional:
+        raise OptionError("option commitTopic only means something with transactional=true")
+    if transactional and "producerGroup" in opts:
+        raise OptionError("option producerGroup contradicts transactional=true: a transactional write's producer "
+                          "group is derived from the query id (cometmq-spark-eos-<id>)")
     return WriteOptions(
         namesrv=namesrv, topic=topic, producer_group=group,
         batch_size=_int(opts, "batchSize", minimum=1) or 256,
         max_in_flight=_int(opts, "maxInFlight", minimum=1) or 8,
         send_timeout=(timeout_ms or 10_000) / 1000,
-        retries=2 if retries is None else retries, credentials=_credentials(opts))
+        retries=2 if retries is None else retries, credentials=_credentials(opts),
+        transactional=transactional, commit_topic=commit_topic)

@@ -12,6 +12,9 @@ Each task makes one producer and sends all its rows with it:
 
 A failed request is retried ``retries`` times; then the task fails and Spark runs it again. Delivery is
 therefore at-least-once: a retried task (or a request whose answer was lost) can send a row twice.
+
+With the option ``transactional=true`` rows go as transactional half messages that the driver commits:
+exactly once for streams, all or nothing for batch jobs (:mod:`cometmq.spark.exactly_once`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -30,6 +34,7 @@ from pyspark.sql.types import StructType
 from cometmq.client.errors import InvalidArgumentError, MQClientError
 from cometmq.client.message import Message, MessageQueue, SendResult
 from cometmq.client.producer import Producer, select_by_hash
+from cometmq.spark import exactly_once
 from cometmq.spark.link import Link
 from cometmq.spark.options import OptionError, WriteOptions
 from cometmq.spark.schema import WRITE_COLUMNS
@@ -291,35 +296,77 @@ def send_batches(batches: Iterator[pa.RecordBatch], opts: WriteOptions) -> SentC
 
 
 class CometBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("cometmq")`` (append only)."""
+    """``df.write.format("cometmq")`` (append only); with ``transactional=true`` all or nothing."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
+        #: a transactional job's id (the writer is made once on the driver and shipped to the tasks)
+        self.job_id = f"job-{uuid.uuid4().hex}"
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCount:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.opts.transactional:
+            return exactly_once.send_halves(iterator, self.opts, self.job_id, 0)
         return send_batches(iterator, self.opts)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.opts.transactional:
+            n = exactly_once.commit_halves(self.opts, messages, 0)
+            log.info("cometmq transactional write %s committed: %d messages", self.job_id, n)
+            return
         total = sum(m.messages for m in messages if isinstance(m, SentCount))
         log.info("cometmq write committed: %d messages from %d tasks", total, len(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.opts.transactional:
+            n = exactly_once.abort_halves(self.opts, messages, 0)
+            log.warning("cometmq transactional write %s aborted: %d messages rolled back", self.job_id, n)
+            return
         sent = sum(m.messages for m in messages if isinstance(m, SentCount))
         log.warning("cometmq write aborted; %d messages of the finished tasks stay sent (at-least-once)", sent)
 
 
+#: the local properties Spark's micro-batch execution gives every task of a streaming query
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def _stream_task_ids() -> tuple[str, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    query = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+    batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+    if not query or batch is None:
+        raise OptionError("transactional=true: this task does not know its streaming query and batch id (Spark "
+                          f"sets the local properties {QUERY_ID_PROPERTY} and {BATCH_ID_PROPERTY} in micro-batch "
+                          "queries; continuous processing is not supported)")
+    return query, int(batch)
+
+
 class CometStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("cometmq")``: each micro-batch's rows, at least once."""
+    """``df.writeStream.format("cometmq")``: each micro-batch's rows, at least once; with ``transactional=true``
+    exactly once."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCount:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.opts.transactional:
+            query, batch = _stream_task_ids()
+            return exactly_once.send_halves(iterator, self.opts, query, batch)
         return send_batches(iterator, self.opts)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.opts.transactional:
+            n = exactly_once.commit_halves(self.opts, messages, batchId)
+            log.info("cometmq transactional stream write: batch %d committed, %d messages", batchId, n)
+            return
         total = sum(m.messages for m in messages if isinstance(m, SentCount))
         log.info("cometmq stream write: batch %d committed, %d messages", batchId, total)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.opts.transactional:
+            n = exactly_once.abort_halves(self.opts, messages, batchId)
+            log.warning("cometmq transactional stream write: batch %d aborted, %d messages rolled back", batchId, n)
+            return
         log.warning("cometmq stream write: batch %d aborted; what was sent stays sent (at-least-once)", batchId)

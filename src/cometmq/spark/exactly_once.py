@@ -1,0 +1,530 @@
+"""Exactly-once writes (sink option ``transactional=true``): rows as transactional half messages, committed by
+the driver, recoverable after a driver crash.
+
+Tasks (executors)
+    Each row is sent as a RocketMQ transaction's *half* (``TRAN_MSG=true``; invisible to consumers) of the
+    producer group ``cometmq-spark-eos-<queryId>``, with the properties :data:`QUERY_ID`, :data:`BATCH_ID` and
+    :data:`WRITE_ID` (one id per task attempt). A task returns a :class:`HalfBatch`: per half what
+    END_TRANSACTION needs (broker name, commit-log offset, half-queue offset, msg id). A task that fails rolls
+    back what it had sent.
+
+Driver, ``commit(messages, batchId)``
+    1. *Marker*: a message on the commit topic (``commitTopic``, default ``cometmq-spark-commits``; 1 queue, made
+       when missing) keyed ``<queryId>:<batchId>`` whose body lists the write ids to commit and their halves (in
+       parts of at most :data:`PART_HALVES` halves, each naming every write id). It is on the broker, found
+       through the broker's key index (QUERY_MESSAGE), so it outlives the driver and does not depend on where the
+       checkpoint lives. If several markers of one batch exist (a replay that wrote its own), the first stored
+       one is *the* marker: everyone decides from it.
+    2. END_TRANSACTION COMMIT for each half the marker lists (pipelined; rows with a sharding key or queue id are
+       committed one after another per queue, in row order, so they keep their order), ROLLBACK for halves of
+       this run the marker does not list (a replay's).
+    3. *Done*: the consumer offset of group ``cometmq-spark-eos-<queryId>`` on the commit topic's queue 0 is set
+       to ``batchId + 1``.
+
+Replay (Spark reruns batch B after a crash: its commit log lacks B)
+    The replay's tasks send new halves; its commit finds B's marker (the crashed run's), COMMITs the halves it
+    lists again (idempotent: the broker answers "already resolved" for those done) and rolls back the new ones.
+    No row is lost or doubled. Without a marker, the replay writes its own and the crashed run's halves are
+    orphans.
+
+Check-back (orphans, lost END_TRANSACTIONs)
+    Every producer of the group (the tasks while they run, the driver while it commits) answers the broker's
+    CHECK_TRANSACTION_STATE from the marker: the half's write id listed → COMMIT; a marker that does not list it
+    → ROLLBACK; no marker yet → UNKNOW (the batch may still be running). A half nobody decides is moved by the
+    broker to TRANS_CHECK_MAX_TIME_TOPIC after ``transactionCheckMax`` checks: never delivered to the target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import logging
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+
+from cometmq.client.admin import Admin
+from cometmq.client.errors import InvalidArgumentError, MQClientError, NoRouteError
+from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
+from cometmq.client.producer import Producer, select_by_hash
+from cometmq.client.transaction_producer import LocalTransactionState, TransactionClientInstance, TransactionProducer
+from cometmq.common import failpoints
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.headers import EndTransactionRequestHeader
+from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.remoting import make_request
+from cometmq.spark.link import Link
+from cometmq.spark.options import WriteOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BATCH_ID", "QUERY_ID", "WRITE_ID", "HalfBatch", "abort_halves", "commit_halves", "group_for",
+           "send_halves"]
+
+#: properties every transactional row carries (and keeps once committed)
+QUERY_ID = "__SPARK_QUERY_ID"
+BATCH_ID = "__SPARK_BATCH_ID"
+WRITE_ID = "__SPARK_WRITE_ID"
+GROUP_PREFIX = "cometmq-spark-eos-"
+#: halves per marker message (about 60 bytes each before compression)
+PART_HALVES = 40_000
+#: END_TRANSACTIONs in flight at once from the driver
+END_CONCURRENCY = 256
+#: RocketMQ's property: no check-back of a half sooner than this many seconds after it was stored
+CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+#: CHECK_IMMUNITY_TIME_IN_SECONDS of every half (the broker uses its transactionTimeOut when that is longer)
+CHECK_IMMUNITY_S = 60
+_COMMIT = LocalTransactionState.COMMIT_MESSAGE
+_ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
+
+#: one half: (broker name, commit-log offset, half-queue offset, msg id, real queue id, ordered)
+HalfRef = tuple[str, int, int, str, int, bool]
+
+
+def group_for(query_id: str) -> str:
+    return GROUP_PREFIX + query_id
+
+
+def marker_key(query_id: str, batch_id: int) -> str:
+    return f"{query_id}:{batch_id}"
+
+
+@dataclasses.dataclass
+class HalfBatch(WriterCommitMessage):
+    """What one task sent: its halves, not yet visible."""
+
+    query_id: str
+    batch_id: int
+    write_id: str
+    halves: list[HalfRef]
+
+    @property
+    def messages(self) -> int:
+        return len(self.halves)
+
+
+# -- the marker --------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Marker:
+    commit_id: str
+    write_ids: frozenset[str]
+    halves: list[HalfRef]
+    parts: int
+    parts_seen: int
+
+
+class Markers:
+    """The commit markers of the commit topic, and the per-query 'done' pointer (a consumer offset)."""
+
+    def __init__(self, instance: TransactionClientInstance, topic: str, timeout: float) -> None:
+        self.admin = Admin(instance=instance, timeout=timeout)
+        self.admin.started = True  # the link's instance is used unstarted: requests only
+        self.instance = instance
+        self.topic = topic
+        self.timeout = timeout
+        self._found: dict[tuple[str, int], Marker] = {}
+
+    async def ensure_topic(self) -> None:
+        try:
+            await self.admin.topic_route(self.topic)
+        except NoRouteError:
+            log.info("creating the exactly-once commit topic %s", self.topic)
+            await self.admin.create_topic(self.topic, read_queues=1, wait=10.0)
+
+    async def find(self, query_id: str, batch_id: int) -> Marker | None:
+        """The batch's marker (the first stored, if there are several); None when there is none yet."""
+        known = self._found.get((query_id, batch_id))
+        if known is not None and known.parts_seen == known.parts:
+            return known
+        key = marker_key(query_id, batch_id)
+        try:
+            msgs = await self.admin.query_messages_by_key(self.topic, key, max_num=4096)
+        except NoRouteError:
+            return None
+        parts: dict[str, dict[int, dict[str, Any]]] = {}
+        order: list[str] = []
+        for m in msgs:  # oldest first
+            try:
+                doc = json.loads(zlib.decompress(m.body))
+                cid = str(doc["commit"])
+            except (ValueError, KeyError, TypeError, zlib.error):
+                log.warning("unreadable commit marker %s in %s", m.msg_id, self.topic)
+                continue
+            if cid not in parts:
+                order.append(cid)
+            parts.setdefault(cid, {})[int(doc["part"])] = doc
+        if not order:
+            return None
+        first = parts[order[0]]
+        any_part = next(iter(first.values()))
+        halves: list[HalfRef] = []
+        for _, doc in sorted(first.items()):
+            for broker, rows in doc["halves"].items():
+                halves.extend((broker, int(c), int(q), str(i), int(qid), bool(o)) for c, q, i, qid, o in rows)
+        marker = Marker(order[0], frozenset(any_part["writeIds"]), halves, int(any_part["parts"]), len(first))
+        self._found[(query_id, batch_id)] = marker
+        return marker
+
+    async def write(self, producer: Producer, query_id: str, batch_id: int, write_ids: Sequence[str],
+                    halves: Sequence[HalfRef]) -> str:
+        commit_id = uuid.uuid4().hex
+        chunks = [halves[i:i + PART_HALVES] for i in range(0, len(halves), PART_HALVES)] or [[]]
+        for n, chunk in enumerate(chunks):
+            by_broker: dict[str, list[list[Any]]] = {}
+            for broker, clo, qo, msg_id, qid, ordered in chunk:
+                by_broker.setdefault(broker, []).append([clo, qo, msg_id, qid, int(ordered)])
+            doc = {"query": query_id, "batch": batch_id, "commit": commit_id, "part": n, "parts": len(chunks),
+                   "writeIds": sorted(write_ids), "halves": by_broker}
+            body = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+            result = await producer.send(Message(self.topic, body, keys=marker_key(query_id, batch_id),
+                                                 tags="commit"), timeout=self.timeout)
+            if not result.ok:
+                raise MQClientError(f"the commit marker of batch {batch_id} was stored as {result.status.value}, "
+                                    "not SEND_OK")
+        return commit_id
+
+    async def _done_queue(self) -> tuple[str, MessageQueue] | None:
+        qs = await self.instance.subscribe_queues(self.topic, refresh=False)
+        if not qs:
+            return None
+        q = min(qs, key=lambda q: (q.broker_name, q.queue_id))
+        addr = self.instance.master_addr(q.broker_name)
+        return None if addr is None else (addr, q)
+
+    async def done(self, query_id: str) -> int:
+        """Batches below this one are committed in full (0: none known)."""
+        got = await self._done_queue()
+        if got is None:
+            return 0
+        off = await self.admin.committed_offset(group_for(query_id), got[1])
+        return off or 0
+
+    async def set_done(self, query_id: str, next_batch: int) -> None:
+        got = await self._done_queue()
+        if got is not None:
+            await self.admin.update_consumer_offset(group_for(query_id), got[1], next_batch)
+
+
+class Checker:
+    """Answers CHECK_TRANSACTION_STATE for the group from the markers."""
+
+    def __init__(self, markers: Markers) -> None:
+        self.markers = markers
+
+    async def __call__(self, msg: MessageExt) -> LocalTransactionState:
+        q, b, w = msg.properties.get(QUERY_ID), msg.properties.get(BATCH_ID), msg.properties.get(WRITE_ID)
+        if not q or not w or b is None or not b.lstrip("-").isdigit():
+            return LocalTransactionState.UNKNOW
+        try:
+            marker = await self.markers.find(q, int(b))
+        except MQClientError as exc:
+            log.info("check of %s: cannot read the commit marker (%s)", msg.msg_id, exc)
+            return LocalTransactionState.UNKNOW
+        if marker is None:
+            return LocalTransactionState.UNKNOW  # the batch may still be running
+        state = _COMMIT if w in marker.write_ids else _ROLLBACK
+        log.info("check of %s (query %s batch %s): %s", msg.msg_id, q, b, state.name)
+        return state
+
+
+# -- tasks ---------------------------------------------------------------------------------------------------------
+def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id: str, batch_id: int) -> HalfBatch:
+    """Send every row of ``batches`` as a half of ``query_id``'s group; on failure roll back what was sent."""
+    from cometmq.spark.writer import pick_queue, to_messages
+
+    link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, transactions=True)
+    instance = link.instance
+    assert isinstance(instance, TransactionClientInstance)
+    group = group_for(query_id)
+    checker = Checker(Markers(instance, opts.commit_topic, opts.send_timeout))
+    producer = TransactionProducer(group, instance=instance, checker=checker, send_timeout=opts.send_timeout,
+                                   retries=opts.retries)
+    write_id = uuid.uuid4().hex
+    # The broker's first check-back of a half comes no sooner than this: a batch still being written is not asked
+    # about (each check re-appends the half and costs a marker lookup); orphans wait this long.
+    extra = {QUERY_ID: query_id, BATCH_ID: str(batch_id), WRITE_ID: write_id,
+             CHECK_IMMUNITY_TIME_IN_SECONDS: str(CHECK_IMMUNITY_S)}
+    sent: list[tuple[int, SendResult, bool]] = []
+    in_flight = max(64, 8 * opts.max_in_flight)
+    slots = asyncio.Semaphore(in_flight)
+    pending: set[asyncio.Task[None]] = set()
+    errors: list[BaseException] = []
+    queues: dict[str, list[MessageQueue]] = {}
+    seq = itertools.count()
+
+    async def topic_queues(topic: str) -> list[MessageQueue]:
+        qs = queues.get(topic)
+        if qs is None:
+            qs = queues[topic] = await producer.queues(topic)
+        return qs
+
+    async def one(n: int, msg: Message, queue: MessageQueue | None, ordered: bool) -> None:
+        try:
+            async with slots:
+                for attempt in range(opts.retries + 1):
+                    try:
+                        result = await producer.send_half(msg, queue=queue, timeout=opts.send_timeout)
+                        break
+                    except MQClientError as exc:
+                        if not exc.retriable or attempt == opts.retries or queue is None:
+                            raise
+                        await asyncio.sleep(0.2 * (attempt + 1))
+            if not result.ok:
+                log.warning("half %s stored as %s", result.msg_id, result.status.value)
+            sent.append((n, result, ordered))
+        except BaseException as exc:
+            errors.append(exc)
+
+    async def add(batch: pa.RecordBatch, first_row: int) -> None:
+        for out in to_messages(batch, opts.topic, first_row):
+            if errors:
+                raise errors[0]
+            m = out.msg
+            if m.deliver_at is not None or m.delay is not None:
+                raise InvalidArgumentError(f"{out.where}: a transactional write cannot send timer messages "
+                                           "(deliverAt/delay)")
+            msg = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties={**m.properties, **extra})
+            queue: MessageQueue | None = None
+            if out.queue_id is not None:
+                queue = pick_queue(await topic_queues(m.topic), m.topic, out.broker, out.queue_id, out.where)
+            elif out.key is not None:
+                queue = select_by_hash(await topic_queues(m.topic), m, out.key)
+            task = asyncio.ensure_future(one(next(seq), msg, queue, queue is not None))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            if len(pending) >= 4 * in_flight:
+                await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
+
+    async def finish() -> None:
+        while pending:
+            await asyncio.wait(set(pending))
+        if errors:
+            raise errors[0]
+
+    try:
+        link.run(producer.start())
+        row = 0
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    link.run(add(batch, row))
+                    row += batch.num_rows
+            link.run(finish())
+        except BaseException:
+            link.run(finish_quietly(pending))
+            rolled = link.run(_rollback_results(producer, [r for _, r, _ in sent]))
+            log.warning("transactional write task failed; rolled back %d of its %d halves", rolled, len(sent))
+            raise
+        sent.sort(key=lambda t: t[0])
+        halves = [(r.queue.broker_name, decode_offset_msg_id(r.offset_msg_id).offset, r.queue_offset, r.msg_id,
+                   r.queue.queue_id, ordered) for _, r, ordered in sent]
+        return HalfBatch(query_id, batch_id, write_id, halves)
+    finally:
+        try:
+            link.run(producer.close())
+        finally:
+            link.close()
+
+
+async def finish_quietly(pending: set[asyncio.Task[None]]) -> None:
+    if pending:
+        await asyncio.wait(set(pending))
+
+
+async def _rollback_results(producer: TransactionProducer, results: list[SendResult]) -> int:
+    sem = asyncio.Semaphore(END_CONCURRENCY)
+
+    async def one(r: SendResult) -> bool:
+        async with sem:
+            return await producer.end_transaction(r, _ROLLBACK)
+
+    return sum(await asyncio.gather(*(one(r) for r in results)))
+
+
+# -- driver --------------------------------------------------------------------------------------------------------
+class _Ender:
+    """Sends END_TRANSACTION for many halves of one group, pipelined."""
+
+    def __init__(self, instance: TransactionClientInstance, group: str, timeout: float) -> None:
+        self.instance = instance
+        self.group = group
+        self.timeout = timeout
+        self.already = 0
+
+    async def _addr(self, broker: str) -> str:
+        addr = self.instance.master_addr(broker)
+        if addr is None:
+            raise NoRouteError(f"no master address known for broker {broker}")
+        return addr
+
+    async def end(self, half: HalfRef, state: LocalTransactionState) -> None:
+        broker, clo, qo, msg_id, _, _ = half
+        header = EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=qo, commit_log_offset=clo,
+            commit_or_rollback=state.value, msg_id=msg_id, transaction_id=msg_id, from_transaction_check=False)
+        r = await self.instance.invoke(await self._addr(broker),
+                                       make_request(RequestCode.END_TRANSACTION, header.to_ext()), self.timeout,
+                                       context=f"end transaction {msg_id}")
+        if r.code != ResponseCode.SUCCESS:
+            raise MQClientError(f"END_TRANSACTION {state.name} of {msg_id} refused: code {r.code} {r.remark}")
+        if r.remark and "already resolved" in r.remark:
+            self.already += 1
+
+    async def end_all(self, halves: Sequence[HalfRef], state: LocalTransactionState,
+                      halfway: Callable[[], None] | None = None) -> list[BaseException]:
+        """END_TRANSACTION ``state`` for every half; ordered halves one after another per queue (in list order),
+        the others ``END_CONCURRENCY`` at once. Returns the failures. ``halfway`` (a failpoint) runs once the
+        first half of them is answered, before the rest is sent."""
+        if halfway is not None:
+            mid = len(halves) // 2
+            first = await self.end_all(halves[:mid], state)
+            halfway()
+            return first + await self.end_all(halves[mid:], state)
+        errors: list[BaseException] = []
+        sem = asyncio.Semaphore(END_CONCURRENCY)
+
+        async def guarded(h: HalfRef) -> None:
+            try:
+                await self.end(h, state)
+            except (MQClientError, OSError) as exc:
+                errors.append(exc)
+
+        async def free(h: HalfRef) -> None:
+            async with sem:
+                await guarded(h)
+
+        async def in_order(hs: list[HalfRef]) -> None:
+            for h in hs:
+                await guarded(h)
+
+        per_queue: dict[tuple[str, int], list[HalfRef]] = {}
+        jobs: list[Awaitable[None]] = []
+        for h in halves:
+            if h[5]:
+                per_queue.setdefault((h[0], h[4]), []).append(h)
+            else:
+                jobs.append(free(h))
+        jobs.extend(in_order(hs) for hs in per_queue.values())
+        await asyncio.gather(*jobs)
+        return errors
+
+
+class _Driver:
+    """The driver's side of one commit or abort: a link, a producer of the group (so it answers check-backs
+    while it works) and the markers."""
+
+    def __init__(self, opts: WriteOptions, query_id: str) -> None:
+        self.opts = opts
+        self.query_id = query_id
+        self.link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, transactions=True)
+        instance = self.link.instance
+        assert isinstance(instance, TransactionClientInstance)
+        self.instance = instance
+        self.markers = Markers(instance, opts.commit_topic, opts.send_timeout)
+        self.producer = TransactionProducer(group_for(query_id), instance=instance, checker=Checker(self.markers),
+                                            send_timeout=opts.send_timeout, retries=opts.retries,
+                                            compress_over=1 << 30)
+        self.ender = _Ender(instance, group_for(query_id), opts.send_timeout)
+
+    def __enter__(self) -> _Driver:
+        try:
+            self.link.run(self.producer.start())
+            self.link.run(self.markers.admin.cluster_info())  # every broker's address, for END_TRANSACTION
+            self.link.run(self.instance.heartbeat())  # now a producer of the group: check-backs can reach us
+        except BaseException:
+            self.link.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.link.run(self.producer.close())
+        finally:
+            self.link.close()
+
+
+def _collect(messages: Sequence[WriterCommitMessage | None]) -> tuple[str | None, list[str], list[HalfRef]]:
+    query_id: str | None = None
+    write_ids: list[str] = []
+    halves: list[HalfRef] = []
+    for m in messages:
+        if isinstance(m, HalfBatch):
+            query_id = query_id or m.query_id
+            write_ids.append(m.write_id)
+            halves.extend(m.halves)
+    return query_id, write_ids, halves
+
+
+def commit_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> int:
+    """Commit batch ``batch_id``'s halves exactly once (see the module docstring); returns the rows delivered."""
+    query_id, write_ids, halves = _collect(messages)
+    if query_id is None or not halves:
+        return 0
+    with _Driver(opts, query_id) as d:
+        run = d.link.run
+        run(d.markers.ensure_topic())
+        done = run(d.markers.done(query_id))
+        marker = run(d.markers.find(query_id, batch_id))
+        if marker is None:
+            mine = run(d.markers.write(d.producer, query_id, batch_id, write_ids, halves))
+            marker = _wait_for_marker(d, query_id, batch_id)
+            if marker.commit_id != mine:
+                log.warning("batch %d of query %s: another commit's marker came first; committing its rows",
+                            batch_id, query_id)
+        else:
+            log.warning("batch %d of query %s is a replay: committing the rows its marker lists (%d), rolling "
+                        "back this run's %d", batch_id, query_id, len(marker.halves), len(halves))
+        failpoints.hit(f"spark.commit.after_marker.{batch_id}")
+        listed = marker.write_ids
+        if done <= batch_id:
+            errors = run(d.ender.end_all(marker.halves, _COMMIT,
+                                         lambda: failpoints.hit(f"spark.commit.partial.{batch_id}")))
+            if errors:
+                raise MQClientError(f"batch {batch_id}: {len(errors)} of {len(marker.halves)} END_TRANSACTION "
+                                    f"COMMITs failed (the replay after a restart, or the broker's check-back, "
+                                    f"completes them): {errors[0]}")
+        unlisted = [h for m in messages if isinstance(m, HalfBatch) and m.write_id not in listed for h in m.halves]
+        if unlisted:
+            bad = run(d.ender.end_all(unlisted, _ROLLBACK))
+            if bad:
+                log.warning("batch %d: %d rollbacks failed (the check-back rolls them back): %s", batch_id,
+                            len(bad), bad[0])
+        run(d.markers.set_done(query_id, max(done, batch_id + 1)))
+        if marker.parts_seen < marker.parts:
+            log.warning("batch %d: %d of the marker's %d parts are missing; the check-back commits their halves",
+                        batch_id, marker.parts - marker.parts_seen, marker.parts)
+        return len(marker.halves)
+
+
+def _wait_for_marker(d: _Driver, query_id: str, batch_id: int) -> Marker:
+    """The batch's first marker once the broker's key index shows ours (it is built just after the append)."""
+    for _ in range(200):
+        marker = d.link.run(d.markers.find(query_id, batch_id))
+        if marker is not None:
+            return marker
+        d.link.run(asyncio.sleep(0.05))
+    raise MQClientError(f"the commit marker of batch {batch_id} is not found by key on the broker after 10 s: "
+                        "exactly-once writes need the broker's message index (messageIndexEnable=true)")
+
+
+def abort_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> int:
+    """Roll back the halves of the tasks that finished (unless a marker already commits them); returns how many.
+    Failed tasks rolled back their own; what is left the check-back resolves."""
+    query_id, _, halves = _collect(messages)
+    if query_id is None or not halves:
+        return 0
+    with _Driver(opts, query_id) as d:
+        marker = d.link.run(d.markers.find(query_id, batch_id))
+        listed = marker.write_ids if marker is not None else frozenset()
+        drop = [h for m in messages if isinstance(m, HalfBatch) and m.write_id not in listed for h in m.halves]
+        bad = d.link.run(d.ender.end_all(drop, _ROLLBACK))
+        if bad:
+            log.warning("batch %d: %d rollbacks failed (the check-back rolls them back): %s", batch_id, len(bad),
+                        bad[0])
+        return len(drop) - len(bad)

@@ -136,7 +136,9 @@ async def test_rollback_is_never_delivered(start_broker: StartBroker, producer_f
     sent = await p.half("TxR", b"nope")
     r = await p.end(sent, 12)
     assert r.code == ResponseCode.SUCCESS, r.remark
-    r = await p.end(sent, 8)  # a late commit cannot resurrect it
+    r = await p.end(sent, 8)  # a late commit cannot resurrect it, and is told so
+    assert r.code == ResponseCode.TRANSACTION_FAILED and "was rolled back already" in (r.remark or ""), r.remark
+    r = await p.end(sent, 12)  # the same decision again is answered as done
     assert r.code == ResponseCode.SUCCESS and "already resolved" in (r.remark or "")
     assert await pull_all(p.client, b, "TxR", 0) == []
     assert b.store.max_offset("TxR", 0) == 0
@@ -241,8 +243,12 @@ async def test_unanswered_checks_end_in_the_check_max_topic(start_broker: StartB
     [kept] = await pull_all(p.client, b, CHECK_MAX_TOPIC, 0)
     assert kept.body == b"forever-unknown" and kept.properties["REAL_TOPIC"] == "TxM"
     assert b.store.max_offset("TxM", 0) == 0 and len(b.transactions.table) == 0
-    # A decision that comes after the discard delivers nothing.
-    assert "already resolved" in ((await p.end(sent, 8)).remark or "")
+    # A commit that comes after the discard delivers nothing, and is refused saying why (an exactly-once writer
+    # must not take it for done); a rollback is answered as done.
+    r = await p.end(sent, 8)
+    assert r.code == ResponseCode.TRANSACTION_FAILED and "discarded" in (r.remark or ""), r.remark
+    assert CHECK_MAX_TOPIC in (r.remark or "")
+    assert "already resolved" in ((await p.end(sent, 12)).remark or "")
     assert b.store.max_offset("TxM", 0) == 0
     assert p.checks.empty()
 

@@ -18,6 +18,7 @@ system topics, so the store's own recovery covers them. What differs, and why:
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import itertools
 import json
@@ -84,6 +85,10 @@ class TransactionMetrics:
     lost: int = 0
 
 
+#: resolved transactions whose outcome is remembered (a few MB at most)
+RESOLVED_MEMORY = 65_536
+
+
 class TransactionalMessageService:
     #: as a send hook: a producer's send may be a transaction's half
     kinds = frozenset({SendKind.SEND})
@@ -111,6 +116,11 @@ class TransactionalMessageService:
         self._task: asyncio.Task[None] | None = None
         self._persisted: tuple[int, int] | None = None
         self._last_persist = 0.0
+        #: how the last ``RESOLVED_MEMORY`` transactions ended (origin -> "committed" / "rolled back" / "discarded"),
+        #: so that a late END_TRANSACTION asking the opposite is refused instead of answered "already resolved"
+        #: (an exactly-once writer must learn that its half was discarded); in memory only: after a restart the
+        #: answer for an older one is "already resolved", as before
+        self._outcomes: collections.OrderedDict[int, str] = collections.OrderedDict()
 
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.END_TRANSACTION: self.end_transaction}
@@ -214,6 +224,14 @@ class TransactionalMessageService:
         origin = tm.origin_of(rec.properties, rec.queue_offset)
         half = self.table.resolve(origin)
         if half is None:
+            outcome = self._outcomes.get(origin)
+            wanted = "committed" if state == TRANSACTION_COMMIT_TYPE else "rolled back"
+            if outcome is not None and outcome != wanted and not (outcome == "discarded" and wanted == "rolled back"):
+                self.metrics.refused += 1
+                raise RemotingError(ResponseCode.TRANSACTION_FAILED,
+                                    f"transaction {origin} ({h.msg_id}) was {outcome} already"
+                                    + (f" after {self.check_max} checks without a decision (kept in {CHECK_MAX_TOPIC})"
+                                       if outcome == "discarded" else "") + f": it cannot be {wanted} now")
             self.metrics.already_resolved += 1
             return make_response(cmd, ResponseCode.SUCCESS, "the transaction is already resolved")
         now = self.clock()
@@ -226,9 +244,16 @@ class TransactionalMessageService:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
         if state == TRANSACTION_COMMIT_TYPE:
             self.metrics.committed += 1
+            self._remember(origin, "committed")
         else:
             self.metrics.rolled_back += 1
+            self._remember(origin, "rolled back")
         return make_response(cmd, answer_code(await self.appender.durable(result)))
+
+    def _remember(self, origin: int, outcome: str) -> None:
+        self._outcomes[origin] = outcome
+        if len(self._outcomes) > RESOLVED_MEMORY:
+            self._outcomes.popitem(last=False)
 
     def _half_at(self, h: EndTransactionRequestHeader) -> MessageRecord:
         """The half record the request names, checked as RocketMQ checks it (group, queue and log offsets)."""
@@ -341,6 +366,7 @@ class TransactionalMessageService:
             return
         self.table.resolve(half.origin)
         self.metrics.discarded += 1
+        self._remember(half.origin, "discarded")
         topic, _ = tm.real_destination(rec)
         log.warning("transaction %s of %s (topic %s) checked %d times without a decision: moved to %s at queue "
                     "offset %d", rec.properties.get(UNIQ_KEY), half.group, topic, half.check_times, CHECK_MAX_TOPIC,

@@ -23,7 +23,7 @@ from tests.fuzz.live_broker import fuzz_seconds, write_report
 pytestmark = pytest.mark.fuzz
 
 #: CI default (seconds); COMETMQ_FUZZ_SECONDS overrides it
-FILES_SECONDS = 20.0
+FILES_SECONDS = 10.0
 
 
 @pytest.fixture(scope="module")

@@ -41,8 +41,8 @@ from tests.fuzz.live_broker import (
 pytestmark = pytest.mark.fuzz
 
 #: CI defaults (seconds) of each test's budget; COMETMQ_FUZZ_SECONDS overrides both
-BATCH_SECONDS = 20.0
-STATEFUL_SECONDS = 15.0
+BATCH_SECONDS = 10.0
+STATEFUL_SECONDS = 10.0
 #: the broker's RSS may grow this much over its size after start-up before the test fails
 RSS_GROWTH_LIMIT = 400 << 20
 #: handler tracebacks (and other ERROR lines) the log may hold at the end; every distinct one is reported anyway

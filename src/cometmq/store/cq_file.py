@@ -58,6 +58,19 @@ _EMPTY = b""
 _SIZE_FIELD = struct.Struct(">8xi").unpack_from
 
 
+def mapping_bound(configured: int) -> int:
+    """maxOpenConsumeQueueFiles, kept under half the process's file-descriptor limit (a mapping holds a descriptor)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return configured
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return configured
+    return min(configured, max(16, soft // 2))
+
+
 class MappingLRU:
     """The consume-queue files mapped now, least recently used first; at most ``max_open`` of them."""
 

@@ -23,7 +23,7 @@ from cometmq.store.checkpoint import Checkpoint
 from cometmq.store.commitlog import CommitLog
 from cometmq.store.config import CQ_UNIT_SIZE, FlushDiskType, StoreConfig
 from cometmq.store.consume_queue import CQ_UNIT, ConsumeQueue
-from cometmq.store.cq_file import MappingLRU
+from cometmq.store.cq_file import MappingLRU, mapping_bound
 from cometmq.store.dispatch import Dispatcher, ReputService
 from cometmq.store.flush import AsyncFlushService, GroupCommitService, _FlushBase
 from cometmq.store.index import IndexService
@@ -75,19 +75,6 @@ def usage_of(st: os.statvfs_result) -> tuple[float, int]:
 DISK_CHECK_INTERVAL_S = 0.5
 
 
-def _mapping_bound(configured: int) -> int:
-    """maxOpenConsumeQueueFiles, kept under half the process's file-descriptor limit (a mapping holds a descriptor)."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):
-        return configured
-    if soft == resource.RLIM_INFINITY or soft <= 0:
-        return configured
-    return min(configured, max(16, soft // 2))
-
-
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -101,7 +88,7 @@ class MessageStore:
         self.commitlog = CommitLog(config, pack_host(*store_host), clock)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         #: the consume-queue files mapped at once (store/cq_file.py)
-        self.cq_mappings = MappingLRU(_mapping_bound(config.max_open_consume_queue_files))
+        self.cq_mappings = MappingLRU(mapping_bound(config.max_open_consume_queue_files))
         #: queues with units not flushed yet (each knows the commit-log offset of its first); under ``lock``
         self.dirty_queues: set[ConsumeQueue] = set()
         #: the dispatched offset of the last checkpoint saved; cuts of the log (``truncate``) since a flush pass

@@ -4,6 +4,10 @@ A port is picked below the kernel's ephemeral range (``ip_local_port_range``): a
 before the server binds it, and in that window any outgoing connection of the machine may take it as its local
 port (an etcd member that then cannot bind exits; CI once lost one that way). Below the range only a listener
 can take it. Each candidate is checked by binding it.
+
+Candidates come from one cursor per process that walks the range from a random start, so two picks in one test
+never return the same port (a random pick each time once handed a gRPC endpoint its own nameserver's port: both
+were free when picked, since neither server had bound yet).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import socket
 from collections.abc import Iterable
 
 _LOW = 10_000
+_cursor: int | None = None
 
 
 def _ephemeral_floor() -> int:
@@ -41,14 +46,19 @@ def _bindable(ports: Iterable[int]) -> bool:
 def free_port_block(nodes: int = 1, offsets: tuple[int, ...] = (0,), *, step: int = 10,
                     avoid: Iterable[int] = ()) -> int:
     """A port P with P + step*i + o free for every node i and offset o, none of them in ``avoid``."""
+    global _cursor
     top = _ephemeral_floor() - step * nodes - max(offsets) - 1
     if top <= _LOW:  # an odd range setting: fall back to any free port the kernel hands out
         top, low = 65000 - step * nodes - max(offsets), 1024
     else:
         low = _LOW
     taken = set(avoid)
+    span = top - low
+    if _cursor is None:
+        _cursor = random.randrange(span)
     for _ in range(200):
-        base = random.randrange(low, top)
+        base = low + _cursor % span
+        _cursor += step * nodes + max(offsets) + 1
         ports = [base + step * i + o for i in range(nodes) for o in offsets]
         if not taken.intersection(ports) and _bindable(ports):
             return base

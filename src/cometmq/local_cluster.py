@@ -210,7 +210,9 @@ class LocalCluster:
             raise
 
     def _wait_master(self) -> None:
-        """Wait until the controller has elected a master; note each broker's id and role."""
+        """Wait until the controller has elected a master and knows every broker; note each broker's id and
+        role. (Waiting for the master alone once printed "ready" with a broker the controller had not yet
+        registered: its role and id unknown.)"""
         deadline = time.monotonic() + self.start_timeout
         error: Exception | None = None
         while True:
@@ -220,7 +222,8 @@ class LocalCluster:
                 state, error = None, exc
             if state is not None:
                 master, ids = state
-                if master is not None:
+                brokers = [c for c in self.children if c.role not in ("namesrv", "ctl")]
+                if master is not None and all(c.addr in ids for c in brokers):
                     for c in self.children:
                         if c.addr in ids:
                             c.broker_id = ids[c.addr]

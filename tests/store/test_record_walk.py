@@ -212,6 +212,7 @@ def test_walk_gives_the_references_requests(name: str, spec: dict[str, Any]) -> 
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name", list(WALKS))
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=log_spec)

@@ -18,7 +18,8 @@ ceiling's rows (body, tags, keys) into a topic with ``df.write.format("cometmq")
 two), and ``--stream-runs`` streaming queries (availableNow), each reading ``--stream-messages`` of a topic and
 writing them to a second topic with ``writeStream.format("cometmq")`` (the stream write rate: the best query, whole
 query included). With ``--eos`` (or ``--eos-only``, which skips the reads), the same batch write and stream write
-again with ``transactional=true`` (exactly-once: a half message per row, committed by the driver), interleaved
+again with ``transactional=true`` (exactly-once: the rows as half batches, committed by the driver with batched
+END_TRANSACTIONs: cometmq extensions, docs/transactions.md), interleaved
 with the at-least-once ones, and the ratio of their times (``eos_batch_write_ratio``,
 ``eos_stream_write_ratio``: exactly-once time / at-least-once time, best run each). One JSON object on stdout
 (and in bench/results/).

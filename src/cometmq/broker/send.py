@@ -27,7 +27,12 @@ from cometmq.net.connection import RemotingConnection, eager_start
 from cometmq.protocol.batch import decode_batch_raw
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError, RemoteProtocolError
-from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader, send_header_from_v2
+from cometmq.protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    parse_bool,
+    send_header_from_v2,
+)
 from cometmq.protocol.message import TRANSACTION_MASK, SysFlag, decode_record, pack_host
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import (
@@ -45,6 +50,7 @@ from cometmq.protocol.properties import (
 )
 from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import perm_writable
+from cometmq.protocol.transaction_batch import HALF_BATCH_FIELD
 from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult
 from cometmq.timer.message import TIMER_TOPIC
@@ -61,6 +67,13 @@ _SPECIAL_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 if [f.name for f in fields(MessageInner)][:10] != ["topic", "body", "queue_id", "properties", "properties_raw", "flag",
                                                    "sys_flag", "born_timestamp", "born_host", "reconsume_times"]:
     raise RuntimeError("MessageInner's fields changed: update SendProcessor._batch_messages")
+
+
+def _flag(raw: str) -> bool:
+    try:
+        return parse_bool(raw)
+    except ValueError:
+        raise RemoteProtocolError(f"{HALF_BATCH_FIELD} {raw!r} is not a boolean") from None
 
 
 def born_host_of(conn: RemotingConnection) -> bytes:
@@ -118,8 +131,13 @@ class SendProcessor:
                                 " write queues")
         born_host = born_host_of(conn)
         batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        half_batch = False
         if batch:
-            msgs, plain = self._batch_messages(header, cmd.body, queue_id, born_host)
+            asked = cmd.ext_fields.get(HALF_BATCH_FIELD)
+            # cometmq's batch of transaction halves: the transaction hook checks and stores it
+            half_batch = asked is not None and _flag(asked)
+            msgs, plain = self._batch_messages(header, cmd.body, queue_id, born_host, half_batch)
+            plain = plain and asked is None
         else:
             props = header.properties
             plain = header.sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS and not any(
@@ -139,7 +157,7 @@ class SendProcessor:
                 stats.put(topic, plain_message_type(header.properties), result)
             return self._response(cmd, result, queue_id)
         # The send hooks (send_hooks.py): a transaction's half, a delay level, a timer message.
-        ctx = SendContext(SendKind.SEND, header.producer_group, batch)
+        ctx = SendContext(SendKind.SEND, header.producer_group, batch, half_batch)
         self.hooks.before_put(msgs, ctx)
         result = await self.appender.put(msgs, ctx.on_stored)
         self.hooks.after_put(msgs, result, ctx)
@@ -161,10 +179,11 @@ class SendProcessor:
                             header.born_timestamp, born_host, header.reconsume_times)
 
     def _batch_messages(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
-                        born_host: bytes) -> tuple[list[MessageInner], bool]:
+                        born_host: bytes, keep_raw: bool = False) -> tuple[list[MessageInner], bool]:
         """The batch's messages, and whether it is plain: no delay, timer or transaction property in any
         of them (a byte search of the whole body for the property names: a hit in a body only costs the
-        full per-message checks) and not a prepared transaction."""
+        full per-message checks) and not a prepared transaction. ``keep_raw``: keep the properties encoded
+        even so (a half batch: the transaction hook reads a few and appends its own, transaction/messages.py)."""
         sys_flag = header.sys_flag
         # A batch is one write of at most maxMessageSize bytes (as RocketMQ's batch encoder checks), its inflated
         # size included: a small compressed body must not inflate to gigabytes in the broker's memory.
@@ -192,7 +211,7 @@ class SendProcessor:
             items = decode_batch_raw(body)
             topic, born_ts, born_at, reconsume = header.topic, header.born_timestamp, born_host, header.reconsume_times
             # Positional arguments (checked against MessageInner's fields at import): half the cost of keywords.
-            if plain:
+            if plain or keep_raw:
                 # Nothing will rewrite these messages: keep their properties encoded (RawProperties), checked
                 # as UTF-8 but not decoded into a dict each.
                 for _, raw, _ in items:

@@ -33,6 +33,8 @@ class SendContext:
     kind: SendKind
     producer_group: str = ""
     batch: bool = False
+    #: the batch asks to be stored as transaction halves (cometmq's extension, protocol/transaction_batch.py)
+    half_batch: bool = False
     #: fields the hooks add to the send's answer (e.g. a timer message's recall handle)
     response_ext: dict[str, str] = field(default_factory=dict)
     #: the hooks that ran before the put, so that only they see the result

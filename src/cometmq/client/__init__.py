@@ -84,10 +84,12 @@ __all__ += [
 
 # -- transactional messages -------------------------------------------------------------------------------------
 from cometmq.client.transaction_producer import (  # noqa: E402
+    EndOutcome,
     LocalTransactionState,
     TransactionClientInstance,
     TransactionProducer,
     TransactionSendResult,
 )
 
-__all__ += ["LocalTransactionState", "TransactionClientInstance", "TransactionProducer", "TransactionSendResult"]
+__all__ += ["EndOutcome", "LocalTransactionState", "TransactionClientInstance", "TransactionProducer",
+            "TransactionSendResult"]

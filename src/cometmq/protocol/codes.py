@@ -1,7 +1,11 @@
 """The remoting protocol's code tables: request codes, response codes, language codes.
 
 Numbers are RocketMQ's (``RequestCode``, ``ResponseCode``, ``RemotingSysResponseCode``, ``LanguageCode``),
-so that every client and tool that speaks the remoting protocol agrees with us. ``RemotingError`` is the one
+so that every client and tool that speaks the remoting protocol agrees with us, except the *cometmq extensions*
+(section at the end of ``RequestCode``): requests RocketMQ has no code for, numbered 31000 + the code of the
+RocketMQ request they extend, so that they fit the binary header's int16 and lie far from RocketMQ's own numbers
+(its int16 codes end near 3000); a RocketMQ broker answers them REQUEST_CODE_NOT_SUPPORTED. docs/transactions.md
+lists them with their wire shape. ``RemotingError`` is the one
 exception that carries a response code: processors raise it and the transport turns it into a reply. A request
 the peer got wrong (``RemoteProtocolError``) gets the code ``bad_request_code`` picks for its request code.
 """
@@ -162,6 +166,10 @@ class RequestCode(IntEnum):
     NOTIFICATION = 200054
     POLLING_INFO = 200055
     BATCH_ACK_MESSAGE = 200151
+
+    # -- cometmq extensions: 31000 + the RocketMQ code they extend (see the module docstring) ------------------
+    #: many END_TRANSACTIONs in one request (protocol/transaction_batch.py)
+    END_TRANSACTION_BATCH = 31037
 
 
 class ResponseCode(IntEnum):

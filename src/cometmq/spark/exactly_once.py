@@ -4,9 +4,10 @@ the driver, recoverable after a driver crash.
 Tasks (executors)
     Each row is sent as a RocketMQ transaction's *half* (``TRAN_MSG=true``; invisible to consumers) of the
     producer group ``cometmq-spark-eos-<queryId>``, with the properties :data:`QUERY_ID`, :data:`BATCH_ID` and
-    :data:`WRITE_ID` (one id per task attempt). A task returns a :class:`HalfBatch`: per half what
-    END_TRANSACTION needs (broker name, commit-log offset, half-queue offset, msg id). A task that fails rolls
-    back what it had sent.
+    :data:`WRITE_ID` (one id per task attempt). Rows go in half batches (cometmq's extension: one request and
+    one append per ``batchSize`` rows, sized and spread over queues as the at-least-once writer does). A task
+    returns a :class:`HalfBatch`: per half what END_TRANSACTION needs (broker name, commit-log offset, half-queue
+    offset, msg id). A task that fails rolls back what it had sent.
 
 Driver, ``commit(messages, batchId)``
     1. *Marker*: a message on the commit topic (``commitTopic``, default ``cometmq-spark-commits``; 1 queue, made
@@ -15,9 +16,9 @@ Driver, ``commit(messages, batchId)``
        through the broker's key index (QUERY_MESSAGE), so it outlives the driver and does not depend on where the
        checkpoint lives. If several markers of one batch exist (a replay that wrote its own), the first stored
        one is *the* marker: everyone decides from it.
-    2. END_TRANSACTION COMMIT for each half the marker lists (pipelined; rows with a sharding key or queue id are
-       committed one after another per queue, in row order, so they keep their order), ROLLBACK for halves of
-       this run the marker does not list (a replay's).
+    2. COMMIT for each half the marker lists, ROLLBACK for halves of this run the marker does not list (a
+       replay's): END_TRANSACTION_BATCH requests (cometmq's extension, up to 2048 halves each), each broker's in
+       the marker's order, so rows with a sharding key or queue id are committed in row order per queue.
     3. *Done*: the consumer offset of group ``cometmq-spark-eos-<queryId>`` on the commit topic's queue 0 is set
        to ``batchId + 1``.
 
@@ -37,28 +38,31 @@ Check-back (orphans, lost END_TRANSACTIONs)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import json
 import logging
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from cometmq.client.admin import Admin
-from cometmq.client.errors import InvalidArgumentError, MQClientError, NoRouteError
+from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError, NoRouteError
 from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
 from cometmq.client.producer import Producer, select_by_hash
-from cometmq.client.transaction_producer import LocalTransactionState, TransactionClientInstance, TransactionProducer
+from cometmq.client.transaction_producer import (
+    EndEntry,
+    LocalTransactionState,
+    TransactionClientInstance,
+    TransactionProducer,
+)
 from cometmq.common import failpoints
-from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.headers import EndTransactionRequestHeader
 from cometmq.protocol.msgid import decode_offset_msg_id
-from cometmq.protocol.remoting import make_request
 from cometmq.spark.link import Link
 from cometmq.spark.options import WriteOptions
 
@@ -74,8 +78,6 @@ WRITE_ID = "__SPARK_WRITE_ID"
 GROUP_PREFIX = "cometmq-spark-eos-"
 #: halves per marker message (about 60 bytes each before compression)
 PART_HALVES = 40_000
-#: END_TRANSACTIONs in flight at once from the driver
-END_CONCURRENCY = 256
 #: RocketMQ's property: no check-back of a half sooner than this many seconds after it was stored
 CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 #: CHECK_IMMUNITY_TIME_IN_SECONDS of every half (the broker uses its transactionTimeOut when that is longer)
@@ -234,10 +236,123 @@ class Checker:
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------------
+class _HalfSender:
+    """A task's rows as half batches (cometmq's batch of halves: one request and one append per batch), sized
+    and spread as the at-least-once writer does (writer.py): ``batchSize`` rows a batch, plain rows round-robin
+    over the topic's queues, rows with a sharding key or queue id batched per queue and sent one batch after
+    another per queue (row order), ``maxInFlight`` requests at once."""
+
+    def __init__(self, producer: TransactionProducer, opts: WriteOptions, extra: dict[str, str]) -> None:
+        self.producer = producer
+        self.opts = opts
+        self.extra = extra
+        self.slots = asyncio.Semaphore(opts.max_in_flight)
+        self.plain: dict[str, list[Message]] = {}
+        self.keyed: dict[MessageQueue, list[Message]] = {}
+        self.locks: dict[MessageQueue, asyncio.Lock] = {}
+        self.queues: dict[str, list[MessageQueue]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.errors: list[BaseException] = []
+        #: (batch number, its results, ordered): the halves stored so far
+        self.sent: list[tuple[int, list[SendResult], bool]] = []
+        self.seq = itertools.count()
+
+    async def topic_queues(self, topic: str) -> list[MessageQueue]:
+        qs = self.queues.get(topic)
+        if qs is None:
+            qs = self.queues[topic] = await self.producer.queues(topic)
+        return qs
+
+    async def add(self, batch: pa.RecordBatch, first_row: int) -> None:
+        from cometmq.spark.writer import pick_queue, to_messages
+
+        size = self.opts.batch_size
+        for out in to_messages(batch, self.opts.topic, first_row):
+            if self.errors:
+                raise self.errors[0]
+            m = out.msg
+            if m.deliver_at is not None or m.delay is not None:
+                raise InvalidArgumentError(f"{out.where}: a transactional write cannot send timer messages "
+                                           "(deliverAt/delay)")
+            msg = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties={**m.properties, **self.extra})
+            if out.queue_id is not None or out.key is not None:
+                qs = await self.topic_queues(m.topic)
+                queue = pick_queue(qs, m.topic, out.broker, out.queue_id, out.where) if out.queue_id is not None \
+                    else select_by_hash(qs, m, out.key)
+                buf = self.keyed.setdefault(queue, [])
+                buf.append(msg)
+                if len(buf) >= size:
+                    self._flush_keyed(queue)
+            else:
+                buf = self.plain.setdefault(m.topic, [])
+                buf.append(msg)
+                if len(buf) >= size:
+                    self._flush_plain(m.topic)
+            if len(self.tasks) >= 4 * self.opts.max_in_flight:
+                await asyncio.wait(set(self.tasks), return_when=asyncio.FIRST_COMPLETED)
+
+    def _spawn(self, msgs: list[Message], queue: MessageQueue | None) -> None:
+        task = asyncio.ensure_future(self._send(next(self.seq), msgs, queue))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _flush_keyed(self, queue: MessageQueue) -> None:
+        msgs = self.keyed.pop(queue, [])
+        if msgs:
+            self._spawn(msgs, queue)
+
+    def _flush_plain(self, topic: str) -> None:
+        msgs = self.plain.pop(topic, [])
+        if msgs:
+            self._spawn(msgs, None)
+
+    async def _send(self, n: int, msgs: list[Message], queue: MessageQueue | None) -> None:
+        """One batch; a keyed one waits for the batches of its queue sent before it (asyncio locks are FIFO)."""
+        try:
+            lock = self.locks.setdefault(queue, asyncio.Lock()) if queue is not None else None
+            async with lock or _NO_LOCK, self.slots:
+                for attempt in range(self.opts.retries + 1):
+                    try:
+                        results = await self.producer.send_half_batch(msgs, queue=queue,
+                                                                      timeout=self.opts.send_timeout)
+                        break
+                    except BrokerError as exc:
+                        # Only an answered refusal is sent again (nothing was stored); a request without an
+                        # answer may have stored its halves, and a copy would carry this task's write id.
+                        if not exc.retriable or attempt == self.opts.retries or queue is None:
+                            raise
+                        await asyncio.sleep(0.2 * (attempt + 1))
+            bad = [r for r in results if not r.ok]
+            if bad:
+                log.warning("%d halves stored as %s", len(bad), bad[0].status.value)
+            self.sent.append((n, results, queue is not None))
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    async def finish(self) -> None:
+        for topic in list(self.plain):
+            self._flush_plain(topic)
+        for queue in list(self.keyed):
+            self._flush_keyed(queue)
+        await self.settle()
+        if self.errors:
+            raise self.errors[0]
+
+    async def settle(self) -> None:
+        while self.tasks:
+            await asyncio.wait(set(self.tasks))
+
+    def halves(self) -> list[HalfRef]:
+        return [(r.queue.broker_name, decode_offset_msg_id(r.offset_msg_id).offset, r.queue_offset, r.msg_id,
+                 r.queue.queue_id, ordered) for _, results, ordered in sorted(self.sent, key=lambda t: t[0])
+                for r in results]
+
+
+_NO_LOCK = contextlib.nullcontext()
+
+
 def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id: str, batch_id: int) -> HalfBatch:
     """Send every row of ``batches`` as a half of ``query_id``'s group; on failure roll back what was sent."""
-    from cometmq.spark.writer import pick_queue, to_messages
-
     link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, transactions=True)
     instance = link.instance
     assert isinstance(instance, TransactionClientInstance)
@@ -250,81 +365,23 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
     # about (each check re-appends the half and costs a marker lookup); orphans wait this long.
     extra = {QUERY_ID: query_id, BATCH_ID: str(batch_id), WRITE_ID: write_id,
              CHECK_IMMUNITY_TIME_IN_SECONDS: str(CHECK_IMMUNITY_S)}
-    sent: list[tuple[int, SendResult, bool]] = []
-    in_flight = max(64, 8 * opts.max_in_flight)
-    slots = asyncio.Semaphore(in_flight)
-    pending: set[asyncio.Task[None]] = set()
-    errors: list[BaseException] = []
-    queues: dict[str, list[MessageQueue]] = {}
-    seq = itertools.count()
-
-    async def topic_queues(topic: str) -> list[MessageQueue]:
-        qs = queues.get(topic)
-        if qs is None:
-            qs = queues[topic] = await producer.queues(topic)
-        return qs
-
-    async def one(n: int, msg: Message, queue: MessageQueue | None, ordered: bool) -> None:
-        try:
-            async with slots:
-                for attempt in range(opts.retries + 1):
-                    try:
-                        result = await producer.send_half(msg, queue=queue, timeout=opts.send_timeout)
-                        break
-                    except MQClientError as exc:
-                        if not exc.retriable or attempt == opts.retries or queue is None:
-                            raise
-                        await asyncio.sleep(0.2 * (attempt + 1))
-            if not result.ok:
-                log.warning("half %s stored as %s", result.msg_id, result.status.value)
-            sent.append((n, result, ordered))
-        except BaseException as exc:
-            errors.append(exc)
-
-    async def add(batch: pa.RecordBatch, first_row: int) -> None:
-        for out in to_messages(batch, opts.topic, first_row):
-            if errors:
-                raise errors[0]
-            m = out.msg
-            if m.deliver_at is not None or m.delay is not None:
-                raise InvalidArgumentError(f"{out.where}: a transactional write cannot send timer messages "
-                                           "(deliverAt/delay)")
-            msg = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties={**m.properties, **extra})
-            queue: MessageQueue | None = None
-            if out.queue_id is not None:
-                queue = pick_queue(await topic_queues(m.topic), m.topic, out.broker, out.queue_id, out.where)
-            elif out.key is not None:
-                queue = select_by_hash(await topic_queues(m.topic), m, out.key)
-            task = asyncio.ensure_future(one(next(seq), msg, queue, queue is not None))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-            if len(pending) >= 4 * in_flight:
-                await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
-
-    async def finish() -> None:
-        while pending:
-            await asyncio.wait(set(pending))
-        if errors:
-            raise errors[0]
-
+    sender = _HalfSender(producer, opts, extra)
     try:
         link.run(producer.start())
         row = 0
         try:
             for batch in batches:
                 if batch.num_rows:
-                    link.run(add(batch, row))
+                    link.run(sender.add(batch, row))
                     row += batch.num_rows
-            link.run(finish())
+            link.run(sender.finish())
         except BaseException:
-            link.run(finish_quietly(pending))
-            rolled = link.run(_rollback_results(producer, [r for _, r, _ in sent]))
+            link.run(sender.settle())
+            sent = sender.halves()
+            rolled = link.run(_Ender(producer).rolled_back(sent))
             log.warning("transactional write task failed; rolled back %d of its %d halves", rolled, len(sent))
             raise
-        sent.sort(key=lambda t: t[0])
-        halves = [(r.queue.broker_name, decode_offset_msg_id(r.offset_msg_id).offset, r.queue_offset, r.msg_id,
-                   r.queue.queue_id, ordered) for _, r, ordered in sent]
-        return HalfBatch(query_id, batch_id, write_id, halves)
+        return HalfBatch(query_id, batch_id, write_id, sender.halves())
     finally:
         try:
             link.run(producer.close())
@@ -332,87 +389,51 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
             link.close()
 
 
-async def finish_quietly(pending: set[asyncio.Task[None]]) -> None:
-    if pending:
-        await asyncio.wait(set(pending))
-
-
-async def _rollback_results(producer: TransactionProducer, results: list[SendResult]) -> int:
-    sem = asyncio.Semaphore(END_CONCURRENCY)
-
-    async def one(r: SendResult) -> bool:
-        async with sem:
-            return await producer.end_transaction(r, _ROLLBACK)
-
-    return sum(await asyncio.gather(*(one(r) for r in results)))
-
-
 # -- driver --------------------------------------------------------------------------------------------------------
 class _Ender:
-    """Sends END_TRANSACTION for many halves of one group, pipelined."""
+    """Decides many halves of one group: END_TRANSACTION_BATCH requests, each broker's in list order (so the
+    rows of one queue are committed in row order), the brokers at once."""
 
-    def __init__(self, instance: TransactionClientInstance, group: str, timeout: float) -> None:
-        self.instance = instance
-        self.group = group
-        self.timeout = timeout
+    def __init__(self, producer: TransactionProducer) -> None:
+        self.producer = producer
         self.already = 0
-
-    async def _addr(self, broker: str) -> str:
-        addr = self.instance.master_addr(broker)
-        if addr is None:
-            raise NoRouteError(f"no master address known for broker {broker}")
-        return addr
-
-    async def end(self, half: HalfRef, state: LocalTransactionState) -> None:
-        broker, clo, qo, msg_id, _, _ = half
-        header = EndTransactionRequestHeader(
-            producer_group=self.group, tran_state_table_offset=qo, commit_log_offset=clo,
-            commit_or_rollback=state.value, msg_id=msg_id, transaction_id=msg_id, from_transaction_check=False)
-        r = await self.instance.invoke(await self._addr(broker),
-                                       make_request(RequestCode.END_TRANSACTION, header.to_ext()), self.timeout,
-                                       context=f"end transaction {msg_id}")
-        if r.code != ResponseCode.SUCCESS:
-            raise MQClientError(f"END_TRANSACTION {state.name} of {msg_id} refused: code {r.code} {r.remark}")
-        if r.remark and "already resolved" in r.remark:
-            self.already += 1
 
     async def end_all(self, halves: Sequence[HalfRef], state: LocalTransactionState,
                       halfway: Callable[[], None] | None = None) -> list[BaseException]:
-        """END_TRANSACTION ``state`` for every half; ordered halves one after another per queue (in list order),
-        the others ``END_CONCURRENCY`` at once. Returns the failures. ``halfway`` (a failpoint) runs once the
-        first half of them is answered, before the rest is sent."""
+        """END ``state`` for every half; returns the failures. ``halfway`` (a failpoint) runs once the first
+        half of them is answered, before the rest is sent."""
         if halfway is not None:
             mid = len(halves) // 2
             first = await self.end_all(halves[:mid], state)
             halfway()
             return first + await self.end_all(halves[mid:], state)
         errors: list[BaseException] = []
-        sem = asyncio.Semaphore(END_CONCURRENCY)
-
-        async def guarded(h: HalfRef) -> None:
-            try:
-                await self.end(h, state)
-            except (MQClientError, OSError) as exc:
-                errors.append(exc)
-
-        async def free(h: HalfRef) -> None:
-            async with sem:
-                await guarded(h)
-
-        async def in_order(hs: list[HalfRef]) -> None:
-            for h in hs:
-                await guarded(h)
-
-        per_queue: dict[tuple[str, int], list[HalfRef]] = {}
-        jobs: list[Awaitable[None]] = []
+        by_broker: dict[str, list[HalfRef]] = {}
         for h in halves:
-            if h[5]:
-                per_queue.setdefault((h[0], h[4]), []).append(h)
-            else:
-                jobs.append(free(h))
-        jobs.extend(in_order(hs) for hs in per_queue.values())
-        await asyncio.gather(*jobs)
+            by_broker.setdefault(h[0], []).append(h)
+
+        async def one(broker: str, hs: list[HalfRef]) -> None:
+            entries = [EndEntry(clo, qo, state.value, msg_id) for _, clo, qo, msg_id, _, _ in hs]
+            try:
+                outcomes = await self.producer.end_transaction_batch(broker, entries)
+            except (MQClientError, OSError) as exc:  # the broker's halves undecided (some may be): count each
+                errors.extend([exc] * len(hs))
+                return
+            for h, o in zip(hs, outcomes, strict=True):
+                if not o.ok:
+                    errors.append(MQClientError(f"END_TRANSACTION {state.name} of {h[3]} refused: code {o.code} "
+                                                f"{o.remark}"))
+                elif o.already_resolved:
+                    self.already += 1
+
+        await asyncio.gather(*(one(b, hs) for b, hs in by_broker.items()))
         return errors
+
+    async def rolled_back(self, halves: Sequence[HalfRef]) -> int:
+        """Roll ``halves`` back; how many were (the rest the check-back rolls back)."""
+        if not halves:
+            return 0
+        return len(halves) - len(await self.end_all(halves, _ROLLBACK))
 
 
 class _Driver:
@@ -430,7 +451,7 @@ class _Driver:
         self.producer = TransactionProducer(group_for(query_id), instance=instance, checker=Checker(self.markers),
                                             send_timeout=opts.send_timeout, retries=opts.retries,
                                             compress_over=1 << 30)
-        self.ender = _Ender(instance, group_for(query_id), opts.send_timeout)
+        self.ender = _Ender(self.producer)
 
     def __enter__(self) -> _Driver:
         try:

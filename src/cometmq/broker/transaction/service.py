@@ -46,6 +46,7 @@ from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
 from cometmq.protocol.route import PERM_READ_WRITE
+from cometmq.protocol.transaction_batch import HALF_BATCH_FIELD, EndOutcome, decode_end_entries, encode_end_outcomes
 from cometmq.store.config import ConfigError
 from cometmq.store.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -87,6 +88,10 @@ class TransactionMetrics:
 
 #: resolved transactions whose outcome is remembered (a few MB at most)
 RESOLVED_MEMORY = 65_536
+#: bytes of a stored record besides its body, topic and properties (v1 layout, IPv6 hosts), with some room
+_RECORD_OVERHEAD = 128
+#: what a decision makes of a transaction
+_OUTCOME = {TRANSACTION_COMMIT_TYPE: "committed", TRANSACTION_ROLLBACK_TYPE: "rolled back"}
 
 
 class TransactionalMessageService:
@@ -123,7 +128,8 @@ class TransactionalMessageService:
         self._outcomes: collections.OrderedDict[int, str] = collections.OrderedDict()
 
     def handlers(self) -> dict[int, Handler]:
-        return {RequestCode.END_TRANSACTION: self.end_transaction}
+        return {RequestCode.END_TRANSACTION: self.end_transaction,
+                RequestCode.END_TRANSACTION_BATCH: self.end_transactions}
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -171,111 +177,214 @@ class TransactionalMessageService:
 
     # -- the send path (a send hook, broker/send_hooks.py) -------------------------------------------------------
     def before_put(self, msgs: list[MessageInner], ctx: SendContext) -> bool:
-        """A transaction's half is stored out of sight until END_TRANSACTION; no later hook sees it."""
-        if not self.is_half_send(msgs, ctx.batch):
+        """A transaction's half (or a half batch's halves) is stored out of sight until END_TRANSACTION; no
+        later hook sees it."""
+        if not self.is_half_send(msgs, ctx.batch, ctx.half_batch):
             return False
-        tm.to_half(msgs[0], ctx.producer_group)
-        ctx.on_stored = functools.partial(self._half_stored, msgs[0])
+        for m in msgs:
+            tm.to_half(m, ctx.producer_group)
+        ctx.on_stored = functools.partial(self._halves_stored, msgs)
         return True
 
     def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
         pass
 
     @staticmethod
-    def is_half_send(msgs: list[MessageInner], batch: bool) -> bool:
-        """Whether a send is a transaction's half (TRAN_MSG=true, or the PREPARED sys flag); a batch may not be."""
-        wanted = any(_wants_transaction(m) for m in msgs
-                     if not m.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)))
-        if wanted and batch:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "transactional messages cannot be sent in a batch")
-        return wanted
+    def is_half_send(msgs: list[MessageInner], batch: bool, half_batch: bool = False) -> bool:
+        """Whether a send is a transaction's half (TRAN_MSG=true, or the PREPARED sys flag). A batch may be one
+        only as cometmq's half batch (``half_batch``: the request field cometmqHalfBatch=true), and then every
+        item must be (protocol/transaction_batch.py); RocketMQ refuses transactional batches, and so do we
+        without that field."""
+        wanted = [_wants_transaction(m) for m in msgs
+                  if not m.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))]
+        if not batch:
+            return any(wanted)
+        if not half_batch:
+            if any(wanted):
+                raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "transactional messages cannot be sent in a batch "
+                                    f"(cometmq takes a batch of halves with the request field {HALF_BATCH_FIELD}"
+                                    "=true)")
+            return False
+        if len(wanted) != len(msgs):
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a half batch ({HALF_BATCH_FIELD}) cannot go to a "
+                                f"retry or dead-letter topic ({msgs[0].topic})")
+        if not all(wanted):
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a half batch ({HALF_BATCH_FIELD}) holds only "
+                                f"transactional messages: item {wanted.index(False)} of {len(wanted)} has no "
+                                "TRAN_MSG=true (nor does the header's sys flag say PREPARED)")
+        return True
 
-    def _half_stored(self, msg: MessageInner, result: PutResult) -> None:
-        """Track a half from the moment its record is in the log (before it is durable, before anything else
-        runs): the restart progress written meanwhile must already count it. The send's answer carries the
-        half's offsets."""
+    def _halves_stored(self, msgs: list[MessageInner], result: PutResult) -> None:
+        """Track halves from the moment their records are in the log (before they are durable, before anything
+        else runs): the restart progress written meanwhile must already count them. The send's answer carries
+        the halves' offsets."""
         if not result.ok:
             return
-        r = result.records[0]
-        # The op queue's end now: the half's own batch holds no op record, so this is its end before the half.
+        # The op queue's end now: the halves' own batch holds no op record, so this is its end before them.
         op_mark = self.store.max_offset(OP_TOPIC, 0)
-        due = r.store_timestamp + tm.immunity_ms(msg.properties, self.timeout_ms)
-        self.table.add(PendingHalf(r.queue_offset, r.queue_offset, r.phy_offset, msg.properties[PGROUP], 0,
-                                   due, op_mark))
-        self.metrics.prepared += 1
-        if self._sleep_until is None or due < self._sleep_until:
+        earliest: int | None = None
+        for msg, r in zip(msgs, result.records, strict=True):
+            due = r.store_timestamp + tm.immunity_ms(msg.properties, self.timeout_ms)
+            self.table.add(PendingHalf(r.queue_offset, r.queue_offset, r.phy_offset, msg.properties.get(PGROUP) or "",
+                                       0, due, op_mark))
+            earliest = due if earliest is None else min(earliest, due)
+        self.metrics.prepared += len(msgs)
+        if earliest is not None and (self._sleep_until is None or earliest < self._sleep_until):
             self._wake.set()
 
-    # -- END_TRANSACTION (37) ------------------------------------------------------------------------------------
+    # -- END_TRANSACTION (37) and END_TRANSACTION_BATCH (31037, a cometmq extension) ----------------------------
     async def end_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)  # a bad header: answered at the dispatch
         if self.config.broker_id != 0:
             raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION goes to the master broker")
         state = h.commit_or_rollback
         source = "check answer" if h.from_transaction_check else "producer"
-        if state == TRANSACTION_NOT_TYPE:
-            self.metrics.unknown += 1
-            log.debug("%s %s of %s: state unknown, left for the next check", source, h.msg_id, h.producer_group)
-            return make_response(cmd, ResponseCode.SUCCESS, "state unknown: the broker will check back")
-        if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        if state not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} is not 0, 8 or 12")
-        rec = self._half_at(h)
-        origin = tm.origin_of(rec.properties, rec.queue_offset)
-        half = self.table.resolve(origin)
-        if half is None:
-            outcome = self._outcomes.get(origin)
-            wanted = "committed" if state == TRANSACTION_COMMIT_TYPE else "rolled back"
-            if outcome is not None and outcome != wanted and not (outcome == "discarded" and wanted == "rolled back"):
-                self.metrics.refused += 1
-                raise RemotingError(ResponseCode.TRANSACTION_FAILED,
-                                    f"transaction {origin} ({h.msg_id}) was {outcome} already"
-                                    + (f" after {self.check_max} checks without a decision (kept in {CHECK_MAX_TOPIC})"
-                                       if outcome == "discarded" else "") + f": it cannot be {wanted} now")
-            self.metrics.already_resolved += 1
-            return make_response(cmd, ResponseCode.SUCCESS, "the transaction is already resolved")
-        now = self.clock()
-        ops = [tm.op_record([origin, rec.queue_offset], now)]
+        claimed = self._claim(h.producer_group, h.commit_log_offset, h.tran_state_table_offset, state, h.msg_id,
+                              source)
+        if isinstance(claimed, str):
+            return make_response(cmd, ResponseCode.SUCCESS, claimed)
+        half, rec, origin = claimed
+        ops = [tm.op_record([origin, rec.queue_offset], self.clock())]
         # One contiguous append: the delivered message never exists without the op record that resolves it.
         msgs = [tm.committed(rec, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE else ops
         result = self.appender.append(msgs)
         if not result.ok:
             self.table.add(half)  # nothing was written: still unresolved
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
+        self._resolved(origin, state)
+        return make_response(cmd, answer_code(await self.appender.durable(result)))
+
+    async def end_transactions(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """Many END_TRANSACTIONs of one producer group in one request (protocol/transaction_batch.py): each
+        entry decided as :meth:`end_transaction` decides it, the commits' messages and op records appended
+        together in as few appends as the message size limit allows (each append holds its op record: no
+        delivered message exists without it). The answer lists each entry's outcome."""
+        group = cmd.ext_fields.get("producerGroup")
+        if not group:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "END_TRANSACTION_BATCH needs the field producerGroup")
+        if self.config.broker_id != 0:
+            raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION_BATCH goes to the master broker")
+        entries = decode_end_entries(cmd.body)  # a bad body: answered at the dispatch, nothing decided
+        outcomes: list[EndOutcome | None] = [None] * len(entries)
+        limit = self.config.store.max_message_size
+        msgs: list[MessageInner] = []
+        claimed: list[tuple[int, PendingHalf, int, int]] = []  # (entry, half, origin, state)
+        op_offsets: list[int] = []
+        size = 0
+        appended: list[tuple[PutResult, list[int]]] = []
+
+        def flush() -> None:
+            nonlocal msgs, claimed, op_offsets, size
+            if not claimed:
+                return
+            result = self.appender.append([*msgs, tm.op_record(op_offsets, self.clock())])
+            if result.ok:
+                for _, _, origin, state in claimed:
+                    self._resolved(origin, state)
+                appended.append((result, [i for i, _, _, _ in claimed]))
+            else:
+                for i, half, origin, _ in claimed:
+                    self.table.add(half)  # nothing was written: still unresolved
+                    self._outcomes.pop(origin, None)
+                    outcomes[i] = EndOutcome(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
+            msgs, claimed, op_offsets, size = [], [], [], 0
+
+        for i, e in enumerate(entries):
+            try:
+                got = self._claim(group, e.commit_log_offset, e.tran_state_table_offset, e.commit_or_rollback,
+                                  e.msg_id, "producer (batch)")
+            except RemotingError as exc:
+                outcomes[i] = EndOutcome(int(exc.code), exc.remark)
+                continue
+            if isinstance(got, str):
+                outcomes[i] = EndOutcome(ResponseCode.SUCCESS, got)
+                continue
+            half, rec, origin = got
+            # Claimed now: a later entry of this request naming the same transaction is decided against this one.
+            self._remember(origin, _OUTCOME[e.commit_or_rollback])
+            cost = 64  # its share of the op record
+            msg = None
+            if e.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
+                msg = tm.committed(rec, e.commit_log_offset)
+                cost += len(msg.body) + len(msg.topic) + _RECORD_OVERHEAD + len(msg.properties_raw or b"")
+            if size + cost > limit:  # rollbacks count too: their offsets make the op record grow
+                flush()
+            if msg is not None:
+                msgs.append(msg)
+            size += cost
+            claimed.append((i, half, origin, e.commit_or_rollback))
+            op_offsets += (origin, rec.queue_offset)
+        flush()
+        # No await before the last append above: requests of one connection are decided in the order they came.
+        for result, done in appended:
+            outcome = EndOutcome(answer_code(await self.appender.durable(result)))
+            for i in done:
+                outcomes[i] = outcome
+        return make_response(cmd, ResponseCode.SUCCESS, None, None,
+                             encode_end_outcomes([o or EndOutcome(ResponseCode.SYSTEM_ERROR) for o in outcomes]))
+
+    def _claim(self, group: str, commit_log_offset: int, table_offset: int, state: int, msg_id: str | None,
+               source: str) -> tuple[PendingHalf, MessageRecord, int] | str:
+        """Take one END decision's transaction off the table: ``(half, record, origin)`` of the pending half it
+        resolves (the caller appends its records, or puts ``half`` back), or the remark of an answer that
+        writes nothing (state unknown, already resolved). RemotingError when it is refused: no such half, another
+        group's, or a decision contradicting the one already taken."""
+        if state == TRANSACTION_NOT_TYPE:
+            self.metrics.unknown += 1
+            log.debug("%s %s of %s: state unknown, left for the next check", source, msg_id, group)
+            return "state unknown: the broker will check back"
+        rec = self._half_at(group, commit_log_offset, table_offset)
+        origin = tm.origin_of(rec.properties, rec.queue_offset)
+        half = self.table.resolve(origin)
+        if half is not None:
+            return half, rec, origin
+        outcome = self._outcomes.get(origin)
+        wanted = _OUTCOME[state]
+        if outcome is not None and outcome != wanted and not (outcome == "discarded" and wanted == "rolled back"):
+            self.metrics.refused += 1
+            raise RemotingError(ResponseCode.TRANSACTION_FAILED,
+                                f"transaction {origin} ({msg_id}) was {outcome} already"
+                                + (f" after {self.check_max} checks without a decision (kept in {CHECK_MAX_TOPIC})"
+                                   if outcome == "discarded" else "") + f": it cannot be {wanted} now")
+        self.metrics.already_resolved += 1
+        return "the transaction is already resolved"
+
+    def _resolved(self, origin: int, state: int) -> None:
         if state == TRANSACTION_COMMIT_TYPE:
             self.metrics.committed += 1
-            self._remember(origin, "committed")
         else:
             self.metrics.rolled_back += 1
-            self._remember(origin, "rolled back")
-        return make_response(cmd, answer_code(await self.appender.durable(result)))
+        self._remember(origin, _OUTCOME[state])
 
     def _remember(self, origin: int, outcome: str) -> None:
         self._outcomes[origin] = outcome
         if len(self._outcomes) > RESOLVED_MEMORY:
             self._outcomes.popitem(last=False)
 
-    def _half_at(self, h: EndTransactionRequestHeader) -> MessageRecord:
-        """The half record the request names, checked as RocketMQ checks it (group, queue and log offsets)."""
-        view = self.store.read_record(h.commit_log_offset)
+    def _half_at(self, group: str, commit_log_offset: int, table_offset: int) -> MessageRecord:
+        """The half record an END names, checked as RocketMQ checks it (group, queue and log offsets)."""
+        view = self.store.read_record(commit_log_offset)
         rec: MessageRecord | None = None
         if view is not None:
             try:
                 rec = decode_record(view)[0]
             except ProtocolError:
                 rec = None
-        if rec is None or rec.topic != HALF_TOPIC or rec.physical_offset != h.commit_log_offset:
+        if rec is None or rec.topic != HALF_TOPIC or rec.physical_offset != commit_log_offset:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: no half "
-                                f"message at commit-log offset {h.commit_log_offset}")
-        if rec.properties.get(PGROUP, "") != h.producer_group:
+                                f"message at commit-log offset {commit_log_offset}")
+        if rec.properties.get(PGROUP, "") != group:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "The producer group wrong: the half message belongs to "
-                                f"{rec.properties.get(PGROUP, '')!r}, not {h.producer_group!r}")
-        if rec.queue_offset != h.tran_state_table_offset:
+                                f"{rec.properties.get(PGROUP, '')!r}, not {group!r}")
+        if rec.queue_offset != table_offset:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong: "
-                                f"{h.tran_state_table_offset}, the half is at {rec.queue_offset}")
+                                f"{table_offset}, the half is at {rec.queue_offset}")
         return rec
 
     # -- check-back -------------------------------------------------------------------------------------------

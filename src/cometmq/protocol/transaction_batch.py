@@ -1,0 +1,113 @@
+"""cometmq's batched transaction extensions (RocketMQ has neither; docs/transactions.md, "Batches"):
+
+Half batch
+    A SEND_BATCH_MESSAGE (or a batch SEND_MESSAGE/_V2) with the request field ``cometmqHalfBatch=true``
+    (:data:`HALF_BATCH_FIELD`) whose every item is transactional (``TRAN_MSG=true``; the header's sys flag may say
+    PREPARED too). The broker stores the items as halves in one append and answers as for a batch: the offset msg
+    ids comma-separated and the first half's queue offset (the others follow it). Without the field a
+    transactional batch is refused MESSAGE_ILLEGAL, as RocketMQ refuses it, so RocketMQ clients see no change.
+
+END_TRANSACTION_BATCH (31037)
+    Extension fields ``producerGroup`` (every half must be of that group); the body is JSON
+    ``{"entries": [[commitLogOffset, tranStateTableOffset, commitOrRollback, msgId], ...]}``, at most
+    :data:`MAX_END_ENTRIES` entries. Each entry is decided as a single END_TRANSACTION would decide it. The answer
+    is SUCCESS with the body ``{"results": [[code, remark], ...]}`` in entry order (code 0: done, or nothing to do,
+    the remark says which; 4 TRANSACTION_FAILED: a decision contradicting an earlier one; 1 SYSTEM_ERROR: no such
+    half, another group's, a bad state; 10/12: stored but not durable in time). A request the broker cannot read
+    at all is refused as a whole (nothing decided).
+
+Pure codecs: bytes in, values out; :class:`RemoteProtocolError` for what a peer got wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cometmq.protocol.errors import RemoteProtocolError
+
+#: the send request field that asks for a batch of halves
+HALF_BATCH_FIELD = "cometmqHalfBatch"
+#: entries of one END_TRANSACTION_BATCH at most
+MAX_END_ENTRIES = 65_536
+_STATES = (0, 8, 12)
+
+
+@dataclass(frozen=True, slots=True)
+class EndEntry:
+    """One decision: the half (as END_TRANSACTION names it) and COMMIT 8 / ROLLBACK 12 / UNKNOWN 0."""
+
+    commit_log_offset: int
+    tran_state_table_offset: int
+    commit_or_rollback: int
+    msg_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EndOutcome:
+    """What became of one entry: a response code and its remark."""
+
+    code: int
+    remark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    @property
+    def already_resolved(self) -> bool:
+        """Decided before (the same decision): nothing was written for it now."""
+        return self.code == 0 and "already resolved" in self.remark
+
+
+def _int(v: object, what: str) -> int:
+    if type(v) is not int or not 0 <= v < 1 << 63:
+        raise RemoteProtocolError(f"{what} must be a non-negative int64, not {v!r:.40}")
+    return v
+
+
+def _doc(body: bytes | bytearray | memoryview, key: str) -> list[object]:
+    try:
+        doc = json.loads(bytes(body))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RemoteProtocolError(f"the body is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+        raise RemoteProtocolError(f'the body must be a JSON object with a list "{key}"')
+    items: list[object] = doc[key]
+    return items
+
+
+def encode_end_entries(entries: Sequence[EndEntry]) -> bytes:
+    return json.dumps({"entries": [[e.commit_log_offset, e.tran_state_table_offset, e.commit_or_rollback,
+                                    e.msg_id] for e in entries]}, separators=(",", ":")).encode()
+
+
+def decode_end_entries(body: bytes | bytearray | memoryview) -> list[EndEntry]:
+    items = _doc(body, "entries")
+    if len(items) > MAX_END_ENTRIES:
+        raise RemoteProtocolError(f"{len(items)} entries: at most {MAX_END_ENTRIES} in one END_TRANSACTION_BATCH")
+    out: list[EndEntry] = []
+    for n, item in enumerate(items):
+        if not isinstance(item, list) or len(item) != 4 or not isinstance(item[3], str):
+            raise RemoteProtocolError(f"entry {n} must be [commitLogOffset, tranStateTableOffset, commitOrRollback,"
+                                      f" msgId], not {item!r:.80}")
+        state = item[2]
+        if type(state) is not int or state not in _STATES:
+            raise RemoteProtocolError(f"entry {n}: commitOrRollback {state!r} is not 0, 8 or 12")
+        out.append(EndEntry(_int(item[0], f"entry {n}: commitLogOffset"),
+                            _int(item[1], f"entry {n}: tranStateTableOffset"), state, item[3]))
+    return out
+
+
+def encode_end_outcomes(outcomes: Sequence[EndOutcome]) -> bytes:
+    return json.dumps({"results": [[o.code, o.remark] for o in outcomes]}, separators=(",", ":")).encode()
+
+
+def decode_end_outcomes(body: bytes | bytearray | memoryview) -> list[EndOutcome]:
+    out: list[EndOutcome] = []
+    for n, item in enumerate(_doc(body, "results")):
+        if not isinstance(item, list) or len(item) != 2 or type(item[0]) is not int or not isinstance(item[1], str):
+            raise RemoteProtocolError(f"result {n} must be [code, remark], not {item!r:.80}")
+        out.append(EndOutcome(item[0], item[1]))
+    return out

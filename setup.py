@@ -1,12 +1,24 @@
-"""Builds the optional C helpers: the key index's (cometmq.store._indexc) and the Spark source's record decoder
-(cometmq.spark._decodec). Everything else is in pyproject.toml.
+"""Builds the optional C helpers: the key index's (cometmq.store._indexc), the broker's batch write path
+(cometmq.store._batchc, linked with zlib for the body CRC), the SDK's batch encoder (cometmq.protocol._batchenc)
+and the Spark source's record decoder (cometmq.spark._decodec). Everything else is in pyproject.toml.
 
-``optional=True``: without a compiler or Python headers the install still succeeds and the index and the Spark
-decoder run in pure Python (same results, more CPU)."""
+``optional=True``: without a compiler or Python headers the install still succeeds and each of them runs in pure
+Python (same results, more CPU)."""
+
+from typing import Any
 
 from setuptools import Extension, setup
 
+#: the headers the helpers share (slots-class objects made from C; UTF-8, property and tag-code helpers), as
+#: dependencies and on the include path
+_SHARED: dict[str, Any] = {"include_dirs": ["src/cometmq/common"],
+                           "depends": ["src/cometmq/common/_cslots.h", "src/cometmq/common/_ctext.h"]}
+
 setup(ext_modules=[Extension("cometmq.store._indexc", ["src/cometmq/store/_indexc.c"], optional=True,
-                             extra_compile_args=["-O2"]),
+                             extra_compile_args=["-O2"], **_SHARED),
+                   Extension("cometmq.store._batchc", ["src/cometmq/store/_batchc.c"], optional=True,
+                             extra_compile_args=["-O2"], libraries=["z"], **_SHARED),
+                   Extension("cometmq.protocol._batchenc", ["src/cometmq/protocol/_batchenc.c"], optional=True,
+                             extra_compile_args=["-O2"], **_SHARED),
                    Extension("cometmq.spark._decodec", ["src/cometmq/spark/_decodec.c"], optional=True,
                              extra_compile_args=["-O2"])])

@@ -26,10 +26,10 @@ async def test_batch_with_a_delay_level_is_still_scheduled(start_broker: StartBr
     assert b.store.max_offset("SCHEDULE_TOPIC_XXXX", 0) == 1
 
 
-async def test_batch_marker_in_a_body_only_takes_the_full_checks(start_broker: StartBroker,
-                                                                client: RemotingClient) -> None:
+async def test_batch_marker_in_a_body_is_no_property(start_broker: StartBroker, client: RemotingClient) -> None:
     b = await start_broker()
-    # The property names appear in the bodies, not as properties: nothing is delayed or refused.
+    # The property names appear in the bodies, not as properties: nothing is delayed or refused (only each item's
+    # properties are searched for them, so the batch stays on the plain path).
     bodies = [b"DELAY\x01 in a body", b"TIMER_DELIVER_MS", b"TRAN_MSG\x01true"]
     body = encode_batch([(x, {"UNIQ_KEY": f"M{i}", "TAGS": "t"}, 7) for i, x in enumerate(bodies)])
     r = await client.invoke(b.addr, send_request("FastT2", body, 1, batch="1"))

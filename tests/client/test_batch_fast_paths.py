@@ -4,7 +4,10 @@ per-message code builds."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cometmq.client import message as message_module
 from cometmq.client.errors import InvalidArgumentError
 from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, send_results
 from cometmq.client.producer import Producer
@@ -77,3 +80,22 @@ def test_single_send_header_carries_the_wire_properties(msg: Message) -> None:
     assert (header.topic, header.queue_id, header.flag, header.producer_group) == ("T", 2, msg.flag, "pg")
     assert cmd.code == RequestCode.SEND_MESSAGE_V2 and cmd.body == msg.body and cmd.opaque > 0
     assert all(type(v) is str for v in cmd.ext_fields.values())
+
+
+@pytest.mark.skipif(message_module._C_RESULTS is None, reason="C helper not built")
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=40), st.lists(st.text(max_size=40), max_size=45),
+       st.integers(-(2**63), 2**63 - 1), st.sampled_from(list(SendStatus)))
+def test_c_batch_results_equal_the_reference(ids: list[str], offset_ids: list[str], first: int,
+                                             status: SendStatus) -> None:
+    """protocol/_batchenc.c's send_results against send_results_py (offsets past int64 go to the reference)."""
+    q = MessageQueue("T", "b", 2)
+    want = message_module.send_results_py(status, ids, offset_ids, q, first)
+    got = message_module._send_results_c(status, ids, offset_ids, q, first)
+    assert got == want and [hash(x) for x in got] == [hash(x) for x in want]
+    assert all(type(r) is SendResult and r.recall_handle is None for r in got)
+    assert message_module._send_results_c(status, tuple(ids), offset_ids, q, 0) == \
+        message_module.send_results_py(status, ids, offset_ids, q, 0)
+    for r in got:
+        with pytest.raises(AttributeError):
+            r.msg_id = "changed"  # type: ignore[misc]

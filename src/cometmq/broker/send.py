@@ -44,13 +44,13 @@ from cometmq.protocol.properties import (
     RETRY_TOPIC,
     UNIQ_KEY,
     RawProperties,
-    check_utf8,
     decode_properties,
     encode_properties,
 )
 from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import perm_writable
 from cometmq.protocol.transaction_batch import HALF_BATCH_FIELD
+from cometmq.store.batch_codec import offset_msg_ids, plain_batch_messages
 from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult
 from cometmq.timer.message import TIMER_TOPIC
@@ -180,10 +180,11 @@ class SendProcessor:
 
     def _batch_messages(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
                         born_host: bytes, keep_raw: bool = False) -> tuple[list[MessageInner], bool]:
-        """The batch's messages, and whether it is plain: no delay, timer or transaction property in any
-        of them (a byte search of the whole body for the property names: a hit in a body only costs the
-        full per-message checks) and not a prepared transaction. ``keep_raw``: keep the properties encoded
-        even so (a half batch: the transaction hook reads a few and appends its own, transaction/messages.py)."""
+        """The batch's messages, and whether it is plain: not a prepared transaction, and no delay, timer or
+        transaction property in any of them (a byte search of each item's properties for the property names,
+        which a name ending in one or a value holding one also hits: that only costs the per-message checks).
+        ``keep_raw``: keep the properties encoded even so (a half batch: the transaction hook reads a few and
+        appends its own, transaction/messages.py)."""
         sys_flag = header.sys_flag
         # A batch is one write of at most maxMessageSize bytes (as RocketMQ's batch encoder checks), its inflated
         # size included: a small compressed body must not inflate to gigabytes in the broker's memory.
@@ -205,22 +206,21 @@ class SendProcessor:
             sys_flag &= ~SysFlag.COMPRESSED
         if type(body) is not bytes:
             body = bytes(body)
-        plain = sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS and not any(
-            marker in body for marker in _SPECIAL_MARKERS)
+        plain = sys_flag & TRANSACTION_MASK == 0 and header.topic not in _SPECIAL_TOPICS
         try:
-            items = decode_batch_raw(body)
             topic, born_ts, born_at, reconsume = header.topic, header.born_timestamp, born_host, header.reconsume_times
-            # Positional arguments (checked against MessageInner's fields at import): half the cost of keywords.
+            msgs = None
             if plain or keep_raw:
-                # Nothing will rewrite these messages: keep their properties encoded (RawProperties), checked
-                # as UTF-8 but not decoded into a dict each.
-                for _, raw, _ in items:
-                    check_utf8(raw)
-                msgs = [MessageInner(topic, item_body, queue_id, RawProperties(raw), raw, flag, sys_flag, born_ts,
-                                     born_at, reconsume) for item_body, raw, flag in items]
-            else:
+                # Nothing will rewrite these messages: their properties stay encoded (RawProperties), checked as
+                # UTF-8 but not decoded into a dict each; one C call when built (store/batch_codec.py). A half
+                # batch's items all hold TRAN_MSG: no marker search.
+                msgs = plain_batch_messages(body, topic, queue_id, sys_flag, born_ts, born_at, reconsume,
+                                            () if keep_raw else _SPECIAL_MARKERS)
+            if msgs is None:
+                plain = False
+                # Positional arguments (checked against MessageInner's fields at import): half the cost of keywords.
                 msgs = [MessageInner(topic, item_body, queue_id, decode_properties(raw), raw, flag, sys_flag,
-                                     born_ts, born_at, reconsume) for item_body, raw, flag in items]
+                                     born_ts, born_at, reconsume) for item_body, raw, flag in decode_batch_raw(body)]
         except ProtocolError as exc:  # name the part; the dispatch picks the code
             raise RemoteProtocolError(f"bad batch body: {exc}") from None
         if not msgs:
@@ -248,12 +248,9 @@ class SendProcessor:
         if prefix is None or self._id_host != store_host:
             self._id_host, prefix = store_host, offset_msg_id(store_host, 0)[:-16]
             self._id_prefix = prefix
-        # offset_msg_id's layout (host hex + 16 hex digits of the offset); commit-log offsets are never negative.
-        # One %-format over all offsets: a third of the cost of an f-string per message on a batch.
-        offsets = tuple([r.phy_offset for r in result.records])
-        ids = ((prefix + "%016X,") * len(offsets) % offsets)[:-1]
+        # offset_msg_id's layout (host hex + 16 hex digits of the offset), written for all records at once
         first = result.records[0]
-        ext = {"msgId": ids, "queueId": str(queue_id),
+        ext = {"msgId": offset_msg_ids(prefix, result.records), "queueId": str(queue_id),
                "queueOffset": str(first.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         return make_response(cmd, code, None, ext)
 

@@ -6,8 +6,10 @@ import enum
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from cometmq.client.errors import InvalidArgumentError
+from cometmq.common.native import load_c_helper
 from cometmq.protocol.client_bodies import MessageQueue
 from cometmq.protocol.message import MessageRecord, SysFlag, host_string, pack_host
 from cometmq.protocol.msgid import offset_msg_id
@@ -131,11 +133,12 @@ class SendResult:
         return self.status is SendStatus.SEND_OK
 
 
-def send_results(status: SendStatus, msg_ids: Sequence[str], offset_msg_ids: Sequence[str], queue: MessageQueue,
-                 first_offset: int) -> list[SendResult]:
+def send_results_py(status: SendStatus, msg_ids: Sequence[str], offset_msg_ids: Sequence[str], queue: MessageQueue,
+                    first_offset: int) -> list[SendResult]:
     """A batch's results (message ``i``: ``msg_ids[i]``, ``offset_msg_ids[i]`` or "", offset ``first_offset + i``,
     no recall handle), equal to ``SendResult(...)`` built one by one at a third of the cost: a frozen
-    dataclass's ``__init__`` goes through ``object.__setattr__`` per field, here the slots are set directly."""
+    dataclass's ``__init__`` goes through ``object.__setattr__`` per field, here the slots are set directly.
+    The reference of the C helper's ``send_results`` (:data:`send_results` is that one when it is built)."""
     new = object.__new__
     set_status, set_id, set_offset_id, set_queue, set_offset, set_recall = _SEND_RESULT_SLOTS
     results: list[SendResult] = []
@@ -155,10 +158,34 @@ def send_results(status: SendStatus, msg_ids: Sequence[str], offset_msg_ids: Seq
     return results
 
 
+_SEND_RESULT_FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "recall_handle")
 _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[f.name].__set__ for f in fields(SendResult))
-if [f.name for f in fields(SendResult)] != ["status", "msg_id", "offset_msg_id", "queue", "queue_offset",
-                                            "recall_handle"]:
+if tuple(f.name for f in fields(SendResult)) != _SEND_RESULT_FIELDS:
     raise RuntimeError("SendResult's fields changed: update send_results")
+
+
+def _bound_c_helper() -> Any:
+    """protocol/_batchenc.c bound to SendResult's slots, or None (not built, or COMETMQ_PURE_PYTHON)."""
+    helper = load_c_helper("cometmq.protocol._batchenc")
+    if helper is not None:
+        helper.bind_results(SendResult, _SEND_RESULT_FIELDS)
+    return helper
+
+
+_C_RESULTS: Any = _bound_c_helper()
+
+
+def _send_results_c(status: SendStatus, msg_ids: Sequence[str], offset_msg_ids: Sequence[str], queue: MessageQueue,
+                    first_offset: int) -> list[SendResult]:
+    if type(msg_ids) is list and type(offset_msg_ids) is list and type(first_offset) is int \
+            and -(2**62) < first_offset < 2**62:
+        results: list[SendResult] = _C_RESULTS.send_results(status, msg_ids, offset_msg_ids, queue, first_offset)
+        return results
+    return send_results_py(status, msg_ids, offset_msg_ids, queue, first_offset)
+
+
+#: a batch's results: one C call when the helper is built, else :func:`send_results_py`
+send_results = _send_results_c if _C_RESULTS is not None else send_results_py
 
 
 @dataclass(frozen=True, slots=True)

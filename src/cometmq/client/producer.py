@@ -30,7 +30,7 @@ from cometmq.client.errors import (
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, properties_text, send_results
 from cometmq.protocol.acl import Credentials
-from cometmq.protocol.batch import encode_batch_raw
+from cometmq.protocol.batch import encode_keyed_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from cometmq.protocol.msgid import UniqKeyGenerator
@@ -398,16 +398,14 @@ class Producer:
         return self._result(response, q, uniq, addr)[0]
 
     def _batch_request(self, q: MessageQueue, msgs: list[Message]) -> tuple[Any, list[str]]:
-        uniqs = self._uniq.new_keys(len(msgs))
         # Each item's properties are encode_properties(m.wire_properties(key)): the part before UNIQ_KEY (most
-        # often empty), then UNIQ_KEY and WAIT, written straight to bytes (the keys are hex).
-        items = [(m.body if type(m.body) is bytes else bytes(m.body),
-                  m.batch_properties_head() + f"UNIQ_KEY\x01{key}\x02WAIT\x01true\x02".encode("ascii"), m.flag)
-                 for m, key in zip(msgs, uniqs, strict=True)]
+        # often empty), then UNIQ_KEY and WAIT; the keys and the body in one C call when built (protocol/batch.py).
+        prefix, first = self._uniq.reserve(len(msgs))
+        body, uniqs = encode_keyed_batch([(m.body, m.batch_properties_head(), m.flag) for m in msgs], prefix, first)
         header = SendMessageRequestHeader(
             producer_group=self.group, topic=q.topic, queue_id=q.queue_id, born_timestamp=_now_ms(),
             properties="", batch=True)
-        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), encode_batch_raw(items))
+        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
         return cmd, uniqs
 
     async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float | None) -> list[SendResult]:
@@ -429,9 +427,8 @@ class Producer:
         if len(items) == 1:
             msg = items[0].msg
             return [await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout))]
-        uniqs = self._uniq.new_keys(len(items))
-        body = encode_batch_raw([(it.body, it.head + f"UNIQ_KEY\x01{key}\x02WAIT\x01true\x02".encode("ascii"),
-                                  it.flag) for it, key in zip(items, uniqs, strict=True)])
+        prefix, first = self._uniq.reserve(len(items))
+        body, uniqs = encode_keyed_batch([(it.body, it.head, it.flag) for it in items], prefix, first)
 
         async def attempt(q: MessageQueue) -> list[SendResult]:
             header = SendMessageRequestHeader(producer_group=self.group, topic=q.topic, queue_id=q.queue_id,

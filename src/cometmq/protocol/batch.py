@@ -13,9 +13,11 @@ says compressed, the caller inflates the whole body before :func:`decode_batch`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from cometmq.common.native import load_c_helper
 from cometmq.protocol.errors import LocalProtocolError, RemoteProtocolError
 from cometmq.protocol.message import body_crc
 from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH, decode_properties, encode_properties
@@ -64,6 +66,34 @@ def encode_batch_raw(messages: Iterable[tuple[bytes | bytearray | memoryview, by
     except struct.error as exc:
         raise LocalProtocolError(f"batch item field out of range: {exc}") from None
     return b"".join(parts)
+
+
+#: a producer's batch item: (body, the encoded properties before UNIQ_KEY, flag)
+KeyedItem = tuple[bytes | bytearray | memoryview, bytes, int]
+
+
+def encode_keyed_batch_py(items: Sequence[KeyedItem], prefix: str, first: int) -> tuple[bytes, list[str]]:
+    """A producer's batch body and its messages' UNIQ_KEYs: item ``i``'s key is ``prefix`` + ``first + i`` in 12
+    upper-case hex digits (UniqKeyGenerator's layout), its properties the head + UNIQ_KEY=key + WAIT=true, encoded
+    as ``encode_properties`` encodes a plain message's wire properties. The reference of the C helper."""
+    keys = [f"{prefix}{v:012X}" for v in range(first, first + len(items))]
+    return encode_batch_raw([(body, head + f"UNIQ_KEY\x01{key}\x02WAIT\x01true\x02".encode("ascii"), flag)
+                             for (body, head, flag), key in zip(items, keys, strict=True)]), keys
+
+
+def _encode_keyed_batch_c(items: Sequence[KeyedItem], prefix: str, first: int) -> tuple[bytes, list[str]]:
+    if type(items) is not list:
+        items = list(items)
+    done: tuple[bytes, list[str]] | None = _C_ENCODE.encode_keyed(items, prefix, first)
+    # None: something the helper leaves to the reference (which encodes it, or raises its error)
+    return done if done is not None else encode_keyed_batch_py(items, prefix, first)
+
+
+#: cometmq.protocol._batchenc when built (and COMETMQ_PURE_PYTHON is not set), else None
+_C_ENCODE: Any = load_c_helper("cometmq.protocol._batchenc")
+#: what the SDK uses: one C call per batch when built, else the reference
+encode_keyed_batch: Callable[[Sequence[KeyedItem], str, int], tuple[bytes, list[str]]] = (
+    _encode_keyed_batch_c if _C_ENCODE is not None else encode_keyed_batch_py)
 
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchItem]:

@@ -183,9 +183,14 @@ class UniqKeyGenerator:
         lock and one clock read. Values run consecutively from where :meth:`new_key` would start."""
         if n <= 0:
             return []
-        with self._lock:
-            prefix, value = self._reserve(n)
+        prefix, value = self.reserve(n)
         return [f"{prefix}{v:012X}" for v in range(value, value + n)]
+
+    def reserve(self, n: int) -> tuple[str, int]:
+        """:meth:`new_keys` unformatted: (prefix, first value); key ``i`` is the prefix + ``first + i`` in 12
+        upper-case hex digits (a batch encoder writes them straight into the body: batch.encode_keyed_batch)."""
+        with self._lock:
+            return self._reserve(n)
 
 
 def _check_key(key: str) -> str:

@@ -16,8 +16,10 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+from cometmq.store.batch_codec import C_BATCH
 from cometmq.store.config import CQ_UNIT_SIZE
 from cometmq.store.cq_file import ConsumeQueueFile, ConsumeQueueFiles, MappingLRU
+from cometmq.store.message import DispatchRequest
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +159,26 @@ class ConsumeQueue:
                     self._mark_dirty(phy_offset)
                 return True
         return self._put_slow(queue_offset, phy_offset, size, tags_code)
+
+    def put_following(self, requests: list[DispatchRequest], i: int) -> int:
+        """With the C helper (store/batch_codec.py): write the units of ``requests[i:]`` that follow on in this
+        queue, as ``put`` would one by one on its fast path, in one call; returns the index of the first request
+        not handled (``i`` when none was: the caller goes on with ``put``)."""
+        tail = self._tail
+        if tail is None or C_BATCH is None:
+            return i
+        mm = tail._mm
+        if mm is None:
+            return i
+        pos = tail.wrote_position
+        j, written, first_phy = C_BATCH.put_units(mm, pos, tail._len, requests, i, self.topic, self.queue_id,
+                                                  self._next)
+        if written:
+            tail.wrote_position = pos + written * CQ_UNIT_SIZE
+            self._next += written
+            if self.dirty_phy < 0:
+                self._mark_dirty(first_phy)
+        return int(j)
 
     def _mark_dirty(self, phy_offset: int) -> None:
         self.dirty_phy = phy_offset

@@ -1,0 +1,574 @@
+/* Optional C helpers for the write path of a batch (cometmq.store.batch_codec): the per-message loops of a
+ * SEND_BATCH_MESSAGE, each done once per batch, which in Python cost the broker about 3.5 us a message.
+ *
+ *   bind(message_type, message_fields, raw_type, raw_fields, request_type, request_fields)
+ *       Learns where the slots of MessageInner, RawProperties and DispatchRequest are (their member
+ *       descriptors' offsets), so objects are made and read here without their Python __init__ (as
+ *       client/message.py's send_results makes SendResults). Raises if a type is not a slots class with
+ *       exactly those fields.
+ *   decode_plain(body, topic, queue_id, sys_flag, born_timestamp, born_host, reconsume_times, markers)
+ *           -> list | None | False
+ *       protocol/batch.decode_batch_raw + properties.check_utf8 + one MessageInner per item with RawProperties
+ *       (batch_codec.plain_batch_messages_py). None when the body is malformed in any way the reference
+ *       rejects: the caller then runs the reference, which raises its own error. False when an item's
+ *       properties hold one of ``markers`` (a tuple of bytes): the batch is not plain.
+ *   measure(msgs, max_body, store_flags) -> int | None
+ *       The bytes CommitLog.append would write for ``msgs``, or None when any message needs the Python append
+ *       (a refusal, a record encoded ahead, properties not encoded yet or not a RawProperties without a tag
+ *       code, a field of another type or out of its struct's range): nothing is checked twice.
+ *   pack(msgs, buf, pos, phy, now, store_host, queue_table) -> list[DispatchRequest]
+ *       After ``measure``: the records, written into ``buf`` from ``pos`` (the segment's mapping), with queue
+ *       offsets from ``queue_table`` (updated), the body CRCs, and the sys flags' host bits set (on the
+ *       messages too), exactly as CommitLog.append's Python loop writes them; their dispatch requests.
+ *   put_units(buf, pos, end, requests, i, topic, queue_id, next_qoff) -> (j, written, first_phy)
+ *       The consume-queue units of requests[i:] that follow on in one queue (MessageStore's dispatch):
+ *       written from ``pos`` while they fit before ``end``; skips transaction halves; stops at the first
+ *       request of another queue or another queue offset. ``j``: the first request not handled.
+ *   offset_ids(prefix, requests) -> str | None
+ *       A send answer's msgId: prefix + each request's commit-log offset in 16 upper-case hex digits, joined by
+ *       commas (batch_codec.offset_msg_ids_py). None for anything else than non-negative int offsets.
+ *   layout() -> dict
+ *       The record-layout constants below, which a test checks against cometmq.protocol.record_layout
+ *       (their owner).
+ *
+ * The pure-Python code stays the reference: tests compare what both produce byte for byte.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "_cslots.h"
+#include "_ctext.h"
+
+/* Copies of cometmq.protocol.record_layout (tests/store/test_batch_codec.py checks them through layout()). */
+#define MAGIC_CODE 0xDAA320A7u
+#define BORN_HOST_POS 48
+#define IPV4_HOST_SIZE 8
+#define IPV6_HOST_SIZE 20
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOST_V6_FLAG 0x20
+#define HOST_V6_FLAGS (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+/* the transaction bit of exactly the halves that take no queue offset (prepared 0x4, rolled back 0xC) */
+#define HALVES_BIT 0x4
+#define MAX_TOPIC_LENGTH 127
+#define MAX_PROPERTIES_LENGTH 32767
+/* a batch item: TOTALSIZE MAGICCODE BODYCRC FLAG BODYLEN (20) + BODY + PROPLEN (2) + PROPS */
+#define ITEM_HEAD 20
+#define ITEM_OVERHEAD 22
+#define CQ_UNIT_SIZE 20
+/* After the born host: STORETIMESTAMP (8), the store host, RECONSUMETIMES (4), PREPAREDTRANSACTIONOFFSET (8),
+ * BODYLEN (4), then the body; a record holds a topic length (1) and a properties length (2) more. */
+#define BODY_POS(born, store) (BORN_HOST_POS + (born) + 8 + (store) + 16)
+
+/* -- slots ---------------------------------------------------------------------------------------------------- */
+
+static slots_t MSG, RAW, REQ;
+
+/* MessageInner's fields, in ``message_fields`` order (batch_codec passes dataclass order). */
+enum { M_TOPIC, M_BODY, M_QUEUE_ID, M_PROPERTIES, M_PROPERTIES_RAW, M_FLAG, M_SYS_FLAG, M_BORN_TIMESTAMP,
+       M_BORN_HOST, M_RECONSUME_TIMES, M_PREPARED_OFFSET, M_TAGS_CODE, M_ENCODED, M_COUNT };
+enum { R_DICT, R_RAW, R_COUNT };
+enum { D_TOPIC, D_QUEUE_ID, D_PHY_OFFSET, D_SIZE, D_TAGS_CODE, D_STORE_TIMESTAMP, D_QUEUE_OFFSET, D_SYS_FLAG,
+       D_PROPERTIES, D_COUNT };
+
+static PyObject *bind(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *mt, *mf, *rt, *rf, *dt, *df;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &mt, &mf, &rt, &rf, &dt, &df)) return NULL;
+    /* All or nothing: a refused bind leaves the classes bound before as they were. */
+    slots_t m = {NULL, 0, {0}}, r = {NULL, 0, {0}}, d = {NULL, 0, {0}};
+    if (bind_slots(&m, mt, mf, M_COUNT) < 0 || bind_slots(&r, rt, rf, R_COUNT) < 0
+        || bind_slots(&d, dt, df, D_COUNT) < 0) {
+        Py_XDECREF(m.type);
+        Py_XDECREF(r.type);
+        Py_XDECREF(d.type);
+        return NULL;
+    }
+    Py_XDECREF(MSG.type);
+    Py_XDECREF(RAW.type);
+    Py_XDECREF(REQ.type);
+    MSG = m;
+    RAW = r;
+    REQ = d;
+    Py_RETURN_NONE;
+}
+
+static int bound(void) {
+    if (MSG.type == NULL || RAW.type == NULL || REQ.type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_batchc.bind was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* -- bytes ---------------------------------------------------------------------------------------------------- */
+
+static inline int32_t get_be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static inline int64_t get_be64(const unsigned char *p) {
+    return (int64_t)(((uint64_t)(uint32_t)get_be32(p) << 32) | (uint32_t)get_be32(p + 4));
+}
+static inline void put_be16(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+static inline void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+static inline void put_be64(unsigned char *p, uint64_t v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/* -- decode_plain --------------------------------------------------------------------------------------------- */
+
+/* 1 when ``needle`` occurs in ``hay`` (``bytes.__contains__``). */
+static int contains(const unsigned char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m) {
+    if (m == 0) return 1;
+    for (Py_ssize_t i = 0; i + m <= n; i++) {
+        const unsigned char *at = memchr(hay + i, (unsigned char)needle[0], (size_t)(n - m - i + 1));
+        if (at == NULL) return 0;
+        i = at - hay;
+        if (memcmp(at, needle, (size_t)m) == 0) return 1;
+    }
+    return 0;
+}
+
+static PyObject *decode_plain(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *body, *topic, *queue_id, *sys_flag, *born_ts, *born_host, *reconsume, *markers;
+    if (!PyArg_ParseTuple(args, "SOOOOOOO!", &body, &topic, &queue_id, &sys_flag, &born_ts, &born_host, &reconsume,
+                          &PyTuple_Type, &markers))
+        return NULL;
+    if (!bound()) return NULL;
+    Py_ssize_t n_markers = PyTuple_GET_SIZE(markers);
+    for (Py_ssize_t k = 0; k < n_markers; k++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(markers, k))) {
+            PyErr_SetString(PyExc_TypeError, "decode_plain: markers are bytes");
+            return NULL;
+        }
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(body);
+    Py_ssize_t end = PyBytes_GET_SIZE(body), pos = 0;
+    /* First the checks of the whole body (the reference checks every item before any UTF-8, and the markers after
+     * both), then the objects. */
+    Py_ssize_t count = 0;
+    int marked = 0;
+    while (pos < end) {
+        if (end - pos < ITEM_OVERHEAD) Py_RETURN_NONE;
+        int64_t total = get_be32(b + pos), body_len = get_be32(b + pos + 16);
+        if (total < ITEM_OVERHEAD || total > end - pos) Py_RETURN_NONE;
+        int64_t item_end = pos + total, body_end = pos + ITEM_HEAD + body_len;
+        if (body_len < 0 || body_end + 2 > item_end) Py_RETURN_NONE;
+        int64_t props_len = (int16_t)((b[body_end] << 8) | b[body_end + 1]);
+        if (props_len < 0 || body_end + 2 + props_len != item_end) Py_RETURN_NONE;
+        int ok = utf8_valid(b + body_end + 2, (Py_ssize_t)props_len);
+        if (ok < 0) return NULL;
+        if (!ok) Py_RETURN_NONE;
+        for (Py_ssize_t k = 0; k < n_markers && !marked; k++) {
+            PyObject *mk = PyTuple_GET_ITEM(markers, k);
+            marked = contains(b + body_end + 2, (Py_ssize_t)props_len, PyBytes_AS_STRING(mk), PyBytes_GET_SIZE(mk));
+        }
+        pos = (Py_ssize_t)item_end;
+        count++;
+    }
+    if (marked) Py_RETURN_FALSE;
+    PyObject *out = PyList_New(count);
+    if (out == NULL) return NULL;
+    pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const unsigned char *item = b + pos;
+        Py_ssize_t total = get_be32(item), body_len = get_be32(item + 16);
+        Py_ssize_t props_len = total - ITEM_OVERHEAD - body_len;
+        PyObject *ibody = PyBytes_FromStringAndSize((const char *)item + ITEM_HEAD, body_len);
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)item + ITEM_HEAD + body_len + 2, props_len);
+        PyObject *flag = PyLong_FromLong(get_be32(item + 12));
+        PyObject *props = NULL, *m = NULL;
+        if (ibody != NULL && raw != NULL && flag != NULL) {
+            PyObject *rvals[R_COUNT] = {Py_None, raw};
+            props = make_slots(&RAW, rvals);
+        }
+        if (props != NULL) {
+            PyObject *zero = PyLong_FromLong(0);
+            if (zero != NULL) {
+                PyObject *vals[M_COUNT] = {topic, ibody, queue_id, props, raw, flag, sys_flag, born_ts, born_host,
+                                           reconsume, zero, Py_None, Py_None};
+                m = make_slots(&MSG, vals);
+                Py_DECREF(zero);
+            }
+        }
+        Py_XDECREF(ibody);
+        Py_XDECREF(raw);
+        Py_XDECREF(flag);
+        Py_XDECREF(props);
+        if (m == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, m);
+        pos += total;
+    }
+    return out;
+}
+
+/* -- measure and pack ----------------------------------------------------------------------------------------- */
+
+static int int_in(PyObject *v, long long lo, long long hi, long long *out) {
+    if (!PyLong_CheckExact(v)) return 0;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+#define I32(v, out) int_in((v), INT32_MIN, INT32_MAX, (out))
+#define I64(v, out) int_in((v), INT64_MIN, INT64_MAX, (out))
+
+/* What pack needs of one message, read from its slots; 0 when it needs the Python append. */
+typedef struct {
+    PyObject *m, *topic, *body, *props, *raw;
+    const char *topic_p;
+    Py_ssize_t topic_len, body_len, raw_len, born_len, size;
+    long long queue_id, flag, sys_flag, born_ts, reconsume, prepared, tags_code;
+    int has_tags_code;
+} item_t;
+
+static int read_item(PyObject *m, long long max_body, int store_flags, item_t *it) {
+    if (Py_TYPE(m) != MSG.type) return 0;
+    PyObject *topic = SLOT(m, MSG, M_TOPIC), *body = SLOT(m, MSG, M_BODY), *raw = SLOT(m, MSG, M_PROPERTIES_RAW),
+             *props = SLOT(m, MSG, M_PROPERTIES), *born = SLOT(m, MSG, M_BORN_HOST),
+             *tags = SLOT(m, MSG, M_TAGS_CODE), *enc = SLOT(m, MSG, M_ENCODED);
+    if (topic == NULL || body == NULL || raw == NULL || props == NULL || born == NULL || tags == NULL || enc == NULL)
+        return 0;
+    if (enc != Py_None || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(body) || !PyBytes_CheckExact(raw)
+        || !PyBytes_CheckExact(born))
+        return 0;
+    it->m = m;
+    it->topic = topic;
+    it->body = body;
+    it->props = props;
+    it->raw = raw;
+    it->topic_p = PyUnicode_AsUTF8AndSize(topic, &it->topic_len);
+    if (it->topic_p == NULL) {  /* a lone surrogate: the reference's encode raises */
+        PyErr_Clear();
+        return 0;
+    }
+    if (it->topic_len < 1 || it->topic_len > MAX_TOPIC_LENGTH) return 0;
+    it->raw_len = PyBytes_GET_SIZE(raw);
+    it->body_len = PyBytes_GET_SIZE(body);
+    it->born_len = PyBytes_GET_SIZE(born);
+    if (it->raw_len > MAX_PROPERTIES_LENGTH || it->body_len > max_body) return 0;
+    if (it->born_len != IPV4_HOST_SIZE && it->born_len != IPV6_HOST_SIZE) return 0;
+    if (tags == Py_None) {
+        /* the tag code comes from the TAGS property: here only from a RawProperties's bytes */
+        if (Py_TYPE(props) != RAW.type) return 0;
+        PyObject *praw = SLOT(props, RAW, R_RAW);
+        if (praw == NULL || !PyBytes_CheckExact(praw)) return 0;
+        const char *tv;
+        Py_ssize_t tlen = 0;
+        it->tags_code = 0;
+        if (raw_get(PyBytes_AS_STRING(praw), PyBytes_GET_SIZE(praw), "TAGS", 4, &tv, &tlen) && tlen > 0) {
+            /* RawProperties holds UTF-8 (check_utf8); a value that is not would make the reference raise */
+            if (!all_ascii((const unsigned char *)tv, tlen)) {
+                int ok = utf8_valid((const unsigned char *)tv, tlen);
+                if (ok <= 0) {
+                    PyErr_Clear();
+                    return 0;
+                }
+            }
+            it->tags_code = java_hash_utf8((const unsigned char *)tv, tlen);
+        }
+        it->has_tags_code = 0;
+    } else {
+        if (!I64(tags, &it->tags_code)) return 0;
+        it->has_tags_code = 1;
+    }
+    PyObject *q = SLOT(m, MSG, M_QUEUE_ID), *f = SLOT(m, MSG, M_FLAG), *sf = SLOT(m, MSG, M_SYS_FLAG),
+             *bt = SLOT(m, MSG, M_BORN_TIMESTAMP), *rc = SLOT(m, MSG, M_RECONSUME_TIMES),
+             *po = SLOT(m, MSG, M_PREPARED_OFFSET);
+    if (q == NULL || f == NULL || sf == NULL || bt == NULL || rc == NULL || po == NULL) return 0;
+    if (!I32(q, &it->queue_id) || !I32(f, &it->flag) || !I32(sf, &it->sys_flag) || !I64(bt, &it->born_ts)
+        || !I32(rc, &it->reconsume) || !I64(po, &it->prepared))
+        return 0;
+    Py_ssize_t store_len = (store_flags & STOREHOST_V6_FLAG) ? IPV6_HOST_SIZE : IPV4_HOST_SIZE;
+    it->size = BODY_POS(it->born_len, store_len) + it->body_len + 1 + it->topic_len + 2 + it->raw_len;
+    return 1;
+}
+
+static PyObject *measure(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *msgs;
+    long long max_body;
+    int store_flags;
+    if (!PyArg_ParseTuple(args, "O!Li", &PyList_Type, &msgs, &max_body, &store_flags)) return NULL;
+    if (!bound()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (n == 0) Py_RETURN_NONE;
+    long long total = 0;
+    item_t it;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!read_item(PyList_GET_ITEM(msgs, i), max_body, store_flags, &it)) Py_RETURN_NONE;
+        total += it.size;
+    }
+    return PyLong_FromLongLong(total);
+}
+
+/* The next queue offset of (topic, queue_id) in ``table`` (0 when absent); -1 with an error set. */
+static long long table_get(PyObject *table, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(table, key);
+    if (v == NULL) return PyErr_Occurred() ? -1 : 0;
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    return x;
+}
+
+static int table_put(PyObject *table, PyObject *key, long long next) {
+    PyObject *v = PyLong_FromLongLong(next);
+    if (v == NULL) return -1;
+    int rc = PyDict_SetItem(table, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *pack(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *msgs, *now_obj, *table;
+    Py_buffer buf;
+    Py_ssize_t pos;
+    long long phy, now;
+    const char *store_host;
+    Py_ssize_t store_len;
+    if (!PyArg_ParseTuple(args, "O!w*nLOy#O!", &PyList_Type, &msgs, &buf, &pos, &phy, &now_obj, &store_host,
+                          &store_len, &PyDict_Type, &table))
+        return NULL;
+    PyObject *out = NULL, *key = NULL;
+    long long next_qoff = 0, key_qid = 0;
+    if (!bound()) goto done;
+    if (store_len != IPV4_HOST_SIZE && store_len != IPV6_HOST_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "a store host is 8 or 20 bytes");
+        goto done;
+    }
+    now = PyLong_AsLongLong(now_obj);
+    if (now == -1 && PyErr_Occurred()) goto done;
+    int store_flags = store_len == IPV6_HOST_SIZE ? STOREHOST_V6_FLAG : 0;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    out = PyList_New(n);
+    if (out == NULL) goto done;
+    unsigned char *base = (unsigned char *)buf.buf;
+    item_t it;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (!read_item(m, INT64_MAX, store_flags, &it) || pos < 0 || it.size > buf.len - pos) {
+            PyErr_SetString(PyExc_ValueError, "pack: a message changed since measure, or the buffer is short");
+            goto fail;
+        }
+        /* The host bits as CommitLog sets them from the hosts' widths (its _layout_of / _checked_flags). */
+        long long sys = (it.sys_flag & ~HOST_V6_FLAGS) | store_flags
+                        | (it.born_len == IPV6_HOST_SIZE ? BORNHOST_V6_FLAG : 0);
+        PyObject *sys_obj = SLOT(m, MSG, M_SYS_FLAG);
+        Py_INCREF(sys_obj);
+        if (sys != it.sys_flag) {
+            Py_SETREF(sys_obj, PyLong_FromLongLong(sys));
+            if (sys_obj == NULL) goto fail;
+            Py_SETREF(SLOT(m, MSG, M_SYS_FLAG), Py_NewRef(sys_obj));
+        }
+        long long qoff = 0;
+        if (!(sys & HALVES_BIT)) {
+            /* Runs of one (topic, queue) (a batch is one) read and write the table once. */
+            if (key == NULL || it.queue_id != key_qid
+                || (PyTuple_GET_ITEM(key, 0) != it.topic
+                    && PyUnicode_Compare(PyTuple_GET_ITEM(key, 0), it.topic) != 0)) {
+                if (key != NULL && table_put(table, key, next_qoff) < 0) {
+                    Py_DECREF(sys_obj);
+                    goto fail;
+                }
+                Py_XSETREF(key, PyTuple_Pack(2, it.topic, SLOT(m, MSG, M_QUEUE_ID)));
+                key_qid = it.queue_id;
+                if (key == NULL || (next_qoff = table_get(table, key)) < 0) {
+                    Py_DECREF(sys_obj);
+                    goto fail;
+                }
+            }
+            qoff = next_qoff++;
+        }
+        unsigned char *r = base + pos;
+        const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(it.body);
+        uint32_t crc = (uint32_t)crc32(0L, body, (uInt)it.body_len) & 0x7FFFFFFFu;
+        put_be32(r, (uint32_t)it.size);
+        put_be32(r + 4, MAGIC_CODE);
+        put_be32(r + 8, crc);
+        put_be32(r + 12, (uint32_t)it.queue_id);
+        put_be32(r + 16, (uint32_t)it.flag);
+        put_be64(r + 20, (uint64_t)qoff);
+        put_be64(r + 28, (uint64_t)phy);
+        put_be32(r + 36, (uint32_t)sys);
+        put_be64(r + 40, (uint64_t)it.born_ts);
+        unsigned char *p = r + BORN_HOST_POS;
+        memcpy(p, PyBytes_AS_STRING(SLOT(m, MSG, M_BORN_HOST)), it.born_len);
+        p += it.born_len;
+        put_be64(p, (uint64_t)now);
+        memcpy(p + 8, store_host, store_len);
+        p += 8 + store_len;
+        put_be32(p, (uint32_t)it.reconsume);
+        put_be64(p + 4, (uint64_t)it.prepared);
+        put_be32(p + 12, (uint32_t)it.body_len);
+        p += 16;
+        memcpy(p, body, it.body_len);
+        p += it.body_len;
+        *p++ = (unsigned char)it.topic_len;
+        memcpy(p, it.topic_p, it.topic_len);
+        p += it.topic_len;
+        put_be16(p, (uint32_t)it.raw_len);
+        memcpy(p + 2, PyBytes_AS_STRING(it.raw), it.raw_len);
+
+        PyObject *phy_o = PyLong_FromLongLong(phy), *size_o = PyLong_FromSsize_t(it.size),
+                 *tags_o = it.has_tags_code ? Py_NewRef(SLOT(m, MSG, M_TAGS_CODE)) : PyLong_FromLongLong(it.tags_code),
+                 *qoff_o = PyLong_FromLongLong(qoff), *req = NULL;
+        if (phy_o != NULL && size_o != NULL && tags_o != NULL && qoff_o != NULL) {
+            PyObject *vals[D_COUNT] = {it.topic, SLOT(m, MSG, M_QUEUE_ID), phy_o, size_o, tags_o, now_obj, qoff_o,
+                                       sys_obj, it.props};
+            req = make_slots(&REQ, vals);
+        }
+        Py_DECREF(sys_obj);
+        Py_XDECREF(phy_o);
+        Py_XDECREF(size_o);
+        Py_XDECREF(tags_o);
+        Py_XDECREF(qoff_o);
+        if (req == NULL) goto fail;
+        PyList_SET_ITEM(out, i, req);
+        pos += it.size;
+        phy += it.size;
+    }
+    if (key != NULL && table_put(table, key, next_qoff) < 0) goto fail;
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(key);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+/* -- put_units ------------------------------------------------------------------------------------------------ */
+
+static PyObject *put_units(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf;
+    Py_ssize_t pos, end, i;
+    PyObject *reqs, *topic;
+    long long queue_id, next_qoff;
+    if (!PyArg_ParseTuple(args, "w*nnO!nULL", &buf, &pos, &end, &PyList_Type, &reqs, &i, &topic, &queue_id,
+                          &next_qoff))
+        return NULL;
+    PyObject *result = NULL;
+    if (!bound()) goto done;
+    if (pos < 0 || end > buf.len || i < 0) {
+        PyErr_SetString(PyExc_ValueError, "put_units: out of range");
+        goto done;
+    }
+    unsigned char *b = (unsigned char *)buf.buf;
+    Py_ssize_t n = PyList_GET_SIZE(reqs), written = 0;
+    long long first_phy = -1;
+    for (; i < n; i++) {
+        PyObject *req = PyList_GET_ITEM(reqs, i);
+        if (Py_TYPE(req) != REQ.type) break;
+        PyObject *t = SLOT(req, REQ, D_TOPIC), *q = SLOT(req, REQ, D_QUEUE_ID), *sf = SLOT(req, REQ, D_SYS_FLAG),
+                 *ph = SLOT(req, REQ, D_PHY_OFFSET), *sz = SLOT(req, REQ, D_SIZE), *tc = SLOT(req, REQ, D_TAGS_CODE),
+                 *qo = SLOT(req, REQ, D_QUEUE_OFFSET);
+        if (t == NULL || q == NULL || sf == NULL || ph == NULL || sz == NULL || tc == NULL || qo == NULL) break;
+        long long sys, qid, phy, size, tags, qoff;
+        if (!I64(sf, &sys)) break;
+        if (sys & HALVES_BIT) continue;  /* a prepared or rolled-back half: in no consume queue */
+        if (!I64(q, &qid) || qid != queue_id || !I64(ph, &phy) || !I32(sz, &size) || !I64(tc, &tags)
+            || !I64(qo, &qoff))
+            break;
+        if (t != topic && (!PyUnicode_CheckExact(t) || PyUnicode_Compare(t, topic) != 0)) break;
+        if (qoff != next_qoff + written || pos + CQ_UNIT_SIZE > end) break;
+        unsigned char *u = b + pos;
+        put_be64(u, (uint64_t)phy);
+        put_be32(u + 8, (uint32_t)size);
+        put_be64(u + 12, (uint64_t)tags);
+        if (first_phy < 0) first_phy = phy;
+        pos += CQ_UNIT_SIZE;
+        written++;
+    }
+    if (PyErr_Occurred()) goto done;
+    result = Py_BuildValue("(nnL)", i, written, first_phy);
+done:
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* -- offset_ids ----------------------------------------------------------------------------------------------- */
+
+static PyObject *offset_ids(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *prefix, *reqs;
+    if (!PyArg_ParseTuple(args, "UO!", &prefix, &PyList_Type, &reqs)) return NULL;
+    if (!bound()) return NULL;
+    if (!PyUnicode_IS_ASCII(prefix)) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(reqs), plen = PyUnicode_GET_LENGTH(prefix), id_len = plen + 16;
+    if (n == 0) return PyUnicode_New(0, 127);
+    PyObject *out = PyUnicode_New(n * (id_len + 1) - 1, 127);
+    if (out == NULL) return NULL;
+    char *p = (char *)PyUnicode_DATA(out);
+    const char *pre = (const char *)PyUnicode_DATA(prefix);
+    static const char digits[] = "0123456789ABCDEF";
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *req = PyList_GET_ITEM(reqs, i), *ph;
+        long long phy;
+        if (Py_TYPE(req) != REQ.type || (ph = SLOT(req, REQ, D_PHY_OFFSET)) == NULL || !I64(ph, &phy) || phy < 0) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        if (i) *p++ = ',';
+        memcpy(p, pre, plen);
+        p += plen;
+        for (int k = 15; k >= 0; k--) {
+            p[k] = digits[phy & 0xF];
+            phy >>= 4;
+        }
+        p += 16;
+    }
+    return out;
+}
+
+/* -- layout --------------------------------------------------------------------------------------------------- */
+
+static PyObject *layout(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return Py_BuildValue(
+        "{sk" "sisisisisisisi" "sisisisisisisi}", "MAGIC_CODE", (unsigned long)MAGIC_CODE, "BORN_HOST_POS",
+        BORN_HOST_POS, "IPV4_HOST_SIZE", IPV4_HOST_SIZE, "IPV6_HOST_SIZE", IPV6_HOST_SIZE, "BORNHOST_V6_FLAG",
+        BORNHOST_V6_FLAG, "STOREHOST_V6_FLAG", STOREHOST_V6_FLAG, "HALVES_BIT", HALVES_BIT, "MAX_TOPIC_LENGTH",
+        MAX_TOPIC_LENGTH, "MAX_PROPERTIES_LENGTH", MAX_PROPERTIES_LENGTH, "ITEM_OVERHEAD", ITEM_OVERHEAD,
+        "CQ_UNIT_SIZE", CQ_UNIT_SIZE, "BODY_POS_V4_V4", BODY_POS(IPV4_HOST_SIZE, IPV4_HOST_SIZE), "BODY_POS_V6_V4",
+        BODY_POS(IPV6_HOST_SIZE, IPV4_HOST_SIZE), "BODY_POS_V4_V6", BODY_POS(IPV4_HOST_SIZE, IPV6_HOST_SIZE),
+        "BODY_POS_V6_V6", BODY_POS(IPV6_HOST_SIZE, IPV6_HOST_SIZE));
+}
+
+static PyMethodDef methods[] = {
+    {"bind", bind, METH_VARARGS, "Learn the slots of MessageInner, RawProperties and DispatchRequest."},
+    {"decode_plain", decode_plain, METH_VARARGS, "A plain batch body's messages, or None when it is malformed."},
+    {"measure", measure, METH_VARARGS, "The bytes an append of these messages writes, or None (Python's job)."},
+    {"pack", pack, METH_VARARGS, "Write the records of measured messages; their dispatch requests."},
+    {"put_units", put_units, METH_VARARGS, "Write the consume-queue units of a run of dispatch requests."},
+    {"offset_ids", offset_ids, METH_VARARGS, "A send answer's msgId of these dispatch requests, or None."},
+    {"layout", layout, METH_NOARGS, "The record-layout constants this helper keeps copies of."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batchc", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__batchc(void) { return PyModule_Create(&module); }

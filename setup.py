@@ -1,6 +1,7 @@
 """Builds the optional C helpers: the key index's (cometmq.store._indexc), the broker's batch write path
-(cometmq.store._batchc, linked with zlib for the body CRC), the SDK's batch encoder (cometmq.protocol._batchenc)
-and the Spark source's record decoder (cometmq.spark._decodec). Everything else is in pyproject.toml.
+(cometmq.store._batchc, linked with zlib for the body CRC), the SDK's batch encoder (cometmq.protocol._batchenc),
+the Spark source's record decoder (cometmq.spark._decodec) and the Spark sink's batch encoder
+(cometmq.spark._encodec). Everything else is in pyproject.toml.
 
 ``optional=True``: without a compiler or Python headers the install still succeeds and each of them runs in pure
 Python (same results, more CPU)."""
@@ -21,4 +22,6 @@ setup(ext_modules=[Extension("cometmq.store._indexc", ["src/cometmq/store/_index
                    Extension("cometmq.protocol._batchenc", ["src/cometmq/protocol/_batchenc.c"], optional=True,
                              extra_compile_args=["-O2"], **_SHARED),
                    Extension("cometmq.spark._decodec", ["src/cometmq/spark/_decodec.c"], optional=True,
+                             extra_compile_args=["-O2"]),
+                   Extension("cometmq.spark._encodec", ["src/cometmq/spark/_encodec.c"], optional=True,
                              extra_compile_args=["-O2"])])

@@ -23,6 +23,11 @@ END_TRANSACTIONs: cometmq extensions, docs/transactions.md), interleaved
 with the at-least-once ones, and the ratio of their times (``eos_batch_write_ratio``,
 ``eos_stream_write_ratio``: exactly-once time / at-least-once time, best run each). One JSON object on stdout
 (and in bench/results/).
+
+The write rates against the SDK: after each at-least-once write, ``cometmq bench produce`` (the batched producer as
+the CLI runs it: 64 per request, 4 in flight; bodies of ``--body-size``, ``--produce-messages`` of them) against the
+same broker, in a subprocess on the same tree. ``batch_write_ratio`` and ``stream_write_ratio`` are each write rate
+over the best produce rate measured beside it (``produce_cli_msgs_s``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +52,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # The Python workers import the ceiling's data source by name (bench/spark_ceiling.py): see that module.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "bench"), os.environ.get("PYTHONPATH")) if p)
+# ROOT/src too, so that the workers (and the `cometmq bench produce` subprocess) run this tree's cometmq.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "bench"), str(ROOT / "src"),
+                                                       os.environ.get("PYTHONPATH")) if p)
 sys.path.insert(0, str(ROOT / "bench"))
 
 from pyspark.sql import SparkSession  # noqa: E402
@@ -84,6 +92,16 @@ async def produce(namesrv: str, topic: str, total: int, body_size: int) -> float
             i += 1
         await asyncio.gather(*jobs)
     return time.perf_counter() - t0
+
+
+def cli_produce(server: CometServer, topic: str, count: int, body_size: int) -> float:
+    """``cometmq bench produce`` against ``server`` (its defaults: 64 per request, 4 in flight): msgs/s."""
+    out = subprocess.run([sys.executable, "-m", "cometmq.cli", "bench", "produce", "--namesrv", server.namesrv,
+                          "--topic", topic, "--count", str(count), "--size", str(body_size)],
+                         check=True, capture_output=True, text=True, timeout=600)
+    rate = float(json.loads(out.stdout.strip().splitlines()[-1])["msgs_per_s"])
+    log(f"cometmq bench produce: {rate:.0f} msgs/s")
+    return rate
 
 
 def timed(fn: Any) -> tuple[float, Any]:
@@ -144,6 +162,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--stream-messages", type=int, default=200_000)
     ap.add_argument("--stream-runs", type=int, default=2, help="availableNow queries copying the stream input")
+    ap.add_argument("--produce-messages", type=int, default=200_000,
+                    help="messages per `cometmq bench produce` run (one after each write)")
     ap.add_argument("--eos", action="store_true", help="also time the exactly-once (transactional=true) writes")
     ap.add_argument("--eos-only", action="store_true", help="only the at-least-once vs exactly-once writes")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (default: bench/results/)")
@@ -211,11 +231,14 @@ def main() -> None:
             write_topic = "BenchSparkWrite"
             server.create_topic(write_topic, args.queues)
             rows = ceiling.select("body", "tags", "keys")
-            batch_s = []
+            produce_topic = "BenchSparkProduce"
+            server.create_topic(produce_topic, args.queues)
+            batch_s, produce_batch = [], []
             for _ in range(2):
                 dt, _ = timed(lambda: rows.write.format("cometmq").option("namesrv", server.namesrv)
                               .option("topic", write_topic).mode("append").save())
                 batch_s.append(dt)
+                produce_batch.append(cli_produce(server, produce_topic, args.produce_messages, args.body_size))
             res["batch_write_s"] = [round(x, 3) for x in batch_s]
             res["batch_write_rows_s"] = round(args.messages / min(batch_s))
 
@@ -226,7 +249,7 @@ def main() -> None:
             stream_in = "BenchSparkStreamIn"
             server.create_topic(stream_in, args.queues)
             run(produce(server.namesrv, stream_in, n, args.body_size))
-            stream_s = []
+            stream_s, produce_stream = [], []
             for k in range(args.stream_runs):
                 src = (spark.readStream.format("cometmq").option("namesrv", server.namesrv)
                        .option("subscribe", stream_in).option("startingOffsets", "earliest").load())
@@ -237,6 +260,7 @@ def main() -> None:
                 q = query.start()
                 q.awaitTermination(600)
                 stream_s.append(time.perf_counter() - t0)
+                produce_stream.append(cli_produce(server, produce_topic, args.produce_messages, args.body_size))
             written = spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", out_topic) \
                 .load().count()
             assert written == args.stream_runs * n, \
@@ -244,7 +268,13 @@ def main() -> None:
             res["stream_written"] = written
             res["stream_write_s"] = [round(x, 3) for x in stream_s]
             res["stream_write_rows_s"] = round(n / min(stream_s))
-            log(f"batch write {res['batch_write_rows_s']} rows/s, stream write {res['stream_write_rows_s']} rows/s")
+            # The write rates over `cometmq bench produce`'s (same broker, same body size, run beside each).
+            res["produce_cli_msgs_s"] = {"batch": [round(x) for x in produce_batch],
+                                         "stream": [round(x) for x in produce_stream]}
+            res["batch_write_ratio"] = round(res["batch_write_rows_s"] / max(produce_batch), 3)
+            res["stream_write_ratio"] = round(res["stream_write_rows_s"] / max(produce_stream), 3)
+            log(f"batch write {res['batch_write_rows_s']} rows/s ({res['batch_write_ratio']} of cometmq bench "
+                f"produce), stream write {res['stream_write_rows_s']} rows/s ({res['stream_write_ratio']})")
             if args.eos:
                 bench_eos(spark, server, ceiling, args, res, tmp)
     finally:

@@ -15,6 +15,8 @@ from cometmq.client import (
     Producer,
     SendResult,
 )
+from cometmq.client.message import SendStatus
+from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.message import iter_records
 
 from .conftest import Cluster
@@ -48,6 +50,25 @@ async def test_queues_round_robin_and_selectors(cluster: Cluster) -> None:
         assert r.queue == chosen
         r = await p.send(Message("RR", b"picked"), selector=lambda qs, m, arg: qs[arg], arg=2)
         assert r.queue.queue_id == 2
+
+
+async def test_send_batch_body_stores_a_body_encoded_outside(cluster: Cluster) -> None:
+    """The columnar writers' path: ids from reserve_msg_ids, a body in encode_batch_raw's layout, one status."""
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        prefix, first = p.reserve_msg_ids(3)
+        ids = [f"{prefix}{first + i:012X}" for i in range(3)]
+        assert p.reserve_msg_ids(1)[1] == first + 3  # reserved values are not handed out twice
+        body = encode_batch_raw([(f"e{i}".encode(), f"TAGS\x01t\x02UNIQ_KEY\x01{k}\x02WAIT\x01true\x02".encode(), 0)
+                                 for i, k in enumerate(ids)])
+        q = MessageQueue("E", "broker-a", 1)
+        assert await p.send_batch_body(q, body) is SendStatus.SEND_OK
+        with pytest.raises(InvalidArgumentError, match="empty"):
+            await p.send_batch_body(q, b"")
+        with pytest.raises(InvalidArgumentError, match="not a valid topic"):
+            await p.send_batch_body(MessageQueue("bad topic", "broker-a", 0), body)
+    recs = stored(cluster, "E", 1)
+    assert [(r.body, r.properties["UNIQ_KEY"], r.properties["TAGS"]) for r in recs] == \
+        [(f"e{i}".encode(), k, "t") for i, k in enumerate(ids)]  # type: ignore[attr-defined]
 
 
 async def test_batch_async_oneway_and_compression(cluster: Cluster) -> None:

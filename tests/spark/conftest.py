@@ -72,8 +72,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CometServer]:
         srv.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def producer(server: CometServer) -> Iterator[SyncProducer]:
+    """Per module: an open facade holds the shared loop thread, which tests/client checks is gone when theirs close."""
     with SyncProducer("spark-test-producer", namesrv=server.namesrv) as p:
         yield p
 

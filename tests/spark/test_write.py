@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import zlib
 
 import pytest
 from py4j.protocol import Py4JJavaError
@@ -109,3 +110,51 @@ def test_queue_column_picks_the_queue(spark: SparkSession, server: CometServer, 
     with pytest.raises(SparkError, match="has no writable queue 9"):
         (spark.createDataFrame([("x", 9)], "body string, queue int").write.format("cometmq")
          .option("namesrv", server.namesrv).option("topic", topic).mode("append").save())
+
+
+def test_every_column_kind_round_trips(spark: SparkSession, server: CometServer, topic: str) -> None:
+    """Body, tags, keys (text and array), properties, queueId with brokerName, shardingKey and a topic column in
+    one job each, written from small Arrow batches (requests then span batches): read back, every field is what
+    the row said, every row once with its own message id, in the queue it named, in order there."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+    try:
+        rows = [(f"b{i}".encode(), f"tag{i % 3}" if i % 5 else None, f" k{i}  x{i % 2} " if i % 4 else None,
+                 {"n": str(i), "é": "日本"} if i % 3 else None, i % 4 if i % 6 else None,
+                 "broker-a" if i % 2 else None) for i in range(120)]
+        df = spark.createDataFrame(rows, "body binary, tags string, keys string, properties map<string,string>, "
+                                         "queueId int, brokerName string").coalesce(1)
+        (df.write.format("cometmq").option("namesrv", server.namesrv).option("topic", topic)
+         .option("batchSize", "10").mode("append").save())
+        other = topic + "K"
+        server.create_topic(other, 4)
+        keyed = [(f"s{i}", other, [f"a{i}", "", None, "z"] if i % 2 else [], f"user{i % 5}") for i in range(60)]
+        (spark.createDataFrame(keyed, "body string, topic string, keys array<string>, shardingKey string")
+         .coalesce(1).write.format("cometmq").option("namesrv", server.namesrv).option("batchSize", "4")
+         .mode("append").save())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+    back = read_all(spark, server, topic).collect()
+    assert len(back) == len(rows) and len({r.msgId for r in back}) == len(rows)
+    got = {bytes(r.body): r for r in back}
+    for body, tags, keys, props, qid, _ in rows:
+        r = got[body]
+        want_keys = " ".join(k for k in keys.split(" ") if k) if keys else None
+        assert (r.tags, r.keys, r.properties) == (tags, want_keys, props or {}), body
+        if qid is not None:
+            assert r.queueId == qid
+    for q in range(4):  # one task: the rows that named a queue are there in row order
+        mine = [int(r.body[1:]) for r in sorted(back, key=lambda r: r.queueOffset) if r.queueId == q
+                and rows[int(r.body[1:])][4] is not None]
+        assert len(mine) >= 10 and mine == sorted(mine), (q, mine)
+
+    back = read_all(spark, server, other).collect()
+    assert len(back) == len(keyed) and len({r.msgId for r in back}) == len(keyed)
+    by_user: dict[str, list[tuple[int, int, int]]] = {}
+    for r in back:
+        i = int(r.body[1:])
+        assert r.keys == (f"a{i} z" if i % 2 else None)
+        by_user.setdefault(f"user{i % 5}", []).append((r.queueId, r.queueOffset, i))
+    for user, got_rows in by_user.items():  # one key, one queue (the SDK's hash), in row order (one task)
+        assert {q for q, _, _ in got_rows} == {zlib.crc32(user.encode()) % 4}, user
+        assert [i for _, _, i in sorted(got_rows)] == sorted(i for _, _, i in got_rows)

@@ -26,7 +26,10 @@ from cometmq.protocol.properties import (
 
 __all__ = ["Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus"]
 
-_RESERVED = frozenset({TAGS, KEYS, UNIQ_KEY, DELAY, "WAIT", TIMER_DELIVER_MS, TIMER_DELAY_MS, "TIMER_DELAY_SEC"})
+#: property names a user property may not have (a Message field or the producer writes them)
+RESERVED_PROPERTIES = frozenset({TAGS, KEYS, UNIQ_KEY, DELAY, "WAIT", TIMER_DELIVER_MS, TIMER_DELAY_MS,
+                                 "TIMER_DELAY_SEC"})
+_RESERVED = RESERVED_PROPERTIES
 
 
 @dataclass

@@ -163,7 +163,14 @@ class Producer:
             raise ClientStateError("the producer is not started")
         if not isinstance(msg, Message):
             raise InvalidArgumentError(f"expected a Message, got {type(msg).__name__}")
-        topic = msg.topic
+        self._check_topic(msg.topic)
+        if not msg.body:
+            raise InvalidArgumentError(f"the message body for {msg.topic} is empty")
+        if len(msg.body) > self.max_message_size:
+            raise InvalidArgumentError(f"the message body for {msg.topic} is {len(msg.body)} bytes, more than "
+                                       f"{self.max_message_size}")
+
+    def _check_topic(self, topic: str) -> None:
         if type(topic) is not str or topic not in self._valid_topics:
             if not topic or len(topic) > 127 or not all(c.isalnum() or c in "%|-_" for c in topic):
                 raise InvalidArgumentError(f"topic {topic!r} is not a valid topic name")
@@ -171,11 +178,6 @@ class Producer:
                 if len(self._valid_topics) >= 1024:
                     self._valid_topics.clear()
                 self._valid_topics.add(topic)
-        if not msg.body:
-            raise InvalidArgumentError(f"the message body for {msg.topic} is empty")
-        if len(msg.body) > self.max_message_size:
-            raise InvalidArgumentError(f"the message body for {msg.topic} is {len(msg.body)} bytes, more than "
-                                       f"{self.max_message_size}")
 
     def _check_batch(self, msgs: Sequence[Message]) -> None:
         """:meth:`_check` of every message (the same errors, in the same order), plus the batch's own rules,
@@ -418,6 +420,35 @@ class Producer:
         except MQClientError as exc:
             if route_stale(exc):  # a batch is not retried (a part may be stored); the next send finds the master
                 self.instance.refresh_route_soon(q.topic)
+            raise
+
+    def reserve_msg_ids(self, n: int) -> tuple[str, int]:
+        """``n`` message ids (UNIQ_KEYs, n >= 1) for a batch body encoded outside the producer
+        (:meth:`send_batch_body`): (prefix, first); id ``i`` is ``f"{prefix}{first + i:012X}"``."""
+        return self._uniq.reserve(n)
+
+    async def send_batch_body(self, queue: MessageQueue, body: bytes, *, timeout: float | None = None) -> SendStatus:
+        """Send a SEND_BATCH_MESSAGE body the caller encoded to ``queue``: the columnar Spark sink's path, with no
+        Message per row. The body has :func:`cometmq.protocol.batch.encode_batch_raw`'s layout, no scheduled
+        message, and each item's properties end with ``UNIQ_KEY\x01<id>\x02WAIT\x01true\x02``, the ids from
+        :meth:`reserve_msg_ids`. The answer's status covers every item; a broker error raises. Not retried (a
+        part may be stored): the caller decides."""
+        if not self.started:
+            raise ClientStateError("the producer is not started")
+        self._check_topic(queue.topic)
+        if not body:
+            raise InvalidArgumentError(f"the batch body for {queue.topic} is empty")
+        header = SendMessageRequestHeader(producer_group=self.group, topic=queue.topic, queue_id=queue.queue_id,
+                                          born_timestamp=_now_ms(), properties="", batch=True)
+        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
+        try:
+            addr = self.instance.master_addr(queue.broker_name) or await self._addr(queue)
+            response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
+                                                  context=f"batch to {queue.topic}/{queue.queue_id}")
+            return self._answer(response, queue, addr)[0]
+        except MQClientError as exc:
+            if route_stale(exc):
+                self.instance.refresh_route_soon(queue.topic)
             raise
 
     async def _send_items(self, topic: str, items: list[_Item], timeout: float) -> list[SendResult]:

@@ -10,8 +10,14 @@ Each task makes one producer and sends all its rows with it:
 - rows with a ``queueId`` (or ``queue``) go to that queue of the topic (on the broker the ``brokerName`` column
   names, needed only when several brokers have a queue of that id), batched and ordered per queue as keyed rows.
 
-A failed request is retried ``retries`` times; then the task fails and Spark runs it again. Delivery is
-therefore at-least-once: a retried task (or a request whose answer was lost) can send a row twice.
+Batched rows never become Python objects: each Arrow batch Spark hands the task is checked and routed column by
+column (numpy, pyarrow.compute) and its rows are encoded into request bodies straight from the Arrow buffers
+(:mod:`cometmq.spark.encode`, C when built). Timer rows, and a batch with a row to refuse, go through
+:func:`to_messages` (a Message per row), which names the bad row.
+
+A failed request is retried ``retries`` times (the same bytes, so the same message ids); then the task fails
+and Spark runs it again. Delivery is therefore at-least-once: a retried task (or a request whose answer was
+lost) can send a row twice.
 
 With the option ``transactional=true`` rows go as transactional half messages that the driver commits:
 exactly once for streams, all or nothing for batch jobs (:mod:`cometmq.spark.exactly_once`).
@@ -24,22 +30,28 @@ import dataclasses
 import itertools
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+import zlib
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, NamedTuple, TypeVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from cometmq.client.errors import InvalidArgumentError, MQClientError
-from cometmq.client.message import Message, MessageQueue, SendResult
-from cometmq.client.producer import Producer, select_by_hash
+from cometmq.client.message import RESERVED_PROPERTIES, Message, MessageQueue, SendResult, SendStatus
+from cometmq.client.producer import Producer
 from cometmq.spark import exactly_once
+from cometmq.spark.encode import Columns, encode_rows
 from cometmq.spark.link import Link
 from cometmq.spark.options import OptionError, WriteOptions
 from cometmq.spark.schema import WRITE_COLUMNS
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = ["CometBatchWriter", "CometStreamWriter", "Outgoing", "SentCount", "check_write_schema", "pick_queue"]
 
@@ -92,8 +104,10 @@ class Outgoing(NamedTuple):
     where: str = ""
 
 
-def to_messages(batch: pa.RecordBatch, topic: str | None, first_row: int = 0) -> list[Outgoing]:
-    """What to send per row of ``batch``; a row that cannot be sent raises InvalidArgumentError."""
+def to_messages(batch: pa.RecordBatch, topic: str | None, first_row: int = 0,
+                rows: Sequence[int] | None = None) -> list[Outgoing]:
+    """What to send per row of ``batch`` (or of its ``rows``); a row that cannot be sent raises
+    InvalidArgumentError."""
     n = batch.num_rows
     names = batch.schema.names
 
@@ -108,7 +122,7 @@ def to_messages(batch: pa.RecordBatch, topic: str | None, first_row: int = 0) ->
     queue_ids = col("queue") if "queue" in names else col("queueId")
     brokers = col("brokerName")
     out: list[Outgoing] = []
-    for i in range(n):
+    for i in range(n) if rows is None else rows:
         where = f"row {first_row + i} of the task"
         body = bodies[i]
         if body is None or len(body) == 0:
@@ -152,15 +166,105 @@ def pick_queue(queues: Sequence[MessageQueue], topic: str, broker: str | None, q
                                "add a brokerName column to say which")
 
 
+# -- columns -> requests ------------------------------------------------------------------------------------------
+def _strings(values: Sequence[str]) -> pa.Array:
+    """A string array made from its buffers: ``pa.array(list)`` imports pandas (0.2 s in every Python worker
+    that imports the sink) to check whether the list is a pandas object."""
+    data = [v.encode() for v in values]
+    offsets = np.cumsum([0, *(len(d) for d in data)], dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+
+
+_RESERVED_ARRAY = _strings(sorted(RESERVED_PROPERTIES))
+
+
+def _any(mask: pa.Array | pa.ChunkedArray) -> bool:
+    return bool(pc.any(mask).as_py())
+
+
+def _suspect(batch: pa.RecordBatch, topic: str | None) -> bool:
+    """Whether ``batch`` may hold a row :func:`to_messages` refuses, checked column by column (cheap, and never
+    False for a batch it refuses): when True, :func:`to_messages` runs and names the row."""
+    names = batch.schema.names
+    body = batch.column("body")
+    if body.null_count or _any(pc.equal(pc.binary_length(body), 0)):
+        return True
+    if topic is None:
+        t = batch.column("topic")
+        if t.null_count or _any(pc.equal(pc.binary_length(t), 0)):
+            return True
+    if "delay" in names:
+        delay = batch.column("delay")
+        if _any(pc.less(delay, 0)) or ("deliverAt" in names
+                                       and _any(pc.and_(pc.is_valid(delay), pc.is_valid(batch.column("deliverAt"))))):
+            return True
+    qcol = "queue" if "queue" in names else "queueId" if "queueId" in names else None
+    if qcol is not None:
+        qid = batch.column(qcol)
+        if _any(pc.less(qid, 0)) or ("shardingKey" in names
+                                     and _any(pc.and_(pc.is_valid(qid), pc.is_valid(batch.column("shardingKey"))))):
+            return True
+    if "properties" in names:
+        props = batch.column("properties")
+        offsets = props.offsets
+        lo, hi = offsets[0].as_py(), offsets[-1].as_py()
+        if _any(pc.is_in(props.keys.slice(lo, hi - lo), value_set=_RESERVED_ARRAY)):
+            return True
+    return False
+
+
+def _codes(arr: pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """(an int64 code per row, -1 for null; the distinct values, by code)."""
+    enc = pc.dictionary_encode(arr)
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, enc.dictionary.to_pylist()
+
+
+def _hashes(arr: pa.Array) -> np.ndarray:
+    """``select_by_hash``'s number per row as uint64 (``abs(key)`` for an integer key, CRC32 of the text
+    otherwise)."""
+    if pa.types.is_integer(arr.type):
+        # nulls filled first: with them to_numpy would give floats, wrong past 2**53
+        keys: np.ndarray = np.abs(pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64)) \
+            .astype(np.uint64)
+        return keys
+    codes, values = _codes(arr)
+    crc = np.array([zlib.crc32(str(v).encode()) for v in values] + [0], dtype=np.uint64)
+    out: np.ndarray = crc[codes]  # a null (-1) takes the last, unused entry
+    return out
+
+
+def _groups(codes: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(code, its rows in row order) for each code >= 0."""
+    if len(codes) and codes[0] >= 0 and (codes == codes[0]).all():
+        return [(int(codes[0]), np.arange(len(codes), dtype=np.int64))]
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    values, starts = np.unique(sorted_codes, return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    return [(int(v), order[a:b]) for v, a, b in zip(values.tolist(), starts.tolist(), ends, strict=True) if v >= 0]
+
+
+@dataclasses.dataclass
+class _Pending:
+    """Encoded items waiting for more of their destination's rows (a request holds up to ``batchSize``)."""
+
+    parts: list[bytes] = dataclasses.field(default_factory=list)
+    count: int = 0
+    est: int = 0
+
+
 # -- sending ------------------------------------------------------------------------------------------------------
 class _Sender:
+    """One task's sending: requests of up to ``batchSize`` encoded rows, at most ``maxInFlight`` at once."""
+
     def __init__(self, producer: Producer, opts: WriteOptions) -> None:
         self.producer = producer
         self.opts = opts
         self.slots = asyncio.Semaphore(opts.max_in_flight)
         self.queue_locks: dict[MessageQueue, asyncio.Lock] = {}
-        self.plain: dict[str, list[Message]] = {}
-        self.keyed: dict[MessageQueue, list[Message]] = {}
+        #: a topic (rows sent round-robin over its queues) or a queue (keyed rows, in order) -> its waiting rows
+        self.pending: dict[str | MessageQueue, _Pending] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.errors: list[BaseException] = []
         self.sent = 0
@@ -188,11 +292,15 @@ class _Sender:
         if self.errors:
             raise self.errors[0]
 
-    async def _retrying(self, what: str, send: Any) -> list[SendResult]:
+    async def _throttle(self) -> None:
+        if len(self.tasks) >= 4 * self.opts.max_in_flight:
+            await asyncio.wait(set(self.tasks), return_when=asyncio.FIRST_COMPLETED)
+            self._check()
+
+    async def _retrying(self, what: str, send: Callable[[], Awaitable[T]]) -> T:
         for attempt in range(self.opts.retries + 1):
             try:
-                result: list[SendResult] = await send()
-                return result
+                return await send()
             except MQClientError as exc:
                 if not exc.retriable or attempt == self.opts.retries:
                     raise
@@ -200,74 +308,177 @@ class _Sender:
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    async def _send_batch(self, queue: MessageQueue, msgs: list[Message], lock: asyncio.Lock | None) -> None:
-        async def send() -> list[SendResult]:
-            return await self.producer.send_batch(msgs, queue=queue, timeout=self.opts.send_timeout)
+    async def _send_body(self, queue: MessageQueue, body: bytes, n: int, lock: asyncio.Lock | None) -> None:
+        """One request; a retry sends the same bytes (the same message ids)."""
+        async def send() -> SendStatus:
+            return await self.producer.send_batch_body(queue, body, timeout=self.opts.send_timeout)
 
         if lock is not None:
             async with lock, self.slots:
-                results = await self._retrying(f"batch to {queue}", send)
+                status = await self._retrying(f"batch to {queue}", send)
         else:
             async with self.slots:
-                results = await self._retrying(f"batch to {queue}", send)
-        self._count(results, len(msgs))
-
-    async def _send_one(self, msg: Message, queue: MessageQueue | None = None) -> None:
-        async def send() -> list[SendResult]:
-            return [await self.producer.send(msg, queue=queue, timeout=self.opts.send_timeout)]
-
-        async with self.slots:
-            self._count(await self._retrying(f"timer message to {msg.topic}", send), 1)
-
-    def _count(self, results: Sequence[SendResult], n: int) -> None:
-        bad = [r for r in results if not r.ok]
-        if bad:
-            log.warning("%d of %d messages were stored but %s", len(bad), n, bad[0].status.value)
+                status = await self._retrying(f"batch to {queue}", send)
+        if status is not SendStatus.SEND_OK:
+            log.warning("%d messages were stored but %s", n, status.value)
         self.sent += n
         self.requests += 1
 
-    async def add(self, rows: list[Outgoing]) -> None:
+    async def _send_one(self, msg: Message, queue: MessageQueue | None = None) -> None:
+        async def send() -> SendResult:
+            return await self.producer.send(msg, queue=queue, timeout=self.opts.send_timeout)
+
+        async with self.slots:
+            result = await self._retrying(f"timer message to {msg.topic}", send)
+        if not result.ok:
+            log.warning("a timer message was stored but %s", result.status.value)
+        self.sent += 1
+        self.requests += 1
+
+    async def add(self, batch: pa.RecordBatch, first_row: int) -> None:
+        """Encode and send (or keep for the next batch) every row of ``batch``, row ``first_row`` of the task
+        first; a row that cannot be sent raises InvalidArgumentError naming it."""
         self._check()
-        size = self.opts.batch_size
-        for msg, key, broker, queue_id, where in rows:
-            target = None
-            if queue_id is not None:
-                target = pick_queue(await self.queues(msg.topic), msg.topic, broker, queue_id, where)
-            if msg.deliver_at is not None or msg.delay is not None:
-                self._spawn(self._send_one(msg, target))
-            elif target is not None or key is not None:
-                queue = target if target is not None else select_by_hash(await self.queues(msg.topic), msg, key)
-                buf = self.keyed.setdefault(queue, [])
-                buf.append(msg)
-                if len(buf) >= size:
-                    self._flush_keyed(queue)
-            else:
-                buf = self.plain.setdefault(msg.topic, [])
-                buf.append(msg)
-                if len(buf) >= size:
-                    await self._flush_plain(msg.topic)
-            if len(self.tasks) >= 4 * self.opts.max_in_flight:
-                await asyncio.wait(set(self.tasks), return_when=asyncio.FIRST_COMPLETED)
-                self._check()
+        if not batch.num_rows:
+            return
+        topic = self.opts.topic
+        if _suspect(batch, topic):
+            to_messages(batch, topic, first_row)  # raises, naming the row
+        lengths = pc.binary_length(batch.column("body")).to_numpy(zero_copy_only=False)
+        limit = self.producer.max_message_size
+        if int(lengths.max()) > limit:
+            i = int(np.argmax(lengths > limit))
+            raise InvalidArgumentError(f"row {first_row + i} of the task: the body is {int(lengths[i])} bytes, "
+                                       f"more than {limit}")
+        dest, where, timed = await self._route(batch, first_row)
+        cols = Columns.of(batch)
+        for code, rows in _groups(dest):
+            await self._enqueue(where[code], cols, rows, lengths, first_row)
+        if timed.any():
+            for out in to_messages(batch, topic, first_row, np.flatnonzero(timed).tolist()):
+                target = None
+                if out.queue_id is not None:
+                    target = pick_queue(await self.queues(out.msg.topic), out.msg.topic, out.broker, out.queue_id,
+                                        out.where)
+                self._spawn(self._send_one(out.msg, target))
+                await self._throttle()
 
-    def _flush_keyed(self, queue: MessageQueue) -> None:
-        msgs = self.keyed.pop(queue, [])
-        if msgs:
+    async def _route(self, batch: pa.RecordBatch,
+                     first_row: int) -> tuple[np.ndarray, list[str | MessageQueue], np.ndarray]:
+        """Where each row goes, column by column: (a code per row, -1 for a timer row; what each code means: a
+        topic, whose rows go round-robin, or a queue a queueId or sharding key names, whose rows keep their
+        order; which rows are timer rows)."""
+        names = batch.schema.names
+        n = batch.num_rows
+        if self.opts.topic is not None:
+            tcode, topics = np.zeros(n, dtype=np.int64), [self.opts.topic]
+        else:
+            tcode, topics = _codes(batch.column("topic"))
+        dest = tcode.copy()
+        where: list[str | MessageQueue] = list(topics)
+        codes: dict[MessageQueue, int] = {}
+
+        def code_of(q: MessageQueue) -> int:  # one code per queue, however its rows name it: one order
+            c = codes.get(q)
+            if c is None:
+                c = codes[q] = len(where)
+                where.append(q)
+            return c
+
+        timed = np.zeros(n, dtype=bool)
+        for name in ("deliverAt", "delay"):
+            if name in names:
+                timed |= batch.column(name).is_valid().to_numpy(zero_copy_only=False)
+        qcol = "queue" if "queue" in names else "queueId" if "queueId" in names else None
+        named = np.zeros(n, dtype=bool)
+        if qcol is not None:
+            qid = batch.column(qcol)
+            named = qid.is_valid().to_numpy(zero_copy_only=False) & ~timed
+            if named.any():
+                bcode, brokers = _codes(batch.column("brokerName")) if "brokerName" in names \
+                    else (np.full(n, -1, dtype=np.int64), [])
+                qids = pc.fill_null(qid, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+                combos = np.stack([tcode, bcode, qids], axis=1)[named]
+                rows = np.flatnonzero(named)
+                uniq, first, inverse = np.unique(combos, axis=0, return_index=True, return_inverse=True)
+                local = np.empty(len(uniq), dtype=np.int64)
+                for u in np.argsort(first, kind="stable").tolist():  # the first failing row fails, as row by row
+                    t, b, q = (int(x) for x in uniq[u])
+                    name = topics[t]
+                    local[u] = code_of(pick_queue(await self.queues(name), name, brokers[b] if b >= 0 else None, q,
+                                                  f"row {first_row + int(rows[first[u]])} of the task"))
+                dest[named] = local[inverse.reshape(-1)]
+        if "shardingKey" in names:
+            shard = batch.column("shardingKey")
+            keyed = shard.is_valid().to_numpy(zero_copy_only=False) & ~named & ~timed
+            if keyed.any():
+                hashes = _hashes(shard)
+                for t, name in enumerate(topics):
+                    mine = keyed & (tcode == t)
+                    if mine.any():
+                        qs = await self.queues(name)
+                        by_index = np.array([code_of(q) for q in qs], dtype=np.int64)
+                        dest[mine] = by_index[(hashes[mine] % np.uint64(len(qs))).astype(np.int64)]
+        dest[timed] = -1
+        return dest, where, timed
+
+    async def _enqueue(self, key: str | MessageQueue, cols: Columns, rows: np.ndarray, lengths: np.ndarray,
+                       first_row: int) -> None:
+        """Encode ``rows`` (not empty) for ``key`` into requests of up to ``batchSize`` rows and the producer's
+        ``max_batch_bytes`` (len(body) + 200 per row, counted as ``Producer.send_batch`` does); send the full
+        ones, keep the rest for the next batch."""
+        pend = self.pending.pop(key, None) or _Pending()
+        size, cap = self.opts.batch_size, self.producer.max_batch_bytes
+        est = lengths[rows].astype(np.int64) + 200
+        # Plan: (end of the next run of rows, whether the request is then full and goes).
+        plan: list[tuple[int, bool]] = []
+        a, count, used = 0, pend.count, pend.est
+        while a < len(rows):
+            room = np.cumsum(est[a:a + size - count])
+            take = int(np.searchsorted(room, cap - used, side="right"))
+            if take == 0 and count == 0:
+                take = 1  # a row alone over the cap goes alone, as the producer sends it
+            if take:
+                used += int(room[take - 1])
+                count += take
+                a += take
+            full = count == size or a < len(rows)
+            plan.append((a, full))
+            if full:
+                count, used = 0, 0
+        prefix, first = self.producer.reserve_msg_ids(len(rows))
+        ends = sorted({end for end, _ in plan if end > 0})
+        encoded = dict(zip(ends, encode_rows(cols, rows, ends, prefix, first, first_row), strict=True))
+        start = 0
+        for end, full in plan:
+            if end > start:
+                pend.parts.append(encoded[end])
+                pend.count += end - start
+                pend.est += int(est[start:end].sum())
+                start = end
+            if full:
+                await self._flush(key, pend)
+                pend = _Pending()
+        if pend.count:
+            self.pending[key] = pend
+
+    async def _flush(self, key: str | MessageQueue, pend: _Pending) -> None:
+        if not pend.count:
+            return
+        body = pend.parts[0] if len(pend.parts) == 1 else b"".join(pend.parts)
+        if isinstance(key, str):
+            qs = await self.queues(key)
+            self._spawn(self._send_body(qs[next(self._rr) % len(qs)], body, pend.count, None))
+        else:
             # Lock first, in row order (asyncio locks are FIFO): batches of one queue go out one after another.
-            lock = self.queue_locks.setdefault(queue, asyncio.Lock())
-            self._spawn(self._send_batch(queue, msgs, lock))
-
-    async def _flush_plain(self, topic: str) -> None:
-        msgs = self.plain.pop(topic, [])
-        if msgs:
-            qs = await self.queues(topic)
-            self._spawn(self._send_batch(qs[next(self._rr) % len(qs)], msgs, None))
+            lock = self.queue_locks.setdefault(key, asyncio.Lock())
+            self._spawn(self._send_body(key, body, pend.count, lock))
+        await self._throttle()
 
     async def finish(self) -> None:
-        for topic in list(self.plain):
-            await self._flush_plain(topic)
-        for queue in list(self.keyed):
-            self._flush_keyed(queue)
+        for key, pend in list(self.pending.items()):
+            del self.pending[key]
+            await self._flush(key, pend)
         while self.tasks:
             await asyncio.wait(set(self.tasks))
         self._check()
@@ -284,7 +495,7 @@ def send_batches(batches: Iterator[pa.RecordBatch], opts: WriteOptions) -> SentC
         row = 0
         for batch in batches:
             if batch.num_rows:
-                link.run(sender.add(to_messages(batch, opts.topic, row)))
+                link.run(sender.add(batch, row))
                 row += batch.num_rows
         link.run(sender.finish())
         return SentCount(sender.sent, sender.requests)

@@ -1,0 +1,106 @@
+"""Rows of an Arrow batch -> SEND_BATCH_MESSAGE bodies for the Spark sink, without a Python object per row.
+
+:func:`encode_rows` runs the C helper (``cometmq.spark._encodec``, reading the Arrow buffers) when it is built;
+where it is not, or where the input is not the common case, the reference :func:`encode_rows_py` does the work
+(and raises the error, naming the row). The reference builds each row's :class:`Message` as the sink always did
+and encodes it with :meth:`Message.batch_properties_head` plus the producer's ``UNIQ_KEY``/``WAIT`` and
+:func:`cometmq.protocol.batch.encode_batch_raw`, the owner of the item layout: the bytes are those
+``Producer.send_batch`` would send for the same messages and ids. A test compares both byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from cometmq.client.errors import InvalidArgumentError
+from cometmq.client.message import RESERVED_PROPERTIES, Message
+from cometmq.common.native import load_c_helper
+from cometmq.protocol.batch import encode_batch_raw
+from cometmq.protocol.errors import LocalProtocolError
+from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH
+
+__all__ = ["Columns", "encode_rows", "encode_rows_py", "message_id"]
+
+#: cometmq.spark._encodec when built, else None: the same bytes either way
+C_HELPER: Any = load_c_helper("cometmq.spark._encodec")
+
+_RESERVED_NAMES = tuple(sorted(name.encode() for name in RESERVED_PROPERTIES))
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The columns of a batch that go into the items (``keys``: string or list<string>)."""
+
+    body: pa.Array
+    tags: pa.Array | None = None
+    keys: pa.Array | None = None
+    properties: pa.Array | None = None
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch) -> Columns:
+        names = batch.schema.names
+
+        def col(name: str) -> pa.Array | None:
+            return batch.column(name) if name in names else None
+
+        return cls(batch.column("body"), col("tags"), col("keys"), col("properties"))
+
+
+def message_id(prefix: str, value: int) -> str:
+    """The UNIQ_KEY of a reserved id (``Producer.reserve_msg_ids``)."""
+    return f"{prefix}{value:012X}"
+
+
+def encode_rows(cols: Columns, rows: np.ndarray, cuts: Sequence[int], prefix: str, first: int,
+                first_row: int = 0) -> list[bytes]:
+    """One batch body per cut: the items of ``rows[previous cut:cut]``, row ``rows[k]`` with the message id
+    ``message_id(prefix, first + k)``. A row that cannot be sent raises InvalidArgumentError naming it (row
+    ``first_row + index`` of the task)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if C_HELPER is not None and len(rows):
+        def capsules(arr: pa.Array | None) -> Any:
+            return None if arr is None else arr.__arrow_c_array__()
+
+        out: list[bytes] | None = C_HELPER.encode(
+            capsules(cols.body), capsules(cols.tags), capsules(cols.keys), capsules(cols.properties), rows,
+            np.asarray(cuts, dtype=np.int64), prefix.encode("ascii"), first, _RESERVED_NAMES, MAX_PROPERTIES_LENGTH)
+        if out is not None:
+            return out
+    return encode_rows_py(cols, rows, cuts, prefix, first, first_row)
+
+
+def encode_rows_py(cols: Columns, rows: np.ndarray, cuts: Sequence[int], prefix: str, first: int,
+                   first_row: int = 0) -> list[bytes]:
+    """:func:`encode_rows` in Python, a Message per row: the reference."""
+    def values(arr: pa.Array | None) -> list[Any]:
+        return arr.to_pylist() if arr is not None else [None] * len(cols.body)
+
+    bodies, tags, keys, props = (values(a) for a in (cols.body, cols.tags, cols.keys, cols.properties))
+    bounds = [int(c) for c in cuts]
+    if (bounds != sorted(set(bounds)) or (bounds and (bounds[0] <= 0 or bounds[-1] != len(rows)))
+            or (not bounds and len(rows))):
+        raise ValueError(f"cuts {bounds[:8]} do not split {len(rows)} rows")
+    ends = set(bounds)
+    out: list[bytes] = []
+    items: list[bytes] = []
+    for k, i in enumerate(int(r) for r in rows):
+        try:
+            body = bodies[i]
+            if not body:
+                raise InvalidArgumentError("the body is null or empty")
+            p = props[i]
+            msg = Message("T", body, tags=tags[i], keys=keys[i], properties=dict(p) if p else {})
+            head = msg.batch_properties_head()
+            tail = f"UNIQ_KEY\x01{message_id(prefix, first + k)}\x02WAIT\x01true\x02".encode("ascii")
+            items.append(encode_batch_raw([(msg.body, head + tail, msg.flag)]))
+        except (InvalidArgumentError, LocalProtocolError) as exc:
+            raise InvalidArgumentError(f"row {first_row + i} of the task: {exc}") from None
+        if k + 1 in ends:
+            out.append(b"".join(items))
+            items = []
+    return out

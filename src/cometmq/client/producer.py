@@ -345,16 +345,7 @@ class Producer:
             queues = await self._queues(topic)
             queue = queues[next(self._next_queue) % len(queues)]
         results: list[SendResult] = []
-        chunk: list[Message] = []
-        size = 0
-        for m in msgs:
-            est = len(m.body) + 200
-            if chunk and size + est > self.max_batch_bytes:
-                results.extend(await self._send_batch_to(queue, chunk, timeout))
-                chunk, size = [], 0
-            chunk.append(m)
-            size += est
-        if chunk:
+        for chunk in batch_chunks(msgs, self.max_batch_bytes):
             results.extend(await self._send_batch_to(queue, chunk, timeout))
         return results
 
@@ -542,6 +533,24 @@ def recall_handle_broker(handle: str) -> str:
     if not handle or len(items) < 5 or items[0] != "v1" or not items[2]:
         raise InvalidArgumentError("recall handle is invalid")
     return items[2]
+
+
+def batch_chunks(msgs: Sequence[Message], max_bytes: int) -> list[list[Message]]:
+    """``msgs`` cut into batches of at most ``max_bytes`` (an estimate: the body and 200 bytes of properties and
+    framing per message); a message larger than that goes alone."""
+    chunks: list[list[Message]] = []
+    chunk: list[Message] = []
+    size = 0
+    for m in msgs:
+        est = len(m.body) + 200
+        if chunk and size + est > max_bytes:
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(m)
+        size += est
+    if chunk:
+        chunks.append(chunk)
+    return chunks
 
 
 def _now_ms() -> int:

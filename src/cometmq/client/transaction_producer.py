@@ -38,7 +38,7 @@ from typing import Any
 from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError, NoRouteError
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
-from cometmq.client.producer import Producer
+from cometmq.client.producer import Producer, batch_chunks
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.acl import Credentials
@@ -247,16 +247,8 @@ class TransactionProducer(Producer):
                           properties={**m.properties, TRAN_MSG: "true", PGROUP: self.group}, flag=m.flag)
                   for m in msgs]
         results: list[SendResult] = []
-        chunk: list[Message] = []
-        size = 0
-        for m in halves:
-            est = len(m.body) + 200
-            if chunk and size + est > self.max_batch_bytes:
-                results += await self._send_half_chunk(chunk, queue, timeout)
-                chunk, size = [], 0
-            chunk.append(m)
-            size += est
-        results += await self._send_half_chunk(chunk, queue, timeout)
+        for chunk in batch_chunks(halves, self.max_batch_bytes):
+            results += await self._send_half_chunk(chunk, queue, timeout)
         return results
 
     async def _send_half_chunk(self, msgs: list[Message], queue: MessageQueue | None,

@@ -25,7 +25,6 @@ from cometmq.protocol.properties import RawProperties, encode_properties
 from cometmq.store import batch_codec
 from cometmq.store import commitlog as commitlog_module
 from cometmq.store import consume_queue as consume_queue_module
-from cometmq.store import message_store as message_store_module
 from cometmq.store.config import CQ_UNIT_SIZE
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
@@ -219,8 +218,7 @@ def _message(spec: dict[str, Any]) -> MessageInner:
 @contextmanager
 def pure_python() -> Iterator[None]:
     with mock.patch.object(commitlog_module, "C_BATCH", None), \
-            mock.patch.object(consume_queue_module, "C_BATCH", None), \
-            mock.patch.object(message_store_module, "C_BATCH", None):
+            mock.patch.object(consume_queue_module, "C_BATCH", None):
         yield
 
 

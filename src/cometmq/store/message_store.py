@@ -19,7 +19,6 @@ from cometmq.common.atomic_file import fsync_dir
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.message import pack_host
 from cometmq.protocol.record_layout import LAYOUT_V4, MAGIC_CODE
-from cometmq.store.batch_codec import C_BATCH
 from cometmq.store.checkpoint import Checkpoint
 from cometmq.store.commitlog import CommitLog
 from cometmq.store.config import CQ_UNIT_SIZE, FlushDiskType, StoreConfig
@@ -367,10 +366,8 @@ class MessageStore:
         queues = self.queues
         # Per-record cost matters here (a timer burst re-puts 200,000 at once): the transaction test is
         # inlined (not consumable: prepared 0x4 and rolled-back 0xC halves, bit 0x4 set), and runs of
-        # one queue reuse its lookup. With the C helper, the rest of a run after its first unit is written in
-        # one call (``ConsumeQueue.put_following``); the loop below is the reference for it.
+        # one queue reuse its lookup; with the C helper the rest of a run is one call (``put_following``).
         last_topic, last_qid, cq = "", -1, None
-        native = C_BATCH is not None
         i, n = 0, len(requests)
         while i < n:
             req = requests[i]
@@ -387,7 +384,7 @@ class MessageStore:
                         continue
                     cq = self.consume_queue(last_topic, last_qid)
             cq.put(req.queue_offset, req.phy_offset, req.size, req.tags_code)
-            if native and i < n:
+            if i < n:  # put_following returns i at once without the C helper
                 i = cq.put_following(requests, i)
 
     def _skip_bad_topic(self, topic: str, phy_offset: int) -> None:

@@ -53,11 +53,14 @@ def free_port_block(nodes: int = 1, offsets: tuple[int, ...] = (0,), *, step: in
     else:
         low = _LOW
     taken = set(avoid)
-    span = top - low
+    span = top + step * nodes + max(offsets) - low  # the same for every shape: one cursor, one wrap point
     if _cursor is None:
         _cursor = random.randrange(span)
     for _ in range(200):
         base = low + _cursor % span
+        if base > top:  # the block would run past the range: wrap to its start
+            _cursor += span - (base - low)
+            continue
         _cursor += step * nodes + max(offsets) + 1
         ports = [base + step * i + o for i in range(nodes) for o in offsets]
         if not taken.intersection(ports) and _bindable(ports):

@@ -21,3 +21,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(f"the file system of {tmp} is {ratio * 100:.1f}% used ({free >> 20} MiB free): brokers refuse "
                     f"writes at 90%, so the suite would fail; free space first (old pytest-of-* folders in {tmp}?)",
                     returncode=3)
+
+
+#: pytest-xdist (scripts/test runs two workers, ``--dist loadgroup``): each group runs whole on one worker, in order.
+#: spark and interop share session fixtures (a SparkSession, the official clients' environments); the rest are the
+#: multi-process clusters (brokers, controllers, etcd, proxies killed and restarted under time bounds), kept one at a
+#: time so two of them never share the 2 cores; the other tests spread over both workers.
+_GROUPS = {"spark": "spark", "interop": "interop", "chaos": "clusters", "ha": "clusters", "controller": "clusters",
+           "test_cli_cluster.py": "clusters", "test_cli_controller.py": "clusters", "test_containers.py": "clusters"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        top = os.path.relpath(str(item.path), here).split(os.sep)[0]
+        group = _GROUPS.get(top)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

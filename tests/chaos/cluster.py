@@ -46,6 +46,7 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
 from tests.chaos.proxyhub import ProxyHub
 from tests.ha.cluster import CLUSTER_NAME, DEFAULT_CONF, Broker, BrokerLog, Namesrv, ProcessError, _Proc, read_log
+from tests.kit.ports import port_slice
 
 BROKER_NAME = "broker-chaos"
 SRCBIND = str(Path(__file__).with_name("srcbind.py"))
@@ -104,8 +105,9 @@ def pick_port(*hosts: str, span: int = 1) -> int:
     ``free_port()`` are ephemeral: an outgoing connection (a client, a proxy dialing) can take one between the
     pick and the server's bind, and a restarted broker must bind its old ports again."""
     rnd = random.Random(os.urandom(8))
+    low, high = port_slice()  # this pytest-xdist worker's ports: another worker never picks them
     for _ in range(1000):
-        port = rnd.randrange(20000, 32000 - span)
+        port = rnd.randrange(low, high - span)
         wanted = [(host, port) for host in hosts or ("127.0.0.1",)] + \
             [("127.0.0.1", port + i) for i in range(1, span)]
         if any(p in _taken for _, p in wanted):
@@ -118,7 +120,7 @@ def pick_port(*hosts: str, span: int = 1) -> int:
             continue
         _taken.update(p for _, p in wanted)
         return port
-    raise RuntimeError("no free port in 20000-32000")
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def etcd_installed() -> bool:

@@ -7,11 +7,13 @@ can take it. Each candidate is checked by binding it.
 
 Candidates come from one cursor per process that walks the range from a random start, so two picks in one test
 never return the same port (a random pick each time once handed a gRPC endpoint its own nameserver's port: both
-were free when picked, since neither server had bound yet).
+were free when picked, since neither server had bound yet). Under pytest-xdist each worker walks its own slice of
+the range, so two workers never hand out the same port either.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from collections.abc import Iterable
@@ -26,6 +28,21 @@ def _ephemeral_floor() -> int:
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768
+
+
+def port_slice() -> tuple[int, int]:
+    """This process's ports: [low, high), the part of the range below the ephemeral one that is this pytest-xdist
+    worker's (PYTEST_XDIST_WORKER gwN of PYTEST_XDIST_WORKER_COUNT), or all of it."""
+    low, high = _LOW, _ephemeral_floor()
+    try:
+        index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    except ValueError:
+        return low, high
+    if count <= 1 or not 0 <= index < count:
+        return low, high
+    width = (high - low) // count
+    return low + index * width, low + (index + 1) * width
 
 
 def _bindable(ports: Iterable[int]) -> bool:
@@ -47,11 +64,10 @@ def free_port_block(nodes: int = 1, offsets: tuple[int, ...] = (0,), *, step: in
                     avoid: Iterable[int] = ()) -> int:
     """A port P with P + step*i + o free for every node i and offset o, none of them in ``avoid``."""
     global _cursor
-    top = _ephemeral_floor() - step * nodes - max(offsets) - 1
-    if top <= _LOW:  # an odd range setting: fall back to any free port the kernel hands out
+    low, high = port_slice()
+    top = high - step * nodes - max(offsets) - 1
+    if top <= low:  # an odd range setting: fall back to any free port the kernel hands out
         top, low = 65000 - step * nodes - max(offsets), 1024
-    else:
-        low = _LOW
     taken = set(avoid)
     span = top + step * nodes + max(offsets) - low  # the same for every shape: one cursor, one wrap point
     if _cursor is None:

@@ -68,26 +68,3 @@ async def test_an_append_that_raises_answers_every_request_with_the_error(
     results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 5)
     assert results[0].ok  # type: ignore[union-attr]
     assert all(isinstance(r, RuntimeError) and "closed=True" in str(r) for r in results[1:]), results
-
-
-async def test_sync_flush_answers_a_lone_request_at_once(make_store: Callable[..., MessageStore]) -> None:
-    """A group commit waits for the end of the loop turn; after a turn that brought no other request, the next
-    turn's first request is committed at once (answered before the turn ends); a crowded turn waits again."""
-    store = make_store(flush_disk_type=SYNC)
-    appender = Appender(store, sync_flush_timeout_s=5.0)
-    appender.start(asyncio.get_running_loop())
-    b = appender.batcher
-    first = b.put([msg()])
-    assert not first.done()  # no turn seen yet: the first request waits for the turn's group commit
-    assert (await first).ok
-    await asyncio.sleep(0)
-    lone = b.put([msg()])
-    assert lone.done() and lone.result().ok  # committed in the call
-    assert store.flushed_offset >= lone.result().end_offset
-    crowd = [b.put([msg()]) for _ in range(8)]  # joined the lone one's turn: they wait for its end
-    assert not any(f.done() for f in crowd)
-    assert all(r.ok for r in await asyncio.gather(*crowd))
-    await asyncio.sleep(0)
-    after_crowd = b.put([msg()])
-    assert not after_crowd.done()  # the turn before was crowded: group commit again
-    assert (await after_crowd).ok

@@ -5,8 +5,7 @@ encoding pass, a dispatch and a flush request per message. Here the requests tha
 event loop are appended together as one batch at the end of the turn (the store's fast path: ~3 µs a record
 instead of ~13 µs) and dispatched together. Under ASYNC_FLUSH the first request of a turn is appended at once,
 so a lone request waits for nothing; under SYNC_FLUSH all of them wait for the end of the turn and then for one
-group commit, awaited once for the whole batch (but when the turn before brought one request at most, the next
-turn's first request is appended and committed at once, like a lone ASYNC_FLUSH one) — or, with ``durable_now``, made durable right there (the store runs
+group commit, awaited once for the whole batch — or, with ``durable_now``, made durable right there (the store runs
 the fdatasync in this thread while the disk is fast, which saves two thread hand-offs per round). Each caller still
 gets a ``PutResult`` of its own messages only. What "durable" means is not decided here: ``broker/appender.py``
 owns that rule and hands it in.
@@ -43,9 +42,6 @@ class AppendBatcher:
         self.loop = self._loop = loop
         #: the first request of a loop turn is appended at once (default: when nothing needs a group commit)
         self._eager_first = wait_durable is None if eager_first is None else eager_first
-        #: a group commit's turn brought one request at most: the next turn's first one commits at once
-        self._lone = False
-        self._turn_requests = 0
         self._put = put_messages
         self._durable_now = durable_now
         #: with it, a request's future resolves only once its records are durable (one wait per batch)
@@ -66,16 +62,13 @@ class AppendBatcher:
         right after the append, in the same call (a state machine can take note of where its record went
         before anything else runs on the loop); the future resolves once the records are durable."""
         fut: asyncio.Future[PutResult] = self._loop.create_future()
-        self._turn_requests += 1
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._drain)
-            if self._eager_first or self._lone:
+            if self._eager_first:
                 # ASYNC_FLUSH: the first request of a loop turn is appended at once (no added latency for a lone
                 # request); the window it opens gathers the requests that arrive later in the same turn. Under
-                # SYNC_FLUSH the whole turn waits for one group commit, so its first request waits with the rest
-                # - unless the last turn brought no other request: then it commits at once, and its sender is
-                # answered before this loop turn ends (a lone producer saves a turn and a task wake-up a send).
+                # SYNC_FLUSH the whole turn waits for one group commit, so its first request waits with the rest.
                 self.requests += 1
                 self._finish([(fut, self._stored(self._append(msgs), on_stored))])
                 return fut
@@ -89,8 +82,6 @@ class AppendBatcher:
     def _drain(self) -> None:
         """The end of the loop turn: append what gathered since the turn's first request."""
         self._scheduled = False
-        self._lone = self._turn_requests <= 1
-        self._turn_requests = 0
         self._drain_pending()
 
     def _drain_pending(self) -> None:

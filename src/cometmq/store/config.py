@@ -37,6 +37,10 @@ class StoreConfig:
     flush_consume_queue_least_pages: int = 2
     #: ... or, whatever it has, when this many ms passed since the last thorough flush (RocketMQ's)
     flush_consume_queue_thorough_interval_ms: int = 60_000
+    #: ms between flushes of the index (cometmq's; RocketMQ flushes an index file only once it is full). Hash slots
+    #: are written at random, and each flush makes every slot page fault again on its next write; checkpoints do
+    #: not claim past the last index flush, so after a crash recovery re-indexes at most this much of the log
+    flush_interval_index_ms: int = 10_000
     #: consume-queue files mapped at once; the least recently used is unmapped beyond (store/cq_file.py)
     max_open_consume_queue_files: int = 8192
     sync_flush_timeout_ms: int = 5000
@@ -147,6 +151,7 @@ STORE_KEYS: dict[str, tuple[str, Any]] = {
     "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", int),
     "flushConsumeQueueLeastPages": ("flush_consume_queue_least_pages", int),
     "flushConsumeQueueThoroughInterval": ("flush_consume_queue_thorough_interval_ms", int),
+    "flushIntervalIndex": ("flush_interval_index_ms", int),
     "maxOpenConsumeQueueFiles": ("max_open_consume_queue_files", int),
     "syncFlushTimeout": ("sync_flush_timeout_ms", int),
     "groupCommitInlineMaxMicros": ("group_commit_inline_max_us", int),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import itertools
 import logging
@@ -94,6 +95,8 @@ class MessageStore:
         #: the dispatched offset of the last checkpoint saved; cuts of the log (``truncate``) since a flush pass
         #: began, as (generation, offset), which that pass's checkpoint must not claim past; ``_cp_lock`` orders saves
         self._saved_dispatched = 0
+        #: the dispatched offset the index was flushed to by the last pass that flushed it (-1: none yet)
+        self._index_durable = -1
         self._cut_gen = 0
         self._cuts: list[tuple[int, int]] = []
         self._cp_lock = threading.Lock()
@@ -182,10 +185,7 @@ class MessageStore:
             end = self.commitlog.max_offset
             Checkpoint(end, self.reput.reput_offset, self.clock(), clean_end_offset=end).save(
                 self.checkpoint_file)
-            try:
-                self.abort_file.unlink()
-            except FileNotFoundError:
-                pass
+            self.abort_file.unlink(missing_ok=True)
             for cq in self.queues.values():
                 cq.close()
             if self.index is not None:
@@ -198,11 +198,10 @@ class MessageStore:
         on disk (a cut log's offsets are written again; new units wait in memory or in the page cache)."""
         with self._cp_lock:
             dispatched = min([dispatched, self._saved_dispatched] if self._saved_dispatched else [dispatched])
-            for cq in self.dirty_queues:
-                if 0 <= cq.dirty_phy < dispatched:
-                    dispatched = cq.dirty_phy
+            dispatched = min([dispatched, *(cq.dirty_phy for cq in self.dirty_queues if cq.dirty_phy >= 0)])
             Checkpoint(flushed, dispatched, self.clock()).save(self.checkpoint_file)
             self._saved_dispatched = dispatched
+            self._index_durable = min(self._index_durable, dispatched)
 
     def flush_consume_queues(self, least_pages: int = 0) -> int:
         """Flush the dirty consume queues that RocketMQ's policy says are due (``least_pages`` dirty pages or a full
@@ -242,9 +241,7 @@ class MessageStore:
                     cq.dirty_phy = phy
                 if (cq.topic, cq.queue_id) in self.queues:
                     self.dirty_queues.add(cq)
-            for cq in self.dirty_queues:
-                if 0 <= cq.dirty_phy < durable:
-                    durable = cq.dirty_phy
+            durable = min([durable, *(cq.dirty_phy for cq in self.dirty_queues if cq.dirty_phy >= 0)])
         if error is not None:
             log.error("consume-queue flush failed for %d queue(s): %s", len(failed), error)
         return durable, gen
@@ -278,20 +275,23 @@ class MessageStore:
                         self.cq_mappings.add_pending(f)
         return made
 
-    def flush_and_checkpoint(self, least_pages: int = 0) -> None:
-        """Flush consume queues (those due by ``least_pages``, see ``flush_consume_queues``) and the index, then
-        record how far they are durable."""
+    def flush_and_checkpoint(self, least_pages: int = 0, *, index: bool = True) -> None:
+        """Flush consume queues (those due by ``least_pages``, see ``flush_consume_queues``) and, with ``index``,
+        the index, then record how far they are durable (not past the index's last flush)."""
         durable, gen = self._flush_consume_queues(least_pages)
         if self.index_builder is not None:
             durable = self.index_builder.durable_point(durable)
         if self.index is not None:
-            self.index.flush()
+            if index or self._index_durable < 0:
+                self.index.flush()
+                self._index_durable = durable
+            durable = min(durable, self._index_durable)
         flushed = self.flush_service.flushed_offset
         with self._cp_lock:
             for g, offset in self._cuts:  # the log was cut while this pass ran: claim nothing past the cut
                 if g > gen:
-                    durable = min(durable, offset)
-                    flushed = min(flushed, offset)
+                    durable, flushed = min(durable, offset), min(flushed, offset)
+                    self._index_durable = min(self._index_durable, offset)
             self._cuts = [c for c in self._cuts if c[0] > gen]
             Checkpoint(flushed, durable, self.clock()).save(self.checkpoint_file)
             self._saved_dispatched = durable
@@ -751,10 +751,8 @@ class MessageStore:
                 self.dirty_queues.discard(cq)
                 cq.destroy()
                 self.commitlog.queue_table.pop(key, None)
-            try:
+            with contextlib.suppress(OSError):
                 (self.config.consume_queue_dir / topic).rmdir()
-            except OSError:
-                pass
 
     def topics(self) -> set[str]:
         return {t for t, _ in self.queues}

@@ -22,15 +22,18 @@ MAX_DELETE_PER_PASS = 10
 class MaintenanceService(ServiceThread):
     """RocketMQ's FlushConsumeQueueService: every flushIntervalConsumeQueue, flush the consume queues with at least
     flushConsumeQueueLeastPages dirty pages (or a full file), and every flushConsumeQueueThoroughInterval all dirty
-    ones; then the index, and the checkpoint, whose dispatched offset stays below every unit not flushed yet (the
-    queues left dirty hold it back). 5,000 queues each written a little cost a few fdatasyncs a second, not 5,000."""
+    ones; then, every flushIntervalIndex, the index; and the checkpoint, whose dispatched offset stays below every
+    unit not flushed yet (the queues left dirty hold it back) and below the index's last flush. 5,000 queues each
+    written a little cost a few fdatasyncs a second, not 5,000."""
 
     def __init__(self, store: MessageStore, monotonic: Callable[[], float] = time.monotonic) -> None:
         super().__init__("FlushConsumeQueueService", store.config.flush_interval_consume_queue_ms / 1000)
         self.store = store
         self._monotonic = monotonic
         self._saved: tuple[int, int] | None = None
-        self._last_thorough = monotonic()
+        self._last_thorough = self._last_index = monotonic()
+        #: a pass left the index unflushed: its checkpoint claims less than the queues have made durable
+        self._index_behind = False
         #: passes that flushed something, and the thorough ones among them
         self.passes = 0
         self.thorough_passes = 0
@@ -40,11 +43,16 @@ class MaintenanceService(ServiceThread):
         cfg = store.config
         now = self._monotonic()
         thorough = now - self._last_thorough >= cfg.flush_consume_queue_thorough_interval_ms / 1000
+        index = thorough or now - self._last_index >= cfg.flush_interval_index_ms / 1000
         state = (store.reput.reput_offset, store.flushed_offset)
-        if state == self._saved and not (thorough and store.dirty_queues) and not store.cq_mappings.pending:
+        if state == self._saved and not (thorough and store.dirty_queues) and not store.cq_mappings.pending \
+                and not (index and self._index_behind):
             return  # nothing new; queues left dirty below the threshold wait for the thorough pass
-        store.flush_and_checkpoint(0 if thorough else cfg.flush_consume_queue_least_pages)
+        store.flush_and_checkpoint(0 if thorough else cfg.flush_consume_queue_least_pages, index=index)
         self._saved = state
+        self._index_behind = not index
+        if index:
+            self._last_index = now
         self.passes += 1
         if thorough:
             self._last_thorough = now

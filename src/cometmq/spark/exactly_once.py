@@ -353,7 +353,8 @@ _NO_LOCK = contextlib.nullcontext()
 
 def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id: str, batch_id: int) -> HalfBatch:
     """Send every row of ``batches`` as a half of ``query_id``'s group; on failure roll back what was sent."""
-    link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, transactions=True)
+    link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, tls=opts.tls,
+                transactions=True)
     instance = link.instance
     assert isinstance(instance, TransactionClientInstance)
     group = group_for(query_id)
@@ -443,7 +444,8 @@ class _Driver:
     def __init__(self, opts: WriteOptions, query_id: str) -> None:
         self.opts = opts
         self.query_id = query_id
-        self.link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, transactions=True)
+        self.link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, tls=opts.tls,
+                         transactions=True)
         instance = self.link.instance
         assert isinstance(instance, TransactionClientInstance)
         self.instance = instance

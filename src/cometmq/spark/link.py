@@ -3,7 +3,9 @@
 Spark calls a data source's methods from plain threads, one call at a time, and a worker process may serve
 many queries in turn; so each :class:`Link` owns a private asyncio loop driven with ``run_until_complete`` and
 a :class:`ClientInstance` that is never started (no heartbeats, no route-refresh task: requests only). Nothing
-runs in the background between calls, and ``close()`` leaves nothing behind.
+runs in the background between calls, and ``close()`` leaves nothing behind. TLS is on when the options say so
+(``tls=true``), and only then: the SDK's $COMETMQ_TLS variables are not consulted, so the driver and the
+executors connect alike whatever their environment.
 
 The driver side uses it for routes, topic lists and queue offsets; a read task pulls over a socket of its own
 (see :mod:`cometmq.spark.reader`) and uses a link only to ask the nameserver again when its broker stops
@@ -18,10 +20,11 @@ from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from cometmq.client.admin import all_topics, max_offset, min_offset, search_offset, update_consumer_offset
-from cometmq.client.errors import NoRouteError
+from cometmq.client.errors import ClientConnectionError, NoRouteError
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageQueue
 from cometmq.client.transaction_producer import TransactionClientInstance
+from cometmq.spark.options import TlsOptions
 
 __all__ = ["Link", "is_system_topic"]
 
@@ -48,16 +51,25 @@ class Link:
     """A blocking client for the Spark source and sink (not thread-safe: one caller at a time)."""
 
     def __init__(self, namesrv: str, *, timeout: float = 10.0, credentials: tuple[str, str] | None = None,
-                 transactions: bool = False) -> None:
-        """``transactions``: the instance also answers the brokers' transaction check-backs (while a call runs)."""
+                 tls: TlsOptions | None = None, transactions: bool = False) -> None:
+        """``tls``: every connection uses TLS with these settings (None: plaintext). ``transactions``: the instance
+        also answers the brokers' transaction check-backs (while a call runs)."""
+        context = tls.context() if tls is not None else False
         self.loop = _loop_factory()
         kind = TransactionClientInstance if transactions else ClientInstance
-        self.instance = kind(namesrv, request_timeout=timeout, credentials=credentials)
+        self.instance = kind(namesrv, request_timeout=timeout, credentials=credentials, tls=context)
+        self.tls = tls
         self.timeout = timeout
         self.closed = False
 
     def run(self, aw: Awaitable[T]) -> T:
-        return self.loop.run_until_complete(aw)
+        try:
+            return self.loop.run_until_complete(aw)
+        except ClientConnectionError as exc:
+            if self.tls is None and "was lost" in str(exc):  # the server hung up on a request
+                exc.args = (f"{exc} (a server with tls.server.mode=enforcing closes plaintext connections: if the "
+                            "cluster uses TLS, set the option tls=true)", *exc.args[1:])
+            raise
 
     def close(self) -> None:
         if self.closed:

@@ -7,7 +7,9 @@ or two options that contradict each other raise :class:`OptionError` before any 
 from __future__ import annotations
 
 import json
+import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -15,6 +17,7 @@ from typing import Literal
 from cometmq.client.admin import check_group, check_topic
 from cometmq.client.errors import InvalidArgumentError
 from cometmq.client.instance import parse_namesrv
+from cometmq.net.tls import client_context
 
 __all__ = [
     "EARLIEST",
@@ -22,6 +25,7 @@ __all__ = [
     "Bound",
     "OptionError",
     "ReadOptions",
+    "TlsOptions",
     "WriteOptions",
     "parse_read",
     "parse_write",
@@ -36,14 +40,18 @@ LATEST = -1
 #: options Spark itself may pass down with a query's options; they mean nothing to cometmq
 _SPARK_OWN = frozenset({"checkpointlocation", "queryname", "path"})
 
+#: TLS towards the nameservers and brokers: RocketMQ's client keys (tls.enable, tls.client.*) in their camelCase
+#: form, the one broker.conf also takes (net/tls.py), with ``tls`` for tls.enable
+_TLS_OPTIONS = ("tls", "tlsClientTrustCertPath", "tlsClientAuthServer", "tlsClientCertPath", "tlsClientKeyPath",
+                "tlsClientKeyPassword")
 _READ_OPTIONS = ("namesrv", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
                  "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
                  "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
                  "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition", "failOnDataLoss", "subExpression",
                  "expressionType", "includeProperties", "includeHeaders", "commitToGroup", "consumerGroup",
-                 "requestTimeoutMs", "accessKey", "secretKey")
+                 "requestTimeoutMs", "accessKey", "secretKey", *_TLS_OPTIONS)
 _WRITE_OPTIONS = ("namesrv", "topic", "producerGroup", "batchSize", "maxInFlight", "sendTimeoutMs", "retries",
-                  "requestTimeoutMs", "accessKey", "secretKey", "transactional", "commitTopic")
+                  "requestTimeoutMs", "accessKey", "secretKey", "transactional", "commitTopic", *_TLS_OPTIONS)
 
 #: where the exactly-once sink records the micro-batches it commits (see cometmq.spark.exactly_once)
 DEFAULT_COMMIT_TOPIC = "cometmq-spark-commits"
@@ -88,6 +96,39 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class TlsOptions:
+    """Options ``tls=true`` and ``tlsClient*``: every connection to the nameservers and brokers uses TLS. The paths
+    travel as given and are opened where the clients run: on the driver and on each executor."""
+
+    #: PEM CA certificate(s) the broker's certificate is verified against (None: the system's CAs)
+    trust_cert_path: str | None = None
+    #: verify the broker's certificate and that it names the address dialled
+    auth_server: bool = True
+    #: a client certificate (PEM chain) and its private key, for brokers that ask for one
+    cert_path: str | None = None
+    key_path: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+
+    def context(self) -> ssl.SSLContext:
+        """The clients' context; a file that does not load raises OptionError naming its option."""
+        try:
+            ctx = client_context(ca_file=self.trust_cert_path, insecure=not self.auth_server)
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionError(f"option tlsClientTrustCertPath={self.trust_cert_path!r}: cannot load it as PEM CA "
+                              f"certificate(s): {exc}") from None
+        if self.cert_path:
+            try:
+                # never None: OpenSSL would prompt on the terminal for an encrypted key's password
+                ctx.load_cert_chain(self.cert_path, self.key_path, self.key_password or "")
+            except (OSError, ssl.SSLError) as exc:
+                raise OptionError(f"options tlsClientCertPath={self.cert_path!r} and tlsClientKeyPath="
+                                  f"{self.key_path!r}: cannot load the client certificate and its key (a PEM chain "
+                                  "and the matching private key; an encrypted key needs the right "
+                                  f"tlsClientKeyPassword): {exc}") from None
+        return ctx
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     namesrv: str
     subscribe: tuple[str, ...] = ()
@@ -114,6 +155,8 @@ class ReadOptions:
     timeout: float = 10.0
     #: (accessKey, secretKey): every request is signed (brokers with aclEnable=true; docs/security.md)
     credentials: tuple[str, str] | None = None
+    #: TLS settings (None: plaintext)
+    tls: TlsOptions | None = None
 
     @property
     def filtered(self) -> bool:
@@ -137,6 +180,7 @@ class WriteOptions:
     send_timeout: float = 10.0
     retries: int = 2
     credentials: tuple[str, str] | None = None
+    tls: TlsOptions | None = None
     #: exactly-once: rows as transactional half messages committed by the driver (cometmq.spark.exactly_once)
     transactional: bool = False
     commit_topic: str = DEFAULT_COMMIT_TOPIC
@@ -201,6 +245,43 @@ def _credentials(opts: Mapping[str, str]) -> tuple[str, str] | None:
     if bool(ak) != bool(sk):
         raise OptionError("options accessKey and secretKey go together (an ACL account; docs/security.md)")
     return (ak, sk) if ak else None
+
+
+def _tls(opts: Mapping[str, str]) -> TlsOptions | None:
+    """Option tls and the tlsClient* options that go with it; the files must be there and load (on the driver)."""
+    given = [n for n in _TLS_OPTIONS[1:] if n in opts]
+    if not _bool(opts, "tls", False):
+        if given:
+            raise OptionError(f"option {given[0]} only applies with tls=true")
+        return None
+    paths: dict[str, str] = {}
+    for name in ("tlsClientTrustCertPath", "tlsClientCertPath", "tlsClientKeyPath"):
+        raw = opts.get(name)
+        if raw is None:
+            continue
+        path = raw.strip()
+        if not path:
+            raise OptionError(f"option {name} is empty (the path of a PEM file)")
+        if not os.path.isfile(path):
+            raise OptionError(f"option {name}={raw!r}: no such file on the driver (the path must exist on the "
+                              "driver and on every executor)")
+        paths[name] = path
+    cert, key = paths.get("tlsClientCertPath"), paths.get("tlsClientKeyPath")
+    if (cert is None) != (key is None):
+        raise OptionError("options tlsClientCertPath and tlsClientKeyPath go together (a client certificate and "
+                          "its private key; the same path twice when one file holds both)")
+    password = opts.get("tlsClientKeyPassword")
+    if password is not None and key is None:
+        raise OptionError("option tlsClientKeyPassword only applies with tlsClientKeyPath (an encrypted key)")
+    auth_server = _bool(opts, "tlsClientAuthServer", True)
+    trust = paths.get("tlsClientTrustCertPath")
+    if trust is not None and not auth_server:
+        raise OptionError("options tlsClientTrustCertPath and tlsClientAuthServer=false contradict each other (the "
+                          "CA is only used to verify the broker's certificate)")
+    tls = TlsOptions(trust_cert_path=trust, auth_server=auth_server, cert_path=cert, key_path=key,
+                     key_password=password or None)
+    tls.context()  # the files load now, or the query fails before any task runs
+    return tls
 
 
 def _topic(name: str, topic: str) -> str:
@@ -420,7 +501,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         include_properties=include,
         commit_to_group=commit_to.strip() if commit_to else None,
         group=commit_to.strip() if commit_to and "consumerGroup" not in opts else group,
-        timeout=(timeout_ms or 10_000) / 1000, credentials=_credentials(opts))
+        timeout=(timeout_ms or 10_000) / 1000, credentials=_credentials(opts), tls=_tls(opts))
 
 
 def _selects(topic: str, subscribe: tuple[str, ...], pattern: str | None,
@@ -458,5 +539,5 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         batch_size=_int(opts, "batchSize", minimum=1) or 256,
         max_in_flight=_int(opts, "maxInFlight", minimum=1) or 8,
         send_timeout=(timeout_ms or 10_000) / 1000,
-        retries=2 if retries is None else retries, credentials=_credentials(opts),
+        retries=2 if retries is None else retries, credentials=_credentials(opts), tls=_tls(opts),
         transactional=transactional, commit_topic=commit_topic)

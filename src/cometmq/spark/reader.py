@@ -18,6 +18,7 @@ import collections
 import logging
 import re
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterator
@@ -96,6 +97,7 @@ class QueueSlice(InputPartition):
         self.fail_on_data_loss = opts.fail_on_data_loss
         self.timeout = opts.timeout
         self.credentials = opts.credentials
+        self.tls = opts.tls
 
     @property
     def label(self) -> str:
@@ -205,7 +207,8 @@ class _PullFrames:
 
 
 class _Wire:
-    """A task's connection to the broker it reads from: a plain blocking socket, no event loop.
+    """A task's connection to the broker it reads from: a plain blocking socket (TLS-wrapped with ``tls``), no
+    event loop.
 
     A pull answer is a remoting frame whose body is the records; the body is received straight into a buffer
     of its own (the only copy before decoding), and only the small header goes through the remoting codec.
@@ -213,11 +216,18 @@ class _Wire:
     they arrive and matched by opaque. ``forget`` drops a pull whose answer is no longer wanted (it is skipped
     when it comes). Any OSError (timeouts included) or ProtocolError leaves the connection unusable."""
 
-    def __init__(self, addr: str, timeout: float) -> None:
+    def __init__(self, addr: str, timeout: float, tls: ssl.SSLContext | None = None) -> None:
         host, port = split_address(addr)
         self.addr = addr
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            except OSError:
+                sock.close()
+                raise
+        self.sock = sock
         self._head = bytearray(_FRAME_HEAD.size)
         self._early: dict[int, tuple[_Answer, bytearray]] = {}
         self._live: set[int] = set()
@@ -279,6 +289,9 @@ class _SliceReader:
         self.schema = schema
         self.addr = part.addr
         self._wire: _Wire | None = None
+        #: why the last connect or send failed (named in the error when the retries run out)
+        self._wire_error: OSError | None = None
+        self._tls = part.tls.context() if part.tls is not None else None
         self._link: Link | None = None  # the nameserver, only when the broker stops answering
         # the subscription rides in each request (no heartbeat: the group need not be known to the broker)
         self._frames = _PullFrames({
@@ -304,16 +317,19 @@ class _SliceReader:
         opaque, frame = self._frames.frame(offset, count)
         try:
             if self._wire is None:
-                self._wire = _Wire(self.addr, self.part.timeout)
+                self._wire = _Wire(self.addr, self.part.timeout, self._tls)
+                self._wire_error = None
             self._wire.send(opaque, frame)
         except OSError as exc:
             log.debug("pull of %s from %s: %s", self.part.label, self.addr, exc)
+            self._wire_error = exc
             self._drop_wire()
         return offset, count, opaque
 
     def _receive(self, opaque: int) -> tuple[_Answer, bytearray]:
         if self._wire is None:
-            raise ConnectionResetError(f"no connection to {self.addr}")
+            why = f": {self._wire_error}" if self._wire_error is not None else ""
+            raise ConnectionResetError(f"no connection to {self.addr}{why}")
         return self._wire.receive(opaque)
 
     def _broken(self, exc: Exception, failures: int) -> None:
@@ -328,7 +344,7 @@ class _SliceReader:
         time.sleep(0.5 * failures)
         try:
             if self._link is None:
-                self._link = Link(p.namesrv, timeout=p.timeout, credentials=p.credentials)
+                self._link = Link(p.namesrv, timeout=p.timeout, credentials=p.credentials, tls=p.tls)
             link = self._link
             link.run(link.instance.route(p.topic, refresh=True))
             self.addr = link.instance.master_addr(p.broker_name) or self.addr
@@ -468,7 +484,7 @@ class CometBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueSlice]:
         opts = self.opts
-        with Link(opts.namesrv, timeout=opts.timeout, credentials=opts.credentials) as link:
+        with Link(opts.namesrv, timeout=opts.timeout, credentials=opts.credentials, tls=opts.tls) as link:
             queues = discover(link, opts, streaming=False)
             starts = resolve_bound(link, opts.starting, queues, missing=-2, strategy=opts.timestamp_strategy)
             ends = resolve_bound(link, opts.ending, queues, missing=-1, strategy="latest")
@@ -515,7 +531,8 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def link(self) -> Link:
         if self._link is None or self._link.closed:
-            self._link = Link(self.opts.namesrv, timeout=self.opts.timeout, credentials=self.opts.credentials)
+            self._link = Link(self.opts.namesrv, timeout=self.opts.timeout, credentials=self.opts.credentials,
+                              tls=self.opts.tls)
         return self._link
 
     def initialOffset(self) -> dict[str, Any]:

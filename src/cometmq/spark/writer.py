@@ -486,7 +486,7 @@ class _Sender:
 
 def send_batches(batches: Iterator[pa.RecordBatch], opts: WriteOptions) -> SentCount:
     """Send every row of ``batches`` with one producer; raises on the first failure after retries."""
-    link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials)
+    link = Link(opts.namesrv, timeout=opts.send_timeout, credentials=opts.credentials, tls=opts.tls)
     producer = Producer(opts.producer_group, instance=link.instance, send_timeout=opts.send_timeout,
                         retries=opts.retries)
     try:

@@ -85,3 +85,23 @@ def test_op_bodies_and_immunity() -> None:
     assert tm.immunity_ms({"CHECK_IMMUNITY_TIME_IN_SECONDS": "1"}, 6000) == 6000  # never shorter than the timeout
     assert tm.immunity_ms({"CHECK_IMMUNITY_TIME_IN_SECONDS": "soon"}, 6000) == 6000
     assert tm.check_times_of({"TRANSACTION_CHECK_TIMES": "-3"}) == 0
+
+
+def test_stale_items_are_dropped_in_bulk_and_nothing_else_changes() -> None:
+    """A batch of commits leaves a stale heap item per transaction: the heap is rebuilt from the pending ones
+    instead of popping each, and the checks still come out in due order, rescheduled ones at their new time."""
+    t = TransactionTable()
+    halves = [half(i, 10_000 + (i * 7919) % 5000) for i in range(5000)]
+    for h in halves:
+        t.add(h)
+    for h in halves[:4900]:
+        t.resolve(h.origin)
+    left = halves[4900:]
+    for h in left[:10]:
+        t.schedule(h, 20_000 + h.origin)  # two items each now, one stale
+    assert len(t._heap) == 5010
+    assert t.next_due() == min(h.next_check_ms for h in left)
+    assert len(t._heap) == len(left)  # rebuilt: one item per pending transaction
+    expected = sorted(left, key=lambda h: (h.next_check_ms, h.origin))
+    assert t.pop_due(30_000, 1000) == expected
+    assert t.next_due() is None and t.pop_due(10**9, 10) == []

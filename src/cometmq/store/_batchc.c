@@ -27,6 +27,19 @@
  *   offset_ids(prefix, requests) -> str | None
  *       A send answer's msgId: prefix + each request's commit-log offset in 16 upper-case hex digits, joined by
  *       commas (batch_codec.offset_msg_ids_py). None for anything else than non-negative int offsets.
+ *   half_fields(topic_part, group_name, prepared_name, record) -> (queue_offset, physical_offset, group, prepared)
+ *           | None
+ *       A stored transaction half read without decoding it (broker/transaction/messages._plain_half_py): the
+ *       record's queue and commit-log offsets, the values of its properties ``group_name`` ("" when absent) and
+ *       ``prepared_name`` (None when absent). None unless it is a whole record whose topic length byte and name are
+ *       ``topic_part`` and whose properties are plain (each pair name\x01value\x02, no name empty or twice, no
+ *       \x01 in a value, at most PLAIN_PAIRS_MAX pairs) UTF-8: the reference decodes those.
+ *   committed_half(topic_part, drop, topic_name, queue_name, record, prepared_offset) -> MessageInner | None
+ *       The message a commit of that half delivers (messages._committed_plain_py): in the topic of property
+ *       ``topic_name`` ("" when absent) and the queue of ``queue_name`` (0 when absent), the half's properties
+ *       without the pairs named in ``drop`` (a tuple of bytes), the COMMIT transaction type, an IPv4-mapped IPv6
+ *       born host as IPv4 (as pack_host packs it), ``prepared_offset``. None where half_fields says None, and for a
+ *       queue that is not 1 to 9 ASCII digits (Python's int() reads the rest).
  *   layout() -> dict
  *       The record-layout constants below, which a test checks against cometmq.protocol.record_layout
  *       (their owner).
@@ -543,6 +556,219 @@ static PyObject *offset_ids(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* -- transaction halves --------------------------------------------------------------------------------------- */
+
+/* the transaction bits of a sys flag, and the committed type (store/message.py, protocol/message.py) */
+#define TRANSACTION_MASK 0xC
+#define TRANSACTION_COMMIT_TYPE 0x8
+/* more pairs than this: half_fields says None (names are checked for repeats pair by pair) */
+#define PLAIN_PAIRS_MAX 64
+
+typedef struct {
+    const unsigned char *b;
+    int32_t flag, sys_flag, reconsume;
+    int64_t queue_offset, phy, born_ts;
+    Py_ssize_t born_len, body_at, body_len, raw_at, raw_len, pairs;
+} half_t;
+
+/* ``b`` (``n`` bytes) read as _plain_half_py reads it; 1 when it is a plain record of ``topic_part``, 0 when not,
+ * -1 with an error set. */
+static int read_half(const unsigned char *b, Py_ssize_t n, PyObject *topic_part, half_t *h) {
+    if (n < BODY_POS(IPV4_HOST_SIZE, IPV4_HOST_SIZE) + 3) return 0;
+    int hosts = b[39];
+    Py_ssize_t born_len = (hosts & BORNHOST_V6_FLAG) ? IPV6_HOST_SIZE : IPV4_HOST_SIZE,
+               store_len = (hosts & STOREHOST_V6_FLAG) ? IPV6_HOST_SIZE : IPV4_HOST_SIZE,
+               body_at = BODY_POS(born_len, store_len);
+    if (n < body_at + 3) return 0;
+    if ((Py_ssize_t)get_be32(b) != n || (uint32_t)get_be32(b + 4) != MAGIC_CODE) return 0;
+    int64_t body_len = get_be32(b + body_at - 4);
+    if (body_len < 0 || body_at + body_len + 3 > n) return 0;
+    Py_ssize_t p = body_at + (Py_ssize_t)body_len;
+    const char *tp = PyBytes_AS_STRING(topic_part);
+    Py_ssize_t tlen = PyBytes_GET_SIZE(topic_part);
+    if (p + tlen + 2 > n || memcmp(b + p, tp, (size_t)tlen) != 0) return 0;
+    p += tlen;
+    int64_t raw_len = (int16_t)((b[p] << 8) | b[p + 1]);
+    if (raw_len < 0 || p + 2 + raw_len != n) return 0;
+    const unsigned char *raw = b + p + 2;
+    int ok = utf8_valid(raw, (Py_ssize_t)raw_len);
+    if (ok <= 0) return ok;
+    /* plain: name\x01value\x02 pairs to the end, names neither empty nor repeated, values without \x01 */
+    Py_ssize_t names[PLAIN_PAIRS_MAX], name_lens[PLAIN_PAIRS_MAX], pairs = 0, i = 0;
+    while (i < raw_len) {
+        const unsigned char *sep = memchr(raw + i, 1, (size_t)(raw_len - i)), *end;
+        const unsigned char *stop = memchr(raw + i, 2, (size_t)(raw_len - i));
+        if (sep == NULL || stop == NULL || sep > stop || sep == raw + i || pairs == PLAIN_PAIRS_MAX) return 0;
+        end = memchr(sep + 1, 1, (size_t)(stop - sep - 1));
+        if (end != NULL) return 0;
+        Py_ssize_t nlen = sep - (raw + i);
+        for (Py_ssize_t k = 0; k < pairs; k++)
+            if (name_lens[k] == nlen && memcmp(raw + names[k], raw + i, (size_t)nlen) == 0) return 0;
+        names[pairs] = i;
+        name_lens[pairs] = nlen;
+        pairs++;
+        i = stop - raw + 1;
+    }
+    h->b = b;
+    h->flag = get_be32(b + 16);
+    h->queue_offset = get_be64(b + 20);
+    h->phy = get_be64(b + 28);
+    h->sys_flag = get_be32(b + 36);
+    h->born_ts = get_be64(b + 40);
+    h->born_len = born_len;
+    h->reconsume = get_be32(b + body_at - 16);
+    h->body_at = body_at;
+    h->body_len = (Py_ssize_t)body_len;
+    h->raw_at = p + 2;
+    h->raw_len = (Py_ssize_t)raw_len;
+    h->pairs = pairs;
+    return 1;
+}
+
+/* The value of the pair named ``name`` in a plain half's properties: 1 and where it is, or 0 when absent. */
+static int half_get(const half_t *h, PyObject *name, Py_ssize_t *at, Py_ssize_t *len) {
+    const char *raw = (const char *)h->b + h->raw_at, *v;
+    if (!raw_get(raw, h->raw_len, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), &v, len)) return 0;
+    *at = v - raw;
+    return 1;
+}
+
+static PyObject *half_str(const half_t *h, PyObject *name, PyObject *absent) {
+    Py_ssize_t at, len;
+    if (!half_get(h, name, &at, &len)) return Py_NewRef(absent);
+    return PyUnicode_DecodeUTF8((const char *)h->b + h->raw_at + at, len, "strict");
+}
+
+static PyObject *half_fields(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf;
+    PyObject *topic_part, *group_name, *prepared_name;
+    if (!PyArg_ParseTuple(args, "SSSy*", &topic_part, &group_name, &prepared_name, &buf)) return NULL;
+    PyObject *out = NULL;
+    half_t h;
+    int ok = read_half((const unsigned char *)buf.buf, buf.len, topic_part, &h);
+    if (ok <= 0) {
+        if (ok == 0) out = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *empty = PyUnicode_New(0, 127);
+    PyObject *group = empty == NULL ? NULL : half_str(&h, group_name, empty);
+    PyObject *prepared = group == NULL ? NULL : half_str(&h, prepared_name, Py_None);
+    if (prepared != NULL) out = Py_BuildValue("(LLOO)", (long long)h.queue_offset, (long long)h.phy, group, prepared);
+    Py_XDECREF(empty);
+    Py_XDECREF(group);
+    Py_XDECREF(prepared);
+done:
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+static PyObject *committed_half(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf;
+    PyObject *topic_part, *drop, *topic_name, *queue_name, *prepared_obj;
+    if (!PyArg_ParseTuple(args, "SO!SSy*O!", &topic_part, &PyTuple_Type, &drop, &topic_name, &queue_name, &buf,
+                          &PyLong_Type, &prepared_obj))
+        return NULL;
+    PyObject *out = NULL, *topic = NULL, *body = NULL, *raw = NULL, *props = NULL, *born = NULL, *queue_id = NULL,
+             *flag = NULL, *sys_flag = NULL, *born_ts = NULL, *reconsume = NULL;
+    if (!bound()) goto done;
+    Py_ssize_t n_drop = PyTuple_GET_SIZE(drop);
+    for (Py_ssize_t k = 0; k < n_drop; k++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(drop, k))) {
+            PyErr_SetString(PyExc_TypeError, "committed_half: drop holds bytes");
+            goto done;
+        }
+    }
+    half_t h;
+    int ok = read_half((const unsigned char *)buf.buf, buf.len, topic_part, &h);
+    if (ok <= 0) {
+        if (ok == 0) out = Py_NewRef(Py_None);
+        goto done;
+    }
+    const unsigned char *rp = h.b + h.raw_at;
+    long long qid = 0;
+    Py_ssize_t at, len;
+    if (half_get(&h, queue_name, &at, &len)) {
+        if (len < 1 || len > 9) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < len; k++) {
+            unsigned char c = rp[at + k];
+            if (c < '0' || c > '9') {
+                out = Py_NewRef(Py_None);
+                goto done;
+            }
+            qid = qid * 10 + (c - '0');
+        }
+    }
+    /* the properties kept: every pair whose name is not in ``drop``, in order (measured, then copied) */
+    Py_ssize_t kept = 0;
+    for (int copy = 0; copy < 2; copy++) {
+        char *w = NULL;
+        if (copy) {
+            raw = PyBytes_FromStringAndSize(NULL, kept);
+            if (raw == NULL) goto done;
+            w = PyBytes_AS_STRING(raw);
+            kept = 0;
+        }
+        for (Py_ssize_t i = 0; i < h.raw_len;) {
+            const unsigned char *sep = memchr(rp + i, 1, (size_t)(h.raw_len - i));
+            const unsigned char *stop = memchr(sep, 2, (size_t)(h.raw_len - (sep - rp)));
+            Py_ssize_t nlen = sep - (rp + i), plen = stop - (rp + i) + 1;
+            int dropped = 0;
+            for (Py_ssize_t k = 0; k < n_drop && !dropped; k++) {
+                PyObject *d = PyTuple_GET_ITEM(drop, k);
+                dropped = PyBytes_GET_SIZE(d) == nlen && memcmp(PyBytes_AS_STRING(d), rp + i, (size_t)nlen) == 0;
+            }
+            if (!dropped) {
+                if (copy) memcpy(w + kept, rp + i, (size_t)plen);
+                kept += plen;
+            }
+            i += plen;
+        }
+    }
+    PyObject *empty = PyUnicode_New(0, 127);
+    if (empty == NULL) goto done;
+    topic = half_str(&h, topic_name, empty);
+    Py_DECREF(empty);
+    static const unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+    const unsigned char *bh = h.b + BORN_HOST_POS;
+    if (h.born_len == IPV6_HOST_SIZE && memcmp(bh, v4_mapped, 12) == 0)
+        born = PyBytes_FromStringAndSize((const char *)bh + 12, IPV4_HOST_SIZE);
+    else
+        born = PyBytes_FromStringAndSize((const char *)bh, h.born_len);
+    body = PyBytes_FromStringAndSize((const char *)h.b + h.body_at, h.body_len);
+    queue_id = PyLong_FromLongLong(qid);
+    flag = PyLong_FromLong(h.flag);
+    sys_flag = PyLong_FromLong((h.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE);
+    born_ts = PyLong_FromLongLong(h.born_ts);
+    reconsume = PyLong_FromLong(h.reconsume);
+    if (topic == NULL || born == NULL || body == NULL || queue_id == NULL || flag == NULL || sys_flag == NULL
+        || born_ts == NULL || reconsume == NULL)
+        goto done;
+    PyObject *rvals[R_COUNT] = {Py_None, raw};
+    props = make_slots(&RAW, rvals);
+    if (props == NULL) goto done;
+    PyObject *vals[M_COUNT] = {topic, body, queue_id, props, raw, flag, sys_flag, born_ts, born, reconsume,
+                               prepared_obj, Py_None, Py_None};
+    out = make_slots(&MSG, vals);
+done:
+    Py_XDECREF(topic);
+    Py_XDECREF(body);
+    Py_XDECREF(raw);
+    Py_XDECREF(props);
+    Py_XDECREF(born);
+    Py_XDECREF(queue_id);
+    Py_XDECREF(flag);
+    Py_XDECREF(sys_flag);
+    Py_XDECREF(born_ts);
+    Py_XDECREF(reconsume);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 /* -- layout --------------------------------------------------------------------------------------------------- */
 
 static PyObject *layout(PyObject *self, PyObject *args) {
@@ -565,6 +791,8 @@ static PyMethodDef methods[] = {
     {"pack", pack, METH_VARARGS, "Write the records of measured messages; their dispatch requests."},
     {"put_units", put_units, METH_VARARGS, "Write the consume-queue units of a run of dispatch requests."},
     {"offset_ids", offset_ids, METH_VARARGS, "A send answer's msgId of these dispatch requests, or None."},
+    {"half_fields", half_fields, METH_VARARGS, "What an END_TRANSACTION checks of a plain stored half, or None."},
+    {"committed_half", committed_half, METH_VARARGS, "The message a commit of a plain stored half delivers, or None."},
     {"layout", layout, METH_NOARGS, "The record-layout constants this helper keeps copies of."},
     {NULL, NULL, 0, NULL},
 };

@@ -18,9 +18,13 @@ RocketMQ's design, kept here:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
+import struct
+from collections.abc import Callable, Mapping
+from operator import methodcaller
 
-from cometmq.protocol.message import TRANSACTION_MASK, MessageRecord, encode_record, pack_host
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.message import TRANSACTION_MASK, MessageRecord, decode_record, encode_record, pack_host
 from cometmq.protocol.properties import (
     PGROUP,
     REAL_QID,
@@ -30,6 +34,9 @@ from cometmq.protocol.properties import (
     RawProperties,
     encode_properties,
 )
+from cometmq.protocol.record_layout import HOST_FLAGS_BYTE, HOST_FLAGS_SHIFT, LAYOUTS, MAGIC_CODE, MIN_RECORD_SIZE
+from cometmq.protocol.taghash import tags_code
+from cometmq.store.batch_codec import C_BATCH
 from cometmq.store.message import TRANSACTION_COMMIT_TYPE, MessageInner
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -79,13 +86,7 @@ def to_half(msg: MessageInner, producer_group: str) -> None:
 
 def origin_of(properties: Mapping[str, str], queue_offset: int) -> int:
     """The half queue offset that identifies the transaction a half record belongs to."""
-    raw = properties.get(TRAN_PREPARED_QUEUE_OFFSET)
-    if raw:
-        try:
-            return int(raw)
-        except ValueError:
-            pass
-    return queue_offset
+    return _origin(properties.get(TRAN_PREPARED_QUEUE_OFFSET), queue_offset)
 
 
 def check_times_of(properties: Mapping[str, str]) -> int:
@@ -128,9 +129,184 @@ def real_destination(rec: MessageRecord) -> tuple[str, int]:
     return topic, queue_id
 
 
-def committed(rec: MessageRecord, half_commit_log_offset: int) -> MessageInner:
-    """The message a commit delivers: back in its real topic and queue, with the COMMIT sys flag (its properties
-    encoded here: a batched END sizes its appends by them)."""
+class StoredHalf:
+    """A stored record as an END_TRANSACTION reads the half it names (:func:`read_half`): what its checks need
+    (topic, commit-log and queue offsets, producer group), the transaction it belongs to (``origin``), and what
+    :func:`committed` builds the delivered message from.
+
+    Read one of two ways, to the same values: a half as the broker writes it (its properties *plain*: each pair
+    ``name 0x01 value 0x02``, no name empty or twice, no 0x01 in a value) without decoding it (``record`` None,
+    ``data`` its bytes); any other record decoded in full (``record``), the reference."""
+
+    __slots__ = ("data", "group", "origin", "physical_offset", "queue_offset", "record", "topic")
+
+    def __init__(self, topic: str, physical_offset: int, queue_offset: int, group: str, origin: int,
+                 record: MessageRecord | None, data: bytes = b"") -> None:
+        self.topic = topic
+        self.physical_offset = physical_offset
+        self.queue_offset = queue_offset
+        #: PGROUP, "" when it has none
+        self.group = group
+        self.origin = origin
+        self.record = record
+        self.data = data
+
+    @classmethod
+    def from_record(cls, rec: MessageRecord) -> StoredHalf:
+        return cls(rec.topic, rec.physical_offset, rec.queue_offset, rec.properties.get(PGROUP, ""),
+                   origin_of(rec.properties, rec.queue_offset), rec)
+
+
+def read_half(view: bytes | bytearray | memoryview) -> StoredHalf | None:
+    """The whole stored record ``view`` (as ``MessageStore.read_record`` gives it) read as the half an END names;
+    None when it cannot be decoded. Any record is read (the caller checks that it is a half)."""
+    data = bytes(view)
+    fields = _half_fields(data)
+    if fields is None:
+        try:
+            rec = decode_record(data)[0]
+        except ProtocolError:
+            return None
+        return StoredHalf.from_record(rec)
+    queue_offset, phy, group, prepared = fields
+    return StoredHalf(HALF_TOPIC, phy, queue_offset, group, _origin(prepared, queue_offset), None, data)
+
+
+def committed(half: StoredHalf | MessageRecord, half_commit_log_offset: int) -> MessageInner:
+    """The message a commit delivers: back in its real topic and queue, with the COMMIT sys flag; its properties
+    are the half's without the bookkeeping ones, in their order, encoded here (a batched END sizes its appends by
+    them). Of a half read from its bytes, built from them: the message :func:`committed_reference` makes of the
+    decoded record (tests/broker/test_transaction_commit_bytes.py compares them)."""
+    if isinstance(half, MessageRecord):
+        return committed_reference(half, half_commit_log_offset)
+    if half.record is not None:
+        return committed_reference(half.record, half_commit_log_offset)
+    msg = _committed_plain(half.data, half_commit_log_offset)
+    if msg is None:  # (the C helper leaves an unusual REAL_QID to Python's int())
+        msg = _committed_plain_py(half.data, half_commit_log_offset)
+    if msg is None:
+        raise ValueError("committed: the half's record changed since read_half")
+    return msg
+
+
+def _origin(prepared: str | None, queue_offset: int) -> int:
+    if prepared:
+        try:
+            return int(prepared)
+        except ValueError:
+            pass
+    return queue_offset
+
+
+# -- plain halves: read from their bytes (the C helper store/_batchc.c does the same) -------------------------------
+_HALF_TOPIC_PART = bytes((len(HALF_TOPIC),)) + HALF_TOPIC.encode()
+#: what a plain half's reading needs of its record, from its start, by layout: TOTALSIZE MAGICCODE FLAG QUEUEOFFSET
+#: PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST RECONSUMETIMES BODYLEN
+_HALF_HEAD = tuple(layout.struct_of("total_size", "magic_code", "flag", "queue_offset", "physical_offset",
+                                    "sys_flag", "born_timestamp", "born_host", "reconsume_times", "body_length")
+                   for layout in LAYOUTS)
+_BODY_POS = tuple(layout.body_pos for layout in LAYOUTS)
+_MIN_SIZE = tuple(layout.min_record_size for layout in LAYOUTS)
+_I16 = struct.Struct(">h")
+_split_pair = methodcaller("split", b"\x01", 1)
+_PGROUP_B = PGROUP.encode()
+_PREPARED_B = TRAN_PREPARED_QUEUE_OFFSET.encode()
+_REAL_TOPIC_B = REAL_TOPIC.encode()
+_REAL_QID_B = REAL_QID.encode()
+_BOOKKEEPING_B = tuple(k.encode() for k in _BOOKKEEPING)
+#: the start of an IPv4-mapped IPv6 address, which pack_host (the reference's) packs as the IPv4 address
+_V4_MAPPED = bytes(10) + b"\xff\xff"
+_PlainHalf = tuple[tuple[int, int, int, int, int, int, bytes, int, int], bytes, dict[bytes, bytes]]
+
+
+def _plain_half_py(data: bytes) -> _PlainHalf | None:
+    """A whole record of the half topic with plain properties in UTF-8 (lengths checked as ``decode_record`` checks
+    them): its fixed fields (QUEUEOFFSET PHYSICALOFFSET FLAG SYSFLAG BORNTIMESTAMP RECONSUMETIMES BORNHOST, where its
+    body starts and its length), its properties' bytes and pairs; None for anything else."""
+    n = len(data)
+    if n < MIN_RECORD_SIZE:
+        return None
+    index = (data[HOST_FLAGS_BYTE] >> HOST_FLAGS_SHIFT) & 3
+    if n < _MIN_SIZE[index]:
+        return None
+    total, magic, flag, queue_offset, phy, sys_flag, born_ts, born, reconsume, body_len = \
+        _HALF_HEAD[index].unpack_from(data)
+    body_at = _BODY_POS[index]
+    p = body_at + body_len
+    topic_end = p + len(_HALF_TOPIC_PART)
+    if (total != n or magic != MAGIC_CODE or body_len < 0 or topic_end + 2 > n
+            or data[p:topic_end] != _HALF_TOPIC_PART):
+        return None
+    (props_len,) = _I16.unpack_from(data, topic_end)
+    raw = data[topic_end + 2:]
+    if props_len != len(raw):  # (a negative length too)
+        return None
+    if not raw.isascii():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    pairs = raw.split(b"\x02")
+    if pairs.pop():  # the last pair does not end with 0x02
+        return None
+    try:
+        props = dict(map(_split_pair, pairs))  # ValueError: a pair without 0x01
+    except ValueError:
+        return None
+    if len(props) != len(pairs) or raw.count(1) != len(pairs) or b"" in props:
+        return None
+    return (queue_offset, phy, flag, sys_flag, born_ts, reconsume, born, body_at, body_len), raw, props
+
+
+def _half_fields_py(data: bytes) -> tuple[int, int, str, str | None] | None:
+    """A plain half's queue offset, commit-log offset, PGROUP ("" when absent) and TRAN_PREPARED_QUEUE_OFFSET
+    (None when absent); None for any other record."""
+    plain = _plain_half_py(data)
+    if plain is None:
+        return None
+    fields, _, props = plain
+    prepared = props.get(_PREPARED_B)
+    return fields[0], fields[1], props.get(_PGROUP_B, b"").decode(), None if prepared is None else prepared.decode()
+
+
+def _committed_plain_py(data: bytes, half_commit_log_offset: int) -> MessageInner | None:
+    """:func:`committed_reference` of a plain half, from its bytes: its pairs of bookkeeping properties cut out
+    (each pair starts after a 0x02, the first after the one put in front, so "0x02 name 0x01 value 0x02" is that
+    pair), the rest of the message taken as stored (an IPv4-mapped born host packed as IPv4, as pack_host does)."""
+    plain = _plain_half_py(data)
+    if plain is None:
+        return None
+    (_, _, flag, sys_flag, born_ts, reconsume, born, body_at, body_len), raw, props = plain
+    present = [k for k in _BOOKKEEPING_B if k in props]
+    if present:
+        edited = b"\x02" + raw
+        for k in present:
+            edited = edited.replace(b"\x02" + k + b"\x01" + props[k] + b"\x02", b"\x02", 1)
+        raw = edited[1:]
+    try:
+        queue_id = int(props.get(_REAL_QID_B, b"0").decode())
+    except ValueError:
+        queue_id = 0
+    if len(born) == 20 and born[:12] == _V4_MAPPED:
+        born = born[12:]
+    # Positional: MessageInner's fields in order (store/batch_codec.py checks that order).
+    return MessageInner(props.get(_REAL_TOPIC_B, b"").decode(), data[body_at:body_at + body_len], queue_id,
+                        RawProperties(raw), raw, flag, (sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE,
+                        born_ts, born, reconsume, half_commit_log_offset)
+
+
+#: what END_TRANSACTION uses: the C helper when built (bound to the names above), else the Python above
+_half_fields: Callable[[bytes], tuple[int, int, str, str | None] | None] = _half_fields_py
+_committed_plain: Callable[[bytes, int], MessageInner | None] = _committed_plain_py
+if C_BATCH is not None:
+    _half_fields = functools.partial(C_BATCH.half_fields, _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B)
+    _committed_plain = functools.partial(C_BATCH.committed_half, _HALF_TOPIC_PART, _BOOKKEEPING_B, _REAL_TOPIC_B,
+                                         _REAL_QID_B)
+
+
+def committed_reference(rec: MessageRecord, half_commit_log_offset: int) -> MessageInner:
+    """:func:`committed` of a decoded half record (any record: what it does for halves it cannot read from their
+    bytes, and what tests compare it with)."""
     topic, queue_id = real_destination(rec)
     props = {k: v for k, v in rec.properties.items() if k not in _BOOKKEEPING}
     msg = _inner(rec, topic, queue_id, props, (rec.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE)
@@ -144,10 +320,15 @@ def discarded(rec: MessageRecord) -> MessageInner:
     return _inner(rec, CHECK_MAX_TOPIC, 0, dict(rec.properties), rec.sys_flag & ~TRANSACTION_MASK)
 
 
+_OP_PROPERTIES_RAW = encode_properties({TAGS: REMOVE_TAG})
+_OP_TAGS_CODE = tags_code(REMOVE_TAG)
+
+
 def op_record(offsets: list[int], born_ms: int) -> MessageInner:
-    body = ",".join(str(o) for o in sorted(set(offsets))).encode()
+    body = ",".join(map(str, sorted(set(offsets)))).encode()
+    # Its properties and tag code given encoded: the append of a commit batch then takes the store's C path.
     return MessageInner(topic=OP_TOPIC, body=body, queue_id=0, properties={TAGS: REMOVE_TAG},
-                        born_timestamp=born_ms)
+                        properties_raw=_OP_PROPERTIES_RAW, born_timestamp=born_ms, tags_code=_OP_TAGS_CODE)
 
 
 def parse_op_body(body: bytes) -> list[int]:

@@ -46,7 +46,13 @@ from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
 from cometmq.protocol.route import PERM_READ_WRITE
-from cometmq.protocol.transaction_batch import HALF_BATCH_FIELD, EndOutcome, decode_end_entries, encode_end_outcomes
+from cometmq.protocol.transaction_batch import (
+    HALF_BATCH_FIELD,
+    MAX_END_ENTRIES,
+    EndOutcome,
+    decode_end_entry_fields,
+    encode_end_outcomes,
+)
 from cometmq.store.config import ConfigError
 from cometmq.store.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -88,6 +94,7 @@ class TransactionMetrics:
 
 #: resolved transactions whose outcome is remembered (a few MB at most)
 RESOLVED_MEMORY = 65_536
+assert RESOLVED_MEMORY >= MAX_END_ENTRIES  # a batched END's claims are all remembered until it appends them
 #: bytes of a stored record besides its body, topic and properties (v1 layout, IPv6 hosts), with some room
 _RECORD_OVERHEAD = 128
 #: what a decision makes of a transaction
@@ -246,10 +253,10 @@ class TransactionalMessageService:
                               source)
         if isinstance(claimed, str):
             return make_response(cmd, ResponseCode.SUCCESS, claimed)
-        half, rec, origin = claimed
-        ops = [tm.op_record([origin, rec.queue_offset], self.clock())]
+        half, stored, origin = claimed
+        ops = [tm.op_record([origin, stored.queue_offset], self.clock())]
         # One contiguous append: the delivered message never exists without the op record that resolves it.
-        msgs = [tm.committed(rec, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE else ops
+        msgs = [tm.committed(stored, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE else ops
         result = self.appender.append(msgs)
         if not result.ok:
             self.table.add(half)  # nothing was written: still unresolved
@@ -267,11 +274,11 @@ class TransactionalMessageService:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "END_TRANSACTION_BATCH needs the field producerGroup")
         if self.config.broker_id != 0:
             raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION_BATCH goes to the master broker")
-        entries = decode_end_entries(cmd.body)  # a bad body: answered at the dispatch, nothing decided
+        entries = decode_end_entry_fields(cmd.body)  # a bad body: answered at the dispatch, nothing decided
         outcomes: list[EndOutcome | None] = [None] * len(entries)
         limit = self.config.store.max_message_size
         msgs: list[MessageInner] = []
-        claimed: list[tuple[int, PendingHalf, int, int]] = []  # (entry, half, origin, state)
+        claimed: list[tuple[int, PendingHalf, int]] = []  # (entry, half, origin)
         op_offsets: list[int] = []
         size = 0
         appended: list[tuple[PutResult, list[int]]] = []
@@ -280,43 +287,47 @@ class TransactionalMessageService:
             nonlocal msgs, claimed, op_offsets, size
             if not claimed:
                 return
-            result = self.appender.append([*msgs, tm.op_record(op_offsets, self.clock())])
+            msgs.append(tm.op_record(op_offsets, self.clock()))
+            result = self.appender.append(msgs)
             if result.ok:
-                for _, _, origin, state in claimed:
-                    self._resolved(origin, state)
-                appended.append((result, [i for i, _, _, _ in claimed]))
+                # What _resolved does for each: the outcomes are remembered since the claims (none forgotten since:
+                # a request has at most MAX_END_ENTRIES <= RESOLVED_MEMORY entries), the metrics count the commits
+                # (a message each) and the rollbacks.
+                commits = len(msgs) - 1
+                self.metrics.committed += commits
+                self.metrics.rolled_back += len(claimed) - commits
+                appended.append((result, [i for i, _, _ in claimed]))
             else:
-                for i, half, origin, _ in claimed:
+                for i, half, origin in claimed:
                     self.table.add(half)  # nothing was written: still unresolved
                     self._outcomes.pop(origin, None)
                     outcomes[i] = EndOutcome(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
             msgs, claimed, op_offsets, size = [], [], [], 0
 
-        for i, e in enumerate(entries):
+        for i, (commit_log_offset, table_offset, state, msg_id) in enumerate(entries):
             try:
-                got = self._claim(group, e.commit_log_offset, e.tran_state_table_offset, e.commit_or_rollback,
-                                  e.msg_id, "producer (batch)")
+                got = self._claim(group, commit_log_offset, table_offset, state, msg_id, "producer (batch)")
             except RemotingError as exc:
                 outcomes[i] = EndOutcome(int(exc.code), exc.remark)
                 continue
             if isinstance(got, str):
                 outcomes[i] = EndOutcome(ResponseCode.SUCCESS, got)
                 continue
-            half, rec, origin = got
+            half, stored, origin = got
             # Claimed now: a later entry of this request naming the same transaction is decided against this one.
-            self._remember(origin, _OUTCOME[e.commit_or_rollback])
+            self._remember(origin, _OUTCOME[state])
             cost = 64  # its share of the op record
             msg = None
-            if e.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
-                msg = tm.committed(rec, e.commit_log_offset)
+            if state == TRANSACTION_COMMIT_TYPE:
+                msg = tm.committed(stored, commit_log_offset)
                 cost += len(msg.body) + len(msg.topic) + _RECORD_OVERHEAD + len(msg.properties_raw or b"")
             if size + cost > limit:  # rollbacks count too: their offsets make the op record grow
                 flush()
             if msg is not None:
                 msgs.append(msg)
             size += cost
-            claimed.append((i, half, origin, e.commit_or_rollback))
-            op_offsets += (origin, rec.queue_offset)
+            claimed.append((i, half, origin))
+            op_offsets += (origin, stored.queue_offset)
         flush()
         # No await before the last append above: requests of one connection are decided in the order they came.
         for result, done in appended:
@@ -327,8 +338,8 @@ class TransactionalMessageService:
                              encode_end_outcomes([o or EndOutcome(ResponseCode.SYSTEM_ERROR) for o in outcomes]))
 
     def _claim(self, group: str, commit_log_offset: int, table_offset: int, state: int, msg_id: str | None,
-               source: str) -> tuple[PendingHalf, MessageRecord, int] | str:
-        """Take one END decision's transaction off the table: ``(half, record, origin)`` of the pending half it
+               source: str) -> tuple[PendingHalf, tm.StoredHalf, int] | str:
+        """Take one END decision's transaction off the table: ``(half, stored half, origin)`` of the pending half it
         resolves (the caller appends its records, or puts ``half`` back), or the remark of an answer that
         writes nothing (state unknown, already resolved). RemotingError when it is refused: no such half, another
         group's, or a decision contradicting the one already taken."""
@@ -336,11 +347,11 @@ class TransactionalMessageService:
             self.metrics.unknown += 1
             log.debug("%s %s of %s: state unknown, left for the next check", source, msg_id, group)
             return "state unknown: the broker will check back"
-        rec = self._half_at(group, commit_log_offset, table_offset)
-        origin = tm.origin_of(rec.properties, rec.queue_offset)
+        stored = self._half_at(group, commit_log_offset, table_offset)
+        origin = stored.origin
         half = self.table.resolve(origin)
         if half is not None:
-            return half, rec, origin
+            return half, stored, origin
         outcome = self._outcomes.get(origin)
         wanted = _OUTCOME[state]
         if outcome is not None and outcome != wanted and not (outcome == "discarded" and wanted == "rolled back"):
@@ -364,28 +375,23 @@ class TransactionalMessageService:
         if len(self._outcomes) > RESOLVED_MEMORY:
             self._outcomes.popitem(last=False)
 
-    def _half_at(self, group: str, commit_log_offset: int, table_offset: int) -> MessageRecord:
+    def _half_at(self, group: str, commit_log_offset: int, table_offset: int) -> tm.StoredHalf:
         """The half record an END names, checked as RocketMQ checks it (group, queue and log offsets)."""
         view = self.store.read_record(commit_log_offset)
-        rec: MessageRecord | None = None
-        if view is not None:
-            try:
-                rec = decode_record(view)[0]
-            except ProtocolError:
-                rec = None
-        if rec is None or rec.topic != HALF_TOPIC or rec.physical_offset != commit_log_offset:
+        stored = tm.read_half(view) if view is not None else None
+        if stored is None or stored.topic != HALF_TOPIC or stored.physical_offset != commit_log_offset:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: no half "
                                 f"message at commit-log offset {commit_log_offset}")
-        if rec.properties.get(PGROUP, "") != group:
+        if stored.group != group:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "The producer group wrong: the half message belongs to "
-                                f"{rec.properties.get(PGROUP, '')!r}, not {group!r}")
-        if rec.queue_offset != table_offset:
+                                f"{stored.group!r}, not {group!r}")
+        if stored.queue_offset != table_offset:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong: "
-                                f"{table_offset}, the half is at {rec.queue_offset}")
-        return rec
+                                f"{table_offset}, the half is at {stored.queue_offset}")
+        return stored
 
     # -- check-back -------------------------------------------------------------------------------------------
     async def _run(self) -> None:

@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--count", type=int, default=300_000)
     parser.add_argument("--once", choices=("off", "on"), help="one run in this mode, its JSON line only (for "
-                        "farm-bench pairing two trees: PYTHONPATH=TREE/src:TREE picks the broker's code)")
+                        "runs pairing two trees: PYTHONPATH=TREE/src:TREE picks the broker's code)")
     args = parser.parse_args()
     if args.once:
         print(json.dumps({"metrics": args.once, "at": time.strftime("%H:%M:%S"), **run(args.once, args.count)}))

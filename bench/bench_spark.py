@@ -17,10 +17,11 @@ Rows/s are rows over wall time; the ratio is cometmq / ceiling of the best round
 ceiling's rows (body, tags, keys) into a topic with ``df.write.format("cometmq")`` (the batch write rate, best of
 two), and ``--stream-runs`` streaming queries (availableNow), each reading ``--stream-messages`` of a topic and
 writing them to a second topic with ``writeStream.format("cometmq")`` (the stream write rate: the best query, whole
-query included). With ``--eos`` (or ``--eos-only``, which skips the reads), the same batch write and stream write
-again with ``transactional=true`` (exactly-once: the rows as half batches, committed by the driver with batched
-END_TRANSACTIONs: cometmq extensions, docs/transactions.md), interleaved
-with the at-least-once ones, and the ratio of their times (``eos_batch_write_ratio``,
+query included), and as many availableNow queries writing the batch write's rows from Parquet files into a topic (the
+sink alone in a stream: ``stream_parquet_write_*``). With ``--eos`` (or ``--eos-only``, which skips the reads), the
+same batch write and stream write again with ``transactional=true`` (exactly-once: the rows as half batches,
+committed by the driver with batched END_TRANSACTIONs: cometmq extensions, docs/transactions.md), interleaved with
+the at-least-once ones, and the ratio of their times (``eos_batch_write_ratio``,
 ``eos_stream_write_ratio``: exactly-once time / at-least-once time, best run each). One JSON object on stdout
 (and in bench/results/).
 
@@ -261,6 +262,25 @@ def main() -> None:
                 q.awaitTermination(600)
                 stream_s.append(time.perf_counter() - t0)
                 produce_stream.append(cli_produce(server, produce_topic, args.produce_messages, args.body_size))
+            # The sink alone in a streaming query: the same rows as the batch write, from Parquet files (a source that
+            # costs Spark little), written by availableNow queries; the topic copy above also pays the stream read.
+            src_pq = tmp / "stream-parquet"
+            rows.write.parquet(str(src_pq))
+            pq_topic = "BenchSparkStreamPq"
+            server.create_topic(pq_topic, args.queues)
+            pq_s, produce_pq = [], []
+            for k in range(args.stream_runs):
+                query = (spark.readStream.schema(rows.schema).parquet(str(src_pq)).writeStream.format("cometmq")
+                         .option("namesrv", server.namesrv).option("topic", pq_topic)
+                         .option("checkpointLocation", str(tmp / f"ckpt-pq{k}")).trigger(availableNow=True))
+                t0 = time.perf_counter()
+                q = query.start()
+                q.awaitTermination(600)
+                pq_s.append(time.perf_counter() - t0)
+                produce_pq.append(cli_produce(server, produce_topic, args.produce_messages, args.body_size))
+            res["stream_parquet_write_s"] = [round(x, 3) for x in pq_s]
+            res["stream_parquet_write_rows_s"] = round(args.messages / min(pq_s))
+            res["stream_parquet_write_ratio"] = round(res["stream_parquet_write_rows_s"] / max(produce_pq), 3)
             written = spark.read.format("cometmq").option("namesrv", server.namesrv).option("subscribe", out_topic) \
                 .load().count()
             assert written == args.stream_runs * n, \
@@ -274,7 +294,8 @@ def main() -> None:
             res["batch_write_ratio"] = round(res["batch_write_rows_s"] / max(produce_batch), 3)
             res["stream_write_ratio"] = round(res["stream_write_rows_s"] / max(produce_stream), 3)
             log(f"batch write {res['batch_write_rows_s']} rows/s ({res['batch_write_ratio']} of cometmq bench "
-                f"produce), stream write {res['stream_write_rows_s']} rows/s ({res['stream_write_ratio']})")
+                f"produce), stream write {res['stream_write_rows_s']} rows/s ({res['stream_write_ratio']}), from "
+                f"Parquet {res['stream_parquet_write_rows_s']} rows/s ({res['stream_parquet_write_ratio']})")
             if args.eos:
                 bench_eos(spark, server, ceiling, args, res, tmp)
     finally:

@@ -13,6 +13,10 @@ from cometmq.store.message_store import usage_of
 #: folder, so a run started above this share would fail by the hundred with "disk full" instead of saying why
 DISK_LIMIT_PERCENT = 85
 
+#: the CLI's error boxes (rich) wrap at the terminal's width, and under pytest-xdist temp paths are longer
+#: (…/popen-gw0/…): a path cut in two would not be found in a command's message. Tests wanting a width set their own.
+os.environ["COLUMNS"] = "300"
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     tmp = tempfile.gettempdir()

@@ -156,9 +156,13 @@ def test_a_reader_sees_data_but_no_action(browser: Any, cluster: dict[str, Any],
     browser.delete_all_cookies()
     login(browser, secured, VIEWER, VIEWER_PW)
     assert "read access" in text(browser, "#user")
-    open_page(browser, secured + "/topics?search=DashLogin")
-    assert browser.find_elements("css selector", f"#topics tr[data-topic='{TOPIC}']")
-    assert text(browser, f"#topics tr[data-topic='{TOPIC}'] .held") == str(SENT)
+    row = f"#topics tr[data-topic='{TOPIC}']"
+
+    def shown(_: Any) -> bool:  # the topic table is refreshed in passes (every 15 s): a new topic shows within one
+        open_page(browser, secured + "/topics?search=DashLogin")
+        return bool(browser.find_elements("css selector", row)) and text(browser, f"{row} .held") == str(SENT)
+
+    wait_for(browser, shown, 45)
     assert not browser.find_elements("css selector", "form.create-topic")
     open_page(browser, f"{secured}/topics/{TOPIC}")
     assert text(browser, "#topic-held") == str(SENT)

@@ -29,6 +29,17 @@ def test_due_checks_come_out_in_time_order_and_stale_entries_are_skipped() -> No
     assert t.pop_due(900, 10) == [h3]
 
 
+def test_a_transaction_put_back_after_a_failed_append_is_checked_once() -> None:
+    t = TransactionTable()
+    h = half(7, 100)
+    t.add(h)
+    assert t.resolve(7) is h
+    t.add(h)  # what the END path does when its append fails: the transaction is pending again, same due time
+    assert t.pop_due(100, 10) == [h]
+    t.schedule(h, 200)  # the check ran and set the next one
+    assert t.pop_due(150, 10) == [] and t.pop_due(200, 10) == [h]
+
+
 def test_pop_due_honours_the_limit() -> None:
     t = TransactionTable()
     for i in range(5):

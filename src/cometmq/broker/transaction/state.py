@@ -75,8 +75,8 @@ class TransactionTable:
         """Rebuild the heap from the pending transactions once most of its items are stale: a batch of commits
         leaves one item per transaction, and popping them one by one (what ``next_due`` and ``pop_due`` do when
         they reach them) costs a few µs each. Each pending transaction keeps the item of its due time (a second,
-        equal one, which ``add`` of a transaction put back after a failed append leaves, goes too: ``pop_due`` gave
-        that transaction twice). What comes out, and in which order, is otherwise unchanged."""
+        equal one, which ``add`` of a transaction put back after a failed append leaves, goes too). What comes out,
+        and in which order, is otherwise unchanged."""
         heap = self._heap
         if len(heap) > 2 * len(self.pending) + _STALE_SLACK:
             heap[:] = [(half.next_check_ms, half.origin) for half in self.pending.values()]
@@ -86,11 +86,13 @@ class TransactionTable:
         """Up to ``limit`` pending transactions whose check is due, earliest first."""
         self._drop_stale()
         out: list[PendingHalf] = []
+        taken: set[int] = set()  # a transaction put back by ``add`` (a failed append) has two equal items
         heap = self._heap
         while heap and heap[0][0] <= now_ms and len(out) < limit:
             due, origin = heapq.heappop(heap)
             half = self.pending.get(origin)
-            if half is not None and half.next_check_ms == due:
+            if half is not None and half.next_check_ms == due and origin not in taken:
+                taken.add(origin)
                 out.append(half)
         return out
 

@@ -395,11 +395,13 @@ class Producer:
         # often empty), then UNIQ_KEY and WAIT; the keys and the body in one C call when built (protocol/batch.py).
         prefix, first = self._uniq.reserve(len(msgs))
         body, uniqs = encode_keyed_batch([(m.body, m.batch_properties_head(), m.flag) for m in msgs], prefix, first)
-        header = SendMessageRequestHeader(
-            producer_group=self.group, topic=q.topic, queue_id=q.queue_id, born_timestamp=_now_ms(),
-            properties="", batch=True)
-        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
-        return cmd, uniqs
+        return self._batch_body_request(q, body), uniqs
+
+    def _batch_body_request(self, q: MessageQueue, body: bytes) -> RemotingCommand:
+        """The SEND_BATCH_MESSAGE of an encoded batch ``body`` to ``q``."""
+        header = SendMessageRequestHeader(producer_group=self.group, topic=q.topic, queue_id=q.queue_id,
+                                          born_timestamp=_now_ms(), properties="", batch=True)
+        return make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
 
     async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float | None) -> list[SendResult]:
         cmd, uniqs = self._batch_request(q, msgs)
@@ -429,9 +431,7 @@ class Producer:
         self._check_topic(queue.topic)
         if not body:
             raise InvalidArgumentError(f"the batch body for {queue.topic} is empty")
-        header = SendMessageRequestHeader(producer_group=self.group, topic=queue.topic, queue_id=queue.queue_id,
-                                          born_timestamp=_now_ms(), properties="", batch=True)
-        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
+        cmd = self._batch_body_request(queue, body)
         try:
             addr = self.instance.master_addr(queue.broker_name) or await self._addr(queue)
             response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,

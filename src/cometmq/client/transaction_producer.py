@@ -16,7 +16,9 @@ queue offset; the broker asks about undecided halves with a oneway CHECK_TRANSAC
 this producer's group heartbeats on, answered with END_TRANSACTION ``fromTransactionCheck=true``.
 
 Batches (a cometmq extension, protocol/transaction_batch.py; a RocketMQ broker refuses both):
-:meth:`TransactionProducer.send_half_batch` stores many halves of one topic in one request and one append, and
+:meth:`TransactionProducer.send_half_batch` stores many halves of one topic in one request and one append
+(:meth:`TransactionProducer.send_half_batch_body` sends such a request from a body encoded elsewhere: the
+columnar Spark sink's), and
 :meth:`TransactionProducer.end_transactions` decides many halves in one END_TRANSACTION_BATCH request per broker
 (and per :data:`END_BATCH_ENTRIES`), each as END_TRANSACTION would, with one outcome per half. They cut the two
 requests per message of a transaction to two per batch: what exactly-once Spark writes use.
@@ -35,8 +37,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError, NoRouteError
-from cometmq.client.instance import ClientInstance
+from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, MQClientError, NoRouteError
+from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
 from cometmq.client.producer import Producer, batch_chunks
 from cometmq.net.client import RemotingClient
@@ -229,7 +231,7 @@ class TransactionProducer(Producer):
         if msg.delay_level or msg.deliver_at is not None or msg.delay is not None:
             raise InvalidArgumentError("a transactional message cannot be delayed or scheduled")
         half = Message(msg.topic, msg.body, tags=msg.tags, keys=msg.keys,
-                       properties={**msg.properties, TRAN_MSG: "true", PGROUP: self.group}, flag=msg.flag)
+                       properties={**msg.properties, **self.half_properties()}, flag=msg.flag)
         result = await self.send(half, timeout=timeout, queue=queue)
         await self._announce(result.queue)
         return result
@@ -243,9 +245,9 @@ class TransactionProducer(Producer):
         if not msgs:
             return []
         self._check_batch(msgs)
-        halves = [Message(m.topic, m.body, tags=m.tags, keys=m.keys,
-                          properties={**m.properties, TRAN_MSG: "true", PGROUP: self.group}, flag=m.flag)
-                  for m in msgs]
+        extra = self.half_properties()
+        halves = [Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties={**m.properties, **extra},
+                          flag=m.flag) for m in msgs]
         results: list[SendResult] = []
         for chunk in batch_chunks(halves, self.max_batch_bytes):
             results += await self._send_half_chunk(chunk, queue, timeout)
@@ -255,15 +257,7 @@ class TransactionProducer(Producer):
                                timeout: float | None) -> list[SendResult]:
         async def attempt(q: MessageQueue) -> list[SendResult]:
             cmd, uniqs = self._batch_request(q, msgs)
-            ext = cmd.ext_fields
-            ext["f"] = str(int(ext.get("f", "0")) | SysFlag.TRANSACTION_PREPARED)  # "f": sysFlag in V2
-            ext[HALF_BATCH_FIELD] = "true"
-            addr = await self._addr(q)
-            response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
-                                                  context=f"half batch to {q.topic}/{q.queue_id}")
-            results = self._batch_result(response, q, uniqs, addr)
-            await self._announce(q)
-            return results
+            return await self._send_half_request(q, cmd, uniqs, timeout)
 
         if queue is not None:
             return await attempt(queue)
@@ -277,6 +271,44 @@ class TransactionProducer(Producer):
                     raise
                 log.info("half batch to %s refused (%s); retrying on another queue", q, exc)
         raise AssertionError("unreachable")
+
+    def half_properties(self) -> dict[str, str]:
+        """What makes a message of this producer a half (``TRAN_MSG=true``, ``PGROUP=<group>``), merged after
+        the message's own properties (``{**msg.properties, **half_properties()}``)."""
+        return {TRAN_MSG: "true", PGROUP: self.group}
+
+    async def send_half_batch_body(self, queue: MessageQueue, body: bytes, msg_ids: Sequence[str], *,
+                                   timeout: float | None = None) -> list[SendResult]:
+        """Store a half batch the caller encoded (the columnar Spark sink's path, no Message per row): ``body`` has
+        :func:`cometmq.protocol.batch.encode_batch_raw`'s layout, every item's properties hold
+        :meth:`half_properties` before ``UNIQ_KEY\x01<id>\x02WAIT\x01true\x02``, its ids ``msg_ids`` (in item
+        order; from :meth:`reserve_msg_ids`). The request is :meth:`send_half_batch`'s; one SendResult per item,
+        as it gives. Sent once, to ``queue``: a refusal (BrokerError, nothing stored) may be sent again by the
+        caller, a request without an answer must not be (its halves may be stored)."""
+        if not self.started:
+            raise ClientStateError("the producer is not started")
+        self._check_topic(queue.topic)
+        if not body or not msg_ids:
+            raise InvalidArgumentError(f"the half batch for {queue.topic} is empty")
+        return await self._send_half_request(queue, self._batch_body_request(queue, body), list(msg_ids), timeout)
+
+    async def _send_half_request(self, q: MessageQueue, cmd: RemotingCommand, uniqs: list[str],
+                                 timeout: float | None) -> list[SendResult]:
+        """A SEND_BATCH_MESSAGE of transactional items (``cmd``, ids ``uniqs``) sent as a half batch."""
+        ext = cmd.ext_fields
+        ext["f"] = str(int(ext.get("f", "0")) | SysFlag.TRANSACTION_PREPARED)  # "f": sysFlag in V2
+        ext[HALF_BATCH_FIELD] = "true"
+        try:
+            addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
+            response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
+                                                  context=f"half batch to {q.topic}/{q.queue_id}")
+            results = self._batch_result(response, q, uniqs, addr)
+        except MQClientError as exc:
+            if route_stale(exc):  # not sent again here, but the next request finds the new master
+                self.instance.refresh_route_soon(q.topic)
+            raise
+        await self._announce(q)
+        return results
 
     async def end_transactions(self, decisions: Sequence[tuple[SendResult, LocalTransactionState]], *,
                                timeout: float | None = None) -> list[EndOutcome]:

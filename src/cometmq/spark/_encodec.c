@@ -1,7 +1,7 @@
 /* Optional C helper of the Spark sink (cometmq.spark.encode): Arrow columns -> SEND_BATCH_MESSAGE bodies, read
  * straight from the Arrow buffers (the C data interface), with no Python object per row.
  *
- *   encode(body, tags, keys, props, rows, cuts, prefix, first, reserved, max_props) -> list[bytes] | None
+ *   encode(body, tags, keys, props, rows, cuts, prefix, first, reserved, max_props[, suffix]) -> list[bytes] | None
  *       body, tags, keys, props   (schema capsule, array capsule) as pyarrow's __arrow_c_array__() gives them,
  *                                 or None for a column the batch does not have (body is required)
  *       rows       int64 row indices, native-endian (any buffer), in sending order
@@ -9,6 +9,11 @@
  *       prefix     bytes: the 20 hex digits the message ids start with; rows[k] gets prefix + %012X(first + k)
  *       reserved   tuple of bytes: property names a user property may not have
  *       max_props  the longest properties string an item may have
+ *       suffix     optional tuple of (name bytes, value bytes) pairs every item also gets, as dict.update() after
+ *                  the user properties (an exactly-once write's ids and what makes an item a transaction's half):
+ *                  a user property of one of these names keeps its place and takes the suffix's value; the other
+ *                  pairs follow the user properties, in order, before TAGS and KEYS. At most 64 pairs; names
+ *                  neither empty nor reserved, nothing holding a separator (else None).
  *
  *   None when anything is not the common case the Python code (the reference, encode.encode_rows_py) handles the
  *   same way: a column layout other than binary/string (32- or 64-bit offsets), list<string> for keys,
@@ -21,7 +26,8 @@
  * cometmq.protocol.batch.encode_batch_raw, the owner of the item layout): per row, big-endian
  *     TOTALSIZE(4) MAGICCODE(4)=0 BODYCRC(4)=0 FLAG(4)=0 BODYLEN(4) BODY PROPLEN(2) PROPS
  * PROPS = the user properties as dict() keeps them (first occurrence's place, last occurrence's value; a null
- * value is written "None", as str(None)), then TAGS when the tag is not empty, then KEYS when the keys are: a
+ * value is written "None", as str(None)), then the suffix's pairs no user property named, then TAGS when the tag
+ * is not empty, then KEYS when the keys are: a
  * string split at ' ' with the empty pieces dropped, or a list's non-empty elements, joined by ' '; then
  * UNIQ_KEY and WAIT=true. Each pair is name \x01 value \x02.
  */
@@ -243,7 +249,13 @@ typedef struct {
     const Name *reserved;
     Py_ssize_t n_reserved;
     int64_t max_props;
+    const Name *sfx_names, *sfx_values; /* the suffix's pairs */
+    Py_ssize_t n_sfx;
+    const char *sfx_all; /* all of them encoded, for an item no user property of theirs overrides */
+    size_t sfx_all_n;
 } Cols;
+
+#define MAX_SUFFIX 64
 
 static int reserved_name(const Cols *c, const char *p, int64_t n) {
     Py_ssize_t k;
@@ -272,10 +284,21 @@ static int put_pair(Buf *out, const char *name, size_t nn, const char *v, size_t
     return 0;
 }
 
-static int put_props(const Cols *c, int64_t row, Buf *out) {
+/* The suffix pair named p[:n] (its index), or -1. */
+static Py_ssize_t suffix_name(const Cols *c, const char *p, int64_t n) {
+    Py_ssize_t k;
+    for (k = 0; k < c->n_sfx; k++)
+        if (c->sfx_names[k].n == n && memcmp(c->sfx_names[k].p, p, (size_t)n) == 0)
+            return k;
+    return -1;
+}
+
+/* The user properties; *taken gets a bit per suffix pair written in a user property's place. */
+static int put_props(const Cols *c, int64_t row, Buf *out, uint64_t *taken) {
     int64_t s, e, j, k, n, vn;
     const char *p, *v;
     int r;
+    Py_ssize_t x;
     if (!c->has_props)
         return 0;
     r = lst_get(&c->map, row, &s, &e);
@@ -297,6 +320,12 @@ static int put_props(const Cols *c, int64_t row, Buf *out) {
                 last = k; /* ... and the last value */
         if (n == 0 || reserved_name(c, p, n) || has_sep(p, n))
             return GIVE_UP;
+        if (c->n_sfx && (x = suffix_name(c, p, n)) >= 0) { /* dict.update(): the suffix's value, here */
+            *taken |= (uint64_t)1 << x;
+            if (put_pair(out, p, (size_t)n, c->sfx_values[x].p, (size_t)c->sfx_values[x].n) < 0)
+                return -1;
+            continue;
+        }
         r = bin_get(&c->values, c->map_base + last, &v, &vn);
         if (r < 0)
             return GIVE_UP;
@@ -309,6 +338,17 @@ static int put_props(const Cols *c, int64_t row, Buf *out) {
         if (put_pair(out, p, (size_t)n, v, (size_t)vn) < 0)
             return -1;
     }
+    return 0;
+}
+
+static int put_suffix(const Cols *c, uint64_t taken, Buf *out) {
+    Py_ssize_t k;
+    if (taken == 0)
+        return put(out, c->sfx_all, c->sfx_all_n);
+    for (k = 0; k < c->n_sfx; k++)
+        if (!((taken >> k) & 1) && put_pair(out, c->sfx_names[k].p, (size_t)c->sfx_names[k].n, c->sfx_values[k].p,
+                                            (size_t)c->sfx_values[k].n) < 0)
+            return -1;
     return 0;
 }
 
@@ -393,6 +433,7 @@ static int put_item(const Cols *c, int64_t row, const char *prefix, uint64_t id,
     const char *body;
     int64_t body_n, props_n, total;
     size_t start = out->n, props_at;
+    uint64_t taken = 0;
     char *q;
     int r, d;
     r = bin_get(&c->body, row, &body, &body_n);
@@ -404,7 +445,8 @@ static int put_item(const Cols *c, int64_t row, const char *prefix, uint64_t id,
     memcpy(out->p + out->n, body, (size_t)body_n);
     out->n += (size_t)body_n + 2;
     props_at = out->n;
-    if ((r = put_props(c, row, out)) != 0 || (r = put_tags(c, row, out)) != 0 || (r = put_keys(c, row, out)) != 0)
+    if ((r = put_props(c, row, out, &taken)) != 0 || (c->n_sfx && (r = put_suffix(c, taken, out)) != 0) ||
+        (r = put_tags(c, row, out)) != 0 || (r = put_keys(c, row, out)) != 0)
         return r;
     if (grow(out, 9 + PREFIX_LEN + ID_DIGITS + 11) < 0)
         return -1;
@@ -471,19 +513,19 @@ static int cols_init(Cols *c, PyObject *body, PyObject *tags, PyObject *keys, Py
 }
 
 static PyObject *encode(PyObject *self, PyObject *args) {
-    PyObject *body, *tags, *keys, *props, *rows_obj, *cuts_obj, *reserved, *result = NULL;
+    PyObject *body, *tags, *keys, *props, *rows_obj, *cuts_obj, *reserved, *suffix = NULL, *result = NULL;
     const char *prefix;
-    Py_ssize_t prefix_n, k, n_rows, n_cuts;
+    Py_ssize_t prefix_n, k, n_rows, n_cuts, n_sfx = 0;
     unsigned long long first;
     long long max_props;
     Py_buffer rows = {0}, cuts = {0};
-    Name *names = NULL;
+    Name *names = NULL, *sfx = NULL;
     Cols c;
-    Buf out = {NULL, 0, 0};
+    Buf out = {NULL, 0, 0}, sfx_all = {NULL, 0, 0};
     int give_up = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOOOOy#KO!L", &body, &tags, &keys, &props, &rows_obj, &cuts_obj, &prefix,
-                          &prefix_n, &first, &PyTuple_Type, &reserved, &max_props))
+    if (!PyArg_ParseTuple(args, "OOOOOOy#KO!L|O!", &body, &tags, &keys, &props, &rows_obj, &cuts_obj, &prefix,
+                          &prefix_n, &first, &PyTuple_Type, &reserved, &max_props, &PyTuple_Type, &suffix))
         return NULL;
     if (prefix_n != PREFIX_LEN) {
         PyErr_SetString(PyExc_ValueError, "the id prefix is 20 hex digits");
@@ -513,6 +555,31 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         names[k].p = PyBytes_AS_STRING(r);
         names[k].n = PyBytes_GET_SIZE(r);
     }
+    if (suffix != NULL)
+        n_sfx = PyTuple_GET_SIZE(suffix);
+    if (n_sfx > MAX_SUFFIX) {
+        give_up = 1;
+        goto done;
+    }
+    sfx = (Name *)PyMem_Calloc(2 * (size_t)n_sfx + 1, sizeof(Name)); /* names, then values */
+    if (sfx == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (k = 0; k < n_sfx; k++) {
+        PyObject *pair = PyTuple_GET_ITEM(suffix, k), *name, *value;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "the suffix is a tuple of (name bytes, value bytes) pairs");
+            goto done;
+        }
+        name = PyTuple_GET_ITEM(pair, 0);
+        value = PyTuple_GET_ITEM(pair, 1);
+        sfx[k].p = PyBytes_AS_STRING(name);
+        sfx[k].n = PyBytes_GET_SIZE(name);
+        sfx[n_sfx + k].p = PyBytes_AS_STRING(value);
+        sfx[n_sfx + k].n = PyBytes_GET_SIZE(value);
+    }
     if (cols_init(&c, body, tags, keys, props) < 0 || first + (unsigned long long)n_rows > VALUE_LIMIT) {
         give_up = 1;
         goto done;
@@ -520,6 +587,28 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     c.reserved = names;
     c.n_reserved = PyTuple_GET_SIZE(reserved);
     c.max_props = max_props;
+    c.sfx_names = sfx;
+    c.sfx_values = sfx + n_sfx;
+    c.n_sfx = n_sfx;
+    for (k = 0; k < n_sfx; k++) {
+        Py_ssize_t j;
+        if (sfx[k].n == 0 || reserved_name(&c, sfx[k].p, sfx[k].n) || has_sep(sfx[k].p, sfx[k].n) ||
+            has_sep(sfx[n_sfx + k].p, sfx[n_sfx + k].n)) {
+            give_up = 1;
+            goto done;
+        }
+        for (j = 0; j < k; j++)
+            if (sfx[j].n == sfx[k].n && memcmp(sfx[j].p, sfx[k].p, (size_t)sfx[k].n) == 0) {
+                give_up = 1; /* a name twice: not what dict.update() of a dict gives */
+                goto done;
+            }
+        if (put_pair(&sfx_all, sfx[k].p, (size_t)sfx[k].n, sfx[n_sfx + k].p, (size_t)sfx[n_sfx + k].n) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    c.sfx_all = sfx_all.p ? sfx_all.p : "";
+    c.sfx_all_n = sfx_all.n;
     result = PyList_New(n_cuts);
     if (result == NULL)
         goto done;
@@ -556,7 +645,9 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     }
 done:
     free(out.p);
+    free(sfx_all.p);
     PyMem_Free(names);
+    PyMem_Free(sfx);
     if (rows.obj)
         PyBuffer_Release(&rows);
     if (cuts.obj)

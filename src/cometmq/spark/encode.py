@@ -6,11 +6,17 @@ where it is not, or where the input is not the common case, the reference :func:
 and encodes it with :meth:`Message.batch_properties_head` plus the producer's ``UNIQ_KEY``/``WAIT`` and
 :func:`cometmq.protocol.batch.encode_batch_raw`, the owner of the item layout: the bytes are those
 ``Producer.send_batch`` would send for the same messages and ids. A test compares both byte for byte.
+
+An exactly-once write (:mod:`cometmq.spark.exactly_once`) passes a ``suffix``: properties every item gets, as
+``dict.update`` after the row's own (its query, batch and write ids, and ``TRAN_MSG``/``PGROUP``, which make the
+item a transaction's half): the bytes ``TransactionProducer.send_half_batch`` would send for the rows' messages
+with those properties merged in, as the per-row path did (``{**row properties, **suffix}``: a row's property of a
+suffix name keeps its place and takes the suffix's value).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +28,9 @@ from cometmq.client.message import RESERVED_PROPERTIES, Message
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.errors import LocalProtocolError
-from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH
+from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH, encode_properties
 
-__all__ = ["Columns", "encode_rows", "encode_rows_py", "message_id"]
+__all__ = ["Columns", "check_suffix", "encode_rows", "encode_rows_py", "message_id"]
 
 #: cometmq.spark._encodec when built, else None: the same bytes either way
 C_HELPER: Any = load_c_helper("cometmq.spark._encodec")
@@ -56,27 +62,46 @@ def message_id(prefix: str, value: int) -> str:
     return f"{prefix}{value:012X}"
 
 
+def check_suffix(suffix: Mapping[str, str]) -> tuple[tuple[bytes, bytes], ...]:
+    """``suffix`` as the C helper takes it; ValueError for a name or value no item may have (a caller's
+    mistake, not a row's)."""
+    bad = sorted(set(suffix) & RESERVED_PROPERTIES)
+    if bad:
+        raise ValueError(f"suffix property {bad[0]!r} is reserved")
+    try:
+        encode_properties(suffix)
+    except LocalProtocolError as exc:
+        raise ValueError(f"suffix: {exc}") from None
+    return tuple((k.encode(), v.encode()) for k, v in suffix.items())
+
+
 def encode_rows(cols: Columns, rows: np.ndarray, cuts: Sequence[int], prefix: str, first: int,
-                first_row: int = 0) -> list[bytes]:
+                first_row: int = 0, suffix: Mapping[str, str] | None = None) -> list[bytes]:
     """One batch body per cut: the items of ``rows[previous cut:cut]``, row ``rows[k]`` with the message id
-    ``message_id(prefix, first + k)``. A row that cannot be sent raises InvalidArgumentError naming it (row
-    ``first_row + index`` of the task)."""
+    ``message_id(prefix, first + k)``, each with the ``suffix`` properties merged into its own (see the module
+    docstring). A row that cannot be sent raises InvalidArgumentError naming it (row ``first_row + index`` of the
+    task)."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
+    pairs = check_suffix(suffix) if suffix else ()
     if C_HELPER is not None and len(rows):
         def capsules(arr: pa.Array | None) -> Any:
             return None if arr is None else arr.__arrow_c_array__()
 
         out: list[bytes] | None = C_HELPER.encode(
             capsules(cols.body), capsules(cols.tags), capsules(cols.keys), capsules(cols.properties), rows,
-            np.asarray(cuts, dtype=np.int64), prefix.encode("ascii"), first, _RESERVED_NAMES, MAX_PROPERTIES_LENGTH)
+            np.asarray(cuts, dtype=np.int64), prefix.encode("ascii"), first, _RESERVED_NAMES, MAX_PROPERTIES_LENGTH,
+            pairs)
         if out is not None:
             return out
-    return encode_rows_py(cols, rows, cuts, prefix, first, first_row)
+    return encode_rows_py(cols, rows, cuts, prefix, first, first_row, suffix)
 
 
 def encode_rows_py(cols: Columns, rows: np.ndarray, cuts: Sequence[int], prefix: str, first: int,
-                   first_row: int = 0) -> list[bytes]:
+                   first_row: int = 0, suffix: Mapping[str, str] | None = None) -> list[bytes]:
     """:func:`encode_rows` in Python, a Message per row: the reference."""
+    if suffix:
+        check_suffix(suffix)
+
     def values(arr: pa.Array | None) -> list[Any]:
         return arr.to_pylist() if arr is not None else [None] * len(cols.body)
 
@@ -94,7 +119,10 @@ def encode_rows_py(cols: Columns, rows: np.ndarray, cuts: Sequence[int], prefix:
             if not body:
                 raise InvalidArgumentError("the body is null or empty")
             p = props[i]
-            msg = Message("T", body, tags=tags[i], keys=keys[i], properties=dict(p) if p else {})
+            merged = dict(p) if p else {}
+            if suffix:
+                merged.update(suffix)  # as the per-row path's {**row properties, **extra}: the suffix wins
+            msg = Message("T", body, tags=tags[i], keys=keys[i], properties=merged)
             head = msg.batch_properties_head()
             tail = f"UNIQ_KEY\x01{message_id(prefix, first + k)}\x02WAIT\x01true\x02".encode("ascii")
             items.append(encode_batch_raw([(msg.body, head + tail, msg.flag)]))

@@ -5,9 +5,12 @@ Tasks (executors)
     Each row is sent as a RocketMQ transaction's *half* (``TRAN_MSG=true``; invisible to consumers) of the
     producer group ``cometmq-spark-eos-<queryId>``, with the properties :data:`QUERY_ID`, :data:`BATCH_ID` and
     :data:`WRITE_ID` (one id per task attempt). Rows go in half batches (cometmq's extension: one request and
-    one append per ``batchSize`` rows, sized and spread over queues as the at-least-once writer does). A task
-    returns a :class:`HalfBatch`: per half what END_TRANSACTION needs (broker name, commit-log offset, half-queue
-    offset, msg id). A task that fails rolls back what it had sent.
+    one append per ``batchSize`` rows), through the at-least-once writer's columnar path: routed, cut and
+    encoded from the Arrow columns with no Python object per row, each item's properties the row's own merged
+    with these and ``TRAN_MSG``/``PGROUP`` (a constant suffix of the encoder; a row's property of one of those
+    names takes the write's value, as a dict merge), sent with ``TransactionProducer.send_half_batch_body``. A
+    task returns a :class:`HalfBatch`: per half what END_TRANSACTION needs (broker name, commit-log offset,
+    half-queue offset, msg id, queue id, ordered). A task that fails rolls back what it had sent.
 
 Driver, ``commit(messages, batchId)``
     1. *Marker*: a message on the commit topic (``commitTopic``, default ``cometmq-spark-commits``; 1 queue, made
@@ -43,18 +46,20 @@ import dataclasses
 import itertools
 import json
 import logging
+import re
 import uuid
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from cometmq.client.admin import Admin
 from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError, NoRouteError
 from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
-from cometmq.client.producer import Producer, select_by_hash
+from cometmq.client.producer import Producer
 from cometmq.client.transaction_producer import (
     EndEntry,
     LocalTransactionState,
@@ -65,6 +70,7 @@ from cometmq.common import failpoints
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.spark.link import Link
 from cometmq.spark.options import WriteOptions
+from cometmq.spark.writer import _Pending, _Sender, _suspect, to_messages
 
 log = logging.getLogger(__name__)
 
@@ -236,116 +242,110 @@ class Checker:
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------------
-class _HalfSender:
-    """A task's rows as half batches (cometmq's batch of halves: one request and one append per batch), sized
-    and spread as the at-least-once writer does (writer.py): ``batchSize`` rows a batch, plain rows round-robin
-    over the topic's queues, rows with a sharding key or queue id batched per queue and sent one batch after
-    another per queue (row order), ``maxInFlight`` requests at once."""
+class _HalfSender(_Sender):
+    """A task's rows as half batches (cometmq's batch of halves: one request and one append per batch) through the
+    at-least-once writer's columnar path (writer.py): the same routing (plain rows round-robin over the topic's
+    queues, rows with a sharding key or queue id batched per queue and sent one batch after another per queue, in
+    row order), the same cuts (``batchSize`` rows and the producer's byte cap), ``maxInFlight`` requests at once,
+    and the same encoder, with ``suffix`` = the write's ids + what makes an item a half
+    (:meth:`TransactionProducer.half_properties`) merged into each row's properties: the bytes
+    ``send_half_batch`` would send for the rows' messages. Timer rows are refused."""
 
     def __init__(self, producer: TransactionProducer, opts: WriteOptions, extra: dict[str, str]) -> None:
-        self.producer = producer
-        self.opts = opts
-        self.extra = extra
-        self.slots = asyncio.Semaphore(opts.max_in_flight)
-        self.plain: dict[str, list[Message]] = {}
-        self.keyed: dict[MessageQueue, list[Message]] = {}
-        self.locks: dict[MessageQueue, asyncio.Lock] = {}
-        self.queues: dict[str, list[MessageQueue]] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.errors: list[BaseException] = []
+        super().__init__(producer, opts)
+        self.tx = producer
+        self.suffix = {**extra, **producer.half_properties()}
         #: (batch number, its results, ordered): the halves stored so far
-        self.sent: list[tuple[int, list[SendResult], bool]] = []
+        self.stored: list[tuple[int, list[SendResult], bool]] = []
         self.seq = itertools.count()
 
-    async def topic_queues(self, topic: str) -> list[MessageQueue]:
-        qs = self.queues.get(topic)
-        if qs is None:
-            qs = self.queues[topic] = await self.producer.queues(topic)
-        return qs
-
     async def add(self, batch: pa.RecordBatch, first_row: int) -> None:
-        from cometmq.spark.writer import pick_queue, to_messages
+        names = batch.schema.names
+        timed: np.ndarray | None = None
+        for name in ("deliverAt", "delay"):
+            if name in names:
+                valid = batch.column(name).is_valid().to_numpy(zero_copy_only=False)
+                timed = valid if timed is None else timed | valid
+        if timed is not None and timed.any():
+            # As the per-row path: a bad row anywhere in the batch first, then a bad queue before the timer row.
+            if _suspect(batch, self.opts.topic):
+                to_messages(batch, self.opts.topic, first_row)
+            i = int(np.argmax(timed))
+            if i:
+                await self._route(batch.slice(0, i), first_row)
+            raise InvalidArgumentError(f"row {first_row + i} of the task: a transactional write cannot send timer "
+                                       "messages (deliverAt/delay)")
+        await super().add(batch, first_row)
 
-        size = self.opts.batch_size
-        for out in to_messages(batch, self.opts.topic, first_row):
-            if self.errors:
-                raise self.errors[0]
-            m = out.msg
-            if m.deliver_at is not None or m.delay is not None:
-                raise InvalidArgumentError(f"{out.where}: a transactional write cannot send timer messages "
-                                           "(deliverAt/delay)")
-            msg = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties={**m.properties, **self.extra})
-            if out.queue_id is not None or out.key is not None:
-                qs = await self.topic_queues(m.topic)
-                queue = pick_queue(qs, m.topic, out.broker, out.queue_id, out.where) if out.queue_id is not None \
-                    else select_by_hash(qs, m, out.key)
-                buf = self.keyed.setdefault(queue, [])
-                buf.append(msg)
-                if len(buf) >= size:
-                    self._flush_keyed(queue)
+    async def _flush(self, key: str | MessageQueue, pend: _Pending) -> None:
+        if not pend.count:
+            return
+        body = pend.parts[0] if len(pend.parts) == 1 else b"".join(pend.parts)
+        ids = [f"{prefix}{v:012X}" for prefix, first, n in pend.ids for v in range(first, first + n)]
+        # Lock first, in row order (asyncio locks are FIFO): batches of one queue go out one after another.
+        lock = None if isinstance(key, str) else self.queue_locks.setdefault(key, asyncio.Lock())
+        self._spawn(self._send_half(next(self.seq), key, body, ids, lock))
+        await self._throttle()
+
+    async def _send_half(self, n: int, key: str | MessageQueue, body: bytes, ids: list[str],
+                         lock: asyncio.Lock | None) -> None:
+        """One half batch, to the next queue of the topic ``key`` or to the queue ``key`` (ordered)."""
+        ordered = isinstance(key, MessageQueue)
+        async with lock or _NO_LOCK, self.slots:
+            if isinstance(key, MessageQueue):
+                queue, qs = key, [key]
             else:
-                buf = self.plain.setdefault(m.topic, [])
-                buf.append(msg)
-                if len(buf) >= size:
-                    self._flush_plain(m.topic)
-            if len(self.tasks) >= 4 * self.opts.max_in_flight:
-                await asyncio.wait(set(self.tasks), return_when=asyncio.FIRST_COMPLETED)
-
-    def _spawn(self, msgs: list[Message], queue: MessageQueue | None) -> None:
-        task = asyncio.ensure_future(self._send(next(self.seq), msgs, queue))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def _flush_keyed(self, queue: MessageQueue) -> None:
-        msgs = self.keyed.pop(queue, [])
-        if msgs:
-            self._spawn(msgs, queue)
-
-    def _flush_plain(self, topic: str) -> None:
-        msgs = self.plain.pop(topic, [])
-        if msgs:
-            self._spawn(msgs, None)
-
-    async def _send(self, n: int, msgs: list[Message], queue: MessageQueue | None) -> None:
-        """One batch; a keyed one waits for the batches of its queue sent before it (asyncio locks are FIFO)."""
-        try:
-            lock = self.locks.setdefault(queue, asyncio.Lock()) if queue is not None else None
-            async with lock or _NO_LOCK, self.slots:
-                for attempt in range(self.opts.retries + 1):
-                    try:
-                        results = await self.producer.send_half_batch(msgs, queue=queue,
-                                                                      timeout=self.opts.send_timeout)
-                        break
-                    except BrokerError as exc:
-                        # Only an answered refusal is sent again (nothing was stored); a request without an
-                        # answer may have stored its halves, and a copy would carry this task's write id.
-                        if not exc.retriable or attempt == self.opts.retries or queue is None:
-                            raise
+                qs = await self.queues(key)
+                queue = qs[next(self._rr) % len(qs)]
+            for attempt in range(self.opts.retries + 1):
+                try:
+                    results = await self.tx.send_half_batch_body(queue, body, ids, timeout=self.opts.send_timeout)
+                    break
+                except BrokerError as exc:
+                    # Only an answered refusal is sent again (nothing was stored; the same bytes, the same ids); a
+                    # request without an answer may have stored its halves, and a copy would carry this task's
+                    # write id. Plain rows try another queue, as send_half_batch does; ordered ones wait.
+                    if not exc.retriable or attempt == self.opts.retries:
+                        raise
+                    log.info("half batch to %s refused (%s); retrying", queue, exc)
+                    if ordered:
                         await asyncio.sleep(0.2 * (attempt + 1))
-            bad = [r for r in results if not r.ok]
-            if bad:
-                log.warning("%d halves stored as %s", len(bad), bad[0].status.value)
-            self.sent.append((n, results, queue is not None))
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    async def finish(self) -> None:
-        for topic in list(self.plain):
-            self._flush_plain(topic)
-        for queue in list(self.keyed):
-            self._flush_keyed(queue)
-        await self.settle()
-        if self.errors:
-            raise self.errors[0]
+                    else:
+                        queue = qs[next(self._rr) % len(qs)]
+        bad = [r for r in results if not r.ok]
+        if bad:
+            log.warning("%d halves stored as %s", len(bad), bad[0].status.value)
+        self.stored.append((n, results, ordered))
+        self.sent += len(results)
+        self.requests += 1
 
     async def settle(self) -> None:
         while self.tasks:
             await asyncio.wait(set(self.tasks))
 
     def halves(self) -> list[HalfRef]:
-        return [(r.queue.broker_name, decode_offset_msg_id(r.offset_msg_id).offset, r.queue_offset, r.msg_id,
-                 r.queue.queue_id, ordered) for _, results, ordered in sorted(self.sent, key=lambda t: t[0])
-                for r in results]
+        """Every half stored, in the order the batches were made (so per queue in row order)."""
+        out: list[HalfRef] = []
+        for _, results, ordered in sorted(self.stored, key=lambda t: t[0]):
+            out += half_refs(results, ordered)
+        return out
+
+
+#: offset msg ids (IPv4 32 or IPv6 56 hex digits, the offset, the last 16, below 2**63), comma-separated
+_OFFSET_ID = r"(?:[0-9A-Fa-f]{16}|[0-9A-Fa-f]{40})[0-7][0-9A-Fa-f]{15}"
+_OFFSET_IDS = re.compile(f"{_OFFSET_ID}(?:,{_OFFSET_ID})*")
+
+
+def half_refs(results: Sequence[SendResult], ordered: bool) -> list[HalfRef]:
+    """The HalfRefs of a half batch's results: the commit-log offset of each as ``decode_offset_msg_id`` reads
+    it, checked once for the batch (one regular expression over them all) rather than decoded one by one."""
+    oids = [r.offset_msg_id for r in results]
+    if _OFFSET_IDS.fullmatch(",".join(oids)):
+        offsets = [int(o[-16:], 16) for o in oids]
+    else:
+        offsets = [decode_offset_msg_id(o).offset for o in oids]  # raises, naming the bad one
+    return [(r.queue.broker_name, off, r.queue_offset, r.msg_id, r.queue.queue_id, ordered)
+            for r, off in zip(results, offsets, strict=True)]
 
 
 _NO_LOCK = contextlib.nullcontext()

@@ -20,7 +20,9 @@ and Spark runs it again. Delivery is therefore at-least-once: a retried task (or
 lost) can send a row twice.
 
 With the option ``transactional=true`` rows go as transactional half messages that the driver commits:
-exactly once for streams, all or nothing for batch jobs (:mod:`cometmq.spark.exactly_once`).
+exactly once for streams, all or nothing for batch jobs (:mod:`cometmq.spark.exactly_once`). They take the same
+columnar path (the same routing, cuts and encoder, each item with the write's constant properties appended), sent
+as half batches.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from pyspark.sql.types import StructType
 from cometmq.client.errors import InvalidArgumentError, MQClientError
 from cometmq.client.message import RESERVED_PROPERTIES, Message, MessageQueue, SendResult, SendStatus
 from cometmq.client.producer import Producer
-from cometmq.spark import exactly_once
 from cometmq.spark.encode import Columns, encode_rows
 from cometmq.spark.link import Link
 from cometmq.spark.options import OptionError, WriteOptions
@@ -252,11 +253,16 @@ class _Pending:
     parts: list[bytes] = dataclasses.field(default_factory=list)
     count: int = 0
     est: int = 0
+    #: the message ids of the items, in order: runs of (prefix, first id, how many)
+    ids: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
 
 
 # -- sending ------------------------------------------------------------------------------------------------------
 class _Sender:
     """One task's sending: requests of up to ``batchSize`` encoded rows, at most ``maxInFlight`` at once."""
+
+    #: properties every item gets after its own (encode_rows' suffix): an exactly-once write's
+    suffix: dict[str, str] | None = None
 
     def __init__(self, producer: Producer, opts: WriteOptions) -> None:
         self.producer = producer
@@ -448,11 +454,12 @@ class _Sender:
                 count, used = 0, 0
         prefix, first = self.producer.reserve_msg_ids(len(rows))
         ends = sorted({end for end, _ in plan if end > 0})
-        encoded = dict(zip(ends, encode_rows(cols, rows, ends, prefix, first, first_row), strict=True))
+        encoded = dict(zip(ends, encode_rows(cols, rows, ends, prefix, first, first_row, self.suffix), strict=True))
         start = 0
         for end, full in plan:
             if end > start:
                 pend.parts.append(encoded[end])
+                pend.ids.append((prefix, first + start, end - start))
                 pend.count += end - start
                 pend.est += int(est[start:end].sum())
                 start = end
@@ -516,11 +523,13 @@ class CometBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         if self.opts.transactional:
+            from cometmq.spark import exactly_once  # it builds on this module: imported here
             return exactly_once.send_halves(iterator, self.opts, self.job_id, 0)
         return send_batches(iterator, self.opts)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.opts.transactional:
+            from cometmq.spark import exactly_once
             n = exactly_once.commit_halves(self.opts, messages, 0)
             log.info("cometmq transactional write %s committed: %d messages", self.job_id, n)
             return
@@ -529,6 +538,7 @@ class CometBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.opts.transactional:
+            from cometmq.spark import exactly_once
             n = exactly_once.abort_halves(self.opts, messages, 0)
             log.warning("cometmq transactional write %s aborted: %d messages rolled back", self.job_id, n)
             return
@@ -564,11 +574,13 @@ class CometStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         if self.opts.transactional:
             query, batch = _stream_task_ids()
+            from cometmq.spark import exactly_once
             return exactly_once.send_halves(iterator, self.opts, query, batch)
         return send_batches(iterator, self.opts)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.opts.transactional:
+            from cometmq.spark import exactly_once
             n = exactly_once.commit_halves(self.opts, messages, batchId)
             log.info("cometmq transactional stream write: batch %d committed, %d messages", batchId, n)
             return
@@ -577,6 +589,7 @@ class CometStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.opts.transactional:
+            from cometmq.spark import exactly_once
             n = exactly_once.abort_halves(self.opts, messages, batchId)
             log.warning("cometmq transactional stream write: batch %d aborted, %d messages rolled back", batchId, n)
             return

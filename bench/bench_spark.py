@@ -250,34 +250,33 @@ def main() -> None:
             stream_in = "BenchSparkStreamIn"
             server.create_topic(stream_in, args.queues)
             run(produce(server.namesrv, stream_in, n, args.body_size))
-            stream_s, produce_stream = [], []
-            for k in range(args.stream_runs):
-                src = (spark.readStream.format("cometmq").option("namesrv", server.namesrv)
-                       .option("subscribe", stream_in).option("startingOffsets", "earliest").load())
-                query = (src.select("body", "tags", "keys").writeStream.format("cometmq")
-                         .option("namesrv", server.namesrv).option("topic", out_topic)
-                         .option("checkpointLocation", str(tmp / f"ckpt{k}")).trigger(availableNow=True))
-                t0 = time.perf_counter()
-                q = query.start()
-                q.awaitTermination(600)
-                stream_s.append(time.perf_counter() - t0)
-                produce_stream.append(cli_produce(server, produce_topic, args.produce_messages, args.body_size))
+
+            def queries(source: Any, topic: str, name: str) -> tuple[list[float], list[float]]:
+                """--stream-runs availableNow queries of ``source()`` into ``topic`` (each with its own checkpoint,
+                so each writes everything), whole query timed, `cometmq bench produce` beside each."""
+                seconds, produced = [], []
+                for k in range(args.stream_runs):
+                    query = (source().writeStream.format("cometmq").option("namesrv", server.namesrv)
+                             .option("topic", topic).option("checkpointLocation", str(tmp / f"ckpt-{name}{k}"))
+                             .trigger(availableNow=True))
+                    t0 = time.perf_counter()
+                    query.start().awaitTermination(600)
+                    seconds.append(time.perf_counter() - t0)
+                    produced.append(cli_produce(server, produce_topic, args.produce_messages, args.body_size))
+                return seconds, produced
+
+            stream_s, produce_stream = queries(
+                lambda: spark.readStream.format("cometmq").option("namesrv", server.namesrv)
+                .option("subscribe", stream_in).option("startingOffsets", "earliest").load()
+                .select("body", "tags", "keys"), out_topic, "copy")
             # The sink alone in a streaming query: the same rows as the batch write, from Parquet files (a source that
             # costs Spark little), written by availableNow queries; the topic copy above also pays the stream read.
             src_pq = tmp / "stream-parquet"
             rows.write.parquet(str(src_pq))
             pq_topic = "BenchSparkStreamPq"
             server.create_topic(pq_topic, args.queues)
-            pq_s, produce_pq = [], []
-            for k in range(args.stream_runs):
-                query = (spark.readStream.schema(rows.schema).parquet(str(src_pq)).writeStream.format("cometmq")
-                         .option("namesrv", server.namesrv).option("topic", pq_topic)
-                         .option("checkpointLocation", str(tmp / f"ckpt-pq{k}")).trigger(availableNow=True))
-                t0 = time.perf_counter()
-                q = query.start()
-                q.awaitTermination(600)
-                pq_s.append(time.perf_counter() - t0)
-                produce_pq.append(cli_produce(server, produce_topic, args.produce_messages, args.body_size))
+            pq_s, produce_pq = queries(lambda: spark.readStream.schema(rows.schema).parquet(str(src_pq)), pq_topic,
+                                       "pq")
             res["stream_parquet_write_s"] = [round(x, 3) for x in pq_s]
             res["stream_parquet_write_rows_s"] = round(args.messages / min(pq_s))
             res["stream_parquet_write_ratio"] = round(res["stream_parquet_write_rows_s"] / max(produce_pq), 3)

@@ -19,7 +19,7 @@ from cometmq.protocol.batch import decode_batch
 from cometmq.protocol.codes import ResponseCode
 from cometmq.spark.exactly_once import _HalfSender
 from cometmq.spark.options import WriteOptions
-from tests.spark.test_write_plan import QUEUES, Recorder, plans
+from tests.spark.test_write_plan import QUEUES, Recorder, drive, plans
 
 EXTRA = {"__SPARK_QUERY_ID": "q", "__SPARK_BATCH_ID": "0", "__SPARK_WRITE_ID": "w"}
 
@@ -50,17 +50,7 @@ class HalfRecorder(Recorder):
 def run_halves(batches: list[pa.RecordBatch], opts: WriteOptions, cap: int = 1 << 20,
                failures: list[BaseException] | None = None) -> tuple[HalfRecorder, _HalfSender]:
     producer = HalfRecorder(cap, failures)
-
-    async def go() -> _HalfSender:
-        sender = _HalfSender(producer, opts, dict(EXTRA))  # type: ignore[arg-type]
-        row = 0
-        for b in batches:
-            await sender.add(b, row)
-            row += b.num_rows
-        await sender.finish()
-        return sender
-
-    return producer, asyncio.run(go())
+    return producer, drive(lambda: _HalfSender(producer, opts, dict(EXTRA)), batches)  # type: ignore[arg-type]
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

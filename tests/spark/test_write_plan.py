@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -53,11 +54,13 @@ class Recorder:
         return SendResult(SendStatus.SEND_OK, "id", "", q, 0)
 
 
-def run_sender(batches: list[pa.RecordBatch], opts: WriteOptions, cap: int = 1 << 20) -> tuple[Recorder, _Sender]:
-    producer = Recorder(cap)
+S = TypeVar("S", bound=_Sender)
 
-    async def go() -> _Sender:
-        sender = _Sender(producer, opts)  # type: ignore[arg-type]
+
+def drive(make: Callable[[], S], batches: list[pa.RecordBatch]) -> S:
+    """A task's writer as the sink runs it: every batch added in order, then finished (made in the loop it runs in)."""
+    async def go() -> S:
+        sender = make()
         row = 0
         for b in batches:
             await sender.add(b, row)
@@ -65,7 +68,12 @@ def run_sender(batches: list[pa.RecordBatch], opts: WriteOptions, cap: int = 1 <
         await sender.finish()
         return sender
 
-    return producer, asyncio.run(go())
+    return asyncio.run(go())
+
+
+def run_sender(batches: list[pa.RecordBatch], opts: WriteOptions, cap: int = 1 << 20) -> tuple[Recorder, _Sender]:
+    producer = Recorder(cap)
+    return producer, drive(lambda: _Sender(producer, opts), batches)  # type: ignore[arg-type]
 
 
 @st.composite

@@ -20,12 +20,10 @@ pytestmark = [pytest.mark.chaos,
               pytest.mark.skipif(not etcd_installed(), reason="etcd-server is not installed (scripts/test installs "
                                                               "it): the chaos cluster runs 3 controllers on etcd")]
 
-#: (scenario, seed): a kill of the master and the crash points in CI (~1 min on 2 cores; the smoke test also kills a
-#: controller leader); marked soak (~25-30 s each): the partitions (tests/ha/test_partition.py blackholes the HA link
-#: in CI) and the master and the controller leader killed together (tests/test_cli_cluster.py runs that fault in
-#: CI); the long run (docs/reliability.md) covers every scenario over many seeds
-SHORT_SET = [("kill-master", 1), pytest.param("partitions", 1, marks=pytest.mark.soak),
-             pytest.param("master-and-controller", 1, marks=pytest.mark.soak), ("crash-points", 1)]
+#: (scenario, seed): a kill of the master, the partitions, the master and the controller leader killed together, and
+#: the crash points, in CI (~25-30 s each on 2 cores; the smoke test also kills a controller leader); the long run
+#: (docs/reliability.md) covers every scenario over many seeds
+SHORT_SET = [("kill-master", 1), ("partitions", 1), ("master-and-controller", 1), ("crash-points", 1)]
 DURATION = 10.0  # seed 1 of each scenario schedules the same faults at 10 s as at 15 s; the long run uses 30
 
 

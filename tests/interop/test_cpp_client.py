@@ -537,16 +537,12 @@ def _restart_scenario(cpp_client: CppClientRunner, server: CometServer, topic: s
     assert "Traceback" not in server.all_logs(), server.all_logs()[-4000:]
 
 
-# ~30 s each, out of CI for the suite's 20-minute budget; CI still takes the C++ client through a kill -9 and a
-# restart in test_committed_offsets_survive_restart[kill9]
-@pytest.mark.soak
 def test_broker_restart_sigterm_nothing_lost(cpp_client: CppClientRunner, cometmq_server: Server) -> None:
     server = cometmq_server()
     _restart_scenario(cpp_client, server, "Restart", hard=False)
     assert "recovery after a clean stop" in server.log_text()
 
 
-@pytest.mark.soak  # see above; its result: docs/reliability.md, "Soak-marked tests"
 def test_broker_kill9_nothing_lost(cpp_client: CppClientRunner, cometmq_server: Server) -> None:
     server = cometmq_server()
     _restart_scenario(cpp_client, server, "Crash", hard=True)

@@ -38,9 +38,11 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--body-size", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a broker.conf key for the server")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cometmq-bench-eos-split-") as tmp:
-        server = CometServer(Path(tmp) / "server", {"mappedFileSizeCommitLog": str(256 << 20)})
+        conf = {"mappedFileSizeCommitLog": str(256 << 20), **dict(kv.split("=", 1) for kv in args.conf)}
+        server = CometServer(Path(tmp) / "server", conf)
         server.start()
         try:
             assert server.pid is not None

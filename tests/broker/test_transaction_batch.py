@@ -245,3 +245,48 @@ async def test_batched_halves_survive_a_restart_before_their_commit(
     out = await end_batch(p2.client, b2, [(halves[0], COMMIT), (halves[1], ROLLBACK), (halves[2], COMMIT)])
     assert codes(out) == [0, 0, 0]
     assert [m.body for m in await pull_all(p2.client, b2, "TxHR", 0)] == [b"h0", b"h2"]
+
+
+async def end_ranges(client: RemotingClient, b: BrokerController, entries: list[EndEntry],
+                     group: str = GROUP) -> list[EndOutcome]:
+    r = await client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION_BATCH, {"producerGroup": group},
+                                                 encode_end_entries(entries)))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return decode_end_outcomes(r.body)
+
+
+async def test_a_range_entry_decides_each_half_of_a_half_batch(
+        start_broker: StartBroker, producer_factory: list[Producer]) -> None:
+    """A range entry (the halves of one half batch by their first one and a count) decides each half as a single
+    entry would: commits delivered in order, halves decided before counted, contradictions refused per half,
+    halves that are not there refused, a range whose first half is elsewhere refused whole."""
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    first = await send_halves(p, "TxRange", half_items(6, "a"), queue_id=2)
+    other = await send_halves(p, "TxRange", half_items(3, "o"), queue_id=2)
+    (clo0, qo0), (clo_o, qo_o) = first[0], other[0]
+    # One of the first batch rolled back alone before; the range commits the others and counts it as decided.
+    [single] = await end_batch(p.client, b, [(first[1], ROLLBACK)])
+    assert single.ok
+    out = await end_ranges(p.client, b, [EndEntry(clo0, qo0, COMMIT, "a0", 6)])
+    assert codes(out) == [ResponseCode.TRANSACTION_FAILED]  # half 1 was rolled back: refused, the rest decided
+    assert out[0].already == 0 and "1 of 6 halves not decided" in out[0].remark
+    assert "was rolled back already" in out[0].remark
+    assert [m.body for m in await pull_all(p.client, b, "TxRange", 2)] == [b"a0", b"a2", b"a3", b"a4", b"a5"]
+    again = await end_ranges(p.client, b, [EndEntry(clo0, qo0, COMMIT, "a0", 1), EndEntry(first[2][0], qo0 + 2,
+                                                                                          COMMIT, "a2", 4)])
+    assert codes(again) == [0, 0] and again[1].already == 4 and again[1].resolved_before == 4
+    assert again[0].already_resolved and again[0].already == -1  # a single entry answers as before
+    # Wrong first offset: nothing decided.
+    out = await end_ranges(p.client, b, [EndEntry(clo0, qo_o, ROLLBACK, "o0", 3)])
+    assert codes(out) == [ResponseCode.SYSTEM_ERROR] and "3 of 3 halves not decided" in out[0].remark
+    assert sorted(b.transactions.table.pending) == [qo_o, qo_o + 1, qo_o + 2]
+    # Another group's halves are refused; a range past the queue's end refuses what is not there.
+    out = await end_ranges(p.client, b, [EndEntry(clo_o, qo_o, ROLLBACK, "o0", 3)], group="someone-else")
+    assert codes(out) == [ResponseCode.SYSTEM_ERROR] and "producer group wrong" in out[0].remark
+    out = await end_ranges(p.client, b, [EndEntry(clo_o, qo_o, ROLLBACK, "o0", 5)])
+    assert codes(out) == [ResponseCode.SYSTEM_ERROR] and "2 of 5 halves not decided" in out[0].remark
+    assert "no half message at half-queue offset" in out[0].remark
+    assert len(b.transactions.table) == 0 and await pull_all(p.client, b, "TxRange", 2) != []
+    m = b.transactions.metrics
+    assert (m.committed, m.rolled_back) == (5, 4)

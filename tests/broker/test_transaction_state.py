@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cometmq.broker.transaction import messages as tm
 from cometmq.broker.transaction.state import PendingHalf, TransactionTable
 from cometmq.protocol.message import MessageRecord, decode_record
+from cometmq.protocol.properties import RawProperties, decode_properties, encode_properties
 from cometmq.store.message import MessageInner
 
 
@@ -116,3 +120,30 @@ def test_stale_items_are_dropped_in_bulk_and_nothing_else_changes() -> None:
     expected = sorted(left, key=lambda h: (h.next_check_ms, h.origin))
     assert t.pop_due(30_000, 1000) == expected
     assert t.next_due() is None and t.pop_due(10**9, 10) == []
+
+
+_NAMES = st.sampled_from(["TRAN_MSG", "PGROUP", "UNIQ_KEY", "KEYS", "TAGS", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+                          "REAL_TOPIC", "REAL_QID", "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET",
+                          "TRANSFER", "REAL_x", "x", "ü"])
+_VALUES = st.sampled_from(["true", "false", "", "pg", "60", "ünï", "a b"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_NAMES, _VALUES), max_size=8), st.integers(0, 7))
+def test_a_half_from_encoded_properties_is_the_half_from_the_dict(pairs: list[tuple[str, str]], queue_id: int) -> None:
+    """to_half's byte path (properties still encoded, as a half batch's items come) makes the half its dict path
+    makes: the same properties (decoded; byte for byte when no name repeats), topic, queue, sys flag, and the same
+    PGROUP and immunity for the transaction table. Pairs repeat names and hold the names it looks for."""
+    raw = b"".join(f"{k}\x01{v}\x02".encode() for k, v in pairs)
+    fast = MessageInner("T", b"b", queue_id, RawProperties(raw), raw, 0, 0x4, 0, b"\x7f\x00\x00\x01\x00\x00\x00\x01", 0)
+    props = decode_properties(raw)
+    slow = MessageInner("T", b"b", queue_id, dict(props), None, 0, 0x4, 0, b"\x7f\x00\x00\x01\x00\x00\x00\x01", 0)
+    kept_fast, kept_slow = tm.to_half(fast, "grp"), tm.to_half(slow, "grp")
+    assert kept_fast == kept_slow
+    assert (fast.topic, fast.queue_id, fast.sys_flag) == (slow.topic, slow.queue_id, slow.sys_flag) == (
+        tm.HALF_TOPIC, 0, 0)
+    assert dict(fast.properties) == dict(slow.properties)
+    if fast.properties_raw is not None and type(fast.properties) is RawProperties:  # the byte path was taken
+        assert decode_properties(fast.properties_raw) == dict(slow.properties)
+        if len({k for k, _ in pairs}) == len(pairs):
+            assert fast.properties_raw == encode_properties(slow.properties)

@@ -22,10 +22,10 @@ from cometmq.protocol.transaction_batch import (
 )
 
 OFFSETS = st.integers(0, (1 << 63) - 1)
-entries = st.lists(st.builds(EndEntry, OFFSETS, OFFSETS, st.sampled_from([0, 8, 12]), st.text(max_size=40)),
-                   max_size=20)
-outcomes = st.lists(st.builds(EndOutcome, st.integers(-(1 << 31), (1 << 31) - 1), st.text(max_size=60)),
-                    max_size=20)
+entries = st.lists(st.builds(EndEntry, OFFSETS, st.integers(0, (1 << 62)), st.sampled_from([0, 8, 12]),
+                             st.text(max_size=40), st.integers(1, 3000)), max_size=20)
+outcomes = st.lists(st.builds(EndOutcome, st.integers(-(1 << 31), (1 << 31) - 1), st.text(max_size=60),
+                              st.integers(-1, 5000)), max_size=20)
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
                            max_leaves=12)
@@ -74,3 +74,25 @@ def test_refusals_name_the_problem() -> None:
         decode_end_entries(encode_end_entries([EndEntry(0, 0, 8)] * (MAX_END_ENTRIES + 1)))
     assert EndOutcome(0, "the transaction is already resolved").already_resolved
     assert not EndOutcome(4, "already resolved").ok
+
+
+def test_range_entries_and_their_outcomes() -> None:
+    """A range entry is a single entry with a fifth element; its outcome a result with a third (halves decided
+    before). Single entries and their results keep the four- and two-element forms."""
+    body = encode_end_entries([EndEntry(10, 2, 8, "a"), EndEntry(20, 3, 12, "b", 7)])
+    assert body == b'{"entries":[[10,2,8,"a"],[20,3,12,"b",7]]}'
+    assert decode_end_entries(body)[1].count == 7
+    assert encode_end_outcomes([EndOutcome(0, "x"), EndOutcome(0, "y", 3)]) == b'{"results":[[0,"x"],[0,"y",3]]}'
+    ranged = decode_end_outcomes(b'{"results":[[0,"",2],[0,"",0],[4,"no",1]]}')
+    assert [(o.ok, o.already_resolved, o.resolved_before) for o in ranged] == [(True, True, 2), (True, False, 0),
+                                                                               (False, False, 1)]
+    with pytest.raises(RemoteProtocolError, match="entry 0: count 0"):
+        decode_end_entries(b'{"entries":[[1,2,8,"",0]]}')
+    with pytest.raises(RemoteProtocolError, match="count"):
+        decode_end_entries(b'{"entries":[[1,2,8,"",1.5]]}')
+    with pytest.raises(RemoteProtocolError, match="past the largest offset"):
+        decode_end_entries(b'{"entries":[[1,9223372036854775800,8,"",100]]}')
+    with pytest.raises(RemoteProtocolError, match="halves: at most"):  # ranges count by their halves
+        decode_end_entries(encode_end_entries([EndEntry(0, 0, 8, "", MAX_END_ENTRIES), EndEntry(0, 0, 8)]))
+    with pytest.raises(RemoteProtocolError, match="alreadyResolved"):
+        decode_end_outcomes(b'{"results":[[0,"",-2]]}')

@@ -1,6 +1,6 @@
 """The exactly-once task's columnar sending (cometmq.spark.exactly_once._HalfSender) against a recording
 transaction producer: every row once as a half with the write's properties, in the queue its row asks for, keyed
-rows in order, the HalfRefs in that order; an answered refusal is sent again (the same bytes), a request without
+rows in order, the half ranges in that order; an answered refusal is sent again (the same bytes), a request without
 an answer is not; timer rows are refused. No broker, no Spark."""
 
 from __future__ import annotations
@@ -74,14 +74,17 @@ def test_every_row_once_as_a_half_and_the_refs_in_row_order(plan: tuple[list[pa.
                 assert queue.queue_id == qids[r]
             elif keys[r] is not None:
                 assert queue.queue_id == zlib.crc32(keys[r].encode()) % QUEUES
-    refs = sender.halves()
-    assert sorted(row_of[ref[3]] for ref in refs) == list(range(len(table)))
+    refs = sender.halves()  # a range per half batch: its first half's msg id, its count
+    ids_of = {ids[0]: ids for _, _, ids in producer.halves}
+    assert all(len(ids_of[ref[3]]) == ref[6] for ref in refs)
+    assert sorted(row_of[i] for ref in refs for i in ids_of[ref[3]]) == list(range(len(table)))
     per_queue: dict[int, list[int]] = {}
-    for _broker, _clo, _qo, msg_id, qid, ordered in refs:
-        r = row_of[msg_id]
-        assert ordered == (qids[r] is not None or keys[r] is not None)
-        if ordered:
-            per_queue.setdefault(qid, []).append(r)
+    for _broker, _clo, _qo, msg_id, qid, ordered, _n in refs:
+        for i in ids_of[msg_id]:
+            r = row_of[i]
+            assert ordered == (qids[r] is not None or keys[r] is not None)
+            if ordered:
+                per_queue.setdefault(qid, []).append(r)
     assert all(rows == sorted(rows) for rows in per_queue.values()), per_queue  # committed in row order
     assert (sender.sent, sender.requests) == (len(table), len(producer.halves))
 
@@ -97,7 +100,7 @@ def test_an_answered_refusal_is_sent_again_unchanged(keyed: bool) -> None:
     (q1, b1, ids1), (q2, b2, ids2) = producer.halves
     assert (b1, ids1) == (b2, ids2)  # the same bytes, the same ids
     assert (q1 == q2) == keyed  # plain rows try another queue; ordered ones stay
-    assert len(sender.halves()) == 2 and sender.requests == 1
+    assert [ref[6] for ref in sender.halves()] == [2] and sender.requests == 1
 
 
 def test_a_request_without_an_answer_is_not_sent_again() -> None:

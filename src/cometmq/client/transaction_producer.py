@@ -61,11 +61,13 @@ from cometmq.protocol.transaction_batch import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["END_BATCH_ENTRIES", "EndEntry", "EndOutcome", "LocalTransactionState", "TransactionClientInstance",
-           "TransactionProducer", "TransactionSendResult", "end_entry"]
+__all__ = ["END_BATCH_ENTRIES", "END_BATCH_HALVES", "EndEntry", "EndOutcome", "LocalTransactionState",
+           "TransactionClientInstance", "TransactionProducer", "TransactionSendResult", "end_entry"]
 
 #: entries per END_TRANSACTION_BATCH request: a request's decisions are one burst of the broker's loop
 END_BATCH_ENTRIES = 2048
+#: halves per END_TRANSACTION_BATCH request, range entries counted by their halves (a larger range goes alone)
+END_BATCH_HALVES = 16_384
 
 
 class LocalTransactionState(enum.Enum):
@@ -126,6 +128,24 @@ def end_entry(result: SendResult, state: LocalTransactionState) -> EndEntry:
     """The END_TRANSACTION_BATCH entry deciding the half ``result`` names (ProtocolError: a bad offset msgId)."""
     return EndEntry(decode_offset_msg_id(result.offset_msg_id).offset, result.queue_offset, state.value,
                     result.msg_id)
+
+
+def _end_parts(entries: Sequence[EndEntry]) -> Iterable[Sequence[EndEntry]]:
+    """``entries`` cut into END_TRANSACTION_BATCH requests, in order."""
+    if all(e.count == 1 for e in entries):
+        for start in range(0, len(entries), END_BATCH_ENTRIES):
+            yield entries[start:start + END_BATCH_ENTRIES]
+        return
+    part: list[EndEntry] = []
+    halves = 0
+    for e in entries:
+        if part and (len(part) == END_BATCH_ENTRIES or halves + e.count > END_BATCH_HALVES):
+            yield part
+            part, halves = [], 0
+        part.append(e)
+        halves += e.count
+    if part:
+        yield part
 
 
 class TransactionClientInstance(ClientInstance):
@@ -328,8 +348,9 @@ class TransactionProducer(Producer):
 
     async def end_transaction_batch(self, broker_name: str, entries: Sequence[EndEntry], *,
                                     timeout: float | None = None) -> list[EndOutcome]:
-        """Decide halves stored on ``broker_name``, in the order given, :data:`END_BATCH_ENTRIES` per request;
-        one outcome per entry (``ok``: decided now or before, alike). A request refused as a whole raises
+        """Decide halves stored on ``broker_name``, in the order given, :data:`END_BATCH_ENTRIES` entries and
+        :data:`END_BATCH_HALVES` halves (a range entry's ``count``) per request; one outcome per entry (``ok``:
+        decided now or before, alike). A request refused as a whole raises
         BrokerError (a broker without the extension: REQUEST_CODE_NOT_SUPPORTED), one without an answer
         MQClientError; the entries before it are decided, the rest are not (the broker checks back on them)."""
         addr = self.instance.master_addr(broker_name)
@@ -337,8 +358,7 @@ class TransactionProducer(Producer):
             raise NoRouteError(f"no master address known for broker {broker_name}")
         wait = self.send_timeout if timeout is None else timeout
         out: list[EndOutcome] = []
-        for start in range(0, len(entries), END_BATCH_ENTRIES):
-            part = entries[start:start + END_BATCH_ENTRIES]
+        for part in _end_parts(entries):
             cmd = make_request(RequestCode.END_TRANSACTION_BATCH, {"producerGroup": self.group},
                                encode_end_entries(part))
             response = await self.instance.invoke(addr, cmd, wait, context=f"end {len(part)} transactions")

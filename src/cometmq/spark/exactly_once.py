@@ -9,19 +9,22 @@ Tasks (executors)
     encoded from the Arrow columns with no Python object per row, each item's properties the row's own merged
     with these and ``TRAN_MSG``/``PGROUP`` (a constant suffix of the encoder; a row's property of one of those
     names takes the write's value, as a dict merge), sent with ``TransactionProducer.send_half_batch_body``. A
-    task returns a :class:`HalfBatch`: per half what END_TRANSACTION needs (broker name, commit-log offset,
-    half-queue offset, msg id, queue id, ordered). A task that fails rolls back what it had sent.
+    task returns a :class:`HalfBatch`: its halves as *ranges*, one per half batch (the halves of one request are
+    stored in one append, at consecutive half-queue offsets), each what a range entry of END_TRANSACTION_BATCH
+    needs (broker name, the first half's commit-log and half-queue offsets and msg id, queue id, ordered, count).
+    A task that fails rolls back what it had sent.
 
 Driver, ``commit(messages, batchId)``
     1. *Marker*: a message on the commit topic (``commitTopic``, default ``cometmq-spark-commits``; 1 queue, made
-       when missing) keyed ``<queryId>:<batchId>`` whose body lists the write ids to commit and their halves (in
-       parts of at most :data:`PART_HALVES` halves, each naming every write id). It is on the broker, found
-       through the broker's key index (QUERY_MESSAGE), so it outlives the driver and does not depend on where the
-       checkpoint lives. If several markers of one batch exist (a replay that wrote its own), the first stored
-       one is *the* marker: everyone decides from it.
+       when missing) keyed ``<queryId>:<batchId>`` whose body lists the write ids to commit and their half ranges
+       (in parts of at most :data:`PART_HALVES` ranges, each naming every write id; a range is six numbers). It
+       is on the broker, found through the broker's key index (QUERY_MESSAGE), so it outlives the driver and does
+       not depend on where the checkpoint lives. If several markers of one batch exist (a replay that wrote its
+       own), the first stored one is *the* marker: everyone decides from it.
     2. COMMIT for each half the marker lists, ROLLBACK for halves of this run the marker does not list (a
-       replay's): END_TRANSACTION_BATCH requests (cometmq's extension, up to 2048 halves each), each broker's in
-       the marker's order, so rows with a sharding key or queue id are committed in row order per queue.
+       replay's): END_TRANSACTION_BATCH requests of range entries (cometmq's extension, up to 16,384 halves
+       each; the broker decides each half of a range as a single END would), each broker's in the marker's order,
+       so rows with a sharding key or queue id are committed in row order per queue.
     3. *Done*: the consumer offset of group ``cometmq-spark-eos-<queryId>`` on the commit topic's queue 0 is set
        to ``batchId + 1``.
 
@@ -82,8 +85,10 @@ QUERY_ID = "__SPARK_QUERY_ID"
 BATCH_ID = "__SPARK_BATCH_ID"
 WRITE_ID = "__SPARK_WRITE_ID"
 GROUP_PREFIX = "cometmq-spark-eos-"
-#: halves per marker message (about 60 bytes each before compression)
+#: half ranges per marker message (about 60 bytes each before compression)
 PART_HALVES = 40_000
+#: halves per range at most (a half batch holding more is named by several)
+RANGE_HALVES = 16_384
 #: RocketMQ's property: no check-back of a half sooner than this many seconds after it was stored
 CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 #: CHECK_IMMUNITY_TIME_IN_SECONDS of every half (the broker uses its transactionTimeOut when that is longer)
@@ -91,8 +96,9 @@ CHECK_IMMUNITY_S = 60
 _COMMIT = LocalTransactionState.COMMIT_MESSAGE
 _ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
 
-#: one half: (broker name, commit-log offset, half-queue offset, msg id, real queue id, ordered)
-HalfRef = tuple[str, int, int, str, int, bool]
+#: halves stored by one append (a half batch's, or part of one): (broker name, the first one's commit-log offset,
+#: half-queue offset and msg id, real queue id, ordered, how many: the others follow at the next half-queue offsets)
+HalfRef = tuple[str, int, int, str, int, bool, int]
 
 
 def group_for(query_id: str) -> str:
@@ -114,7 +120,11 @@ class HalfBatch(WriterCommitMessage):
 
     @property
     def messages(self) -> int:
-        return len(self.halves)
+        return count_halves(self.halves)
+
+
+def count_halves(ranges: Sequence[HalfRef]) -> int:
+    return sum(h[6] for h in ranges)
 
 
 # -- the marker --------------------------------------------------------------------------------------------------
@@ -174,7 +184,9 @@ class Markers:
         halves: list[HalfRef] = []
         for _, doc in sorted(first.items()):
             for broker, rows in doc["halves"].items():
-                halves.extend((broker, int(c), int(q), str(i), int(qid), bool(o)) for c, q, i, qid, o in rows)
+                # a row: [clo, qo, msg id, queue id, ordered] and the range's count (a marker before ranges: 1)
+                halves.extend((broker, int(r[0]), int(r[1]), str(r[2]), int(r[3]), bool(r[4]),
+                               int(r[5]) if len(r) > 5 else 1) for r in rows)
         marker = Marker(order[0], frozenset(any_part["writeIds"]), halves, int(any_part["parts"]), len(first))
         self._found[(query_id, batch_id)] = marker
         return marker
@@ -185,8 +197,8 @@ class Markers:
         chunks = [halves[i:i + PART_HALVES] for i in range(0, len(halves), PART_HALVES)] or [[]]
         for n, chunk in enumerate(chunks):
             by_broker: dict[str, list[list[Any]]] = {}
-            for broker, clo, qo, msg_id, qid, ordered in chunk:
-                by_broker.setdefault(broker, []).append([clo, qo, msg_id, qid, int(ordered)])
+            for broker, clo, qo, msg_id, qid, ordered, count in chunk:
+                by_broker.setdefault(broker, []).append([clo, qo, msg_id, qid, int(ordered), count])
             doc = {"query": query_id, "batch": batch_id, "commit": commit_id, "part": n, "parts": len(chunks),
                    "writeIds": sorted(write_ids), "halves": by_broker}
             body = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
@@ -333,19 +345,24 @@ class _HalfSender(_Sender):
 
 #: offset msg ids (IPv4 32 or IPv6 56 hex digits, the offset, the last 16, below 2**63), comma-separated
 _OFFSET_ID = r"(?:[0-9A-Fa-f]{16}|[0-9A-Fa-f]{40})[0-7][0-9A-Fa-f]{15}"
-_OFFSET_IDS = re.compile(f"{_OFFSET_ID}(?:,{_OFFSET_ID})*")
+_OFFSET_ID_ONE = re.compile(_OFFSET_ID)
 
 
 def half_refs(results: Sequence[SendResult], ordered: bool) -> list[HalfRef]:
-    """The HalfRefs of a half batch's results: the commit-log offset of each as ``decode_offset_msg_id`` reads
-    it, checked once for the batch (one regular expression over them all) rather than decoded one by one."""
-    oids = [r.offset_msg_id for r in results]
-    if _OFFSET_IDS.fullmatch(",".join(oids)):
-        offsets = [int(o[-16:], 16) for o in oids]
-    else:
-        offsets = [decode_offset_msg_id(o).offset for o in oids]  # raises, naming the bad one
-    return [(r.queue.broker_name, off, r.queue_offset, r.msg_id, r.queue.queue_id, ordered)
-            for r, off in zip(results, offsets, strict=True)]
+    """The ranges of a half batch's results (one append: consecutive half-queue offsets), :data:`RANGE_HALVES`
+    halves at most each: the first half's commit-log offset as ``decode_offset_msg_id`` reads it."""
+    out: list[HalfRef] = []
+    for start in range(0, len(results), RANGE_HALVES):
+        part = results[start:start + RANGE_HALVES]
+        first = part[0]
+        oid = first.offset_msg_id
+        offset = int(oid[-16:], 16) if _OFFSET_ID_ONE.fullmatch(oid) else decode_offset_msg_id(oid).offset
+        if any(r.queue_offset != first.queue_offset + i or r.queue != first.queue for i, r in enumerate(part)):
+            raise MQClientError(f"a half batch's results are not one range of the half queue (from "
+                                f"{first.queue_offset}): cannot name them by range")
+        out.append((first.queue.broker_name, offset, first.queue_offset, first.msg_id, first.queue.queue_id,
+                    ordered, len(part)))
+    return out
 
 
 _NO_LOCK = contextlib.nullcontext()
@@ -380,7 +397,8 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
             link.run(sender.settle())
             sent = sender.halves()
             rolled = link.run(_Ender(producer).rolled_back(sent))
-            log.warning("transactional write task failed; rolled back %d of its %d halves", rolled, len(sent))
+            log.warning("transactional write task failed; rolled back %d of its %d halves", rolled,
+                        count_halves(sent))
             raise
         return HalfBatch(query_id, batch_id, write_id, sender.halves())
     finally:
@@ -397,12 +415,16 @@ class _Ender:
 
     def __init__(self, producer: TransactionProducer) -> None:
         self.producer = producer
+        #: halves decided before (a replay's commit finds those the crashed run committed)
         self.already = 0
+        #: halves whose END failed (or may have: a request without an answer)
+        self.failed = 0
 
     async def end_all(self, halves: Sequence[HalfRef], state: LocalTransactionState,
                       halfway: Callable[[], None] | None = None) -> list[BaseException]:
-        """END ``state`` for every half; returns the failures. ``halfway`` (a failpoint) runs once the first
-        half of them is answered, before the rest is sent."""
+        """END ``state`` for every half of the ranges ``halves``; returns the failures (one per range entry
+        refused in part or in whole; :attr:`failed` counts the halves). ``halfway`` (a failpoint) runs once the
+        first half of the ranges is answered, before the rest is sent."""
         if halfway is not None:
             mid = len(halves) // 2
             first = await self.end_all(halves[:mid], state)
@@ -414,18 +436,20 @@ class _Ender:
             by_broker.setdefault(h[0], []).append(h)
 
         async def one(broker: str, hs: list[HalfRef]) -> None:
-            entries = [EndEntry(clo, qo, state.value, msg_id) for _, clo, qo, msg_id, _, _ in hs]
+            entries = [EndEntry(clo, qo, state.value, msg_id, n) for _, clo, qo, msg_id, _, _, n in hs]
             try:
                 outcomes = await self.producer.end_transaction_batch(broker, entries)
             except (MQClientError, OSError) as exc:  # the broker's halves undecided (some may be): count each
                 errors.extend([exc] * len(hs))
+                self.failed += count_halves(hs)
                 return
             for h, o in zip(hs, outcomes, strict=True):
                 if not o.ok:
-                    errors.append(MQClientError(f"END_TRANSACTION {state.name} of {h[3]} refused: code {o.code} "
-                                                f"{o.remark}"))
-                elif o.already_resolved:
-                    self.already += 1
+                    errors.append(MQClientError(f"END_TRANSACTION {state.name} of {h[6]} halves from {h[3]} "
+                                                f"refused: code {o.code} {o.remark}"))
+                    self.failed += h[6]  # (some of them may be decided: the remark says how many are not)
+                else:
+                    self.already += o.resolved_before
 
         await asyncio.gather(*(one(b, hs) for b, hs in by_broker.items()))
         return errors
@@ -434,7 +458,9 @@ class _Ender:
         """Roll ``halves`` back; how many were (the rest the check-back rolls back)."""
         if not halves:
             return 0
-        return len(halves) - len(await self.end_all(halves, _ROLLBACK))
+        before = self.failed
+        await self.end_all(halves, _ROLLBACK)
+        return count_halves(halves) - (self.failed - before)
 
 
 class _Driver:
@@ -502,27 +528,27 @@ def commit_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | N
                             batch_id, query_id)
         else:
             log.warning("batch %d of query %s is a replay: committing the rows its marker lists (%d), rolling "
-                        "back this run's %d", batch_id, query_id, len(marker.halves), len(halves))
+                        "back this run's %d", batch_id, query_id, count_halves(marker.halves), count_halves(halves))
         failpoints.hit(f"spark.commit.after_marker.{batch_id}")
         listed = marker.write_ids
         if done <= batch_id:
             errors = run(d.ender.end_all(marker.halves, _COMMIT,
                                          lambda: failpoints.hit(f"spark.commit.partial.{batch_id}")))
             if errors:
-                raise MQClientError(f"batch {batch_id}: {len(errors)} of {len(marker.halves)} END_TRANSACTION "
-                                    f"COMMITs failed (the replay after a restart, or the broker's check-back, "
-                                    f"completes them): {errors[0]}")
+                raise MQClientError(f"batch {batch_id}: END_TRANSACTION COMMITs of {d.ender.failed} of "
+                                    f"{count_halves(marker.halves)} halves failed (the replay after a restart, or "
+                                    f"the broker's check-back, completes them): {errors[0]}")
         unlisted = [h for m in messages if isinstance(m, HalfBatch) and m.write_id not in listed for h in m.halves]
         if unlisted:
             bad = run(d.ender.end_all(unlisted, _ROLLBACK))
             if bad:
-                log.warning("batch %d: %d rollbacks failed (the check-back rolls them back): %s", batch_id,
-                            len(bad), bad[0])
+                log.warning("batch %d: rollbacks of %d halves failed (the check-back rolls them back): %s",
+                            batch_id, d.ender.failed, bad[0])
         run(d.markers.set_done(query_id, max(done, batch_id + 1)))
         if marker.parts_seen < marker.parts:
             log.warning("batch %d: %d of the marker's %d parts are missing; the check-back commits their halves",
                         batch_id, marker.parts - marker.parts_seen, marker.parts)
-        return len(marker.halves)
+        return count_halves(marker.halves)
 
 
 def _wait_for_marker(d: _Driver, query_id: str, batch_id: int) -> Marker:
@@ -548,6 +574,6 @@ def abort_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | No
         drop = [h for m in messages if isinstance(m, HalfBatch) and m.write_id not in listed for h in m.halves]
         bad = d.link.run(d.ender.end_all(drop, _ROLLBACK))
         if bad:
-            log.warning("batch %d: %d rollbacks failed (the check-back rolls them back): %s", batch_id, len(bad),
-                        bad[0])
-        return len(drop) - len(bad)
+            log.warning("batch %d: rollbacks of %d halves failed (the check-back rolls them back): %s", batch_id,
+                        d.ender.failed, bad[0])
+        return count_halves(drop) - d.ender.failed

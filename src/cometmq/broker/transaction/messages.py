@@ -53,35 +53,55 @@ _BOOKKEEPING = (REAL_TOPIC, REAL_QID, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET)
 _SET_BY_BROKER = (REAL_TOPIC, REAL_QID, TRANSACTION_CHECK_TIMES, TRAN_PREPARED_QUEUE_OFFSET)
 
 
-def to_half(msg: MessageInner, producer_group: str) -> None:
-    """Turn a producer's transactional message into its half, in place."""
+def to_half(msg: MessageInner, producer_group: str) -> tuple[str, str | None]:
+    """Turn a producer's transactional message into its half, in place; its PGROUP and
+    CHECK_IMMUNITY_TIME_IN_SECONDS (None when absent), which the transaction table keeps."""
     props_in = msg.properties
     raw = msg.properties_raw
-    decoded = props_in.decoded() if type(props_in) is RawProperties else None
-    if (decoded is not None and raw is not None and decoded.get(TRAN_MSG) == "true" and decoded.get(PGROUP)
-            and not any(k in decoded for k in _SET_BY_BROKER)):
-        # A half batch's items as the SDK sends them: the two pairs appended to the encoded properties rather
-        # than all of them encoded again (a few µs a half); the same properties as the dict path below makes.
-        topic, queue_id = msg.topic, str(msg.queue_id)
-        if raw and not raw.endswith(b"\x02"):
-            raw += b"\x02"
-        raw += f"{REAL_TOPIC}\x01{topic}\x02{REAL_QID}\x01{queue_id}\x02".encode()
-        decoded[REAL_TOPIC], decoded[REAL_QID] = topic, queue_id
-        msg.properties, msg.properties_raw, msg.encoded = decoded, raw, None
-    else:
-        props = msg.edit_properties()
-        props[REAL_TOPIC] = msg.topic
-        props[REAL_QID] = str(msg.queue_id)
-        props[TRAN_MSG] = "true"
-        if not props.get(PGROUP):
-            props[PGROUP] = producer_group
-        props.pop(TRANSACTION_CHECK_TIMES, None)
-        props.pop(TRAN_PREPARED_QUEUE_OFFSET, None)
-        msg.properties_raw = None
+    if type(props_in) is RawProperties and raw is not None:
+        # A half batch's items as the SDK sends them (properties still encoded): the two pairs appended to the
+        # encoded properties rather than all of them decoded and encoded again (a few µs a half); the same
+        # properties as the dict path below makes. Names and values hold no 0x01 or 0x02, so with a 0x02 in front
+        # and at the end "0x02 name 0x01" is found exactly where a pair of that name starts.
+        lead = b"\x02" + raw if raw.endswith(b"\x02") else b"\x02" + raw + b"\x02"
+        tran = lead.rfind(_TRAN_MSG_AT)  # the last pair of a name wins, as decode_properties reads them
+        group_at = lead.rfind(_PGROUP_AT)
+        if (tran >= 0 and lead.startswith(b"true\x02", tran + len(_TRAN_MSG_AT)) and group_at >= 0
+                and lead[group_at + len(_PGROUP_AT)] != 2 and lead.count(b"\x02TRAN") == 1
+                and b"\x02REAL_" not in lead):  # no pair of _SET_BY_BROKER (nor another named TRAN…/REAL_…)
+            group = _value_at(lead, group_at + len(_PGROUP_AT))
+            immunity_at = lead.rfind(_IMMUNITY_AT)
+            immunity = None if immunity_at < 0 else _value_at(lead, immunity_at + len(_IMMUNITY_AT))
+            raw = lead[1:] + f"{REAL_TOPIC}\x01{msg.topic}\x02{REAL_QID}\x01{msg.queue_id}\x02".encode()
+            # Still encoded (RawProperties): the store's C append computes the tag code from TAGS, as Python's would.
+            msg.properties, msg.properties_raw, msg.encoded = RawProperties(raw), raw, None
+            msg.topic, msg.queue_id, msg.tags_code = HALF_TOPIC, 0, None
+            msg.sys_flag &= ~TRANSACTION_MASK
+            return group, immunity
+    props = msg.edit_properties()
+    props[REAL_TOPIC] = msg.topic
+    props[REAL_QID] = str(msg.queue_id)
+    props[TRAN_MSG] = "true"
+    if not props.get(PGROUP):
+        props[PGROUP] = producer_group
+    props.pop(TRANSACTION_CHECK_TIMES, None)
+    props.pop(TRAN_PREPARED_QUEUE_OFFSET, None)
+    msg.properties_raw = None
     msg.topic = HALF_TOPIC
     msg.queue_id = 0
     msg.sys_flag &= ~TRANSACTION_MASK
     msg.tags_code = None
+    return props[PGROUP], props.get(CHECK_IMMUNITY_TIME_IN_SECONDS)
+
+
+_TRAN_MSG_AT = b"\x02" + TRAN_MSG.encode() + b"\x01"
+_PGROUP_AT = b"\x02" + PGROUP.encode() + b"\x01"
+_IMMUNITY_AT = b"\x02" + CHECK_IMMUNITY_TIME_IN_SECONDS.encode() + b"\x01"
+assert all(k.startswith(("TRAN", "REAL_")) for k in _SET_BY_BROKER)  # what to_half's byte test looks for
+
+
+def _value_at(lead: bytes, start: int) -> str:
+    return lead[start:lead.index(b"\x02", start)].decode("utf-8")
 
 
 def origin_of(properties: Mapping[str, str], queue_offset: int) -> int:
@@ -99,8 +119,13 @@ def check_times_of(properties: Mapping[str, str]) -> int:
 def immunity_ms(properties: Mapping[str, str], timeout_ms: int) -> int:
     """How long after its store time a half is left alone: the producer's CHECK_IMMUNITY_TIME_IN_SECONDS when
     longer than ``transactionTimeOut``, else the timeout (RocketMQ's ``getImmunityTime``)."""
+    return immunity_of(properties.get(CHECK_IMMUNITY_TIME_IN_SECONDS), timeout_ms)
+
+
+def immunity_of(value: str | None, timeout_ms: int) -> int:
+    """:func:`immunity_ms` of the property's value (None: absent)."""
     try:
-        wanted = int(properties.get(CHECK_IMMUNITY_TIME_IN_SECONDS, "0")) * 1000
+        wanted = int(value or "0") * 1000
     except ValueError:
         wanted = 0
     return max(wanted, timeout_ms)
@@ -187,6 +212,25 @@ def committed(half: StoredHalf | MessageRecord, half_commit_log_offset: int) -> 
     if msg is None:
         raise ValueError("committed: the half's record changed since read_half")
     return msg
+
+
+def committed_bytes(data: bytes, half_commit_log_offset: int) -> MessageInner | None:
+    """:func:`committed` of a plain half's record bytes (``plain_half_fields`` read it); None when it is not one."""
+    msg = _committed_plain(data, half_commit_log_offset)
+    if msg is None:  # (the C helper leaves an unusual REAL_QID to Python's int())
+        msg = _committed_plain_py(data, half_commit_log_offset)
+    return msg
+
+
+def plain_half_fields(data: bytes) -> tuple[int, int, str, str | None] | None:
+    """A plain half's ``(queue offset, commit-log offset, PGROUP, TRAN_PREPARED_QUEUE_OFFSET)`` from its record's
+    bytes, None for any other record (:func:`read_half` decodes those)."""
+    return _half_fields(data)
+
+
+def origin_from(prepared: str | None, queue_offset: int) -> int:
+    """The transaction a half record belongs to, from its TRAN_PREPARED_QUEUE_OFFSET (None: itself)."""
+    return _origin(prepared, queue_offset)
 
 
 def _origin(prepared: str | None, queue_offset: int) -> int:

@@ -24,8 +24,9 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.clients import ClientChannel, ProducerManager
@@ -188,9 +189,9 @@ class TransactionalMessageService:
         later hook sees it."""
         if not self.is_half_send(msgs, ctx.batch, ctx.half_batch):
             return False
-        for m in msgs:
-            tm.to_half(m, ctx.producer_group)
-        ctx.on_stored = functools.partial(self._halves_stored, msgs)
+        group = ctx.producer_group
+        kept = [tm.to_half(m, group) for m in msgs]
+        ctx.on_stored = functools.partial(self._halves_stored, kept)
         return True
 
     def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
@@ -221,7 +222,7 @@ class TransactionalMessageService:
                                 "TRAN_MSG=true (nor does the header's sys flag say PREPARED)")
         return True
 
-    def _halves_stored(self, msgs: list[MessageInner], result: PutResult) -> None:
+    def _halves_stored(self, kept: list[tuple[str, str | None]], result: PutResult) -> None:
         """Track halves from the moment their records are in the log (before they are durable, before anything
         else runs): the restart progress written meanwhile must already count them. The send's answer carries
         the halves' offsets."""
@@ -230,12 +231,17 @@ class TransactionalMessageService:
         # The op queue's end now: the halves' own batch holds no op record, so this is its end before them.
         op_mark = self.store.max_offset(OP_TOPIC, 0)
         earliest: int | None = None
-        for msg, r in zip(msgs, result.records, strict=True):
-            due = r.store_timestamp + tm.immunity_ms(msg.properties, self.timeout_ms)
-            self.table.add(PendingHalf(r.queue_offset, r.queue_offset, r.phy_offset, msg.properties.get(PGROUP) or "",
-                                       0, due, op_mark))
-            earliest = due if earliest is None else min(earliest, due)
-        self.metrics.prepared += len(msgs)
+        timeout, add = self.timeout_ms, self.table.add
+        immunity: dict[str | None, int] = {}  # the items of a batch mostly share theirs
+        for (group, wanted), r in zip(kept, result.records, strict=True):
+            wait = immunity.get(wanted)
+            if wait is None:
+                wait = immunity[wanted] = tm.immunity_of(wanted, timeout)
+            due = r.store_timestamp + wait
+            add(PendingHalf(r.queue_offset, r.queue_offset, r.phy_offset, group, 0, due, op_mark))
+            if earliest is None or due < earliest:
+                earliest = due
+        self.metrics.prepared += len(kept)
         if earliest is not None and (self._sleep_until is None or earliest < self._sleep_until):
             self._wake.set()
 
@@ -266,9 +272,10 @@ class TransactionalMessageService:
 
     async def end_transactions(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         """Many END_TRANSACTIONs of one producer group in one request (protocol/transaction_batch.py): each
-        entry decided as :meth:`end_transaction` decides it, the commits' messages and op records appended
-        together in as few appends as the message size limit allows (each append holds its op record: no
-        delivered message exists without it). The answer lists each entry's outcome."""
+        entry decided as :meth:`end_transaction` decides it, a range entry each of its halves so, the commits'
+        messages and op records appended together in as few appends as the message size limit allows (each
+        append holds its op record: no delivered message exists without it). The answer lists each entry's
+        outcome."""
         group = cmd.ext_fields.get("producerGroup")
         if not group:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "END_TRANSACTION_BATCH needs the field producerGroup")
@@ -276,12 +283,23 @@ class TransactionalMessageService:
             raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION_BATCH goes to the master broker")
         entries = decode_end_entry_fields(cmd.body)  # a bad body: answered at the dispatch, nothing decided
         outcomes: list[EndOutcome | None] = [None] * len(entries)
+        #: of each range entry: [halves refused, the first refusal's code and remark, halves already resolved]
+        ranges: dict[int, list[Any]] = {}
         limit = self.config.store.max_message_size
         msgs: list[MessageInner] = []
         claimed: list[tuple[int, PendingHalf, int]] = []  # (entry, half, origin)
         op_offsets: list[int] = []
         size = 0
-        appended: list[tuple[PutResult, list[int]]] = []
+        appended: list[tuple[PutResult, Iterable[int]]] = []
+
+        def refuse(i: int, code: int, remark: str) -> None:
+            tally = ranges.get(i)
+            if tally is None:
+                outcomes[i] = EndOutcome(code, remark)
+            else:
+                tally[0] += 1
+                if tally[1] is None:
+                    tally[1], tally[2] = code, remark
 
         def flush() -> None:
             nonlocal msgs, claimed, op_offsets, size
@@ -291,29 +309,34 @@ class TransactionalMessageService:
             result = self.appender.append(msgs)
             if result.ok:
                 # What _resolved does for each: the outcomes are remembered since the claims (none forgotten since:
-                # a request has at most MAX_END_ENTRIES <= RESOLVED_MEMORY entries), the metrics count the commits
+                # a request names at most MAX_END_ENTRIES <= RESOLVED_MEMORY halves), the metrics count the commits
                 # (a message each) and the rollbacks.
                 commits = len(msgs) - 1
                 self.metrics.committed += commits
                 self.metrics.rolled_back += len(claimed) - commits
-                appended.append((result, [i for i, _, _ in claimed]))
+                appended.append((result, dict.fromkeys(i for i, _, _ in claimed)))
             else:
                 for i, half, origin in claimed:
                     self.table.add(half)  # nothing was written: still unresolved
                     self._outcomes.pop(origin, None)
-                    outcomes[i] = EndOutcome(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
+                    refuse(i, ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
             msgs, claimed, op_offsets, size = [], [], [], 0
 
-        for i, (commit_log_offset, table_offset, state, msg_id) in enumerate(entries):
+        def decide(i: int, stored: tm.StoredHalf, commit_log_offset: int, state: int, msg_id: str) -> None:
+            nonlocal size
             try:
-                got = self._claim(group, commit_log_offset, table_offset, state, msg_id, "producer (batch)")
+                got = self._decide(group, stored, state, msg_id, "producer (batch)")
             except RemotingError as exc:
-                outcomes[i] = EndOutcome(int(exc.code), exc.remark)
-                continue
+                refuse(i, int(exc.code), exc.remark)
+                return
             if isinstance(got, str):
-                outcomes[i] = EndOutcome(ResponseCode.SUCCESS, got)
-                continue
-            half, stored, origin = got
+                tally = ranges.get(i)
+                if tally is None:
+                    outcomes[i] = EndOutcome(ResponseCode.SUCCESS, got)
+                elif state != TRANSACTION_NOT_TYPE:
+                    tally[3] += 1
+                return
+            half, origin = got
             # Claimed now: a later entry of this request naming the same transaction is decided against this one.
             self._remember(origin, _OUTCOME[state])
             cost = 64  # its share of the op record
@@ -327,15 +350,141 @@ class TransactionalMessageService:
                 msgs.append(msg)
             size += cost
             claimed.append((i, half, origin))
-            op_offsets += (origin, stored.queue_offset)
+            op_offsets.extend((origin, stored.queue_offset))
+
+        for i, (commit_log_offset, table_offset, state, msg_id, count) in enumerate(entries):
+            if count == 1:
+                try:
+                    stored = self._half_at(group, commit_log_offset, table_offset) \
+                        if state != TRANSACTION_NOT_TYPE else None
+                except RemotingError as exc:
+                    outcomes[i] = EndOutcome(int(exc.code), exc.remark)
+                    continue
+                if stored is None:
+                    outcomes[i] = EndOutcome(ResponseCode.SUCCESS, self._unknown(group, msg_id, "producer (batch)"))
+                else:
+                    decide(i, stored, commit_log_offset, state, msg_id)
+                continue
+            ranges[i] = [0, None, "", 0]
+            if state == TRANSACTION_NOT_TYPE:
+                self._unknown(group, msg_id, "producer (batch)")
+                continue
+            # What decide does, inlined for the usual half of a range (plain, pending): a few hundred ns each.
+            pending, wanted, commit = self.table.pending, _OUTCOME[state], state == TRANSACTION_COMMIT_TYPE
+            remembered = self._outcomes
+            for n, got in enumerate(self._range_halves(group, commit_log_offset, table_offset, count)):
+                if isinstance(got, tuple):
+                    data, queue_offset, phy, origin = got
+                    half = pending.pop(origin, None)
+                    msg = tm.committed_bytes(data, phy) if commit and half is not None else None
+                    if half is None or (commit and msg is None):
+                        if half is not None:
+                            pending[origin] = half  # (its heap item is still there)
+                        decide(i, tm.StoredHalf(HALF_TOPIC, phy, queue_offset, group, origin, None, data), phy,
+                               state, msg_id)
+                        continue
+                    remembered[origin] = wanted
+                    cost = 64
+                    if msg is not None:
+                        cost += len(msg.body) + len(msg.topic) + _RECORD_OVERHEAD + len(msg.properties_raw or b"")
+                    if size + cost > limit:
+                        flush()
+                    if msg is not None:
+                        msgs.append(msg)
+                    size += cost
+                    claimed.append((i, half, origin))
+                    op_offsets.extend((origin, queue_offset))
+                elif isinstance(got, RemotingError):
+                    self.metrics.refused += 1
+                    refuse(i, int(got.code), f"the range's half {n} of {count}: {got.remark}")
+                else:
+                    decide(i, got, got.physical_offset, state, msg_id)
+            while len(remembered) > RESOLVED_MEMORY:
+                remembered.popitem(last=False)
         flush()
         # No await before the last append above: requests of one connection are decided in the order they came.
+        codes: dict[int, int] = {}
         for result, done in appended:
-            outcome = EndOutcome(answer_code(await self.appender.durable(result)))
+            code = answer_code(await self.appender.durable(result))
+            outcome = EndOutcome(code)
             for i in done:
-                outcomes[i] = outcome
+                if i in ranges:
+                    if code != ResponseCode.SUCCESS:
+                        codes.setdefault(i, code)
+                else:
+                    outcomes[i] = outcome
+        for i, (failed, code, remark, already) in ranges.items():
+            count = entries[i][4]
+            if failed:
+                outcomes[i] = EndOutcome(code, f"{failed} of {count} halves not decided; first: {remark}", already)
+            elif i in codes:
+                outcomes[i] = EndOutcome(codes[i], "stored, not durable in time", already)
+            else:
+                outcomes[i] = EndOutcome(ResponseCode.SUCCESS, f"{count - already} halves decided, {already} "
+                                         "already resolved" if entries[i][2] != TRANSACTION_NOT_TYPE else
+                                         "state unknown: the broker will check back", already)
         return make_response(cmd, ResponseCode.SUCCESS, None, None,
                              encode_end_outcomes([o or EndOutcome(ResponseCode.SYSTEM_ERROR) for o in outcomes]))
+
+    def _range_halves(self, group: str, commit_log_offset: int, first: int,
+                      count: int) -> Iterator[tuple[bytes, int, int, int] | tm.StoredHalf | RemotingError]:
+        """The halves of a range entry in half-queue order: each stored half read (the checks of
+        :meth:`_half_at` made) — a plain one as ``(record, queue offset, commit-log offset, origin)``, any other
+        as its decoded :class:`StoredHalf` — or the refusal of that one. Refused as a whole (every half) when the
+        first is not at ``commit_log_offset``."""
+        plain_fields = tm.plain_half_fields
+        store = self.store
+        end = first + count
+        expect = first
+        while expect < end:
+            got = store.get_messages(HALF_TOPIC, 0, expect, min(end - expect, 4096), max_bytes=_READ_BYTES)
+            if not got.buffers:
+                break
+            before = expect
+            for offset, view in zip(got.queue_offsets, got.buffers, strict=True):
+                if offset >= end:
+                    break
+                while expect < offset:  # gone (an expired segment)
+                    yield self._no_half(expect)
+                    expect += 1
+                data = bytes(view)
+                fields = plain_fields(data)
+                if (fields is not None and fields[0] == offset and fields[2] == group
+                        and (offset != first or fields[1] == commit_log_offset)):
+                    prepared = fields[3]
+                    yield data, offset, fields[1], offset if prepared is None else tm.origin_from(prepared, offset)
+                    expect = offset + 1
+                    continue
+                stored = tm.read_half(data)
+                if stored is None or stored.topic != HALF_TOPIC or stored.queue_offset != offset:
+                    yield self._no_half(offset)
+                elif offset == first and stored.physical_offset != commit_log_offset:
+                    err = RemotingError(ResponseCode.SYSTEM_ERROR, f"the range's first half is at commit-log "
+                                        f"offset {stored.physical_offset}, not {commit_log_offset}: nothing decided")
+                    for _ in range(count):
+                        yield err
+                    return
+                elif stored.group != group:
+                    yield RemotingError(ResponseCode.SYSTEM_ERROR, "The producer group wrong: the half message "
+                                        f"belongs to {stored.group!r}, not {group!r}")
+                else:
+                    yield stored
+                expect = offset + 1
+            if expect == before:  # nothing of the range in what came back
+                break
+        while expect < end:
+            yield self._no_half(expect)
+            expect += 1
+
+    @staticmethod
+    def _no_half(queue_offset: int) -> RemotingError:
+        return RemotingError(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: no half message "
+                             f"at half-queue offset {queue_offset}")
+
+    def _unknown(self, group: str, msg_id: str | None, source: str) -> str:
+        self.metrics.unknown += 1
+        log.debug("%s %s of %s: state unknown, left for the next check", source, msg_id, group)
+        return "state unknown: the broker will check back"
 
     def _claim(self, group: str, commit_log_offset: int, table_offset: int, state: int, msg_id: str | None,
                source: str) -> tuple[PendingHalf, tm.StoredHalf, int] | str:
@@ -344,14 +493,18 @@ class TransactionalMessageService:
         writes nothing (state unknown, already resolved). RemotingError when it is refused: no such half, another
         group's, or a decision contradicting the one already taken."""
         if state == TRANSACTION_NOT_TYPE:
-            self.metrics.unknown += 1
-            log.debug("%s %s of %s: state unknown, left for the next check", source, msg_id, group)
-            return "state unknown: the broker will check back"
+            return self._unknown(group, msg_id, source)
         stored = self._half_at(group, commit_log_offset, table_offset)
+        got = self._decide(group, stored, state, msg_id, source)
+        return got if isinstance(got, str) else (got[0], stored, got[1])
+
+    def _decide(self, group: str, stored: tm.StoredHalf, state: int, msg_id: str | None,
+                source: str) -> tuple[PendingHalf, int] | str:
+        """:meth:`_claim` of a half already read and checked: ``(half, origin)`` or the remark."""
         origin = stored.origin
         half = self.table.resolve(origin)
         if half is not None:
-            return half, stored, origin
+            return half, origin
         outcome = self._outcomes.get(origin)
         wanted = _OUTCOME[state]
         if outcome is not None and outcome != wanted and not (outcome == "discarded" and wanted == "rolled back"):

@@ -185,6 +185,58 @@ def test_committed_record_is_the_references(data: bytes, offset: int) -> None:
             event("C helper hands it to Python" if fields_c is not None else "C helper leaves it to the reference")
 
 
+@st.composite
+def range_records(draw: st.DrawFn) -> list[bytes]:
+    """A range of the half queue as a batched END reads it: mostly copies of one record at consecutive queue
+    offsets (one half batch), now and then with another record among them."""
+    base = draw(half_records())
+    records = []
+    for k in range(draw(st.integers(1, 3))):
+        data = bytearray(base)
+        if len(data) >= 28 and k:
+            offset = (int.from_bytes(base[20:28], "big", signed=True) + k + 2**63) % 2**64 - 2**63  # int64 wraps
+            data[20:28] = offset.to_bytes(8, "big", signed=True)
+        records.append(bytes(data))
+    if len(records) > 1 and not draw(st.integers(0, 4)):
+        records[draw(st.integers(0, len(records) - 1))] = draw(half_records())
+    return records
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(range_records(), st.booleans(), st.integers(0, 4), st.booleans())
+def test_a_ranges_records_read_at_once_are_what_each_reads_as(records: list[bytes], commit: bool, other_group: int,
+                                                              check_first: bool) -> None:
+    """The C helper's commit_records (a range's halves read at once, broker/transaction/service.py) takes the
+    records only when each is a half its single reading takes (read_half from the bytes) of the group at its queue
+    offset, and then gives for each the origin and commit-log offset it reads and the message committed() builds."""
+    readings = [reference_reading(d) for d in records]
+    first = readings[0][2] if readings[0] is not None else 0
+    group = readings[0][3] if readings[0] is not None and other_group else "another-group"
+    first_phy = readings[0][1] if readings[0] is not None and check_first else -1
+    got = tm.commit_records([memoryview(d) for d in records], first, first_phy, group, commit)
+    if C is None:
+        assert got is None
+        return
+    if got is None:
+        event("declined")
+        return
+    event("taken")
+    origins, phys, msgs, costs = got
+    for k, data in enumerate(records):
+        half = tm.read_half(data)
+        assert half is not None and half.record is None  # plain
+        assert (half.queue_offset, half.group, half.origin, half.physical_offset) == (first + k, group, origins[k],
+                                                                                     phys[k])
+        if commit:
+            assert msgs is not None
+            m = msgs[k]
+            assert outcome(lambda: m) == outcome(lambda: tm.committed(half, phys[k]))  # noqa: B023
+            assert costs[k] == 64 + len(m.body) + len(m.topic) + tm.RECORD_OVERHEAD + len(m.properties_raw or b"")
+        else:
+            assert msgs is None and costs[k] == 64
+    assert first_phy < 0 or phys[0] == first_phy
+
+
 def test_known_half() -> None:
     """A half as the SDK's batch stores it, and a check-back copy of it: only the bookkeeping pairs go."""
     props = {UNIQ_KEY: "U", TAGS: "t", KEYS: "k1 k2", "writeId": "w", TRAN_MSG: "true", PGROUP: "g",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,3 +150,62 @@ def test_a_half_from_encoded_properties_is_the_half_from_the_dict(pairs: list[tu
         assert decode_properties(fast.properties_raw) == dict(slow.properties)
         if len({k for k, _ in pairs}) == len(pairs):
             assert fast.properties_raw == encode_properties(slow.properties)
+
+
+_HARMLESS = st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "CHECK_IMMUNITY_TIME_IN_SECONDS", "x", "ü"])
+
+
+@st.composite
+def half_items(draw: st.DrawFn) -> list[tuple[str, str]]:
+    """An item's properties as a half batch's usually are (TRAN_MSG=true and a PGROUP somewhere among others), or
+    now and then not."""
+    pairs = draw(st.lists(st.tuples(_HARMLESS, _VALUES), max_size=4, unique_by=lambda p: p[0]))
+    if not draw(st.integers(0, 4)):
+        pairs.append(draw(st.tuples(_NAMES, _VALUES)))  # maybe one the helper declines
+    if draw(st.integers(0, 9)):
+        pairs.insert(draw(st.integers(0, len(pairs))), ("TRAN_MSG", "true"))
+    if draw(st.integers(0, 9)):
+        pairs.insert(draw(st.integers(0, len(pairs))), ("PGROUP", draw(st.sampled_from(["pg", "ü-group"]))))
+    return pairs
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(half_items(), min_size=1, max_size=4), st.integers(0, 7), st.sampled_from(["T", "Tö", "x" * 127]))
+def test_half_batches_made_halves_in_c_are_what_to_half_makes(batch: list[list[tuple[str, str]]], queue_id: int,
+                                                              topic: str) -> None:
+    """The C helper's to_halves takes a half batch only when each message is one it can turn, and then turns each
+    into what to_half makes of it, byte for byte; when it declines, nothing changed."""
+    def msgs() -> list[MessageInner]:
+        out = []
+        for pairs in batch:
+            raw = b"".join(f"{k}\x01{v}\x02".encode() for k, v in pairs)
+            out.append(MessageInner(topic, b"b", queue_id, RawProperties(raw), raw, 0, 0x4, 0,
+                                    b"\x7f\x00\x00\x01\x00\x00\x00\x01", 0))
+        return out
+
+    c_msgs, py_msgs = msgs(), msgs()
+    kept = tm.to_halves(c_msgs)
+    if tm.C_BATCH is None:
+        pytest.skip("the C helper is not built")
+    if kept is None:
+        assert [vars_of(m) for m in c_msgs] == [vars_of(m) for m in msgs()]
+        return
+    assert kept == [tm.to_half(m, "grp") for m in py_msgs]
+    assert [vars_of(m) for m in c_msgs] == [vars_of(m) for m in py_msgs]
+    assert all(type(m.properties) is RawProperties for m in c_msgs)
+
+
+def vars_of(m: MessageInner) -> dict[str, object]:
+    out = {f.name: getattr(m, f.name) for f in dataclasses.fields(m)}
+    out["properties"] = dict(m.properties)
+    return out
+
+
+def test_to_halves_takes_a_half_batch_as_the_sdk_sends_it() -> None:
+    raw = b"UNIQ_KEY\x01AB\x02TRAN_MSG\x01true\x02PGROUP\x01pg\x02CHECK_IMMUNITY_TIME_IN_SECONDS\x0160\x02"
+    msgs = [MessageInner("T", b"b", 2, RawProperties(raw), raw, 0, 0x4, 0, b"\x7f\x00\x00\x01\x00\x00\x00\x01", 0)]
+    if tm.C_BATCH is None:
+        pytest.skip("the C helper is not built")
+    assert tm.to_halves(msgs) == [("pg", "60")]
+    assert msgs[0].properties_raw == raw + b"REAL_TOPIC\x01T\x02REAL_QID\x012\x02"
+    assert (msgs[0].topic, msgs[0].queue_id, msgs[0].sys_flag) == (tm.HALF_TOPIC, 0, 0)

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cometmq.client.errors import InvalidArgumentError
+from cometmq.client.errors import InvalidArgumentError, MQClientError
 from cometmq.client.message import Message, MessageQueue, SendResult
 from cometmq.client.producer import _V2_BORN_TIMESTAMP
-from cometmq.client.transaction_producer import TransactionClientInstance, TransactionProducer
+from cometmq.client.transaction_producer import HalfBatchRange, TransactionClientInstance, TransactionProducer
 from cometmq.protocol.batch import decode_batch
 from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH
 from cometmq.protocol.remoting import RemotingCommand
 from cometmq.spark import encode
 from cometmq.spark.encode import Columns, encode_rows, encode_rows_py
-from cometmq.spark.exactly_once import half_refs
+from cometmq.spark.exactly_once import HalfRef, half_range
 from cometmq.spark.writer import to_messages
 
 needs_c = pytest.mark.skipif(encode.C_HELPER is None, reason="C helper not built")
@@ -163,6 +163,7 @@ def test_c_gives_up_where_it_must() -> None:
 
 
 # -- an exactly-once write's half batches ---------------------------------------------------------------------------
+RANGES: list[HalfRef] = []  # half_batch_requests's send_half_batch_range, as the sink's task keeps it
 EXTRA = {"__SPARK_QUERY_ID": "q-1", "__SPARK_BATCH_ID": "3", "__SPARK_WRITE_ID": "w-1",
          "CHECK_IMMUNITY_TIME_IN_SECONDS": "60"}
 
@@ -202,6 +203,12 @@ def half_batch_requests(batch: pa.RecordBatch) -> tuple[RemotingCommand, list[Se
                                         7, suffix=suffix)
         ids = [encode.message_id("AB" * 10, 7 + i) for i in range(batch.num_rows)]
         new = await producer.send_half_batch_body(queue, body, ids)
+        ranged = await producer.send_half_batch_range(queue, body, ids[0], len(ids))
+        assert sent[2].body == sent[1].body and sent[2].ext_fields.keys() == sent[1].ext_fields.keys()
+        assert ranged == HalfBatchRange(new[0].status, new[0].queue, 40, new[0].offset_msg_id, ids[0], len(ids))
+        with pytest.raises(MQClientError, match=rf"lists {len(ids)} halves for {len(ids) + 1} items"):
+            await producer.send_half_batch_range(queue, body, ids[0], len(ids) + 1)
+        RANGES.append(half_range(ranged, True))
         return sent[0], old, sent[1], new, suffix
 
     return asyncio.run(go())
@@ -223,7 +230,7 @@ def test_half_batch_bodies_are_what_send_half_batch_sends() -> None:
     assert {k: v for k, v in new_cmd.ext_fields.items() if v != old_cmd.ext_fields[k]}.keys() <= {_V2_BORN_TIMESTAMP}
     assert new_cmd.ext_fields["cometmqHalfBatch"] == "true"
     assert new == old and [r.queue_offset for r in new] == [40, 41, 42] and new[0].queue.queue_id == 2
-    assert half_refs(new, True) == [("broker-a", 1000, 40, new[0].msg_id, 2, True, 3)]  # one range
+    assert RANGES[-1] == ("broker-a", 1000, 40, new[0].msg_id, 2, True, 3)  # one range, its first half's offsets
 
 
 def test_a_row_property_named_as_the_suffix_takes_the_writes_value() -> None:

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from cometmq.client.errors import BrokerError, ClientTimeoutError, InvalidArgumentError
-from cometmq.client.message import MessageQueue, SendResult, SendStatus
+from cometmq.client.message import MessageQueue, SendStatus
+from cometmq.client.transaction_producer import HalfBatchRange
 from cometmq.protocol.batch import decode_batch
 from cometmq.protocol.codes import ResponseCode
 from cometmq.spark.exactly_once import _HalfSender
@@ -36,15 +37,16 @@ class HalfRecorder(Recorder):
     def half_properties(self) -> dict[str, str]:
         return {"TRAN_MSG": "true", "PGROUP": "g"}
 
-    async def send_half_batch_body(self, queue: MessageQueue, body: bytes, msg_ids: list[str], *,
-                                   timeout: float | None = None) -> list[SendResult]:
+    async def send_half_batch_range(self, queue: MessageQueue, body: bytes, first_id: str, count: int, *,
+                                    timeout: float | None = None) -> HalfBatchRange:
         await asyncio.sleep(0)
-        self.halves.append((queue, body, list(msg_ids)))
+        msg_ids = [it.properties["UNIQ_KEY"] for it in decode_batch(body)]
+        assert (msg_ids[0], len(msg_ids)) == (first_id, count)
+        self.halves.append((queue, body, msg_ids))
         if self.failures:
             raise self.failures.pop(0)
-        first, self.offset = self.offset, self.offset + len(msg_ids)
-        return [SendResult(SendStatus.SEND_OK, m, f"7F00000100002A9F{first + i:016X}", queue, first + i)
-                for i, m in enumerate(msg_ids)]
+        first, self.offset = self.offset, self.offset + count
+        return HalfBatchRange(SendStatus.SEND_OK, queue, first, f"7F00000100002A9F{first:016X}", first_id, count)
 
 
 def run_halves(batches: list[pa.RecordBatch], opts: WriteOptions, cap: int = 1 << 20,

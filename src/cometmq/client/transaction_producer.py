@@ -35,11 +35,11 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, MQClientError, NoRouteError
 from cometmq.client.instance import ClientInstance, route_stale
-from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
+from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from cometmq.client.producer import Producer, batch_chunks
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnection
@@ -61,7 +61,7 @@ from cometmq.protocol.transaction_batch import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["END_BATCH_ENTRIES", "END_BATCH_HALVES", "EndEntry", "EndOutcome", "LocalTransactionState",
+__all__ = ["END_BATCH_ENTRIES", "END_BATCH_HALVES", "EndEntry", "EndOutcome", "HalfBatchRange", "LocalTransactionState",
            "TransactionClientInstance", "TransactionProducer", "TransactionSendResult", "end_entry"]
 
 #: entries per END_TRANSACTION_BATCH request: a request's decisions are one burst of the broker's loop
@@ -128,6 +128,26 @@ def end_entry(result: SendResult, state: LocalTransactionState) -> EndEntry:
     """The END_TRANSACTION_BATCH entry deciding the half ``result`` names (ProtocolError: a bad offset msgId)."""
     return EndEntry(decode_offset_msg_id(result.offset_msg_id).offset, result.queue_offset, state.value,
                     result.msg_id)
+
+
+@dataclass(frozen=True, slots=True)
+class HalfBatchRange:
+    """A half batch as stored: ``count`` halves in one append, at the half-queue offsets from ``queue_offset`` on
+    (the first one's ``offset_msg_id`` and ``msg_id``), for the real queue ``queue``; one status for all."""
+
+    status: SendStatus
+    queue: MessageQueue
+    queue_offset: int
+    offset_msg_id: str
+    msg_id: str
+    count: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status is SendStatus.SEND_OK
+
+
+_A = TypeVar("_A")
 
 
 def _end_parts(entries: Sequence[EndEntry]) -> Iterable[Sequence[EndEntry]]:
@@ -312,9 +332,36 @@ class TransactionProducer(Producer):
             raise InvalidArgumentError(f"the half batch for {queue.topic} is empty")
         return await self._send_half_request(queue, self._batch_body_request(queue, body), list(msg_ids), timeout)
 
+    async def send_half_batch_range(self, queue: MessageQueue, body: bytes, first_id: str, count: int, *,
+                                    timeout: float | None = None) -> HalfBatchRange:
+        """:meth:`send_half_batch_body` answered as one :class:`HalfBatchRange` rather than a SendResult per item
+        (a half batch is one append: its halves follow one another in the half queue, and one END_TRANSACTION_BATCH
+        range entry decides them): ``first_id`` is the first item's id, ``count`` how many items ``body`` holds
+        (the broker's answer must list as many)."""
+        if not self.started:
+            raise ClientStateError("the producer is not started")
+        self._check_topic(queue.topic)
+        if not body or count < 1:
+            raise InvalidArgumentError(f"the half batch for {queue.topic} is empty")
+
+        def answer(response: Any, addr: str) -> HalfBatchRange:
+            status, real_q, first_offset = Producer._answer(response, queue, addr)
+            ids = response.ext_fields.get("msgId", "")
+            if ids.count(",") + 1 != count:
+                raise MQClientError(f"the half batch answer from {addr} lists {ids.count(',') + 1} halves for "
+                                    f"{count} items")
+            return HalfBatchRange(status, real_q, first_offset, ids.split(",", 1)[0], first_id, count)
+
+        return await self._half_request(queue, self._batch_body_request(queue, body), answer, timeout)
+
     async def _send_half_request(self, q: MessageQueue, cmd: RemotingCommand, uniqs: list[str],
                                  timeout: float | None) -> list[SendResult]:
         """A SEND_BATCH_MESSAGE of transactional items (``cmd``, ids ``uniqs``) sent as a half batch."""
+        return await self._half_request(q, cmd, lambda response, addr: self._batch_result(response, q, uniqs, addr),
+                                        timeout)
+
+    async def _half_request(self, q: MessageQueue, cmd: RemotingCommand, answer: Callable[[Any, str], _A],
+                            timeout: float | None) -> _A:
         ext = cmd.ext_fields
         ext["f"] = str(int(ext.get("f", "0")) | SysFlag.TRANSACTION_PREPARED)  # "f": sysFlag in V2
         ext[HALF_BATCH_FIELD] = "true"
@@ -322,7 +369,7 @@ class TransactionProducer(Producer):
             addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
             response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
                                                   context=f"half batch to {q.topic}/{q.queue_id}")
-            results = self._batch_result(response, q, uniqs, addr)
+            results = answer(response, addr)
         except MQClientError as exc:
             if route_stale(exc):  # not sent again here, but the next request finds the new master
                 self.instance.refresh_route_soon(q.topic)

@@ -61,16 +61,18 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from cometmq.client.admin import Admin
 from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError, NoRouteError
-from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult
+from cometmq.client.message import Message, MessageExt, MessageQueue
 from cometmq.client.producer import Producer
 from cometmq.client.transaction_producer import (
     EndEntry,
+    HalfBatchRange,
     LocalTransactionState,
     TransactionClientInstance,
     TransactionProducer,
 )
 from cometmq.common import failpoints
 from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.transaction_batch import MAX_END_ENTRIES
 from cometmq.spark.link import Link
 from cometmq.spark.options import WriteOptions
 from cometmq.spark.writer import _Pending, _Sender, _suspect, to_messages
@@ -87,8 +89,6 @@ WRITE_ID = "__SPARK_WRITE_ID"
 GROUP_PREFIX = "cometmq-spark-eos-"
 #: half ranges per marker message (about 60 bytes each before compression)
 PART_HALVES = 40_000
-#: halves per range at most (a half batch holding more is named by several)
-RANGE_HALVES = 16_384
 #: RocketMQ's property: no check-back of a half sooner than this many seconds after it was stored
 CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 #: CHECK_IMMUNITY_TIME_IN_SECONDS of every half (the broker uses its transactionTimeOut when that is longer)
@@ -264,11 +264,12 @@ class _HalfSender(_Sender):
     ``send_half_batch`` would send for the rows' messages. Timer rows are refused."""
 
     def __init__(self, producer: TransactionProducer, opts: WriteOptions, extra: dict[str, str]) -> None:
-        super().__init__(producer, opts)
+        # A half batch is one range of END_TRANSACTION_BATCH, which names at most MAX_END_ENTRIES halves.
+        super().__init__(producer, dataclasses.replace(opts, batch_size=min(opts.batch_size, MAX_END_ENTRIES)))
         self.tx = producer
         self.suffix = {**extra, **producer.half_properties()}
-        #: (batch number, its results, ordered): the halves stored so far
-        self.stored: list[tuple[int, list[SendResult], bool]] = []
+        #: (batch number, what was stored, ordered): the halves stored so far
+        self.stored: list[tuple[int, HalfBatchRange, bool]] = []
         self.seq = itertools.count()
 
     async def add(self, batch: pa.RecordBatch, first_row: int) -> None:
@@ -293,13 +294,13 @@ class _HalfSender(_Sender):
         if not pend.count:
             return
         body = pend.parts[0] if len(pend.parts) == 1 else b"".join(pend.parts)
-        ids = [f"{prefix}{v:012X}" for prefix, first, n in pend.ids for v in range(first, first + n)]
+        prefix, first, _ = pend.ids[0]
         # Lock first, in row order (asyncio locks are FIFO): batches of one queue go out one after another.
         lock = None if isinstance(key, str) else self.queue_locks.setdefault(key, asyncio.Lock())
-        self._spawn(self._send_half(next(self.seq), key, body, ids, lock))
+        self._spawn(self._send_half(next(self.seq), key, body, f"{prefix}{first:012X}", pend.count, lock))
         await self._throttle()
 
-    async def _send_half(self, n: int, key: str | MessageQueue, body: bytes, ids: list[str],
+    async def _send_half(self, n: int, key: str | MessageQueue, body: bytes, first_id: str, count: int,
                          lock: asyncio.Lock | None) -> None:
         """One half batch, to the next queue of the topic ``key`` or to the queue ``key`` (ordered)."""
         ordered = isinstance(key, MessageQueue)
@@ -311,7 +312,8 @@ class _HalfSender(_Sender):
                 queue = qs[next(self._rr) % len(qs)]
             for attempt in range(self.opts.retries + 1):
                 try:
-                    results = await self.tx.send_half_batch_body(queue, body, ids, timeout=self.opts.send_timeout)
+                    stored = await self.tx.send_half_batch_range(queue, body, first_id, count,
+                                                                 timeout=self.opts.send_timeout)
                     break
                 except BrokerError as exc:
                     # Only an answered refusal is sent again (nothing was stored; the same bytes, the same ids); a
@@ -324,11 +326,10 @@ class _HalfSender(_Sender):
                         await asyncio.sleep(0.2 * (attempt + 1))
                     else:
                         queue = qs[next(self._rr) % len(qs)]
-        bad = [r for r in results if not r.ok]
-        if bad:
-            log.warning("%d halves stored as %s", len(bad), bad[0].status.value)
-        self.stored.append((n, results, ordered))
-        self.sent += len(results)
+        if not stored.ok:
+            log.warning("%d halves stored as %s", stored.count, stored.status.value)
+        self.stored.append((n, stored, ordered))
+        self.sent += stored.count
         self.requests += 1
 
     async def settle(self) -> None:
@@ -337,10 +338,7 @@ class _HalfSender(_Sender):
 
     def halves(self) -> list[HalfRef]:
         """Every half stored, in the order the batches were made (so per queue in row order)."""
-        out: list[HalfRef] = []
-        for _, results, ordered in sorted(self.stored, key=lambda t: t[0]):
-            out += half_refs(results, ordered)
-        return out
+        return [half_range(stored, ordered) for _, stored, ordered in sorted(self.stored, key=lambda t: t[0])]
 
 
 #: offset msg ids (IPv4 32 or IPv6 56 hex digits, the offset, the last 16, below 2**63), comma-separated
@@ -348,21 +346,13 @@ _OFFSET_ID = r"(?:[0-9A-Fa-f]{16}|[0-9A-Fa-f]{40})[0-7][0-9A-Fa-f]{15}"
 _OFFSET_ID_ONE = re.compile(_OFFSET_ID)
 
 
-def half_refs(results: Sequence[SendResult], ordered: bool) -> list[HalfRef]:
-    """The ranges of a half batch's results (one append: consecutive half-queue offsets), :data:`RANGE_HALVES`
-    halves at most each: the first half's commit-log offset as ``decode_offset_msg_id`` reads it."""
-    out: list[HalfRef] = []
-    for start in range(0, len(results), RANGE_HALVES):
-        part = results[start:start + RANGE_HALVES]
-        first = part[0]
-        oid = first.offset_msg_id
-        offset = int(oid[-16:], 16) if _OFFSET_ID_ONE.fullmatch(oid) else decode_offset_msg_id(oid).offset
-        if any(r.queue_offset != first.queue_offset + i or r.queue != first.queue for i, r in enumerate(part)):
-            raise MQClientError(f"a half batch's results are not one range of the half queue (from "
-                                f"{first.queue_offset}): cannot name them by range")
-        out.append((first.queue.broker_name, offset, first.queue_offset, first.msg_id, first.queue.queue_id,
-                    ordered, len(part)))
-    return out
+def half_range(stored: HalfBatchRange, ordered: bool) -> HalfRef:
+    """The range of a half batch as stored: its first half's commit-log offset as ``decode_offset_msg_id`` reads
+    it."""
+    oid = stored.offset_msg_id
+    offset = int(oid[-16:], 16) if _OFFSET_ID_ONE.fullmatch(oid) else decode_offset_msg_id(oid).offset
+    return (stored.queue.broker_name, offset, stored.queue_offset, stored.msg_id, stored.queue.queue_id, ordered,
+            stored.count)
 
 
 _NO_LOCK = contextlib.nullcontext()

@@ -40,6 +40,24 @@
  *       without the pairs named in ``drop`` (a tuple of bytes), the COMMIT transaction type, an IPv4-mapped IPv6
  *       born host as IPv4 (as pack_host packs it), ``prepared_offset``. None where half_fields says None, and for a
  *       queue that is not 1 to 9 ASCII digits (Python's int() reads the rest).
+ *   commit_records(records, first, first_phy, group, topic_part, group_name, prepared_name, drop, topic_name,
+ *                  queue_name, commit, overhead) -> (origins, phys, msgs | None, costs) | None
+ *       The stored records of a range of the half queue (from queue offset ``first``, the first at commit-log
+ *       offset ``first_phy`` unless that is negative), read as half_fields reads each: every one a plain half of
+ *       ``group`` at its queue offset, else None. Per half its origin (TRAN_PREPARED_QUEUE_OFFSET, or its own
+ *       offset), its commit-log offset, and with ``commit`` the message committed_half delivers and its size
+ *       estimate (64 + body + topic + ``overhead`` + properties, as the broker's batched END counts it; 64 for a
+ *       rollback).
+ *       None also where committed_half or the origin would need Python.
+ *   to_halves(msgs, half_topic, zero, tran_name, group_name, immunity_name, refused, topic_name, queue_name, mask)
+ *           -> list[tuple[str, str | None]] | None
+ *       A half batch's messages (decode_plain's: encoded properties) turned into their halves in place, as
+ *       broker/transaction/messages.to_half's byte path turns each: topic ``half_topic``, queue ``zero``, sys flag
+ *       without ``mask``, the properties + ``topic_name``\x01<topic>\x02``queue_name``\x01<queue id>\x02 (still a
+ *       RawProperties; tag code and encoding left unset); per message its ``group_name`` value and its
+ *       ``immunity_name`` value (None when absent). None, nothing changed, unless every message's properties are
+ *       pairs name\x01value\x02 (one 0x01 each, no name empty), with ``tran_name`` once and "true", ``group_name``
+ *       once and not empty, ``immunity_name`` at most once, and no other name starting with one of ``refused``.
  *   layout() -> dict
  *       The record-layout constants below, which a test checks against cometmq.protocol.record_layout
  *       (their owner).
@@ -663,43 +681,22 @@ done:
     return out;
 }
 
-static PyObject *committed_half(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer buf;
-    PyObject *topic_part, *drop, *topic_name, *queue_name, *prepared_obj;
-    if (!PyArg_ParseTuple(args, "SO!SSy*O!", &topic_part, &PyTuple_Type, &drop, &topic_name, &queue_name, &buf,
-                          &PyLong_Type, &prepared_obj))
-        return NULL;
+/* The message a commit of the plain half ``h`` delivers (committed_half's); Py_None when Python must build it (an
+ * unusual queue id), NULL with an error set. ``drop`` holds bytes (checked by the caller). */
+static PyObject *make_committed(const half_t *hp, PyObject *drop, PyObject *topic_name, PyObject *queue_name,
+                                PyObject *prepared_obj) {
+    const half_t h = *hp;
     PyObject *out = NULL, *topic = NULL, *body = NULL, *raw = NULL, *props = NULL, *born = NULL, *queue_id = NULL,
              *flag = NULL, *sys_flag = NULL, *born_ts = NULL, *reconsume = NULL;
-    if (!bound()) goto done;
     Py_ssize_t n_drop = PyTuple_GET_SIZE(drop);
-    for (Py_ssize_t k = 0; k < n_drop; k++) {
-        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(drop, k))) {
-            PyErr_SetString(PyExc_TypeError, "committed_half: drop holds bytes");
-            goto done;
-        }
-    }
-    half_t h;
-    int ok = read_half((const unsigned char *)buf.buf, buf.len, topic_part, &h);
-    if (ok <= 0) {
-        if (ok == 0) out = Py_NewRef(Py_None);
-        goto done;
-    }
     const unsigned char *rp = h.b + h.raw_at;
     long long qid = 0;
     Py_ssize_t at, len;
     if (half_get(&h, queue_name, &at, &len)) {
-        if (len < 1 || len > 9) {
-            out = Py_NewRef(Py_None);
-            goto done;
-        }
+        if (len < 1 || len > 9) return Py_NewRef(Py_None);
         for (Py_ssize_t k = 0; k < len; k++) {
             unsigned char c = rp[at + k];
-            if (c < '0' || c > '9') {
-                out = Py_NewRef(Py_None);
-                goto done;
-            }
+            if (c < '0' || c > '9') return Py_NewRef(Py_None);
             qid = qid * 10 + (c - '0');
         }
     }
@@ -765,7 +762,131 @@ done:
     Py_XDECREF(sys_flag);
     Py_XDECREF(born_ts);
     Py_XDECREF(reconsume);
+    return out;
+}
+
+static int bytes_tuple(PyObject *t, const char *what) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(t); k++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(t, k))) {
+            PyErr_Format(PyExc_TypeError, "%s: drop holds bytes", what);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *committed_half(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf;
+    PyObject *topic_part, *drop, *topic_name, *queue_name, *prepared_obj;
+    if (!PyArg_ParseTuple(args, "SO!SSy*O!", &topic_part, &PyTuple_Type, &drop, &topic_name, &queue_name, &buf,
+                          &PyLong_Type, &prepared_obj))
+        return NULL;
+    PyObject *out = NULL;
+    if (!bound() || !bytes_tuple(drop, "committed_half")) goto done;
+    half_t h;
+    int ok = read_half((const unsigned char *)buf.buf, buf.len, topic_part, &h);
+    if (ok <= 0) {
+        if (ok == 0) out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = make_committed(&h, drop, topic_name, queue_name, prepared_obj);
+done:
     PyBuffer_Release(&buf);
+    return out;
+}
+
+/* The origin a half's TRAN_PREPARED_QUEUE_OFFSET names (its own queue offset when absent); -1 when Python must
+ * read it (anything but 1 to 18 ASCII digits). */
+static long long half_origin(const half_t *h, PyObject *prepared_name) {
+    Py_ssize_t at, len;
+    if (!half_get(h, prepared_name, &at, &len)) return h->queue_offset;
+    if (len < 1 || len > 18) return -1;
+    long long v = 0;
+    for (Py_ssize_t k = 0; k < len; k++) {
+        unsigned char c = h->b[h->raw_at + at + k];
+        if (c < '0' || c > '9') return -1;
+        v = v * 10 + (c - '0');
+    }
+    return v;
+}
+
+static PyObject *commit_records(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *records, *group, *topic_part, *group_name, *prepared_name, *drop, *topic_name, *queue_name;
+    long long first, first_phy, overhead;
+    int commit;
+    if (!PyArg_ParseTuple(args, "O!LLSSSSO!SSpL", &PyList_Type, &records, &first, &first_phy, &group, &topic_part,
+                          &group_name, &prepared_name, &PyTuple_Type, &drop, &topic_name, &queue_name, &commit,
+                          &overhead))
+        return NULL;
+    if (!bound() || !bytes_tuple(drop, "commit_records")) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *origins = PyList_New(n), *phys = PyList_New(n), *msgs = commit ? PyList_New(n) : Py_NewRef(Py_None),
+             *costs = PyList_New(n), *out = NULL;
+    if (origins == NULL || phys == NULL || msgs == NULL || costs == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer buf;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(records, i), &buf, PyBUF_SIMPLE) < 0) goto done;
+        half_t h;
+        int ok = read_half((const unsigned char *)buf.buf, buf.len, topic_part, &h);
+        PyObject *msg = NULL;
+        long long origin = -1, cost = 64;
+        if (ok > 0) {
+            Py_ssize_t at, len;
+            const char *g = "";
+            Py_ssize_t glen = 0;
+            if (half_get(&h, group_name, &at, &len)) {
+                g = (const char *)h.b + h.raw_at + at;
+                glen = len;
+            }
+            ok = (uint64_t)h.queue_offset == (uint64_t)first + (uint64_t)i && (i > 0 || first_phy < 0 || h.phy == first_phy)
+                 && glen == PyBytes_GET_SIZE(group) && memcmp(g, PyBytes_AS_STRING(group), (size_t)glen) == 0;
+            if (ok) {
+                origin = half_origin(&h, prepared_name);
+                ok = origin >= 0;
+            }
+        }
+        if (ok > 0 && commit) {
+            PyObject *phy = PyLong_FromLongLong(h.phy);
+            msg = phy == NULL ? NULL : make_committed(&h, drop, topic_name, queue_name, phy);
+            Py_XDECREF(phy);
+            if (msg == Py_None) {
+                Py_DECREF(msg);
+                msg = NULL;
+                ok = 0;
+            } else if (msg == NULL) {
+                ok = -1;
+            } else {
+                cost += PyBytes_GET_SIZE(SLOT(msg, MSG, M_BODY)) + PyUnicode_GET_LENGTH(SLOT(msg, MSG, M_TOPIC))
+                        + overhead + PyBytes_GET_SIZE(SLOT(msg, MSG, M_PROPERTIES_RAW));
+            }
+        }
+        PyBuffer_Release(&buf);
+        if (ok < 0) goto done;
+        if (ok == 0) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        PyObject *o = PyLong_FromLongLong(origin), *ph = PyLong_FromLongLong(h.phy), *c = PyLong_FromLongLong(cost);
+        if (o == NULL || ph == NULL || c == NULL) {
+            Py_XDECREF(o);
+            Py_XDECREF(ph);
+            Py_XDECREF(c);
+            Py_XDECREF(msg);
+            goto done;
+        }
+        PyList_SET_ITEM(origins, i, o);
+        PyList_SET_ITEM(phys, i, ph);
+        PyList_SET_ITEM(costs, i, c);
+        if (commit) PyList_SET_ITEM(msgs, i, msg);
+    }
+    out = PyTuple_Pack(4, origins, phys, msgs, costs);
+done:
+    Py_XDECREF(origins);
+    Py_XDECREF(phys);
+    Py_XDECREF(msgs);
+    Py_XDECREF(costs);
     return out;
 }
 
@@ -784,6 +905,152 @@ static PyObject *layout(PyObject *self, PyObject *args) {
         "BODY_POS_V6_V6", BODY_POS(IPV6_HOST_SIZE, IPV6_HOST_SIZE));
 }
 
+
+/* -- to_halves ------------------------------------------------------------------------------------------------ */
+
+static int name_is(const unsigned char *p, Py_ssize_t n, PyObject *name) {
+    return n == PyBytes_GET_SIZE(name) && memcmp(p, PyBytes_AS_STRING(name), (size_t)n) == 0;
+}
+
+/* The group and immunity values of one half batch item's properties (offsets into ``raw``), 0 when the item is not
+ * one to_halves takes. */
+typedef struct {
+    Py_ssize_t group_at, group_len, imm_at, imm_len;
+} half_props_t;
+
+static int half_props(const unsigned char *raw, Py_ssize_t n, PyObject *tran_name, PyObject *group_name,
+                      PyObject *immunity_name, PyObject *refused, half_props_t *out) {
+    if (n == 0 || raw[n - 1] != 2) return 0;
+    int tran = 0, group = 0, imm = 0;
+    Py_ssize_t refused_n = PyTuple_GET_SIZE(refused);
+    for (Py_ssize_t pos = 0; pos < n;) {
+        const unsigned char *end = memchr(raw + pos, 2, (size_t)(n - pos));
+        Py_ssize_t pair_end = end - raw; /* found: raw ends with 0x02 */
+        const unsigned char *sep = memchr(raw + pos, 1, (size_t)(pair_end - pos));
+        if (sep == NULL || sep == raw + pos) return 0;
+        Py_ssize_t name_len = sep - (raw + pos), value_at = sep - raw + 1, value_len = pair_end - value_at;
+        if (memchr(raw + value_at, 1, (size_t)value_len) != NULL) return 0;
+        const unsigned char *name = raw + pos;
+        if (name_is(name, name_len, tran_name)) {
+            if (tran++ || value_len != 4 || memcmp(raw + value_at, "true", 4) != 0) return 0;
+        } else if (name_is(name, name_len, group_name)) {
+            if (group++ || value_len == 0) return 0;
+            out->group_at = value_at;
+            out->group_len = value_len;
+        } else if (name_is(name, name_len, immunity_name)) {
+            if (imm++) return 0;
+            out->imm_at = value_at;
+            out->imm_len = value_len;
+        } else {
+            for (Py_ssize_t k = 0; k < refused_n; k++) {
+                PyObject *pre = PyTuple_GET_ITEM(refused, k);
+                Py_ssize_t m = PyBytes_GET_SIZE(pre);
+                if (name_len >= m && memcmp(name, PyBytes_AS_STRING(pre), (size_t)m) == 0) return 0;
+            }
+        }
+        pos = pair_end + 1;
+    }
+    if (!imm) out->imm_at = -1;
+    return tran && group;
+}
+
+static PyObject *to_halves(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *msgs, *half_topic, *zero, *tran_name, *group_name, *immunity_name, *refused, *topic_name, *queue_name;
+    long long mask;
+    if (!PyArg_ParseTuple(args, "O!UO!SSSO!SSL", &PyList_Type, &msgs, &half_topic, &PyLong_Type, &zero, &tran_name,
+                          &group_name, &immunity_name, &PyTuple_Type, &refused, &topic_name, &queue_name, &mask))
+        return NULL;
+    if (!bound()) return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(refused); k++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(refused, k))) {
+            PyErr_SetString(PyExc_TypeError, "to_halves: refused holds bytes");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (n == 0) Py_RETURN_NONE;
+    /* All checked first: either every message becomes its half here or none does. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != MSG.type) Py_RETURN_NONE;
+        PyObject *raw = SLOT(m, MSG, M_PROPERTIES_RAW), *props = SLOT(m, MSG, M_PROPERTIES),
+                 *topic = SLOT(m, MSG, M_TOPIC), *qid = SLOT(m, MSG, M_QUEUE_ID), *sf = SLOT(m, MSG, M_SYS_FLAG);
+        if (raw == NULL || props == NULL || topic == NULL || qid == NULL || sf == NULL) Py_RETURN_NONE;
+        if (!PyBytes_CheckExact(raw) || Py_TYPE(props) != RAW.type || !PyUnicode_CheckExact(topic)
+            || !PyLong_CheckExact(qid) || !PyLong_CheckExact(sf))
+            Py_RETURN_NONE;
+        half_props_t hp;
+        if (!half_props((const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), tran_name, group_name,
+                        immunity_name, refused, &hp))
+            Py_RETURN_NONE;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *raw = SLOT(m, MSG, M_PROPERTIES_RAW);
+        const char *rp = PyBytes_AS_STRING(raw);
+        Py_ssize_t rn = PyBytes_GET_SIZE(raw);
+        half_props_t hp;
+        half_props((const unsigned char *)rp, rn, tran_name, group_name, immunity_name, refused, &hp);
+        PyObject *group = PyUnicode_DecodeUTF8(rp + hp.group_at, hp.group_len, "strict");
+        PyObject *imm = hp.imm_at < 0 ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8(rp + hp.imm_at, hp.imm_len, "strict");
+        Py_ssize_t topic_len;
+        const char *topic = PyUnicode_AsUTF8AndSize(SLOT(m, MSG, M_TOPIC), &topic_len);
+        long long qid = PyLong_AsLongLong(SLOT(m, MSG, M_QUEUE_ID));
+        long long sys_flag = PyLong_AsLongLong(SLOT(m, MSG, M_SYS_FLAG));
+        PyObject *item = NULL, *new_raw = NULL, *new_props = NULL, *new_flag = NULL;
+        if (group == NULL || imm == NULL || topic == NULL || PyErr_Occurred()) goto fail;
+        char qbuf[32];
+        int qlen = PyOS_snprintf(qbuf, sizeof qbuf, "%lld", qid);
+        Py_ssize_t tn = PyBytes_GET_SIZE(topic_name), qn = PyBytes_GET_SIZE(queue_name);
+        new_raw = PyBytes_FromStringAndSize(NULL, rn + tn + 1 + topic_len + 1 + qn + 1 + qlen + 1);
+        if (new_raw == NULL) goto fail;
+        char *w = PyBytes_AS_STRING(new_raw);
+        memcpy(w, rp, (size_t)rn);
+        w += rn;
+        memcpy(w, PyBytes_AS_STRING(topic_name), (size_t)tn);
+        w += tn;
+        *w++ = 1;
+        memcpy(w, topic, (size_t)topic_len);
+        w += topic_len;
+        *w++ = 2;
+        memcpy(w, PyBytes_AS_STRING(queue_name), (size_t)qn);
+        w += qn;
+        *w++ = 1;
+        memcpy(w, qbuf, (size_t)qlen);
+        w += qlen;
+        *w++ = 2;
+        PyObject *rvals[R_COUNT] = {Py_None, new_raw};
+        new_props = make_slots(&RAW, rvals);
+        new_flag = PyLong_FromLongLong(sys_flag & ~mask);
+        item = PyTuple_Pack(2, group, imm);
+        if (new_props == NULL || new_flag == NULL || item == NULL) goto fail;
+        Py_SETREF(SLOT(m, MSG, M_TOPIC), Py_NewRef(half_topic));
+        Py_SETREF(SLOT(m, MSG, M_QUEUE_ID), Py_NewRef(zero));
+        Py_SETREF(SLOT(m, MSG, M_PROPERTIES), new_props);
+        Py_SETREF(SLOT(m, MSG, M_PROPERTIES_RAW), new_raw);
+        Py_SETREF(SLOT(m, MSG, M_SYS_FLAG), new_flag);
+        Py_XSETREF(SLOT(m, MSG, M_TAGS_CODE), Py_NewRef(Py_None));
+        Py_XSETREF(SLOT(m, MSG, M_ENCODED), Py_NewRef(Py_None));
+        Py_DECREF(group);
+        Py_DECREF(imm);
+        PyList_SET_ITEM(out, i, item);
+        continue;
+    fail:
+        Py_XDECREF(group);
+        Py_XDECREF(imm);
+        Py_XDECREF(new_raw);
+        Py_XDECREF(new_props);
+        Py_XDECREF(new_flag);
+        Py_XDECREF(item);
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "Learn the slots of MessageInner, RawProperties and DispatchRequest."},
     {"decode_plain", decode_plain, METH_VARARGS, "A plain batch body's messages, or None when it is malformed."},
@@ -793,6 +1060,8 @@ static PyMethodDef methods[] = {
     {"offset_ids", offset_ids, METH_VARARGS, "A send answer's msgId of these dispatch requests, or None."},
     {"half_fields", half_fields, METH_VARARGS, "What an END_TRANSACTION checks of a plain stored half, or None."},
     {"committed_half", committed_half, METH_VARARGS, "The message a commit of a plain stored half delivers, or None."},
+    {"commit_records", commit_records, METH_VARARGS, "A range's stored halves read and their commits built, or None."},
+    {"to_halves", to_halves, METH_VARARGS, "A half batch's messages made halves in place, or None (Python's job)."},
     {"layout", layout, METH_NOARGS, "The record-layout constants this helper keeps copies of."},
     {NULL, NULL, 0, NULL},
 };

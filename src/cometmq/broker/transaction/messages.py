@@ -94,6 +94,21 @@ def to_half(msg: MessageInner, producer_group: str) -> tuple[str, str | None]:
     return props[PGROUP], props.get(CHECK_IMMUNITY_TIME_IN_SECONDS)
 
 
+def to_halves(msgs: list[MessageInner]) -> list[tuple[str, str | None]] | None:
+    """:func:`to_half` of each of a half batch's messages in one C call (store/_batchc.c), with what it returns;
+    None, nothing changed, when the helper is not built or a message is not one it takes (then :func:`to_half`
+    makes each). tests/broker/test_transaction_state.py compares the two."""
+    if C_BATCH is None:
+        return None
+    kept: list[tuple[str, str | None]] | None = C_BATCH.to_halves(
+        msgs, HALF_TOPIC, 0, TRAN_MSG.encode(), PGROUP.encode(), CHECK_IMMUNITY_TIME_IN_SECONDS.encode(),
+        (b"TRAN", b"REAL_"), REAL_TOPIC.encode(), REAL_QID.encode(), TRANSACTION_MASK)
+    return kept
+
+
+#: bytes of a stored record besides its body, topic and properties (v1 layout, IPv6 hosts), with some room: what a
+#: batched END counts per commit to keep its appends under maxMessageSize
+RECORD_OVERHEAD = 128
 _TRAN_MSG_AT = b"\x02" + TRAN_MSG.encode() + b"\x01"
 _PGROUP_AT = b"\x02" + PGROUP.encode() + b"\x01"
 _IMMUNITY_AT = b"\x02" + CHECK_IMMUNITY_TIME_IN_SECONDS.encode() + b"\x01"
@@ -214,23 +229,19 @@ def committed(half: StoredHalf | MessageRecord, half_commit_log_offset: int) -> 
     return msg
 
 
-def committed_bytes(data: bytes, half_commit_log_offset: int) -> MessageInner | None:
-    """:func:`committed` of a plain half's record bytes (``plain_half_fields`` read it); None when it is not one."""
-    msg = _committed_plain(data, half_commit_log_offset)
-    if msg is None:  # (the C helper leaves an unusual REAL_QID to Python's int())
-        msg = _committed_plain_py(data, half_commit_log_offset)
-    return msg
-
-
-def plain_half_fields(data: bytes) -> tuple[int, int, str, str | None] | None:
-    """A plain half's ``(queue offset, commit-log offset, PGROUP, TRAN_PREPARED_QUEUE_OFFSET)`` from its record's
-    bytes, None for any other record (:func:`read_half` decodes those)."""
-    return _half_fields(data)
-
-
-def origin_from(prepared: str | None, queue_offset: int) -> int:
-    """The transaction a half record belongs to, from its TRAN_PREPARED_QUEUE_OFFSET (None: itself)."""
-    return _origin(prepared, queue_offset)
+def commit_records(records: list[memoryview], first: int, first_phy: int, group: str, commit: bool
+                   ) -> tuple[list[int], list[int], list[MessageInner] | None, list[int]] | None:
+    """Stored records of the half queue from queue offset ``first`` on, each checked as a batched END checks the
+    half it names (a half of ``group`` at that offset, the first at commit-log offset ``first_phy`` unless that is
+    negative): their origins, commit-log offsets, with ``commit`` the messages :func:`committed` makes of them, and
+    each one's size estimate for the END's appends. None when one is not a plain half that passes (the caller
+    then reads them one by one, which names the problem) or the C helper is not built."""
+    if C_BATCH is None:
+        return None
+    got: tuple[list[int], list[int], list[MessageInner] | None, list[int]] | None = C_BATCH.commit_records(
+        records, first, first_phy, group.encode(), _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B, _BOOKKEEPING_B,
+        _REAL_TOPIC_B, _REAL_QID_B, commit, RECORD_OVERHEAD)
+    return got
 
 
 def _origin(prepared: str | None, queue_offset: int) -> int:

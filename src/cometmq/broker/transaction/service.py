@@ -96,8 +96,6 @@ class TransactionMetrics:
 #: resolved transactions whose outcome is remembered (a few MB at most)
 RESOLVED_MEMORY = 65_536
 assert RESOLVED_MEMORY >= MAX_END_ENTRIES  # a batched END's claims are all remembered until it appends them
-#: bytes of a stored record besides its body, topic and properties (v1 layout, IPv6 hosts), with some room
-_RECORD_OVERHEAD = 128
 #: what a decision makes of a transaction
 _OUTCOME = {TRANSACTION_COMMIT_TYPE: "committed", TRANSACTION_ROLLBACK_TYPE: "rolled back"}
 
@@ -190,7 +188,9 @@ class TransactionalMessageService:
         if not self.is_half_send(msgs, ctx.batch, ctx.half_batch):
             return False
         group = ctx.producer_group
-        kept = [tm.to_half(m, group) for m in msgs]
+        kept = tm.to_halves(msgs) if ctx.half_batch else None
+        if kept is None:
+            kept = [tm.to_half(m, group) for m in msgs]
         ctx.on_stored = functools.partial(self._halves_stored, kept)
         return True
 
@@ -343,7 +343,7 @@ class TransactionalMessageService:
             msg = None
             if state == TRANSACTION_COMMIT_TYPE:
                 msg = tm.committed(stored, commit_log_offset)
-                cost += len(msg.body) + len(msg.topic) + _RECORD_OVERHEAD + len(msg.properties_raw or b"")
+                cost += len(msg.body) + len(msg.topic) + tm.RECORD_OVERHEAD + len(msg.properties_raw or b"")
             if size + cost > limit:  # rollbacks count too: their offsets make the op record grow
                 flush()
             if msg is not None:
@@ -372,31 +372,28 @@ class TransactionalMessageService:
             # What decide does, inlined for the usual half of a range (plain, pending): a few hundred ns each.
             pending, wanted, commit = self.table.pending, _OUTCOME[state], state == TRANSACTION_COMMIT_TYPE
             remembered = self._outcomes
-            for n, got in enumerate(self._range_halves(group, commit_log_offset, table_offset, count)):
-                if isinstance(got, tuple):
-                    data, queue_offset, phy, origin = got
-                    half = pending.pop(origin, None)
-                    msg = tm.committed_bytes(data, phy) if commit and half is not None else None
-                    if half is None or (commit and msg is None):
-                        if half is not None:
-                            pending[origin] = half  # (its heap item is still there)
-                        decide(i, tm.StoredHalf(HALF_TOPIC, phy, queue_offset, group, origin, None, data), phy,
-                               state, msg_id)
-                        continue
-                    remembered[origin] = wanted
-                    cost = 64
-                    if msg is not None:
-                        cost += len(msg.body) + len(msg.topic) + _RECORD_OVERHEAD + len(msg.properties_raw or b"")
-                    if size + cost > limit:
-                        flush()
-                    if msg is not None:
-                        msgs.append(msg)
-                    size += cost
-                    claimed.append((i, half, origin))
-                    op_offsets.extend((origin, queue_offset))
+            for n, got in self._range_halves(group, commit_log_offset, table_offset, count, commit):
+                if isinstance(got, _Chunk):
+                    views, origins, phys, committed, costs = got.views, got.origins, got.phys, got.msgs, got.costs
+                    for k, origin in enumerate(origins):
+                        half = pending.pop(origin, None)
+                        if half is None:  # decided before, or refused: as a single entry is
+                            phy = phys[k]
+                            decide(i, tm.StoredHalf(HALF_TOPIC, phy, n + k, group, origin, None, bytes(views[k])), phy,
+                                   state, msg_id)
+                            continue
+                        remembered[origin] = wanted
+                        cost = costs[k]
+                        if size + cost > limit:
+                            flush()
+                        if committed is not None:
+                            msgs.append(committed[k])
+                        size += cost
+                        claimed.append((i, half, origin))
+                        op_offsets.extend((origin, n + k))
                 elif isinstance(got, RemotingError):
                     self.metrics.refused += 1
-                    refuse(i, int(got.code), f"the range's half {n} of {count}: {got.remark}")
+                    refuse(i, int(got.code), f"the range's half {n - table_offset} of {count}: {got.remark}")
                 else:
                     decide(i, got, got.physical_offset, state, msg_id)
             while len(remembered) > RESOLVED_MEMORY:
@@ -426,13 +423,12 @@ class TransactionalMessageService:
         return make_response(cmd, ResponseCode.SUCCESS, None, None,
                              encode_end_outcomes([o or EndOutcome(ResponseCode.SYSTEM_ERROR) for o in outcomes]))
 
-    def _range_halves(self, group: str, commit_log_offset: int, first: int,
-                      count: int) -> Iterator[tuple[bytes, int, int, int] | tm.StoredHalf | RemotingError]:
-        """The halves of a range entry in half-queue order: each stored half read (the checks of
-        :meth:`_half_at` made) — a plain one as ``(record, queue offset, commit-log offset, origin)``, any other
-        as its decoded :class:`StoredHalf` — or the refusal of that one. Refused as a whole (every half) when the
-        first is not at ``commit_log_offset``."""
-        plain_fields = tm.plain_half_fields
+    def _range_halves(self, group: str, commit_log_offset: int, first: int, count: int,
+                      commit: bool) -> Iterator[tuple[int, _Chunk | tm.StoredHalf | RemotingError]]:
+        """The halves of a range entry in half-queue order, each with its half-queue offset: read (the checks of
+        :meth:`_half_at` made) many at once by the C helper (:class:`_Chunk`: plain halves, the commits built
+        when ``commit``), or one by one as their decoded :class:`StoredHalf`, or the refusal of one. Refused as a
+        whole (every half) when the first is not at ``commit_log_offset``."""
         store = self.store
         end = first + count
         expect = first
@@ -441,39 +437,38 @@ class TransactionalMessageService:
             if not got.buffers:
                 break
             before = expect
-            for offset, view in zip(got.queue_offsets, got.buffers, strict=True):
+            offsets, views = got.queue_offsets, got.buffers
+            if offsets[0] == expect and offsets[-1] - expect == len(views) - 1 and offsets[-1] < end:
+                read = tm.commit_records(views, expect, commit_log_offset if expect == first else -1, group, commit)
+                if read is not None:  # every one a plain half of the group at its offset
+                    yield expect, _Chunk(views, *read)
+                    expect += len(views)
+                    continue
+            for offset, view in zip(offsets, views, strict=True):
                 if offset >= end:
                     break
                 while expect < offset:  # gone (an expired segment)
-                    yield self._no_half(expect)
+                    yield expect, self._no_half(expect)
                     expect += 1
-                data = bytes(view)
-                fields = plain_fields(data)
-                if (fields is not None and fields[0] == offset and fields[2] == group
-                        and (offset != first or fields[1] == commit_log_offset)):
-                    prepared = fields[3]
-                    yield data, offset, fields[1], offset if prepared is None else tm.origin_from(prepared, offset)
-                    expect = offset + 1
-                    continue
-                stored = tm.read_half(data)
+                stored = tm.read_half(view)
                 if stored is None or stored.topic != HALF_TOPIC or stored.queue_offset != offset:
-                    yield self._no_half(offset)
+                    yield offset, self._no_half(offset)
                 elif offset == first and stored.physical_offset != commit_log_offset:
                     err = RemotingError(ResponseCode.SYSTEM_ERROR, f"the range's first half is at commit-log "
                                         f"offset {stored.physical_offset}, not {commit_log_offset}: nothing decided")
-                    for _ in range(count):
-                        yield err
+                    for k in range(count):
+                        yield first + k, err
                     return
                 elif stored.group != group:
-                    yield RemotingError(ResponseCode.SYSTEM_ERROR, "The producer group wrong: the half message "
-                                        f"belongs to {stored.group!r}, not {group!r}")
+                    yield offset, RemotingError(ResponseCode.SYSTEM_ERROR, "The producer group wrong: the half "
+                                                f"message belongs to {stored.group!r}, not {group!r}")
                 else:
-                    yield stored
+                    yield offset, stored
                 expect = offset + 1
             if expect == before:  # nothing of the range in what came back
                 break
         while expect < end:
-            yield self._no_half(expect)
+            yield expect, self._no_half(expect)
             expect += 1
 
     @staticmethod
@@ -696,6 +691,18 @@ class TransactionalMessageService:
 
     def stats(self) -> dict[str, int]:
         return {**asdict(self.metrics), "pending": len(self.table)}
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """Halves of a range read by the C helper (``messages.commit_records``): their records, origins, commit-log
+    offsets, the commits' messages (None for a rollback) and size estimates."""
+
+    views: list[memoryview]
+    origins: list[int]
+    phys: list[int]
+    msgs: list[MessageInner] | None
+    costs: list[int]
 
 
 def _wants_transaction(m: MessageInner) -> bool:

@@ -213,15 +213,21 @@ def test_a_ranges_records_read_at_once_are_what_each_reads_as(records: list[byte
     first = readings[0][2] if readings[0] is not None else 0
     group = readings[0][3] if readings[0] is not None and other_group else "another-group"
     first_phy = readings[0][1] if readings[0] is not None and check_first else -1
-    got = tm.commit_records([memoryview(d) for d in records], first, first_phy, group, commit)
+    got = tm.commit_records([memoryview(d) for d in records], len(records), first, first_phy, group, commit)
+    # The same records back to back in a region of the log (the first len(records) - 1 of them when the region
+    # ends inside the last one, or whatever is not a whole record)
+    region = b"".join(records)
+    from_region = tm.commit_records(memoryview(region + b"\x00\x00\x01"), len(records), first, first_phy, group,
+                                    commit)
     if C is None:
-        assert got is None
+        assert got is None and from_region is None
         return
     if got is None:
         event("declined")
         return
     event("taken")
-    origins, phys, msgs, costs = got
+    origins, phys, msgs, costs, sizes = got
+    assert sizes == [len(d) for d in records]
     for k, data in enumerate(records):
         half = tm.read_half(data)
         assert half is not None and half.record is None  # plain
@@ -235,6 +241,13 @@ def test_a_ranges_records_read_at_once_are_what_each_reads_as(records: list[byte
         else:
             assert msgs is None and costs[k] == 64
     assert first_phy < 0 or phys[0] == first_phy
+    again = tm.commit_records([memoryview(d) for d in records], len(records), first, first_phy, group, commit)
+    assert from_region is not None and described_read(from_region) == described_read(again)  # (both unread)
+
+
+def described_read(read: Any) -> tuple[Any, ...]:
+    origins, phys, msgs, costs, sizes = read
+    return origins, phys, None if msgs is None else [described(m) for m in msgs], costs, sizes
 
 
 def test_known_half() -> None:

@@ -40,14 +40,15 @@
  *       without the pairs named in ``drop`` (a tuple of bytes), the COMMIT transaction type, an IPv4-mapped IPv6
  *       born host as IPv4 (as pack_host packs it), ``prepared_offset``. None where half_fields says None, and for a
  *       queue that is not 1 to 9 ASCII digits (Python's int() reads the rest).
- *   commit_records(records, first, first_phy, group, topic_part, group_name, prepared_name, drop, topic_name,
- *                  queue_name, commit, overhead) -> (origins, phys, msgs | None, costs) | None
+ *   commit_records(records, limit, first, first_phy, group, topic_part, group_name, prepared_name, drop,
+ *                  topic_name, queue_name, commit, overhead) -> (origins, phys, msgs | None, costs, sizes) | None
  *       The stored records of a range of the half queue (from queue offset ``first``, the first at commit-log
- *       offset ``first_phy`` unless that is negative), read as half_fields reads each: every one a plain half of
- *       ``group`` at its queue offset, else None. Per half its origin (TRAN_PREPARED_QUEUE_OFFSET, or its own
+ *       offset ``first_phy`` unless that is negative) — a list of records, or a region of the log holding them back
+ *       to back (at most ``limit``, as many as lie wholly in it) — read as half_fields reads each: every one a
+ *       plain half of ``group`` at its queue offset, else None (also when none is read). Per half its origin (TRAN_PREPARED_QUEUE_OFFSET, or its own
  *       offset), its commit-log offset, and with ``commit`` the message committed_half delivers and its size
  *       estimate (64 + body + topic + ``overhead`` + properties, as the broker's batched END counts it; 64 for a
- *       rollback).
+ *       rollback), and its record's size.
  *       None also where committed_half or the origin would need Python.
  *   to_halves(msgs, half_topic, zero, tran_name, group_name, immunity_name, refused, topic_name, queue_name, mask)
  *           -> list[tuple[str, str | None]] | None
@@ -811,82 +812,98 @@ static long long half_origin(const half_t *h, PyObject *prepared_name) {
     return v;
 }
 
+/* One record of a range (commit_records): 1 taken (its values appended to the lists), 0 declined, -1 an error. */
+static int take_half(const unsigned char *b, Py_ssize_t n, long long expect, long long first_phy, PyObject *group,
+                     PyObject *topic_part, PyObject *group_name, PyObject *prepared_name, PyObject *drop,
+                     PyObject *topic_name, PyObject *queue_name, int commit, long long overhead, PyObject *lists[5]) {
+    half_t h;
+    int ok = read_half(b, n, topic_part, &h);
+    if (ok <= 0) return ok;
+    Py_ssize_t at, len;
+    const char *g = "";
+    Py_ssize_t glen = 0;
+    if (half_get(&h, group_name, &at, &len)) {
+        g = (const char *)h.b + h.raw_at + at;
+        glen = len;
+    }
+    if ((uint64_t)h.queue_offset != (uint64_t)expect || (first_phy >= 0 && h.phy != first_phy)
+        || glen != PyBytes_GET_SIZE(group) || memcmp(g, PyBytes_AS_STRING(group), (size_t)glen) != 0)
+        return 0;
+    long long origin = half_origin(&h, prepared_name), cost = 64;
+    if (origin < 0) return 0;
+    PyObject *msg = NULL;
+    if (commit) {
+        PyObject *phy = PyLong_FromLongLong(h.phy);
+        msg = phy == NULL ? NULL : make_committed(&h, drop, topic_name, queue_name, phy);
+        Py_XDECREF(phy);
+        if (msg == NULL) return -1;
+        if (msg == Py_None) {
+            Py_DECREF(msg);
+            return 0;
+        }
+        cost += PyBytes_GET_SIZE(SLOT(msg, MSG, M_BODY)) + PyUnicode_GET_LENGTH(SLOT(msg, MSG, M_TOPIC)) + overhead
+                + PyBytes_GET_SIZE(SLOT(msg, MSG, M_PROPERTIES_RAW));
+    }
+    PyObject *vals[5] = {PyLong_FromLongLong(origin), PyLong_FromLongLong(h.phy), msg, PyLong_FromLongLong(cost),
+                         PyLong_FromSsize_t(n)};
+    int rc = 1;
+    for (int k = 0; k < 5; k++) {
+        if (k == 2 && !commit) continue;
+        if (rc == 1 && (vals[k] == NULL || PyList_Append(lists[k], vals[k]) < 0)) rc = -1;
+        Py_XDECREF(vals[k]);
+    }
+    return rc;
+}
+
 static PyObject *commit_records(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *records, *group, *topic_part, *group_name, *prepared_name, *drop, *topic_name, *queue_name;
-    long long first, first_phy, overhead;
+    long long limit, first, first_phy, overhead;
     int commit;
-    if (!PyArg_ParseTuple(args, "O!LLSSSSO!SSpL", &PyList_Type, &records, &first, &first_phy, &group, &topic_part,
+    if (!PyArg_ParseTuple(args, "OLLLSSSSO!SSpL", &records, &limit, &first, &first_phy, &group, &topic_part,
                           &group_name, &prepared_name, &PyTuple_Type, &drop, &topic_name, &queue_name, &commit,
                           &overhead))
         return NULL;
     if (!bound() || !bytes_tuple(drop, "commit_records")) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(records);
-    PyObject *origins = PyList_New(n), *phys = PyList_New(n), *msgs = commit ? PyList_New(n) : Py_NewRef(Py_None),
-             *costs = PyList_New(n), *out = NULL;
-    if (origins == NULL || phys == NULL || msgs == NULL || costs == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_buffer buf;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(records, i), &buf, PyBUF_SIMPLE) < 0) goto done;
-        half_t h;
-        int ok = read_half((const unsigned char *)buf.buf, buf.len, topic_part, &h);
-        PyObject *msg = NULL;
-        long long origin = -1, cost = 64;
-        if (ok > 0) {
-            Py_ssize_t at, len;
-            const char *g = "";
-            Py_ssize_t glen = 0;
-            if (half_get(&h, group_name, &at, &len)) {
-                g = (const char *)h.b + h.raw_at + at;
-                glen = len;
-            }
-            ok = (uint64_t)h.queue_offset == (uint64_t)first + (uint64_t)i && (i > 0 || first_phy < 0 || h.phy == first_phy)
-                 && glen == PyBytes_GET_SIZE(group) && memcmp(g, PyBytes_AS_STRING(group), (size_t)glen) == 0;
-            if (ok) {
-                origin = half_origin(&h, prepared_name);
-                ok = origin >= 0;
-            }
+    PyObject *lists[5] = {PyList_New(0), PyList_New(0), commit ? PyList_New(0) : Py_NewRef(Py_None), PyList_New(0),
+                          PyList_New(0)};
+    PyObject *out = NULL;
+    for (int k = 0; k < 5; k++)
+        if (lists[k] == NULL) goto done;
+    int ok = 1;
+    if (PyList_CheckExact(records)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records) && ok > 0; i++) {
+            Py_buffer buf;
+            if (PyObject_GetBuffer(PyList_GET_ITEM(records, i), &buf, PyBUF_SIMPLE) < 0) goto done;
+            ok = take_half((const unsigned char *)buf.buf, buf.len, (long long)((uint64_t)first + (uint64_t)i),
+                           i == 0 ? first_phy : -1, group, topic_part, group_name, prepared_name, drop, topic_name,
+                           queue_name, commit, overhead, lists);
+            PyBuffer_Release(&buf);
         }
-        if (ok > 0 && commit) {
-            PyObject *phy = PyLong_FromLongLong(h.phy);
-            msg = phy == NULL ? NULL : make_committed(&h, drop, topic_name, queue_name, phy);
-            Py_XDECREF(phy);
-            if (msg == Py_None) {
-                Py_DECREF(msg);
-                msg = NULL;
-                ok = 0;
-            } else if (msg == NULL) {
-                ok = -1;
-            } else {
-                cost += PyBytes_GET_SIZE(SLOT(msg, MSG, M_BODY)) + PyUnicode_GET_LENGTH(SLOT(msg, MSG, M_TOPIC))
-                        + overhead + PyBytes_GET_SIZE(SLOT(msg, MSG, M_PROPERTIES_RAW));
-            }
+    } else {
+        /* a region of the log: records back to back, up to ``limit``, as many as lie wholly inside it */
+        Py_buffer buf;
+        if (PyObject_GetBuffer(records, &buf, PyBUF_SIMPLE) < 0) goto done;
+        const unsigned char *b = (const unsigned char *)buf.buf;
+        Py_ssize_t pos = 0;
+        for (long long i = 0; i < limit && ok > 0 && pos + 8 <= buf.len; i++) {
+            Py_ssize_t size = (Py_ssize_t)get_be32(b + pos);
+            if (size <= 0 || size > buf.len - pos) break;
+            ok = take_half(b + pos, size, (long long)((uint64_t)first + (uint64_t)i), i == 0 ? first_phy : -1, group,
+                           topic_part, group_name, prepared_name, drop, topic_name, queue_name, commit, overhead,
+                           lists);
+            pos += size;
         }
         PyBuffer_Release(&buf);
-        if (ok < 0) goto done;
-        if (ok == 0) {
-            out = Py_NewRef(Py_None);
-            goto done;
-        }
-        PyObject *o = PyLong_FromLongLong(origin), *ph = PyLong_FromLongLong(h.phy), *c = PyLong_FromLongLong(cost);
-        if (o == NULL || ph == NULL || c == NULL) {
-            Py_XDECREF(o);
-            Py_XDECREF(ph);
-            Py_XDECREF(c);
-            Py_XDECREF(msg);
-            goto done;
-        }
-        PyList_SET_ITEM(origins, i, o);
-        PyList_SET_ITEM(phys, i, ph);
-        PyList_SET_ITEM(costs, i, c);
-        if (commit) PyList_SET_ITEM(msgs, i, msg);
     }
-    out = PyTuple_Pack(4, origins, phys, msgs, costs);
+    if (ok < 0) goto done;
+    if (ok == 0 || PyList_GET_SIZE(lists[0]) == 0) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyTuple_Pack(5, lists[0], lists[1], lists[2], lists[3], lists[4]);
 done:
-    Py_XDECREF(origins);
-    Py_XDECREF(phys);
-    Py_XDECREF(msgs);
-    Py_XDECREF(costs);
+    for (int k = 0; k < 5; k++) Py_XDECREF(lists[k]);
     return out;
 }
 

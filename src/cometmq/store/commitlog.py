@@ -357,6 +357,16 @@ class CommitLog:
             return None
         return mf.view(pos, size)
 
+    def read_upto(self, offset: int, size: int) -> memoryview | None:
+        """A zero-copy view of at most ``size`` bytes at ``offset``, up to the end of what its segment holds; None
+        when ``offset`` is not in the log."""
+        mf = self.files.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        n = min(size, mf.wrote_position - pos)
+        return mf.view(pos, n) if n > 0 else None
+
     def store_time_at(self, offset: int, size: int) -> int | None:
         view = self.read(offset, size)
         if view is None or size < MIN_RECORD_SIZE:

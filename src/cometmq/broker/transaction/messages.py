@@ -229,17 +229,22 @@ def committed(half: StoredHalf | MessageRecord, half_commit_log_offset: int) -> 
     return msg
 
 
-def commit_records(records: list[memoryview], first: int, first_phy: int, group: str, commit: bool
-                   ) -> tuple[list[int], list[int], list[MessageInner] | None, list[int]] | None:
-    """Stored records of the half queue from queue offset ``first`` on, each checked as a batched END checks the
-    half it names (a half of ``group`` at that offset, the first at commit-log offset ``first_phy`` unless that is
-    negative): their origins, commit-log offsets, with ``commit`` the messages :func:`committed` makes of them, and
-    each one's size estimate for the END's appends. None when one is not a plain half that passes (the caller
-    then reads them one by one, which names the problem) or the C helper is not built."""
+_Read = tuple[list[int], list[int], list[MessageInner] | None, list[int], list[int]]
+
+
+def commit_records(records: list[memoryview] | memoryview, limit: int, first: int, first_phy: int, group: str,
+                   commit: bool) -> _Read | None:
+    """Stored records of the half queue from queue offset ``first`` on (a list of records, or a region of the log
+    holding up to ``limit`` of them back to back: as many as lie wholly in it), each checked as a batched END checks
+    the half it names (a half of ``group`` at that offset, the first at commit-log offset ``first_phy`` unless that
+    is negative): their origins, commit-log offsets, with ``commit`` the messages :func:`committed` makes of them,
+    each one's size estimate for the END's appends, and its record's size. None when one is not a plain half that
+    passes (the caller then reads them one by one, which names the problem), none was read, or the C helper is not
+    built."""
     if C_BATCH is None:
         return None
-    got: tuple[list[int], list[int], list[MessageInner] | None, list[int]] | None = C_BATCH.commit_records(
-        records, first, first_phy, group.encode(), _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B, _BOOKKEEPING_B,
+    got: _Read | None = C_BATCH.commit_records(
+        records, limit, first, first_phy, group.encode(), _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B, _BOOKKEEPING_B,
         _REAL_TOPIC_B, _REAL_QID_B, commit, RECORD_OVERHEAD)
     return got
 

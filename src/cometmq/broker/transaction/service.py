@@ -374,12 +374,12 @@ class TransactionalMessageService:
             remembered = self._outcomes
             for n, got in self._range_halves(group, commit_log_offset, table_offset, count, commit):
                 if isinstance(got, _Chunk):
-                    views, origins, phys, committed, costs = got.views, got.origins, got.phys, got.msgs, got.costs
+                    origins, phys, committed, costs = got.origins, got.phys, got.msgs, got.costs
                     for k, origin in enumerate(origins):
                         half = pending.pop(origin, None)
                         if half is None:  # decided before, or refused: as a single entry is
                             phy = phys[k]
-                            decide(i, tm.StoredHalf(HALF_TOPIC, phy, n + k, group, origin, None, bytes(views[k])), phy,
+                            decide(i, tm.StoredHalf(HALF_TOPIC, phy, n + k, group, origin, None, got.record(k)), phy,
                                    state, msg_id)
                             continue
                         remembered[origin] = wanted
@@ -432,6 +432,18 @@ class TransactionalMessageService:
         store = self.store
         end = first + count
         expect = first
+        # A half batch's halves lie back to back in the log: read from there, a region at a time.
+        phy: int | None = commit_log_offset
+        while expect < end and phy is not None:
+            region = store.commitlog.read_upto(phy, _READ_BYTES)
+            if region is None:
+                break
+            read = tm.commit_records(region, end - expect, expect, phy, group, commit)
+            if read is None:
+                break  # (the queue's units from here on)
+            yield expect, _Chunk(region, *read)
+            expect += len(read[0])
+            phy = read[1][-1] + read[4][-1]
         while expect < end:
             got = store.get_messages(HALF_TOPIC, 0, expect, min(end - expect, 4096), max_bytes=_READ_BYTES)
             if not got.buffers:
@@ -439,7 +451,8 @@ class TransactionalMessageService:
             before = expect
             offsets, views = got.queue_offsets, got.buffers
             if offsets[0] == expect and offsets[-1] - expect == len(views) - 1 and offsets[-1] < end:
-                read = tm.commit_records(views, expect, commit_log_offset if expect == first else -1, group, commit)
+                read = tm.commit_records(views, len(views), expect, commit_log_offset if expect == first else -1,
+                                         group, commit)
                 if read is not None:  # every one a plain half of the group at its offset
                     yield expect, _Chunk(views, *read)
                     expect += len(views)
@@ -695,14 +708,22 @@ class TransactionalMessageService:
 
 @dataclass(slots=True)
 class _Chunk:
-    """Halves of a range read by the C helper (``messages.commit_records``): their records, origins, commit-log
-    offsets, the commits' messages (None for a rollback) and size estimates."""
+    """Halves of a range read by the C helper (``messages.commit_records``): their records (a list, or a region of
+    the log holding them back to back), origins, commit-log offsets, the commits' messages (None for a rollback),
+    size estimates and record sizes."""
 
-    views: list[memoryview]
+    records: list[memoryview] | memoryview
     origins: list[int]
     phys: list[int]
     msgs: list[MessageInner] | None
     costs: list[int]
+    sizes: list[int]
+
+    def record(self, k: int) -> bytes:
+        if isinstance(self.records, list):
+            return bytes(self.records[k])
+        start = sum(self.sizes[:k])
+        return bytes(self.records[start:start + self.sizes[k]])
 
 
 def _wants_transaction(m: MessageInner) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cometmq.broker.controller import BrokerController
 from cometmq.broker.transaction import HALF_TOPIC, OP_TOPIC
 from cometmq.net.client import RemotingClient
@@ -189,16 +191,22 @@ async def test_bad_half_batches_store_nothing(start_broker: StartBroker, produce
     assert r.code == ResponseCode.SUCCESS and len(b.transactions.table) == 1
 
 
-async def test_commits_larger_than_one_append_are_split(start_broker: StartBroker,
-                                                       producer_factory: list[Producer]) -> None:
-    """The test broker's maxMessageSize is 256 KiB: 150 commits of 4 KiB go in several appends, in order."""
+@pytest.mark.parametrize("by_range", [False, True])
+async def test_commits_larger_than_one_append_are_split(start_broker: StartBroker, producer_factory: list[Producer],
+                                                       by_range: bool) -> None:
+    """The test broker's maxMessageSize is 256 KiB: 150 commits of 4 KiB go in several appends, in order (named one by
+    one, or as three ranges of 50)."""
     b = await start_broker()
     p = make_producer(producer_factory, b)
     halves: list[tuple[int, int]] = []
     for k in range(3):
         halves += await send_halves(p, "TxBig", half_items(50, prefix=f"b{k}-", size=4000))
-    out = await end_batch(p.client, b, [(h, COMMIT) for h in halves])
-    assert codes(out) == [0] * 150
+    if by_range:
+        out = await end_ranges(p.client, b, [EndEntry(*halves[50 * k], COMMIT, "", 50) for k in range(3)])
+        assert codes(out) == [0] * 3 and all(o.already == 0 for o in out)
+    else:
+        out = await end_batch(p.client, b, [(h, COMMIT) for h in halves])
+        assert codes(out) == [0] * 150
     assert b.store.max_offset(OP_TOPIC, 0) >= 3  # one op record per append
     got = []
     while len(got) < 150:

@@ -18,6 +18,7 @@ system topics, so the store's own recovery covers them. What differs, and why:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import functools
 import itertools
@@ -26,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.clients import ClientChannel, ProducerManager
@@ -375,6 +376,32 @@ class TransactionalMessageService:
             for n, got in self._range_halves(group, commit_log_offset, table_offset, count, commit):
                 if isinstance(got, _Chunk):
                     origins, phys, committed, costs = got.origins, got.phys, got.msgs, got.costs
+                    halves = [pending.pop(origin, None) for origin in origins]
+                    if None not in halves:  # all pending (the usual case): claimed at once
+                        remembered.update(zip(origins, itertools.repeat(wanted)))
+                        start, total = 0, len(origins)
+                        while start < total:
+                            fits = bisect.bisect_right(list(itertools.accumulate(costs[start:])), limit - size)
+                            if not fits:  # the next does not fit in this append
+                                if claimed:
+                                    flush()
+                                    continue
+                                fits = 1  # (one alone larger than the limit goes in an append of its own)
+                            stop = start + fits
+                            if committed is not None:
+                                msgs.extend(committed[start:stop])
+                            size += sum(costs[start:stop])
+                            claimed.extend(zip(itertools.repeat(i), cast(list[PendingHalf], halves[start:stop]),
+                                               origins[start:stop]))
+                            op_offsets.extend(origins[start:stop])
+                            op_offsets.extend(range(n + start, n + stop))
+                            start = stop
+                            if start < total:
+                                flush()
+                        continue
+                    for origin, half in zip(origins, halves, strict=True):
+                        if half is not None:
+                            pending[origin] = half  # back: decided one by one below (their heap items stayed)
                     for k, origin in enumerate(origins):
                         half = pending.pop(origin, None)
                         if half is None:  # decided before, or refused: as a single entry is

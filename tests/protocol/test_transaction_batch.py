@@ -86,13 +86,16 @@ def test_range_entries_and_their_outcomes() -> None:
     ranged = decode_end_outcomes(b'{"results":[[0,"",2],[0,"",0],[4,"no",1]]}')
     assert [(o.ok, o.already_resolved, o.resolved_before) for o in ranged] == [(True, True, 2), (True, False, 0),
                                                                                (False, False, 1)]
-    with pytest.raises(RemoteProtocolError, match="entry 0: count 0"):
-        decode_end_entries(b'{"entries":[[1,2,8,"",0]]}')
-    with pytest.raises(RemoteProtocolError, match="count"):
-        decode_end_entries(b'{"entries":[[1,2,8,"",1.5]]}')
-    with pytest.raises(RemoteProtocolError, match="past the largest offset"):
-        decode_end_entries(b'{"entries":[[1,9223372036854775800,8,"",100]]}')
-    with pytest.raises(RemoteProtocolError, match="halves: at most"):  # ranges count by their halves
-        decode_end_entries(encode_end_entries([EndEntry(0, 0, 8, "", MAX_END_ENTRIES), EndEntry(0, 0, 8)]))
-    with pytest.raises(RemoteProtocolError, match="alreadyResolved"):
-        decode_end_outcomes(b'{"results":[[0,"",-2]]}')
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    (b'{"entries":[[1,2,8,"",0]]}', "entry 0: count 0"),
+    (b'{"entries":[[1,2,8,"",1.5]]}', "count 1.5"),
+    (b'{"entries":[[1,9223372036854775800,8,"",100]]}', "past the largest offset"),
+    # ranges count by their halves
+    (encode_end_entries([EndEntry(0, 0, 8, "", MAX_END_ENTRIES), EndEntry(0, 0, 8)]), "halves: at most"),
+    (b'{"results":[[0,"",-2]]}', "alreadyResolved"),
+])
+def test_range_refusals_name_the_problem(body: bytes, match: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=match):
+        (decode_end_outcomes if b"results" in body else decode_end_entries)(body)

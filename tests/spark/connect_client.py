@@ -32,7 +32,8 @@ def read(spark: SparkSession, a: dict[str, Any]) -> dict[str, Any]:
 def write(spark: SparkSession, a: dict[str, Any]) -> dict[str, Any]:
     rows = [(f"w{i}", f"t{i % 2}", f"k{i}", f"s{i % 3}") for i in range(a["n"])]
     df = spark.createDataFrame(rows, "body string, tags string, keys string, shardingKey string")
-    df.write.format("cometmq").option("namesrv", a["namesrv"]).option("topic", a["topic"]).mode("append").save()
+    (df.write.format("cometmq").option("namesrv", a["namesrv"]).option("topic", a["topic"])
+     .option("transactional", str(a.get("transactional", False)).lower()).mode("append").save())
     return {"written": len(rows)}
 
 
@@ -44,6 +45,7 @@ def stream(spark: SparkSession, a: dict[str, Any]) -> dict[str, Any]:
                .option("startingOffsets", "earliest").load())
         return (src.select("body", F.lit("streamed").alias("tags"))
                 .writeStream.format("cometmq").option("namesrv", a["namesrv"]).option("topic", a["sink"])
+                .option("transactional", str(a.get("transactional", False)).lower())
                 .option("checkpointLocation", a["checkpoint"]).trigger(**trigger).start())
 
     def rows(query: Any) -> int:

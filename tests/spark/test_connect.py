@@ -137,20 +137,24 @@ def test_connect_read(connect: str, server: CometServer, producer: SyncProducer,
     assert sum(out["per_queue"].values()) == 50 and len(out["per_queue"]) == 4
 
 
-def test_connect_write(connect: str, server: CometServer, topic: str) -> None:
-    out = client(connect, "write", namesrv=server.namesrv, topic=topic, n=120)
+@pytest.mark.parametrize("transactional", [False, True], ids=["at-least-once", "exactly-once"])
+def test_connect_write(connect: str, server: CometServer, topic: str, transactional: bool) -> None:
+    """A batch write from a thin client; exactly-once too (its tasks' halves committed by the driver, which runs
+    in the Connect server, an application of the standalone cluster)."""
+    out = client(connect, "write", namesrv=server.namesrv, topic=topic, n=120, transactional=transactional)
     assert out == {"written": 120, "cometmq_imported": False}
     got = pull_all(server.namesrv, topic, 120)
     assert sorted(got) == sorted((f"w{i}", f"t{i % 2}") for i in range(120))
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["at-least-once", "exactly-once"])
 def test_connect_streaming(connect: str, server: CometServer, producer: SyncProducer, topic: str,
-                           tmp_path: Path) -> None:
+                           tmp_path: Path, transactional: bool) -> None:
     sink = topic + "Out"
     server.create_topic(sink, 4)
     send(producer, topic, [f"e{i}" for i in range(100)])
     out = client(connect, "stream", namesrv=server.namesrv, source=topic, sink=sink,
-                 checkpoint=str(tmp_path / "ck"), more=30)
+                 checkpoint=str(tmp_path / "ck"), more=30, transactional=transactional)
     assert out["error"] is None and out["rerun_error"] is None
     assert (out["first"], out["total"], out["rerun_rows"]) == (100, 130, 0)
     got = pull_all(server.namesrv, sink, 130)

@@ -80,12 +80,14 @@ def _stop_event() -> asyncio.Event:
 
 
 def _server_gc() -> None:
-    from cometmq.common.gc_tuning import tune_for_server
+    """Once the servers are up: the collector's settings, then start-up's freed heap pages back to the system."""
+    from cometmq.common.gc_tuning import trim_heap, tune_for_server
 
     try:
         tune_for_server()
     except ValueError as exc:  # the servers are up by now: say so and keep Python's collector settings
         logging.getLogger("cometmq").error("%s; the garbage collector keeps its default settings", exc)
+    trim_heap()
 
 
 def _run(main: object) -> None:

@@ -42,3 +42,12 @@ def test_env_sets_thresholds_or_keeps_pythons() -> None:
 def test_bad_values_name_the_variable(bad: str) -> None:
     with pytest.raises(ValueError, match="COMETMQ_GC_THRESHOLDS"):
         thresholds_from_env(bad)
+
+
+def test_trim_heap_returns_the_freed_heap_where_glibc_can() -> None:
+    """Called once the servers are up (server_main._server_gc); a no-op answering False without glibc."""
+    import platform
+
+    from cometmq.common.gc_tuning import trim_heap
+
+    assert trim_heap() is (sys.platform == "linux" and platform.libc_ver()[0] == "glibc")

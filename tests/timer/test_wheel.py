@@ -199,4 +199,30 @@ def test_reset_forgets_everything() -> None:
     w = TimerWheel(N, P)
     w.link(NOW // P, 56)
     w.reset()
-    assert w.get(NOW // P).empty and not any(w.occupied)
+    assert w.get(NOW // P).empty and w.occupied.find(b"\x01") < 0
+
+
+def test_the_occupied_map_holds_no_memory_until_marked_and_the_scan_finds_slots_at_chunk_edges() -> None:
+    """``occupied`` is an anonymous private mapping (its pages take memory once marked, issue [16]); the start-up
+    scan reads the records in chunks and finds used slots on both sides of every chunk edge."""
+    from cometmq.timer import wheel as wheel_mod
+
+    n = 3 * wheel_mod._SCAN_SLOTS + 5
+    occ = wheel_mod.zeroed_map(n)
+    assert len(occ) == n and occ.find(b"\x01") < 0
+    occ[n - 1] = 1
+    assert occ[n - 1] == 1 and occ.find(b"\x01") == n - 1
+    w = TimerWheel(n, P)
+    read = NOW // P
+    edges = [0, wheel_mod._SCAN_SLOTS - 1, wheel_mod._SCAN_SLOTS, 2 * wheel_mod._SCAN_SLOTS + 1, n - 1]
+    for k, offset in enumerate(edges):
+        w.link(read + offset, 10 * k)
+    image = w.encode()
+    back = TimerWheel.decode(image)
+    assert back.occupied.find(b"\x01") < 0  # derived: empty until rebuilt
+    assert back.rebuild(read) == (len(edges), 0)
+    found, slot = [], read
+    while (nxt := back.next_occupied(slot, read + n)) is not None:
+        found.append(nxt - read)
+        slot = nxt + 1
+    assert found == edges

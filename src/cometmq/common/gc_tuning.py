@@ -47,3 +47,18 @@ def tune_for_server() -> None:
     gc.freeze()
     gc.set_threshold(*wanted)
     log.debug("gc: froze %d start-up objects, thresholds %s", gc.get_freeze_count(), wanted)
+
+
+def trim_heap() -> bool:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``), once the server is up:
+    start-up frees much of what it allocated (import-time work, configuration parsing, store recovery) and glibc
+    keeps those pages otherwise, ~0.7 MiB of an idle ``cometmq serve`` (docs/benchmarks.md, [16] idle memory).
+    False where the C library has no ``malloc_trim`` (musl, macOS): nothing done."""
+    import ctypes  # a broker has it loaded already (cometmq.store.mapped_file)
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True

@@ -1,9 +1,11 @@
-"""Which address of this machine to give others when a server binds a wildcard (0.0.0.0, ::)."""
+"""Which address of this machine to give others when a server binds a wildcard (0.0.0.0, ::); listening sockets
+bound without a name lookup."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 
 WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", ""})
 
@@ -31,3 +33,34 @@ def local_address() -> str | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def bound_socket(host: str, port: int) -> socket.socket | None:
+    """A TCP socket bound to ``host:port`` (SO_REUSEADDR, IPv6 only for an IPv6 address: as ``create_server`` binds)
+    when ``host`` is one IP address written out (``127.0.0.1``, ``0.0.0.0``, ``::1``), for ``create_server(sock=…)``.
+    ``create_server(host, port)`` looks even such a host up, and uvloop does that in its thread pool (4 threads
+    started) through the ``idna`` codec (stringprep, unicodedata): ~0.5 MiB of an idle ``cometmq serve`` (issue
+    [16]). None for a host name, "" or a scoped IPv6 address: the loop resolves those as before. A failed bind
+    raises OSError, worded as the loop's."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
+        return None
+    family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if sys.platform != "win32":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise OSError(exc.errno, f"error while attempting to bind on address {(host, port)!r}: "
+                                     f"{(exc.strerror or str(exc)).lower()}") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock

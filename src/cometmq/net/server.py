@@ -7,6 +7,7 @@ import logging
 from types import TracebackType
 from typing import Any
 
+from cometmq.net.addr import bound_socket
 from cometmq.net.connection import (
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_WRITE_HIGH_WATER,
@@ -93,6 +94,12 @@ class RemotingServer:
         if self.tls is not None:
             self._server = await start_tls_listener(self._new_connection, self.host, self._requested_port, self.tls,
                                                     backlog=self._backlog)
+        elif (sock := bound_socket(self.host, self._requested_port)) is not None:  # an IP address: no lookup
+            try:
+                self._server = await loop.create_server(self._new_connection, sock=sock, backlog=self._backlog)
+            except BaseException:
+                sock.close()
+                raise
         else:
             self._server = await loop.create_server(
                 self._new_connection, self.host, self._requested_port, backlog=self._backlog, reuse_address=True

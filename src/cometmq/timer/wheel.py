@@ -14,11 +14,14 @@ without being written):
 Everything here is arithmetic on a buffer: the caller passes ``now`` (or the read slot) in, and the
 buffer may be a ``bytearray`` (tests, ``decode``) or a shared memory map of the ``timerwheel`` file.
 ``occupied`` is a derived, in-memory byte per slot that lets the dequeue skip empty slots in C
-(``bytearray.find``) instead of visiting them one by one in Python.
+(``find``) instead of visiting them one by one in Python. It is an anonymous private mapping where the
+system has one: its pages take memory only once a slot in them is marked (an idle broker's wheel of
+~900,000 slots holds none), where a ``bytearray`` would hold every byte from the start (issue [16]).
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 import sys
 from dataclasses import dataclass
@@ -58,8 +61,24 @@ class Placement(NamedTuple):
     late: bool = False
 
 
+#: slots per chunk of the start-up scan (``TimerWheel._used``): 128 KiB of records
+_SCAN_SLOTS = 4096
+
+
 def wheel_size(slots: int) -> int:
     return HEADER_SIZE + slots * SLOT_SIZE
+
+
+def zeroed_map(size: int) -> bytearray | mmap.mmap:
+    """``size`` zero bytes, writable, whose pages take memory only once written (an anonymous private mapping;
+    reading an untouched page maps the kernel's shared zero page); a ``bytearray`` where that is not available."""
+    private = getattr(mmap, "MAP_PRIVATE", None)
+    if private is not None:
+        try:
+            return mmap.mmap(-1, size, flags=private)
+        except (OSError, ValueError):
+            pass
+    return bytearray(size)
 
 
 def new_wheel_bytes(slots: int, precision_ms: int) -> bytearray:
@@ -102,7 +121,7 @@ class TimerWheel:
                                    f"expected {slots} of {precision_ms}")
         self._buf = view
         #: 1 where a slot record holds entries not yet taken by the dequeue (derived; see rebuild)
-        self.occupied = bytearray(slots)
+        self.occupied = zeroed_map(slots)
 
     # -- time arithmetic ---------------------------------------------------------------------------
     def slot_of(self, time_ms: int) -> int:
@@ -152,7 +171,7 @@ class TimerWheel:
     def reset(self) -> None:
         """Forget every slot (a full rebuild follows)."""
         self._buf[HEADER_SIZE:wheel_size(self.slots)] = bytes(self.slots * SLOT_SIZE)
-        self.occupied[:] = bytes(self.slots)
+        self.occupied = zeroed_map(self.slots)
 
     # -- placement ----------------------------------------------------------------------------------
     def place(self, due_ms: int, read_slot: int, roll_slots: int, open_slot: int | None = None) -> Placement:
@@ -185,22 +204,33 @@ class TimerWheel:
         i0 = start % n
         occ = self.occupied
         if i0 + length <= n:
-            i = occ.find(1, i0, i0 + length)
+            i = occ.find(b"\x01", i0, i0 + length)
             return None if i < 0 else start + (i - i0)
-        i = occ.find(1, i0, n)
+        i = occ.find(b"\x01", i0, n)
         if i >= 0:
             return start + (i - i0)
-        i = occ.find(1, 0, i0 + length - n)
+        i = occ.find(b"\x01", 0, i0 + length - n)
         return None if i < 0 else start + (n - i0) + i
 
     def _used(self) -> list[int]:
-        """Indexes of slot records that are not all-zero in their slot field (ever used)."""
-        body = self._buf[HEADER_SIZE:wheel_size(self.slots)]
-        if sys.byteorder == "little":
-            firsts = body.cast("B").cast("q")[::4].tolist()
-        else:
-            firsts = [rec[0] for rec in SLOT.iter_unpack(body)]
-        return [i for i, v in enumerate(firsts) if v]
+        """Indexes of slot records that are not all-zero in their slot field (ever used). Read in chunks of
+        ``_SCAN_SLOTS`` records, all-zero chunks skipped with one compare: no list of every slot's field (7 MiB
+        for the default wheel of 918,016 slots, allocated and freed at each start); 5 ms instead of 56 for an
+        empty wheel."""
+        body = self._buf[HEADER_SIZE:wheel_size(self.slots)].cast("B")
+        fields = body.cast("q") if sys.byteorder == "little" else None
+        used: list[int] = []
+        zero = bytes(_SCAN_SLOTS * SLOT_SIZE)
+        for first in range(0, self.slots, _SCAN_SLOTS):
+            chunk = body[first * SLOT_SIZE:(first + _SCAN_SLOTS) * SLOT_SIZE]
+            if chunk.tobytes() == zero[:len(chunk)]:
+                continue
+            if fields is not None:
+                firsts = fields[first * 4:(first + _SCAN_SLOTS) * 4:4].tolist()
+            else:
+                firsts = [rec[0] for rec in SLOT.iter_unpack(chunk)]
+            used.extend(first + i for i, v in enumerate(firsts) if v)
+        return used
 
     def _live(self, read_slot: int) -> list[Slot]:
         """Records of the slots in ``[read_slot, read_slot + slots)`` that hold entries."""
@@ -215,7 +245,7 @@ class TimerWheel:
     def rebuild(self, read_slot: int) -> tuple[int, int]:
         """Recompute ``occupied`` for the slots in ``[read_slot, read_slot + slots)``; returns the
         scheduled messages and delete markers they hold."""
-        occ = bytearray(self.slots)
+        occ = zeroed_map(self.slots)
         total = deletes = 0
         for rec in self._live(read_slot):
             occ[rec.slot % self.slots] = 1

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
+from cometmq.net.addr import bound_socket
 from cometmq.protocol import ha
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
@@ -67,8 +68,16 @@ class HAMaster:
 
     async def _bind(self, *, report: bool) -> bool:
         try:
-            self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
-                                                      reuse_address=True)
+            sock = bound_socket(self.config.host, self.config.port)  # an IP address: bound without a lookup
+            if sock is None:
+                self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
+                                                          reuse_address=True)
+            else:
+                try:
+                    self._server = await asyncio.start_server(self._accept, sock=sock)
+                except BaseException:
+                    sock.close()
+                    raise
         except OSError as exc:
             if report:
                 log.error("cannot listen on the HA port %s:%d (%s): replicas cannot link until it is free",

@@ -209,3 +209,35 @@ def test_to_halves_takes_a_half_batch_as_the_sdk_sends_it() -> None:
     assert tm.to_halves(msgs) == [("pg", "60")]
     assert msgs[0].properties_raw == raw + b"REAL_TOPIC\x01T\x02REAL_QID\x012\x02"
     assert (msgs[0].topic, msgs[0].queue_id, msgs[0].sys_flag) == (tm.HALF_TOPIC, 0, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("batch"), st.integers(1, 6), st.integers(0, 50)),
+    st.tuples(st.just("resolve"), st.integers(0, 40), st.just(0)),
+    st.tuples(st.just("schedule"), st.integers(0, 40), st.integers(0, 60)),
+    st.tuples(st.just("pop"), st.integers(0, 60), st.integers(1, 5))), max_size=40))
+def test_a_batch_added_at_once_is_checked_as_if_added_one_by_one(ops: list[tuple[str, int, int]]) -> None:
+    """add_batch (a half batch's transactions, heap items appended when none of the heap's is larger) against
+    add of each: the same transactions come due in the same order, whatever else happens between."""
+    batched, single = TransactionTable(), TransactionTable()
+    next_origin = 0
+    for op, a, b in ops:
+        if op == "batch":
+            origins = list(range(next_origin, next_origin + a))
+            next_origin += a
+            batched.add_batch(origins, [o * 10 for o in origins], "g", b, 7)
+            for o in origins:
+                single.add(PendingHalf(o, o, o * 10, "g", 0, b, 7))
+        elif op == "resolve":
+            assert batched.resolve(a) == single.resolve(a)
+        elif op == "schedule":
+            for table in (batched, single):
+                half = table.get(a)
+                if half is not None:
+                    table.schedule(half, b)
+        else:
+            got = batched.pop_due(a, b)
+            assert [(h.origin, h.next_check_ms) for h in got] == [(h.origin, h.next_check_ms)
+                                                                  for h in single.pop_due(a, b)]
+        assert batched.next_due() == single.next_due() and batched.pending == single.pending

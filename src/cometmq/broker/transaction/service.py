@@ -231,6 +231,17 @@ class TransactionalMessageService:
             return
         # The op queue's end now: the halves' own batch holds no op record, so this is its end before them.
         op_mark = self.store.max_offset(OP_TOPIC, 0)
+        records = result.records
+        if kept.count(kept[0]) == len(kept) and records[0].store_timestamp == records[-1].store_timestamp:
+            # A half batch as the SDK sends it: one group, one immunity, one append (one store time).
+            group, wanted = kept[0]
+            due = records[0].store_timestamp + tm.immunity_of(wanted, self.timeout_ms)
+            self.table.add_batch([r.queue_offset for r in records], [r.phy_offset for r in records], group, due,
+                                 op_mark)
+            self.metrics.prepared += len(kept)
+            if self._sleep_until is None or due < self._sleep_until:
+                self._wake.set()
+            return
         earliest: int | None = None
         timeout, add = self.timeout_ms, self.table.add
         immunity: dict[str | None, int] = {}  # the items of a batch mostly share theirs

@@ -45,6 +45,8 @@ class TransactionTable:
     def __init__(self) -> None:
         self.pending: dict[int, PendingHalf] = {}
         self._heap: list[tuple[int, int]] = []
+        #: no item of the heap is larger (the largest pushed since it was last rebuilt)
+        self._top: tuple[int, int] = (-1, -1)
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -54,7 +56,31 @@ class TransactionTable:
 
     def add(self, half: PendingHalf) -> None:
         self.pending[half.origin] = half
-        heapq.heappush(self._heap, (half.next_check_ms, half.origin))
+        self._push((half.next_check_ms, half.origin))
+
+    def _push(self, item: tuple[int, int]) -> None:
+        heapq.heappush(self._heap, item)
+        if item > self._top:
+            self._top = item
+
+    def add_batch(self, origins: list[int], latest_phys: list[int], group: str, due_ms: int, op_mark: int) -> None:
+        """:meth:`add` of a half batch's new transactions (ascending origins, each its own latest record, one group,
+        one due time): appended to the heap as they are when none of its items comes after them (a heap stays a
+        heap when items no smaller than all of its own are appended in order: the usual case, due times grow),
+        else pushed one by one."""
+        if not origins:
+            return
+        pending = self.pending
+        for origin, phy in zip(origins, latest_phys, strict=True):
+            pending[origin] = PendingHalf(origin, origin, phy, group, 0, due_ms, op_mark)
+        heap = self._heap
+        items = [(due_ms, origin) for origin in origins]
+        if (not heap or items[0] >= self._top) and items == sorted(items):
+            heap.extend(items)
+        else:
+            for item in items:
+                heapq.heappush(heap, item)
+        self._top = max(self._top, max(items))
 
     def record_appended(self, origin: int, queue_offset: int, phy: int, check_times: int, op_mark: int) -> None:
         """A newer half record of a pending transaction was appended (a check's copy)."""
@@ -65,7 +91,7 @@ class TransactionTable:
 
     def schedule(self, half: PendingHalf, due_ms: int) -> None:
         half.next_check_ms = due_ms
-        heapq.heappush(self._heap, (due_ms, half.origin))
+        self._push((due_ms, half.origin))
 
     def resolve(self, origin: int) -> PendingHalf | None:
         """Forget a transaction (committed, rolled back or discarded); None if it was not pending."""
@@ -81,6 +107,7 @@ class TransactionTable:
         if len(heap) > 2 * len(self.pending) + _STALE_SLACK:
             heap[:] = [(half.next_check_ms, half.origin) for half in self.pending.values()]
             heapq.heapify(heap)
+            self._top = max(heap, default=(-1, -1))
 
     def pop_due(self, now_ms: int, limit: int) -> list[PendingHalf]:
         """Up to ``limit`` pending transactions whose check is due, earliest first."""

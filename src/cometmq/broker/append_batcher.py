@@ -79,10 +79,31 @@ class AppendBatcher:
             self._drain_pending()
         return fut
 
+    def put_now(self, msgs: list[MessageInner], put_now: PutMessages | None = None
+                ) -> PutResult | asyncio.Future[PutResult]:
+        """``put`` for a request that is likely alone in its loop turn: when it opens the turn's window and is
+        appended at once (``eager_first``) and is durable on return (or refused), its result itself, with no
+        future to make, set and await; otherwise the future ``put`` would return. ``put_now``: what appends it
+        when that happens at once, in this call (default: the batcher's own ``put_messages``)."""
+        if self._scheduled or not self._eager_first:
+            return self.put(msgs)
+        self._scheduled = True
+        self._loop.call_soon(self._drain)
+        self.requests += 1
+        self.appends += 1
+        result = (put_now or self._put)(msgs)
+        if self._wait_durable is None or result.status is not PutStatus.PUT_OK or (
+                self._durable_now is not None and self._durable_now(result.end_offset)):
+            return result
+        fut: asyncio.Future[PutResult] = self._loop.create_future()
+        self._wait_then_settle(result.end_offset, [(fut, result)])
+        return fut
+
     def _drain(self) -> None:
         """The end of the loop turn: append what gathered since the turn's first request."""
         self._scheduled = False
-        self._drain_pending()
+        if self._pending:  # (a lone request's turn gathered nothing more)
+            self._drain_pending()
 
     def _drain_pending(self) -> None:
         pending, self._pending, self._count, self._bytes = self._pending, [], 0, 0
@@ -131,6 +152,9 @@ class AppendBatcher:
             for fut, res in settled:
                 self._settle(fut, res)
             return
+        self._wait_then_settle(end, settled)
+
+    def _wait_then_settle(self, end: int, settled: list[tuple[asyncio.Future[PutResult], PutResult]]) -> None:
         task = self._loop.create_task(self._settle_when_durable(end, settled))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)

@@ -149,6 +149,28 @@ class Appender:
                 return fut
         return self.batcher.put(msgs, on_stored)
 
+    def put_now(self, msgs: list[MessageInner]) -> PutResult | asyncio.Future[PutResult]:
+        """``put`` without ``on_stored``, answered without a future when it can be: the result itself when the
+        write is refused or, appended at once, durable on return (``AppendBatcher.put_now``)."""
+        gate = self._gate
+        batcher = self._batcher
+        if batcher is None:
+            raise RuntimeError("the appender is not started")
+        if gate is None:
+            return batcher.put_now(msgs)
+        refusal = gate.refusal()
+        if refusal is not None:
+            return refusal
+        # Appended at once, in this call, the write needs no second look at the gate (``_put_and_ship``'s).
+        return batcher.put_now(msgs, self._ship_now)
+
+    def _ship_now(self, msgs: list[MessageInner]) -> PutResult:
+        """``_put_and_ship`` right after the gate said yes, in the same call."""
+        result = self._store.put_messages(msgs)
+        if result.status is PutStatus.PUT_OK and self._gate is not None:
+            self._gate.appended(result.end_offset)
+        return result
+
     def append(self, msgs: list[MessageInner]) -> PutResult:
         """Append now, as one contiguous batch, and dispatch; not yet durable (``durable`` waits for that)."""
         if self._gate is not None:

@@ -25,6 +25,7 @@ from cometmq.broker.pull import PullProcessor
 from cometmq.broker.registration import NamesrvRegistrar
 from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
+from cometmq.broker.send_fast import SendFastPath
 from cometmq.broker.send_hooks import SendHooks
 from cometmq.broker.stats import IN_COUNT, BrokerStats
 from cometmq.broker.stats_log import StatsLog, Totals
@@ -35,7 +36,7 @@ from cometmq.broker.transaction import TransactionalMessageService
 from cometmq.common.periodic import Periodic
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
-from cometmq.net.connection import Dispatcher, Handler, RemotingConnection
+from cometmq.net.connection import Dispatcher, FastPath, Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
 from cometmq.net.tls import ServerTls
 from cometmq.protocol.acl import Credentials
@@ -221,12 +222,16 @@ class BrokerController:
         if self.acl is not None:
             self.acl.start()  # reloads the file when it changes
         table: Dispatcher = self.dispatcher
+        # A lone single plain send is served without the dispatcher (broker/send_fast.py): with access control
+        # off only, as every request then goes through the ACL check of the handler table.
+        fast_path: FastPath | None = SendFastPath(self.send_processor, self.store.commitlog, self.dispatcher)
         if self.acl is not None:
             from cometmq.acl.policy import BROKER_POLICY
             from cometmq.acl.remoting import guard
 
             table = guard(self.dispatcher, self.acl, BROKER_POLICY)
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, table,
+            fast_path = None
+        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, table, fast_path=fast_path,
                                      observer=(self.stats.rpc_done if self.config.metrics_exporter_type != "DISABLE"
                                                else None),  # RPC latency: with metrics on only
                                      tls=ServerTls(self.config.tls) if self.config.tls.enabled else None,

@@ -241,13 +241,19 @@ class SendProcessor:
                 self.stats.to_dlq(group, m.properties.get(RETRY_TOPIC) or m.topic)
             m.topic, m.queue_id = dlq, 0
 
-    def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
-        code = answer_code(result)
+    def msg_id_prefix(self) -> str:
+        """The store host's part of the records' offset msgIds (protocol/msgid's ``offset_msg_id`` without the
+        16 hex digits of the offset)."""
         store_host = self._store_host()
         prefix = self._id_prefix
         if prefix is None or self._id_host != store_host:
             self._id_host, prefix = store_host, offset_msg_id(store_host, 0)[:-16]
             self._id_prefix = prefix
+        return prefix
+
+    def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
+        code = answer_code(result)
+        prefix = self.msg_id_prefix()
         # offset_msg_id's layout (host hex + 16 hex digits of the offset), written for all records at once
         first = result.records[0]
         ext = {"msgId": offset_msg_ids(prefix, result.records), "queueId": str(queue_id),

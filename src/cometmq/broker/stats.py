@@ -29,7 +29,8 @@ _RPC_BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_BOUNDS_MS)
 #: RocketMQ's TopicMessageType metric values
 NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
 MESSAGE_TYPES = (NORMAL, FIFO, DELAY, TRANSACTION)
-_SHARDING_KEY = "__SHARDINGKEY\x01"
+#: what marks a FIFO send's properties (its sharding key property, name and separator)
+SHARDING_KEY_MARKER = _SHARDING_KEY = "__SHARDINGKEY\x01"
 _DELAY_MARKERS = ("DELAY\x01", "TIMER_DELIVER_MS\x01", "TIMER_DELAY_SEC\x01", "TIMER_DELAY_MS\x01",
                   "__STARTDELIVERTIME\x01")
 

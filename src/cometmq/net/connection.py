@@ -46,6 +46,10 @@ BufferObserver = Callable[["RemotingConnection", int], None]
 RequestObserver = Callable[[int, int, int, bool], None]
 """Told of each request answered: (request code, response code, nanoseconds from its arrival to its answer,
 whether the handler returned before answering: a held long poll). Installed by the server's owner (metrics)."""
+FastPath = Callable[["RemotingConnection", bytes], bool]
+"""Offered each chunk received while no partial frame is buffered, before it is decoded: True when it took the
+chunk (it answers the request it holds, through ``send_frame``, now or from a task of ``start_handler_task``),
+False to leave it, untouched, to the decoder and the dispatcher (broker/send_fast.py: a lone SEND_MESSAGE_V2)."""
 
 DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
 DEFAULT_WRITE_LOW_WATER = 1024 * 1024
@@ -156,14 +160,18 @@ class RemotingConnection(asyncio.Protocol):
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         observer: RequestObserver | None = None,
         write_hard_limit: int = 0,
+        fast_path: FastPath | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._observer = observer
+        #: the request observer (metrics), which a ``FastPath`` tells of the requests it answers (read only)
+        self.observer = self._observer = observer
+        self._fast_path = fast_path
         #: opaque -> (request code, arrival ns, held): requests not answered yet, kept only with an observer
         self._timing: dict[int, tuple[int, int, bool]] = {}
         self._dispatcher = _EMPTY_DISPATCHER if dispatcher is None else dispatcher
         self._decoder = FrameDecoder(max_frame_size)
-        self._max_frame_size = max_frame_size
+        #: the longest frame (length field) this connection accepts; a longer one closes it (read only)
+        self.max_frame_size = self._max_frame_size = max_frame_size
         #: loop time of the last bytes received, and of the first byte of the frame not yet complete (None: none)
         self.last_read = self._loop.time()
         self.partial_since: float | None = None
@@ -271,6 +279,26 @@ class RemotingConnection(asyncio.Protocol):
         self._write(cmd, file_region)
         return True
 
+    def send_frame(self, frame: bytes, code: int, opaque: int) -> bool:
+        """``send_response`` for a reply already encoded (``code`` and ``opaque`` are its own, for the log): False
+        (nothing sent) if the peer has gone. The caller tells the observer, if any."""
+        transport = self._transport
+        if self._closed or transport is None or transport.is_closing():
+            log.debug("dropping reply code %d opaque %d: %s is closed", code, opaque, self.remote_address)
+            return False
+        transport.write(frame)
+        if self._write_paused and self._write_hard_limit:
+            self._check_write_backlog(transport)
+        return True
+
+    def start_handler_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a request's handling on in a task of this connection (counted in flight, cancelled at close)."""
+        task: asyncio.Task[None] = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._handler_done)
+        if len(self._tasks) >= self._max_inflight:
+            self._update_reading()
+
     def _observed(self, reply: RemotingCommand) -> None:
         timing = self._timing.pop(reply.opaque, None)
         if timing is not None and self._observer is not None:
@@ -337,6 +365,8 @@ class RemotingConnection(asyncio.Protocol):
         self.last_read = now = self._loop.time()
         decoder = self._decoder
         before = decoder.buffered
+        if not before and self._fast_path is not None and self._fast_path(self, data):
+            return
         try:
             commands = decoder.feed(data)
         except RemoteProtocolError as exc:
@@ -469,13 +499,9 @@ class RemotingConnection(asyncio.Protocol):
                 yielded = coro.send(None)
             except StopIteration:
                 return  # answered already
-            task: asyncio.Task[None] = self._loop.create_task(_Started(coro, yielded))
+            self.start_handler_task(_Started(coro, yielded))
         else:
-            task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._handler_done)
-        if len(self._tasks) >= self._max_inflight:
-            self._update_reading()
+            self.start_handler_task(coro)
 
     async def _serve(self, handler: Handler, cmd: RemotingCommand) -> None:
         try:

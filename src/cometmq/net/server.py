@@ -14,6 +14,7 @@ from cometmq.net.connection import (
     DEFAULT_WRITE_LOW_WATER,
     ConnectionCallback,
     Dispatcher,
+    FastPath,
     RemotingConnection,
     RequestObserver,
 )
@@ -48,8 +49,11 @@ class RemotingServer:
         observer: RequestObserver | None = None,
         tls: ServerTls | None = None,
         limits: ConnectionLimits | None = None,
+        fast_path: FastPath | None = None,
     ) -> None:
         self.host = host
+        #: offered each chunk before it is decoded (connection.FastPath); None: every request is dispatched
+        self._fast_path = fast_path
         #: timeouts, connection caps and buffered-bytes budgets (net/limits.py); the defaults unless given
         self.guard = ConnectionGuard(limits or ConnectionLimits())
         self._observer = observer
@@ -153,6 +157,7 @@ class RemotingServer:
             max_inflight=self._max_inflight,
             observer=self._observer,
             write_hard_limit=self.guard.limits.write_hard_limit,
+            fast_path=self._fast_path,
         )
 
     def _accepted(self, conn: RemotingConnection) -> None:

@@ -260,9 +260,16 @@ class CommitLog:
         """The C helper's append of messages it measured at ``total`` bytes: the records are written straight into
         the segment's mapping, byte for byte what the Python loop of ``append`` writes."""
         with self.lock:
-            mf = self._segment_for(total)
-            if isinstance(mf, PutResult):
-                return mf
+            files = self.files.files
+            last = files[-1] if files else None
+            # (the usual case, a segment with room, without a call; anything else as _segment_for decides)
+            if last is None or total + 8 > last.size - last.wrote_position \
+                    or total + 8 > self.config.commitlog_segment_size:
+                segment = self._segment_for(total)
+                if isinstance(segment, PutResult):
+                    return segment
+                last = segment
+            mf = last
             pos = mf.wrote_position
             phy = mf.file_from_offset + pos
             records: list[DispatchRequest] = C_BATCH.pack(msgs, mf.mm, pos, phy, self.clock(), self._store_host,

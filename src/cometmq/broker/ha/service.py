@@ -326,7 +326,7 @@ class ReplicationService:
         if not self.confirmed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="this broker's role is not confirmed by the controller yet")
-        if self.lease_expired():
+        if self.controller_mode and self.lease_expired():
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark=f"this master heard neither from the controller nor from a replica for "
                                     f"{self.lease_ms} ms: it takes no writes until the controller answers")
@@ -340,14 +340,16 @@ class ReplicationService:
         return None
 
     def appended(self, end: int) -> None:
-        if self.master is not None:
-            self.master.appended()
+        master = self.master
+        if master is not None and master.links:  # (nobody to ship to: nothing to do)
+            master.appended()
 
     def acked(self, end: int) -> bool:
         # Below minInSyncReplicas nothing is acknowledged, not even what was waiting when the set shrank: those
         # sends time out (FLUSH_SLAVE_TIMEOUT) rather than count as kept by too few brokers.
         return self.sync.in_sync() >= self.config.min_in_sync_replicas and \
-            self.sync.confirm_offset(self.store.commitlog.max_offset) >= end and not self.lease_expired()
+            self.sync.confirm_offset(self.store.commitlog.max_offset) >= end and \
+            not (self.controller_mode and self.lease_expired())
 
     def wait_acked(self, end: int) -> Awaitable[bool]:
         assert self._acks is not None

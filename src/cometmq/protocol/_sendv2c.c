@@ -1,0 +1,391 @@
+/* Optional C helper for cometmq.protocol.send_v2: one SEND_MESSAGE_V2 frame read in one step.
+ *
+ *   decode(data, max_frame_size) -> (opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties,
+ *                                    reconsume_times, body) | None
+ *       ``data`` must be exactly one whole remoting frame (length prefix included) with a JSON header whose
+ *       code is 310 and whose flag has neither the response nor the oneway bit; its extFields are the V2 send
+ *       header's one-letter keys. Everything the generic decoder (protocol/remoting.py) and the V2 header parser
+ *       (protocol/headers.py) would read differently, reject, or that this reader is not sure of answers None,
+ *       and the caller takes the generic path, which decodes the same bytes and answers as it always did.
+ *
+ * send_v2.decode_send_v2_py is the reference: tests/protocol/test_send_v2.py compares both.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define INT32_LO (-2147483647LL - 1)
+#define INT32_HI 2147483647LL
+#define MAX_HEADER_LENGTH 0xFFFFFF
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+    unsigned char *buf; /* unescaped strings, back to back (never longer than the header) */
+    Py_ssize_t used;
+} parser;
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n;
+    int set;
+} span;
+
+static void skip_ws(parser *ps) {
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')) ps->p++;
+}
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int hex4(const unsigned char *p, const unsigned char *end, unsigned *out) {
+    if (end - p < 4) return -1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(p[i]);
+        if (h < 0) return -1;
+        v = (v << 4) | (unsigned)h;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A JSON string at ps->p (on its opening quote) as UTF-8 bytes: a span of the input when it holds no escape,
+ * else of the scratch buffer. -1 for anything not a valid, surrogate-free JSON string. Raw bytes >= 0x80 are
+ * copied as they are (the caller validates the header's UTF-8 as a whole). */
+static int parse_string(parser *ps, span *out) {
+    const unsigned char *p = ps->p + 1, *end = ps->end, *start = p;
+    while (p < end && *p != '"' && *p != '\\') {
+        if (*p < 0x20) return -1;
+        p++;
+    }
+    if (p >= end) return -1;
+    if (*p == '"') {
+        out->s = start;
+        out->n = p - start;
+        out->set = 1;
+        ps->p = p + 1;
+        return 0;
+    }
+    unsigned char *o = ps->buf + ps->used, *o0 = o;
+    memcpy(o, start, (size_t)(p - start));
+    o += p - start;
+    while (p < end && *p != '"') {
+        unsigned char c = *p;
+        if (c < 0x20) return -1;
+        if (c != '\\') {
+            *o++ = c;
+            p++;
+            continue;
+        }
+        if (end - p < 2) return -1;
+        c = p[1];
+        p += 2;
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '/': *o++ = '/'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            unsigned cp;
+            if (hex4(p, end, &cp) < 0) return -1;
+            p += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return -1; /* a lone low surrogate */
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo;
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, end, &lo) < 0 || lo < 0xDC00 ||
+                    lo > 0xDFFF)
+                    return -1; /* a high surrogate not followed by a low one */
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            /* \uXXXX is 6 bytes, its UTF-8 at most 3; a pair is 12, its UTF-8 4: the buffer keeps up */
+            if (cp < 0x80) {
+                *o++ = (unsigned char)cp;
+            } else if (cp < 0x800) {
+                *o++ = (unsigned char)(0xC0 | (cp >> 6));
+                *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                *o++ = (unsigned char)(0xE0 | (cp >> 12));
+                *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+            } else {
+                *o++ = (unsigned char)(0xF0 | (cp >> 18));
+                *o++ = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+            }
+            break;
+        }
+        default:
+            return -1;
+        }
+    }
+    if (p >= end) return -1;
+    out->s = o0;
+    out->n = o - o0;
+    out->set = 1;
+    ps->used += o - o0;
+    ps->p = p + 1;
+    return 0;
+}
+
+/* A JSON integer of at most 18 digits (no fraction, no exponent, no leading zero): -1 for anything else. */
+static int parse_int(parser *ps, long long *out) {
+    const unsigned char *p = ps->p, *end = ps->end;
+    int neg = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    const unsigned char *d = p;
+    long long v = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        v = v * 10 + (*p - '0');
+        p++;
+        if (p - d > 18) return -1;
+    }
+    if (p == d || (*d == '0' && p - d > 1)) return -1;
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return -1;
+    *out = neg ? -v : v;
+    ps->p = p;
+    return 0;
+}
+
+static int literal(parser *ps, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, word, n) != 0) return -1;
+    ps->p += n;
+    return 0;
+}
+
+/* A value of a header key this reader does not use: a string, an integer, true, false or null. */
+static int skip_scalar(parser *ps) {
+    if (ps->p >= ps->end) return -1;
+    unsigned char c = *ps->p;
+    span s;
+    long long v;
+    if (c == '"') return parse_string(ps, &s);
+    if (c == 't') return literal(ps, "true");
+    if (c == 'f') return literal(ps, "false");
+    if (c == 'n') return literal(ps, "null");
+    return parse_int(ps, &v);
+}
+
+static int span_is(const span *s, const char *word) {
+    size_t n = strlen(word);
+    return (size_t)s->n == n && memcmp(s->s, word, n) == 0;
+}
+
+/* The V2 header's long key names: the generic parser reads one when its letter is absent. */
+static const char *const LONG_KEYS[] = {"producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId",
+                                        "sysFlag", "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode",
+                                        "maxReconsumeTimes", "batch", NULL};
+
+/* extFields: only string values; the letters a to m once each; none of the long names. */
+static int parse_ext(parser *ps, span *fields) {
+    if (ps->p >= ps->end || *ps->p != '{') return -1;
+    ps->p++;
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return 0;
+    }
+    for (;;) {
+        span key, value;
+        if (ps->p >= ps->end || *ps->p != '"' || parse_string(ps, &key) < 0) return -1;
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') return -1;
+        ps->p++;
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"' || parse_string(ps, &value) < 0) return -1;
+        if (key.n == 1 && key.s[0] >= 'a' && key.s[0] <= 'm') {
+            span *f = &fields[key.s[0] - 'a'];
+            if (f->set) return -1;
+            *f = value;
+        } else {
+            for (int i = 0; LONG_KEYS[i]; i++)
+                if (span_is(&key, LONG_KEYS[i])) return -1;
+        }
+        skip_ws(ps);
+        if (ps->p >= ps->end) return -1;
+        if (*ps->p == '}') {
+            ps->p++;
+            return 0;
+        }
+        if (*ps->p != ',') return -1;
+        ps->p++;
+        skip_ws(ps);
+    }
+}
+
+/* An integer field as int() reads it, for -?[0-9]{1,18} only. */
+static int field_int(const span *f, long long dflt, long long *out) {
+    if (!f->set) {
+        *out = dflt;
+        return 0;
+    }
+    const unsigned char *p = f->s, *end = f->s + f->n;
+    int neg = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p == end || end - p > 18) return -1;
+    long long v = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+/* A boolean field: 1 true, 0 false (or absent), -1 anything but exactly true, false, 1, 0 or empty. */
+static int field_bool(const span *f) {
+    if (!f->set || f->n == 0 || span_is(f, "false") || span_is(f, "0")) return 0;
+    if (span_is(f, "true") || span_is(f, "1")) return 1;
+    return -1;
+}
+
+static PyObject *make_str(const span *f, const char *dflt) {
+    if (!f->set) return PyUnicode_FromString(dflt);
+    return PyUnicode_DecodeUTF8((const char *)f->s, f->n, NULL);
+}
+
+static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long max_frame, unsigned char *buf) {
+    uint32_t length = ((uint32_t)data[0] << 24) | ((uint32_t)data[1] << 16) | ((uint32_t)data[2] << 8) | data[3];
+    uint32_t word = ((uint32_t)data[4] << 24) | ((uint32_t)data[5] << 16) | ((uint32_t)data[6] << 8) | data[7];
+    Py_ssize_t hlen = word & MAX_HEADER_LENGTH;
+    if ((long long)length != (long long)n - 4 || (long long)length > max_frame || (word >> 24) != 0 ||
+        hlen > (Py_ssize_t)length - 4)
+        Py_RETURN_NONE;
+    const unsigned char *h = data + 8;
+    for (Py_ssize_t i = 0; i < hlen; i++) {
+        if (h[i] >= 0x80) { /* the generic decoder refuses a header that is not UTF-8: so do we, then */
+            PyObject *check = PyUnicode_DecodeUTF8((const char *)h, hlen, NULL);
+            if (check == NULL) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            Py_DECREF(check);
+            break;
+        }
+    }
+    parser ps = {h, h + hlen, buf, 0};
+    span fields[13];
+    memset(fields, 0, sizeof(fields));
+    long long code = 0, opaque = 0, flag = 0, version = 0;
+    int seen_code = 0, seen_opaque = 0, seen_flag = 0, seen_version = 0, seen_language = 0, seen_remark = 0,
+        seen_ext = 0;
+    skip_ws(&ps);
+    if (ps.p >= ps.end || *ps.p != '{') Py_RETURN_NONE;
+    ps.p++;
+    skip_ws(&ps);
+    if (ps.p >= ps.end || *ps.p == '}') Py_RETURN_NONE;
+    for (;;) {
+        span key;
+        if (ps.p >= ps.end || *ps.p != '"' || parse_string(&ps, &key) < 0) Py_RETURN_NONE;
+        skip_ws(&ps);
+        if (ps.p >= ps.end || *ps.p != ':') Py_RETURN_NONE;
+        ps.p++;
+        skip_ws(&ps);
+        long long *num = NULL;
+        int *seen = NULL;
+        if (span_is(&key, "code")) num = &code, seen = &seen_code;
+        else if (span_is(&key, "opaque")) num = &opaque, seen = &seen_opaque;
+        else if (span_is(&key, "flag")) num = &flag, seen = &seen_flag;
+        else if (span_is(&key, "version")) num = &version, seen = &seen_version;
+        if (num != NULL) {
+            if (*seen || parse_int(&ps, num) < 0 || *num < INT32_LO || *num > INT32_HI) Py_RETURN_NONE;
+            *seen = 1;
+        } else if (span_is(&key, "language")) {
+            span s;
+            if (seen_language || ps.p >= ps.end || *ps.p != '"' || parse_string(&ps, &s) < 0) Py_RETURN_NONE;
+            seen_language = 1;
+        } else if (span_is(&key, "remark")) {
+            span s;
+            if (seen_remark || ps.p >= ps.end) Py_RETURN_NONE;
+            if (*ps.p == 'n' ? literal(&ps, "null") < 0 : (*ps.p != '"' || parse_string(&ps, &s) < 0))
+                Py_RETURN_NONE;
+            seen_remark = 1;
+        } else if (span_is(&key, "extFields")) {
+            if (seen_ext || parse_ext(&ps, fields) < 0) Py_RETURN_NONE;
+            seen_ext = 1;
+        } else if (skip_scalar(&ps) < 0) {
+            Py_RETURN_NONE;
+        }
+        skip_ws(&ps);
+        if (ps.p >= ps.end) Py_RETURN_NONE;
+        if (*ps.p == '}') {
+            ps.p++;
+            break;
+        }
+        if (*ps.p != ',') Py_RETURN_NONE;
+        ps.p++;
+        skip_ws(&ps);
+    }
+    skip_ws(&ps);
+    if (ps.p != ps.end || !seen_code || code != 310 || (flag & 3) || !seen_ext) Py_RETURN_NONE;
+    /* a producerGroup, b topic, c defaultTopic, d defaultTopicQueueNums, e queueId, f sysFlag, g bornTimestamp,
+     * h flag, i properties, j reconsumeTimes, k unitMode, l maxReconsumeTimes, m batch */
+    long long nums[13];
+    static const int INTS[] = {3, 4, 5, 6, 7, 9, 11};
+    static const long long DEFAULTS[] = {4, -1, 0, 0, 0, 0, 0};
+    if (!fields[0].set || !fields[1].set) Py_RETURN_NONE;
+    for (int i = 0; i < 7; i++)
+        if (field_int(&fields[INTS[i]], DEFAULTS[i], &nums[INTS[i]]) < 0) Py_RETURN_NONE;
+    if (field_bool(&fields[10]) < 0 || field_bool(&fields[12]) != 0) Py_RETURN_NONE;
+    PyObject *topic = make_str(&fields[1], "");
+    PyObject *props = topic != NULL ? make_str(&fields[8], "") : NULL;
+    if (props == NULL) {
+        Py_XDECREF(topic);
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t body_start = 8 + hlen;
+    return Py_BuildValue("(LNLLLLNLy#)", opaque, topic, nums[4], nums[5], nums[6], nums[7], props, nums[9],
+                         (const char *)data + body_start, n - body_start);
+}
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long max_frame;
+    if (!PyArg_ParseTuple(args, "y*L", &view, &max_frame)) return NULL;
+    PyObject *out;
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    if (n < 8) {
+        out = Py_NewRef(Py_None);
+    } else {
+        Py_ssize_t hlen = ((Py_ssize_t)data[5] << 16) | ((Py_ssize_t)data[6] << 8) | data[7];
+        unsigned char small[2048];
+        unsigned char *buf = hlen <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc(hlen + 1);
+        if (buf == NULL) {
+            PyBuffer_Release(&view);
+            return PyErr_NoMemory();
+        }
+        out = hlen > n - 8 ? Py_NewRef(Py_None) : parse_frame(data, n, max_frame, buf);
+        if (buf != small) PyMem_Free(buf);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS, "A lone SEND_MESSAGE_V2 frame's send fields and body, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sendv2c", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__sendv2c(void) { return PyModule_Create(&module); }

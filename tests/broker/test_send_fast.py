@@ -1,0 +1,279 @@
+"""The fast path of a lone single send (broker/send_fast.py) against the generic path it short-cuts: two brokers in
+lockstep (same clock, same store host, same random queue picks), one serving through the fast path, the other with
+it turned off on its connection, fed the same frames. For any send, plain or not, well-formed or not: the same
+reply bytes, the same commit log bytes, the same consume queues and the same send stats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from cometmq.broker.controller import BrokerController
+from cometmq.client.message import Message
+from cometmq.client.producer import Producer
+from cometmq.net.connection import RemotingConnection
+from cometmq.protocol.client_bodies import MessageQueue
+from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.message import pack_host
+from cometmq.protocol.remoting import RemotingCommand, SerializeType, encode, encode_parts
+from cometmq.protocol.route import PERM_READ, TopicConfig
+from cometmq.store.config import FlushDiskType
+from tests.kit import FakeClock
+
+from .conftest import broker_config, props
+
+STORE_HOST = pack_host("10.1.2.3", 10911)
+TEXT = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
+PROPS = st.dictionaries(st.one_of(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "__SHARDINGKEY", "DELAY",
+                                                   "TIMER_DELAY_SEC", "TRAN_MSG", "PGROUP", "ü-名"]), TEXT),
+                        TEXT, max_size=5)
+INT_TEXT = st.one_of(st.integers(-5, 2**40).map(str), st.sampled_from(["abc", " 1", "+1", "1_0", "", "007", "-0",
+                                                                      "1" * 20]))
+
+
+class Sink:
+    """A transport that keeps what is written."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.out.append(b"".join(parts))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, key: str, default: Any = None) -> Any:
+        return {"peername": ("192.168.5.6", 40000), "sockname": ("127.0.0.1", 10911)}.get(key, default)
+
+    def set_write_buffer_limits(self, *args: Any, **kwargs: Any) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+class Side:
+    """One broker and a connection to feed."""
+
+    def __init__(self, broker: BrokerController, fast: bool) -> None:
+        self.broker = broker
+        self.sink = Sink()
+        self.conn: RemotingConnection = broker.server._new_connection()  # type: ignore[union-attr]
+        self.conn.connection_made(self.sink)  # type: ignore[arg-type]
+        self.taken: list[bool] = []
+        #: milliseconds to wait for a reply (none comes to a oneway request)
+        self.patience = 20 if broker.config.store.flush_disk_type is FlushDiskType.ASYNC_FLUSH else 500
+        inner = self.conn._fast_path
+        assert inner is not None
+        if fast:
+            def spy(conn: RemotingConnection, data: bytes) -> bool:
+                took = inner(conn, data)
+                self.taken.append(took)
+                return took
+            self.conn._fast_path = spy
+        else:
+            self.conn._fast_path = None
+
+    async def feed(self, frame: bytes, seed: int) -> bytes | None:
+        before = len(self.sink.out)
+        random.seed(seed)
+        self.conn.data_received(frame)
+        for _ in range(self.patience):
+            if len(self.sink.out) > before:
+                break
+            await asyncio.sleep(0.001)
+        assert len(self.sink.out) <= before + 1
+        return self.sink.out[before] if len(self.sink.out) > before else None
+
+    def state(self) -> tuple[Any, ...]:
+        store = self.broker.store
+        segments = [bytes(mf.mm[:mf.wrote_position]) for mf in store.commitlog.files.files]  # type: ignore[index]
+        queues = {key: [cq.get_unit(i) for i in range(cq.min_offset, cq.max_offset)]
+                  for key, cq in sorted(store.queues.items())}
+        return segments, queues, self.broker.stats.messages_in, store.commitlog.queue_table
+
+
+async def start_pair(tmp: Path, **changes: Any) -> tuple[Side, Side]:
+    sides = []
+    for name, fast in (("fast", True), ("generic", False)):
+        b = BrokerController(broker_config(tmp / name, **changes), clock=FakeClock())
+        await b.start()
+        b.store.commitlog.store_host = STORE_HOST
+        b.topics.put(TopicConfig("T", read_queue_nums=4, write_queue_nums=4))
+        b.topics.put(TopicConfig("T2", read_queue_nums=2, write_queue_nums=2))
+        b.topics.put(TopicConfig("ReadOnly", read_queue_nums=2, write_queue_nums=2, perm=PERM_READ))
+        sides.append(Side(b, fast))
+    return sides[0], sides[1]
+
+
+def run_pair(tmp: Path, check: Callable[[Side, Side, asyncio.AbstractEventLoop], None], **changes: Any) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        fast, generic = loop.run_until_complete(start_pair(tmp, **changes))
+        try:
+            check(fast, generic, loop)
+        finally:
+            for side in (fast, generic):
+                side.conn.connection_lost(None)
+                loop.run_until_complete(side.broker.stop())
+    finally:
+        loop.close()
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> bytes:
+    """Sends of every kind: mostly plain and well-formed, each field now and then otherwise."""
+
+    def mostly(good: Any, other: st.SearchStrategy[Any]) -> Any:
+        return good if draw(st.integers(0, 15)) else draw(other)
+
+    ext: dict[str, Any] = {
+        "a": mostly("pg", st.sampled_from(["", None])),
+        "b": mostly("T", st.sampled_from(["T2", "NoSuchTopic", "ReadOnly", "%RETRY%grp", "%DLQ%grp",
+                                          "SCHEDULE_TOPIC_XXXX", "TBW102", "bad topic", "", "x" * 130, None])),
+        "c": mostly("TBW102", st.none()),
+        "d": mostly("4", st.sampled_from(["x", None])),
+        "e": draw(st.one_of(st.sampled_from(["-1", "0", "1", "3"]), st.sampled_from(["4", "9", None]), INT_TEXT)),
+        "f": mostly("0", st.sampled_from(["1", "2", "4", "8", "12", "abc", None])),
+        "g": mostly(str(draw(st.integers(0, 2**42))), st.one_of(INT_TEXT, st.none())),
+        "h": mostly(str(draw(st.integers(-5, 2**31))), st.one_of(INT_TEXT, st.none())),
+        "i": props(**draw(PROPS)) if draw(st.integers(0, 9)) else draw(st.sampled_from(["", "\udc80", None])),
+        "j": mostly("0", st.sampled_from(["3", "x", None])),
+        "k": mostly("false", st.sampled_from(["true", "1", "maybe", None])),
+        "l": mostly(None, st.sampled_from(["16", "x"])),
+        "m": mostly("false", st.sampled_from(["0", "", "true", "1", "FALSE", " false", None])),
+    }
+    ext.update(mostly({}, st.sampled_from([{"n": "broker-a"}, {"topic": "T2"}, {"queueId": "1"}])))
+    ext = {k: v for k, v in ext.items() if v is not None}
+    code = mostly(RequestCode.SEND_MESSAGE_V2, st.just(RequestCode.SEND_MESSAGE))
+    flag = mostly(0, st.sampled_from([2, 4]))
+    body = draw(st.binary(max_size=64))
+    if not draw(st.integers(0, 9)):  # the C++ client's way: numbers as JSON numbers
+        header = {"code": int(code), "language": "CPP", "version": 0, "opaque": 7, "flag": flag,
+                  "extFields": {k: int(v) if v.isascii() and v.isdigit() and len(v) < 10 else v
+                                for k, v in ext.items()},
+                  "serializeTypeCurrentRPC": "JSON"}
+        return _frame(json.dumps(header, separators=(",", ":")).encode(), body)
+    stype = mostly(SerializeType.JSON, st.just(SerializeType.ROCKETMQ))
+    return encode(RemotingCommand(int(code), opaque=draw(st.integers(0, 2**31 - 1)), flag=flag, ext_fields=ext,
+                                  body=body, serialize_type=stype))
+
+
+def _frame(header: bytes, body: bytes) -> bytes:
+    return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
+
+
+def compare(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop, frame: bytes, seed: int) -> bool:
+    """Whether the fast path took the frame."""
+    taken = len(fast.taken)
+    got = loop.run_until_complete(fast.feed(frame, seed))
+    want = loop.run_until_complete(generic.feed(frame, seed))
+    assert got == want
+    assert fast.state() == generic.state()
+    return len(fast.taken) > taken and fast.taken[-1]
+
+
+def test_fast_path_answers_and_stores_what_the_generic_path_does(tmp_path: Path) -> None:
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        seeds = iter(range(10**9))
+
+        @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(frames())
+        def one(frame: bytes) -> None:
+            event("fast path" if compare(fast, generic, loop, frame, next(seeds)) else "generic path")
+
+        one()
+        assert any(fast.taken) and not all(fast.taken)
+
+    run_pair(tmp_path, check)
+
+
+def sdk_frames(count: int) -> list[bytes]:
+    producer = Producer("pg", namesrv="127.0.0.1:1")  # never started: only its encoder is used
+    out = []
+    for i in range(count):
+        msg = Message("T", b"body-%d" % i, tags=["TagA", None, "ü"][i % 3], keys=["k1", "k2 k3"][i % 2])
+        queue = MessageQueue("T", "b", [0, 3, 2][i % 3])
+        out.append(b"".join(encode_parts(producer._request(queue, msg)[0])))
+    return out
+
+
+def test_sdk_sends_take_the_fast_path(tmp_path: Path) -> None:
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        for i, frame in enumerate(sdk_frames(30)):
+            compare(fast, generic, loop, frame, i)
+        assert fast.taken == [True] * 30
+        assert fast.broker.store.max_offset("T", 3) == 10
+
+    run_pair(tmp_path, check)
+
+
+def test_sync_flush_answers_from_a_task(tmp_path: Path) -> None:
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        for i, frame in enumerate(sdk_frames(12)):
+            compare(fast, generic, loop, frame, i)
+        assert fast.taken == [True] * 12
+
+    run_pair(tmp_path, check, store_flush_disk_type=FlushDiskType.SYNC_FLUSH)
+
+
+def test_a_refused_write_is_answered_with_its_reason(tmp_path: Path) -> None:
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        for side in (fast, generic):
+            side.broker.store.running = False  # the store refuses: SERVICE_NOT_AVAILABLE
+        try:
+            for i, frame in enumerate(sdk_frames(3)):
+                compare(fast, generic, loop, frame, i)
+        finally:
+            for side in (fast, generic):
+                side.broker.store.running = True
+        assert fast.taken == [True] * 3
+        assert b"the store is not running" in fast.sink.out[-1]
+
+    run_pair(tmp_path, check)
+
+
+def test_metrics_observer_hears_of_fast_sends(tmp_path: Path) -> None:
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        heard: list[tuple[int, int, bool]] = []
+        fast.conn.observer = fast.conn._observer = lambda req, resp, ns, held: heard.append((req, resp, held))
+        compare(fast, generic, loop, sdk_frames(1)[0], 0)
+        assert fast.taken == [True] and heard == [(RequestCode.SEND_MESSAGE_V2, 0, False)]
+
+    run_pair(tmp_path, check)
+
+
+def test_a_replaced_send_handler_gets_every_send(tmp_path: Path) -> None:
+    """The server's handler table is read on every request: a handler put in place of the send handler (a test's
+    counting wrapper, say) sees the sends the fast path would otherwise serve."""
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        table = fast.broker.dispatcher
+        seen: list[int] = []
+        inner = table[RequestCode.SEND_MESSAGE_V2]
+
+        async def wrapper(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
+            seen.append(cmd.opaque)
+            return await inner(conn, cmd)
+
+        table[RequestCode.SEND_MESSAGE_V2] = wrapper
+        compare(fast, generic, loop, sdk_frames(1)[0], 0)
+        assert fast.taken == [False] and len(seen) == 1
+        table[RequestCode.SEND_MESSAGE_V2] = inner
+        compare(fast, generic, loop, sdk_frames(1)[0], 1)
+        assert fast.taken == [False, True] and len(seen) == 1
+
+    run_pair(tmp_path, check)

@@ -1,0 +1,116 @@
+"""protocol/send_v2.py: the one-step reading of a lone SEND_MESSAGE_V2 frame. The reference (``decode_send_v2_py``)
+takes only frames the generic decoder and V2 header parser read to the same values; the C helper answers exactly
+what the reference answers, on well-formed frames and on any mutation of them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from cometmq.protocol import send_v2
+from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.errors import RemoteProtocolError
+from cometmq.protocol.headers import send_header_from_v2
+from cometmq.protocol.remoting import RemotingCommand, SerializeType, decode, encode
+
+C = send_v2._C_HELPER
+MAX = 1 << 20
+TEXT = st.text(max_size=10)
+VALUES = st.one_of(st.sampled_from(["0", "1", "-1", "3", "true", "false", "", "TBW102", "T", "007", "-0", " 1",
+                                    "+1", "1_0", "9" * 19, "TAGS\x01a\x02", "ü", "\U0001F600", "\udc80"]), TEXT)
+KEYS = st.one_of(st.sampled_from([*"abcdefghijklmn", "topic", "queueId", "zz", "A"]), TEXT)
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> bytes:
+    ext = {"a": "pg", "b": "T"}
+    ext.update(draw(st.dictionaries(KEYS, VALUES, max_size=8)))
+    for key in draw(st.lists(st.sampled_from(["a", "b"]), max_size=2)):
+        ext.pop(key, None)
+    cmd = RemotingCommand(draw(st.sampled_from([310, 310, 310, 10, 320])), opaque=draw(st.integers(0, 2**31 - 1)),
+                          flag=draw(st.sampled_from([0, 0, 1, 2, 4, 3])), ext_fields=ext,
+                          body=draw(st.binary(max_size=20)), remark=draw(st.sampled_from([None, None, "r", "ü"])),
+                          serialize_type=draw(st.sampled_from([SerializeType.JSON] * 5 + [SerializeType.ROCKETMQ])))
+    frame = encode(cmd)
+    if draw(st.booleans()) and frame[4] == 0:  # rewrite the JSON: other spacing, numbers, escapes, duplicates
+        hlen = int.from_bytes(frame[5:8], "big")
+        header = json.loads(frame[8:8 + hlen])
+        if draw(st.booleans()):
+            header["extFields"] = {k: int(v) if v.isascii() and v.isdigit() and len(v) < 12 else v
+                                   for k, v in header["extFields"].items()}
+        text = json.dumps(header, ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 1])))
+        if draw(st.booleans()):
+            text = text.replace('"extFields": {', '"extFields": {"b": "T", ', 1)
+        raw = text.encode("utf-8", "surrogatepass")
+        frame = (4 + len(raw) + len(cmd.body)).to_bytes(4, "big") + len(raw).to_bytes(4, "big") + raw + cmd.body
+    return frame
+
+
+def generic(frame: bytes) -> send_v2.SendV2 | None:
+    """What the generic path reads of the frame, when it is a single plain V2 send it would serve."""
+    try:
+        cmd = decode(frame, MAX)
+        header = send_header_from_v2(cmd.ext_fields)
+    except RemoteProtocolError:
+        return None
+    if cmd.code != RequestCode.SEND_MESSAGE_V2 or cmd.flag & 3 or header.batch:
+        return None
+    return (cmd.opaque, header.topic, header.queue_id, header.sys_flag, header.born_timestamp, header.flag,
+            header.properties, header.reconsume_times, cmd.body)
+
+
+def check(frame: bytes) -> None:
+    ref = send_v2.decode_send_v2_py(frame, MAX)
+    if ref is not None:
+        assert ref == generic(frame)
+    if C is not None:
+        assert C.decode(frame, MAX) == ref
+    event("taken" if ref is not None else "left to the generic path")
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames())
+def test_reader_agrees_with_the_generic_path(frame: bytes) -> None:
+    check(frame)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames(), st.data())
+def test_mutated_frames(frame: bytes, data: st.DataObject) -> None:
+    raw = bytearray(frame)
+    for _ in range(data.draw(st.integers(1, 3))):
+        op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
+        if op == "flip" and raw:
+            raw[at] = data.draw(st.sampled_from([0x22, 0x5C, 0x7B, 0x7D, 0x2C, 0x3A, 0x20, 0x30, 0x2D, 0x80, 0xFF,
+                                                 0x00, 0x75, 0x65, 0x2E]))
+        elif op == "cut":
+            del raw[at:at + data.draw(st.integers(1, 4))]
+        else:
+            raw[at:at] = data.draw(st.sampled_from([b" ", b"\\u0061", b"\\ud800", b"1", b",", b'"', b"null",
+                                                    b"\xc3\xbc"]))
+    if len(raw) >= 4 and data.draw(st.booleans()):  # keep the length field right, so the header is parsed
+        raw[0:4] = (len(raw) - 4).to_bytes(4, "big")
+    check(bytes(raw))
+
+
+@pytest.mark.parametrize("frame", [
+    b"",
+    b"\x00\x00\x00\x04\x00\x00\x00\x00",
+    b'\x00\x00\x00\x0c\x00\x00\x00\x08{"code"}',
+])
+def test_short_and_broken_frames_are_left_alone(frame: bytes) -> None:
+    assert send_v2.decode_send_v2_py(frame, MAX) is None
+    if C is not None:
+        assert C.decode(frame, MAX) is None
+
+
+def test_frame_over_the_limit_is_left_alone() -> None:
+    frame = encode(RemotingCommand(310, ext_fields={"a": "pg", "b": "T"}, body=b"x" * 100))
+    assert send_v2.decode_send_v2_py(frame, len(frame) - 4) is not None
+    assert send_v2.decode_send_v2_py(frame, len(frame) - 5) is None
+    if C is not None:
+        assert C.decode(frame, len(frame) - 4) is not None and C.decode(frame, len(frame) - 5) is None

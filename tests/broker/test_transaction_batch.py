@@ -23,6 +23,7 @@ from cometmq.protocol.transaction_batch import (
     decode_end_outcomes,
     encode_end_entries,
 )
+from cometmq.store.status import PutResult, PutStatus
 from tests.kit import eventually
 
 from .conftest import StartBroker, send_request
@@ -298,3 +299,75 @@ async def test_a_range_entry_decides_each_half_of_a_half_batch(
     assert len(b.transactions.table) == 0 and await pull_all(p.client, b, "TxRange", 2) != []
     m = b.transactions.metrics
     assert (m.committed, m.rolled_back) == (5, 4)
+
+
+async def test_bytes_that_read_as_halves_inside_a_body_are_not_halves(
+        start_broker: StartBroker, producer_factory: list[Producer]) -> None:
+    """A message whose body is copies of real half records (their position fields set to where the body lands):
+    an END naming that position, single or as a range, is refused and decides nothing; the real halves stay
+    pending and are committed from their own records."""
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    halves = await send_halves(p, "TxForged", half_items(2, "v"), queue_id=1)
+    records = [bytearray(b.store.read_record(clo)) for clo, _ in halves]  # type: ignore[arg-type]
+    for r in records:
+        i = r.index(b"v", 80)
+        r[i:i + 1] = b"X"  # the forged body: X0, X1
+    at = b.store.commitlog.max_offset + 88  # a plain send's body starts 88 bytes into its record (IPv4 hosts)
+    records[0][28:36] = at.to_bytes(8, "big")
+    records[1][28:36] = (at + len(records[0])).to_bytes(8, "big")
+    body = bytes(records[0] + records[1])
+    r = await p.client.invoke(b.addr, send_request("Innocent", body))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert bytes(b.store.commitlog.read_upto(at, len(body))) == body  # type: ignore[arg-type]
+    out = await end_ranges(p.client, b, [EndEntry(at, halves[0][1], COMMIT, "", 2),
+                                         EndEntry(at, halves[0][1], COMMIT, ""),
+                                         EndEntry(at + len(records[0]), halves[1][1], COMMIT, "")])
+    assert codes(out) == [ResponseCode.SYSTEM_ERROR] * 3, out
+    assert "2 of 2 halves not decided" in out[0].remark and "is not the record at" in out[1].remark
+    assert sorted(b.transactions.table.pending) == [halves[0][1], halves[1][1]]
+    out = await end_ranges(p.client, b, [EndEntry(*halves[0], COMMIT, "", 2)])
+    assert codes(out) == [0]
+    assert [m.body for m in await pull_all(p.client, b, "TxForged", 1)] == [b"v0", b"v1"]
+
+
+@pytest.mark.parametrize("failure", ["refused", "raised"])
+async def test_an_append_that_fails_after_a_range_is_claimed_decides_nothing_it_held(
+        start_broker: StartBroker, producer_factory: list[Producer], failure: str) -> None:
+    """Three ranges of 50 commits of 4 KiB (several appends at the test broker's 256 KiB maxMessageSize); the
+    second append fails — refused by the store, or an exception. What it held is still undecided (a retry commits
+    it: every message once), what the other appends held is committed."""
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    halves: list[tuple[int, int]] = []
+    for k in range(3):
+        halves += await send_halves(p, "TxFail", half_items(50, prefix=f"f{k}-", size=4000))
+    svc = b.transactions
+    real = svc.appender.append
+    calls: list[int] = []
+
+    def failing(msgs: Any) -> Any:
+        calls.append(len(msgs))
+        if len(calls) == 2:
+            if failure == "raised":
+                raise OSError("the disk went away")
+            return PutResult(PutStatus.OS_ERROR, remark="boom")
+        return real(msgs)
+
+    svc.appender.append = failing  # type: ignore[method-assign]
+    entries = [EndEntry(*halves[50 * k], COMMIT, "", 50) for k in range(3)]
+    r = await p.client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION_BATCH, {"producerGroup": GROUP},
+                                                   encode_end_entries(entries)))
+    svc.appender.append = real  # type: ignore[method-assign]
+    undecided = len(svc.table)
+    assert 0 < undecided < 150 and len(calls) >= 2
+    if failure == "raised":
+        assert r.code == ResponseCode.SYSTEM_ERROR  # the request fails as a whole; the first append stays
+        assert svc.metrics.committed == 150 - undecided
+    else:
+        out = decode_end_outcomes(r.body)
+        assert sum(int(o.remark.split(" of ")[0]) for o in out if not o.ok) == undecided
+    assert b.store.max_offset("TxFail", 0) == 150 - undecided
+    again = await end_ranges(p.client, b, entries)
+    assert codes(again) == [0] * 3 and sum(o.already for o in again) == 150 - undecided
+    assert len(svc.table) == 0 and b.store.max_offset("TxFail", 0) == 150

@@ -44,7 +44,7 @@
  *                  topic_name, queue_name, commit, overhead) -> (origins, phys, msgs | None, costs, sizes) | None
  *       The stored records of a range of the half queue (from queue offset ``first``, the first at commit-log
  *       offset ``first_phy`` unless that is negative) — a list of records, or a region of the log holding them back
- *       to back (at most ``limit``, as many as lie wholly in it) — read as half_fields reads each: every one a
+ *       to back (at most ``limit``, as many as lie wholly in it; each at ``first_phy`` + its position) — read as half_fields reads each: every one a
  *       plain half of ``group`` at its queue offset, else None (also when none is read). Per half its origin (TRAN_PREPARED_QUEUE_OFFSET, or its own
  *       offset), its commit-log offset, and with ``commit`` the message committed_half delivers and its size
  *       estimate (64 + body + topic + ``overhead`` + properties, as the broker's batched END counts it; 64 for a
@@ -889,9 +889,11 @@ static PyObject *commit_records(PyObject *self, PyObject *args) {
         for (long long i = 0; i < limit && ok > 0 && pos + 8 <= buf.len; i++) {
             Py_ssize_t size = (Py_ssize_t)get_be32(b + pos);
             if (size <= 0 || size > buf.len - pos) break;
-            ok = take_half(b + pos, size, (long long)((uint64_t)first + (uint64_t)i), i == 0 ? first_phy : -1, group,
-                           topic_part, group_name, prepared_name, drop, topic_name, queue_name, commit, overhead,
-                           lists);
+            /* each record where its predecessor ends: a record's own position field must say so (bytes that read
+             * as a record inside another's body do not) */
+            ok = take_half(b + pos, size, (long long)((uint64_t)first + (uint64_t)i),
+                           first_phy < 0 ? -1 : first_phy + (long long)pos, group, topic_part, group_name,
+                           prepared_name, drop, topic_name, queue_name, commit, overhead, lists);
             pos += size;
         }
         PyBuffer_Release(&buf);
@@ -971,6 +973,81 @@ static int half_props(const unsigned char *raw, Py_ssize_t n, PyObject *tran_nam
     return tran && group;
 }
 
+/* What to_halves makes of one message before it changes any: its new properties (bytes and RawProperties), sys
+ * flag, and the (group, immunity) pair it returns. */
+typedef struct {
+    PyObject *raw, *props, *flag, *kept;
+} half_new_t;
+
+static void half_new_clear(half_new_t *v, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(v[i].raw);
+        Py_XDECREF(v[i].props);
+        Py_XDECREF(v[i].flag);
+        Py_XDECREF(v[i].kept);
+    }
+    PyMem_Free(v);
+}
+
+/* 1 made, 0 not a message to_halves takes, -1 an error. */
+static int half_new(PyObject *m, PyObject *tran_name, PyObject *group_name, PyObject *immunity_name,
+                    PyObject *refused, PyObject *topic_name, PyObject *queue_name, long long mask, half_new_t *v) {
+    if (Py_TYPE(m) != MSG.type) return 0;
+    PyObject *raw = SLOT(m, MSG, M_PROPERTIES_RAW), *props = SLOT(m, MSG, M_PROPERTIES),
+             *topic_obj = SLOT(m, MSG, M_TOPIC), *qid_obj = SLOT(m, MSG, M_QUEUE_ID), *sf = SLOT(m, MSG, M_SYS_FLAG);
+    if (raw == NULL || props == NULL || topic_obj == NULL || qid_obj == NULL || sf == NULL) return 0;
+    if (!PyBytes_CheckExact(raw) || Py_TYPE(props) != RAW.type || !PyUnicode_CheckExact(topic_obj)
+        || !PyLong_CheckExact(qid_obj) || !PyLong_CheckExact(sf))
+        return 0;
+    const char *rp = PyBytes_AS_STRING(raw);
+    Py_ssize_t rn = PyBytes_GET_SIZE(raw);
+    half_props_t hp = {0, 0, -1, 0};
+    if (!half_props((const unsigned char *)rp, rn, tran_name, group_name, immunity_name, refused, &hp)) return 0;
+    Py_ssize_t topic_len;
+    const char *topic = PyUnicode_AsUTF8AndSize(topic_obj, &topic_len);
+    int overflow;
+    long long qid = PyLong_AsLongLongAndOverflow(qid_obj, &overflow), sys_flag;
+    if (topic == NULL || overflow || (qid == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    sys_flag = PyLong_AsLongLongAndOverflow(sf, &overflow);
+    if (overflow || (sys_flag == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *group = PyUnicode_DecodeUTF8(rp + hp.group_at, hp.group_len, "strict");
+    PyObject *imm = hp.imm_at < 0 ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8(rp + hp.imm_at, hp.imm_len, "strict");
+    if (group != NULL && imm != NULL) v->kept = PyTuple_Pack(2, group, imm);
+    Py_XDECREF(group);
+    Py_XDECREF(imm);
+    if (v->kept == NULL) return -1;
+    char qbuf[32];
+    int qlen = PyOS_snprintf(qbuf, sizeof qbuf, "%lld", qid);
+    Py_ssize_t tn = PyBytes_GET_SIZE(topic_name), qn = PyBytes_GET_SIZE(queue_name);
+    v->raw = PyBytes_FromStringAndSize(NULL, rn + tn + 1 + topic_len + 1 + qn + 1 + qlen + 1);
+    if (v->raw == NULL) return -1;
+    char *w = PyBytes_AS_STRING(v->raw);
+    memcpy(w, rp, (size_t)rn);
+    w += rn;
+    memcpy(w, PyBytes_AS_STRING(topic_name), (size_t)tn);
+    w += tn;
+    *w++ = 1;
+    memcpy(w, topic, (size_t)topic_len);
+    w += topic_len;
+    *w++ = 2;
+    memcpy(w, PyBytes_AS_STRING(queue_name), (size_t)qn);
+    w += qn;
+    *w++ = 1;
+    memcpy(w, qbuf, (size_t)qlen);
+    w += qlen;
+    *w++ = 2;
+    PyObject *rvals[R_COUNT] = {Py_None, v->raw};
+    v->props = make_slots(&RAW, rvals);
+    v->flag = PyLong_FromLongLong(sys_flag & ~mask);
+    return v->props != NULL && v->flag != NULL ? 1 : -1;
+}
+
 static PyObject *to_halves(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *msgs, *half_topic, *zero, *tran_name, *group_name, *immunity_name, *refused, *topic_name, *queue_name;
@@ -987,84 +1064,36 @@ static PyObject *to_halves(PyObject *self, PyObject *args) {
     }
     Py_ssize_t n = PyList_GET_SIZE(msgs);
     if (n == 0) Py_RETURN_NONE;
-    /* All checked first: either every message becomes its half here or none does. */
+    half_new_t *v = PyMem_Calloc((size_t)n, sizeof(half_new_t));
+    if (v == NULL) return PyErr_NoMemory();
+    /* Everything made first, from the messages as they are (one listed twice is made the same twice): either every
+     * message becomes its half here, or none changes. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PyList_GET_ITEM(msgs, i);
-        if (Py_TYPE(m) != MSG.type) Py_RETURN_NONE;
-        PyObject *raw = SLOT(m, MSG, M_PROPERTIES_RAW), *props = SLOT(m, MSG, M_PROPERTIES),
-                 *topic = SLOT(m, MSG, M_TOPIC), *qid = SLOT(m, MSG, M_QUEUE_ID), *sf = SLOT(m, MSG, M_SYS_FLAG);
-        if (raw == NULL || props == NULL || topic == NULL || qid == NULL || sf == NULL) Py_RETURN_NONE;
-        if (!PyBytes_CheckExact(raw) || Py_TYPE(props) != RAW.type || !PyUnicode_CheckExact(topic)
-            || !PyLong_CheckExact(qid) || !PyLong_CheckExact(sf))
+        int ok = half_new(PyList_GET_ITEM(msgs, i), tran_name, group_name, immunity_name, refused, topic_name,
+                          queue_name, mask, &v[i]);
+        if (ok <= 0) {
+            half_new_clear(v, n);
+            if (ok < 0) return NULL;
             Py_RETURN_NONE;
-        half_props_t hp;
-        if (!half_props((const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), tran_name, group_name,
-                        immunity_name, refused, &hp))
-            Py_RETURN_NONE;
+        }
     }
     PyObject *out = PyList_New(n);
-    if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PyList_GET_ITEM(msgs, i);
-        PyObject *raw = SLOT(m, MSG, M_PROPERTIES_RAW);
-        const char *rp = PyBytes_AS_STRING(raw);
-        Py_ssize_t rn = PyBytes_GET_SIZE(raw);
-        half_props_t hp;
-        half_props((const unsigned char *)rp, rn, tran_name, group_name, immunity_name, refused, &hp);
-        PyObject *group = PyUnicode_DecodeUTF8(rp + hp.group_at, hp.group_len, "strict");
-        PyObject *imm = hp.imm_at < 0 ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8(rp + hp.imm_at, hp.imm_len, "strict");
-        Py_ssize_t topic_len;
-        const char *topic = PyUnicode_AsUTF8AndSize(SLOT(m, MSG, M_TOPIC), &topic_len);
-        long long qid = PyLong_AsLongLong(SLOT(m, MSG, M_QUEUE_ID));
-        long long sys_flag = PyLong_AsLongLong(SLOT(m, MSG, M_SYS_FLAG));
-        PyObject *item = NULL, *new_raw = NULL, *new_props = NULL, *new_flag = NULL;
-        if (group == NULL || imm == NULL || topic == NULL || PyErr_Occurred()) goto fail;
-        char qbuf[32];
-        int qlen = PyOS_snprintf(qbuf, sizeof qbuf, "%lld", qid);
-        Py_ssize_t tn = PyBytes_GET_SIZE(topic_name), qn = PyBytes_GET_SIZE(queue_name);
-        new_raw = PyBytes_FromStringAndSize(NULL, rn + tn + 1 + topic_len + 1 + qn + 1 + qlen + 1);
-        if (new_raw == NULL) goto fail;
-        char *w = PyBytes_AS_STRING(new_raw);
-        memcpy(w, rp, (size_t)rn);
-        w += rn;
-        memcpy(w, PyBytes_AS_STRING(topic_name), (size_t)tn);
-        w += tn;
-        *w++ = 1;
-        memcpy(w, topic, (size_t)topic_len);
-        w += topic_len;
-        *w++ = 2;
-        memcpy(w, PyBytes_AS_STRING(queue_name), (size_t)qn);
-        w += qn;
-        *w++ = 1;
-        memcpy(w, qbuf, (size_t)qlen);
-        w += qlen;
-        *w++ = 2;
-        PyObject *rvals[R_COUNT] = {Py_None, new_raw};
-        new_props = make_slots(&RAW, rvals);
-        new_flag = PyLong_FromLongLong(sys_flag & ~mask);
-        item = PyTuple_Pack(2, group, imm);
-        if (new_props == NULL || new_flag == NULL || item == NULL) goto fail;
-        Py_SETREF(SLOT(m, MSG, M_TOPIC), Py_NewRef(half_topic));
-        Py_SETREF(SLOT(m, MSG, M_QUEUE_ID), Py_NewRef(zero));
-        Py_SETREF(SLOT(m, MSG, M_PROPERTIES), new_props);
-        Py_SETREF(SLOT(m, MSG, M_PROPERTIES_RAW), new_raw);
-        Py_SETREF(SLOT(m, MSG, M_SYS_FLAG), new_flag);
-        Py_XSETREF(SLOT(m, MSG, M_TAGS_CODE), Py_NewRef(Py_None));
-        Py_XSETREF(SLOT(m, MSG, M_ENCODED), Py_NewRef(Py_None));
-        Py_DECREF(group);
-        Py_DECREF(imm);
-        PyList_SET_ITEM(out, i, item);
-        continue;
-    fail:
-        Py_XDECREF(group);
-        Py_XDECREF(imm);
-        Py_XDECREF(new_raw);
-        Py_XDECREF(new_props);
-        Py_XDECREF(new_flag);
-        Py_XDECREF(item);
-        Py_DECREF(out);
+    if (out == NULL) {
+        half_new_clear(v, n);
         return NULL;
     }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        Py_SETREF(SLOT(m, MSG, M_TOPIC), Py_NewRef(half_topic));
+        Py_SETREF(SLOT(m, MSG, M_QUEUE_ID), Py_NewRef(zero));
+        Py_SETREF(SLOT(m, MSG, M_PROPERTIES), Py_NewRef(v[i].props));
+        Py_SETREF(SLOT(m, MSG, M_PROPERTIES_RAW), Py_NewRef(v[i].raw));
+        Py_SETREF(SLOT(m, MSG, M_SYS_FLAG), Py_NewRef(v[i].flag));
+        Py_XSETREF(SLOT(m, MSG, M_TAGS_CODE), Py_NewRef(Py_None));
+        Py_XSETREF(SLOT(m, MSG, M_ENCODED), Py_NewRef(Py_None));
+        PyList_SET_ITEM(out, i, Py_NewRef(v[i].kept));
+    }
+    half_new_clear(v, n);
     return out;
 }
 

@@ -36,6 +36,7 @@ from cometmq.broker.send_hooks import SendContext, SendKind
 from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from cometmq.broker.transaction import messages as tm
 from cometmq.broker.transaction.messages import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from cometmq.broker.transaction.ranges import READ_BYTES, Chunk, range_halves, unit_points_at
 from cometmq.broker.transaction.state import PendingHalf, TransactionTable
 from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.common.tasks import cancel_and_wait
@@ -72,7 +73,6 @@ log = logging.getLogger(__name__)
 _CHECK_BATCH = 256
 #: how often the restart progress is written when it changed (and the longest the check loop sleeps)
 _PERSIST_INTERVAL_S = 1.0
-_READ_BYTES = 4 << 20
 
 
 @dataclass
@@ -303,6 +303,8 @@ class TransactionalMessageService:
         op_offsets: list[int] = []
         size = 0
         appended: list[tuple[PutResult, Iterable[int]]] = []
+        #: transactions taken off the table and not in ``claimed`` yet: (origins, halves, how many of them are)
+        loose: list[Any] = [[], [], 0]
 
         def refuse(i: int, code: int, remark: str) -> None:
             tally = ranges.get(i)
@@ -351,6 +353,7 @@ class TransactionalMessageService:
             half, origin = got
             # Claimed now: a later entry of this request naming the same transaction is decided against this one.
             self._remember(origin, _OUTCOME[state])
+            loose[:] = [origin], [half], 0  # (until it is in ``claimed``)
             cost = 64  # its share of the op record
             msg = None
             if state == TRANSACTION_COMMIT_TYPE:
@@ -362,81 +365,99 @@ class TransactionalMessageService:
                 msgs.append(msg)
             size += cost
             claimed.append((i, half, origin))
+            loose[:] = [], [], 0
             op_offsets.extend((origin, stored.queue_offset))
 
-        for i, (commit_log_offset, table_offset, state, msg_id, count) in enumerate(entries):
-            if count == 1:
-                try:
-                    stored = self._half_at(group, commit_log_offset, table_offset) \
-                        if state != TRANSACTION_NOT_TYPE else None
-                except RemotingError as exc:
-                    outcomes[i] = EndOutcome(int(exc.code), exc.remark)
-                    continue
-                if stored is None:
-                    outcomes[i] = EndOutcome(ResponseCode.SUCCESS, self._unknown(group, msg_id, "producer (batch)"))
-                else:
-                    decide(i, stored, commit_log_offset, state, msg_id)
-                continue
-            ranges[i] = [0, None, "", 0]
-            if state == TRANSACTION_NOT_TYPE:
-                self._unknown(group, msg_id, "producer (batch)")
-                continue
-            # What decide does, inlined for the usual half of a range (plain, pending): a few hundred ns each.
-            pending, wanted, commit = self.table.pending, _OUTCOME[state], state == TRANSACTION_COMMIT_TYPE
-            remembered = self._outcomes
-            for n, got in self._range_halves(group, commit_log_offset, table_offset, count, commit):
-                if isinstance(got, _Chunk):
-                    origins, phys, committed, costs = got.origins, got.phys, got.msgs, got.costs
-                    halves = [pending.pop(origin, None) for origin in origins]
-                    if None not in halves:  # all pending (the usual case): claimed at once
-                        remembered.update(zip(origins, itertools.repeat(wanted)))
-                        start, total = 0, len(origins)
-                        while start < total:
-                            fits = bisect.bisect_right(list(itertools.accumulate(costs[start:])), limit - size)
-                            if not fits:  # the next does not fit in this append
-                                if claimed:
-                                    flush()
-                                    continue
-                                fits = 1  # (one alone larger than the limit goes in an append of its own)
-                            stop = start + fits
-                            if committed is not None:
-                                msgs.extend(committed[start:stop])
-                            size += sum(costs[start:stop])
-                            claimed.extend(zip(itertools.repeat(i), cast(list[PendingHalf], halves[start:stop]),
-                                               origins[start:stop]))
-                            op_offsets.extend(origins[start:stop])
-                            op_offsets.extend(range(n + start, n + stop))
-                            start = stop
-                            if start < total:
-                                flush()
+        try:
+            for i, (commit_log_offset, table_offset, state, msg_id, count) in enumerate(entries):
+                if count == 1:
+                    try:
+                        stored = self._half_at(group, commit_log_offset, table_offset) \
+                            if state != TRANSACTION_NOT_TYPE else None
+                    except RemotingError as exc:
+                        outcomes[i] = EndOutcome(int(exc.code), exc.remark)
                         continue
-                    for origin, half in zip(origins, halves, strict=True):
-                        if half is not None:
-                            pending[origin] = half  # back: decided one by one below (their heap items stayed)
-                    for k, origin in enumerate(origins):
-                        half = pending.pop(origin, None)
-                        if half is None:  # decided before, or refused: as a single entry is
-                            phy = phys[k]
-                            decide(i, tm.StoredHalf(HALF_TOPIC, phy, n + k, group, origin, None, got.record(k)), phy,
-                                   state, msg_id)
+                    if stored is None:
+                        outcomes[i] = EndOutcome(ResponseCode.SUCCESS, self._unknown(group, msg_id, "producer (batch)"))
+                    else:
+                        decide(i, stored, commit_log_offset, state, msg_id)
+                    continue
+                ranges[i] = [0, None, "", 0]
+                if state == TRANSACTION_NOT_TYPE:
+                    self._unknown(group, msg_id, "producer (batch)")
+                    self.metrics.unknown += count - 1  # (one each, as single entries count)
+                    continue
+                # What decide does, inlined for the usual half of a range (plain, pending): a few hundred ns each.
+                pending, wanted, commit = self.table.pending, _OUTCOME[state], state == TRANSACTION_COMMIT_TYPE
+                remembered = self._outcomes
+                for n, got in range_halves(self.store, group, commit_log_offset, table_offset, count, commit):
+                    if isinstance(got, Chunk):
+                        origins, phys, committed, costs = got.origins, got.phys, got.msgs, got.costs
+                        halves = [pending.pop(origin, None) for origin in origins]
+                        loose[:] = origins, halves, 0
+                        if None not in halves:  # all pending (the usual case): claimed at once
+                            remembered.update(zip(origins, itertools.repeat(wanted)))
+                            start, total = 0, len(origins)
+                            while start < total:
+                                fits = bisect.bisect_right(list(itertools.accumulate(costs[start:])), limit - size)
+                                if not fits:  # the next does not fit in this append
+                                    if claimed:
+                                        flush()
+                                        continue
+                                    fits = 1  # (one alone larger than the limit goes in an append of its own)
+                                stop = start + fits
+                                if committed is not None:
+                                    msgs.extend(committed[start:stop])
+                                size += sum(costs[start:stop])
+                                claimed.extend(zip(itertools.repeat(i), cast(list[PendingHalf], halves[start:stop]),
+                                                   origins[start:stop]))
+                                op_offsets.extend(origins[start:stop])
+                                op_offsets.extend(range(n + start, n + stop))
+                                start = loose[2] = stop
+                                if start < total:
+                                    flush()
                             continue
-                        remembered[origin] = wanted
-                        cost = costs[k]
-                        if size + cost > limit:
-                            flush()
-                        if committed is not None:
-                            msgs.append(committed[k])
-                        size += cost
-                        claimed.append((i, half, origin))
-                        op_offsets.extend((origin, n + k))
-                elif isinstance(got, RemotingError):
-                    self.metrics.refused += 1
-                    refuse(i, int(got.code), f"the range's half {n - table_offset} of {count}: {got.remark}")
-                else:
-                    decide(i, got, got.physical_offset, state, msg_id)
-            while len(remembered) > RESOLVED_MEMORY:
-                remembered.popitem(last=False)
-        flush()
+                        for origin, half in zip(origins, halves, strict=True):
+                            if half is not None:
+                                pending[origin] = half  # back: decided one by one below (their heap items stayed)
+                        loose[:] = [], [], 0
+                        for k, origin in enumerate(origins):
+                            half = pending.pop(origin, None)
+                            if half is None:  # decided before, or refused: as a single entry is
+                                record = got.record(k)
+                                decide(i, tm.StoredHalf(HALF_TOPIC, phys[k], n + k, group, origin, None, record),
+                                       phys[k], state, msg_id)
+                                continue
+                            remembered[origin] = wanted
+                            loose[:] = [origin], [half], 0
+                            cost = costs[k]
+                            if size + cost > limit:
+                                flush()
+                            if committed is not None:
+                                msgs.append(committed[k])
+                            size += cost
+                            claimed.append((i, half, origin))
+                            loose[:] = [], [], 0
+                            op_offsets.extend((origin, n + k))
+                    elif isinstance(got, RemotingError):
+                        self.metrics.refused += 1
+                        refuse(i, int(got.code), f"the range's half {n - table_offset} of {count}: {got.remark}")
+                    else:
+                        decide(i, got, got.physical_offset, state, msg_id)
+                while len(remembered) > RESOLVED_MEMORY:
+                    remembered.popitem(last=False)
+            flush()
+        except BaseException:
+            # Nothing below was appended: those transactions are still undecided (the table and the outcomes as if
+            # this request had not named them), and the request is answered with the error.
+            for _, half, origin in claimed:
+                self.table.add(half)
+                self._outcomes.pop(origin, None)
+            for origin, half in zip(loose[0][loose[2]:], loose[1][loose[2]:], strict=True):
+                if half is not None and origin not in self.table.pending:
+                    self.table.add(half)
+                    self._outcomes.pop(origin, None)
+            raise
         # No await before the last append above: requests of one connection are decided in the order they came.
         codes: dict[int, int] = {}
         for result, done in appended:
@@ -460,72 +481,6 @@ class TransactionalMessageService:
                                          "state unknown: the broker will check back", already)
         return make_response(cmd, ResponseCode.SUCCESS, None, None,
                              encode_end_outcomes([o or EndOutcome(ResponseCode.SYSTEM_ERROR) for o in outcomes]))
-
-    def _range_halves(self, group: str, commit_log_offset: int, first: int, count: int,
-                      commit: bool) -> Iterator[tuple[int, _Chunk | tm.StoredHalf | RemotingError]]:
-        """The halves of a range entry in half-queue order, each with its half-queue offset: read (the checks of
-        :meth:`_half_at` made) many at once by the C helper (:class:`_Chunk`: plain halves, the commits built
-        when ``commit``), or one by one as their decoded :class:`StoredHalf`, or the refusal of one. Refused as a
-        whole (every half) when the first is not at ``commit_log_offset``."""
-        store = self.store
-        end = first + count
-        expect = first
-        # A half batch's halves lie back to back in the log: read from there, a region at a time.
-        phy: int | None = commit_log_offset
-        while expect < end and phy is not None:
-            region = store.commitlog.read_upto(phy, _READ_BYTES)
-            if region is None:
-                break
-            read = tm.commit_records(region, end - expect, expect, phy, group, commit)
-            if read is None:
-                break  # (the queue's units from here on)
-            yield expect, _Chunk(region, *read)
-            expect += len(read[0])
-            phy = read[1][-1] + read[4][-1]
-        while expect < end:
-            got = store.get_messages(HALF_TOPIC, 0, expect, min(end - expect, 4096), max_bytes=_READ_BYTES)
-            if not got.buffers:
-                break
-            before = expect
-            offsets, views = got.queue_offsets, got.buffers
-            if offsets[0] == expect and offsets[-1] - expect == len(views) - 1 and offsets[-1] < end:
-                read = tm.commit_records(views, len(views), expect, commit_log_offset if expect == first else -1,
-                                         group, commit)
-                if read is not None:  # every one a plain half of the group at its offset
-                    yield expect, _Chunk(views, *read)
-                    expect += len(views)
-                    continue
-            for offset, view in zip(offsets, views, strict=True):
-                if offset >= end:
-                    break
-                while expect < offset:  # gone (an expired segment)
-                    yield expect, self._no_half(expect)
-                    expect += 1
-                stored = tm.read_half(view)
-                if stored is None or stored.topic != HALF_TOPIC or stored.queue_offset != offset:
-                    yield offset, self._no_half(offset)
-                elif offset == first and stored.physical_offset != commit_log_offset:
-                    err = RemotingError(ResponseCode.SYSTEM_ERROR, f"the range's first half is at commit-log "
-                                        f"offset {stored.physical_offset}, not {commit_log_offset}: nothing decided")
-                    for k in range(count):
-                        yield first + k, err
-                    return
-                elif stored.group != group:
-                    yield offset, RemotingError(ResponseCode.SYSTEM_ERROR, "The producer group wrong: the half "
-                                                f"message belongs to {stored.group!r}, not {group!r}")
-                else:
-                    yield offset, stored
-                expect = offset + 1
-            if expect == before:  # nothing of the range in what came back
-                break
-        while expect < end:
-            yield expect, self._no_half(expect)
-            expect += 1
-
-    @staticmethod
-    def _no_half(queue_offset: int) -> RemotingError:
-        return RemotingError(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: no half message "
-                             f"at half-queue offset {queue_offset}")
 
     def _unknown(self, group: str, msg_id: str | None, source: str) -> str:
         self.metrics.unknown += 1
@@ -590,6 +545,11 @@ class TransactionalMessageService:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong: "
                                 f"{table_offset}, the half is at {stored.queue_offset}")
+        if not unit_points_at(self.store, table_offset, commit_log_offset):
+            self.metrics.refused += 1
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: the half "
+                                f"queue's offset {table_offset} is not the record at commit-log offset "
+                                f"{commit_log_offset}")
         return stored
 
     # -- check-back -------------------------------------------------------------------------------------------
@@ -705,7 +665,7 @@ class TransactionalMessageService:
         store = self.store
         offset = start
         while offset < store.max_offset(topic, 0):
-            got = store.get_messages(topic, 0, offset, 1024, max_bytes=_READ_BYTES)
+            got = store.get_messages(topic, 0, offset, 1024, max_bytes=READ_BYTES)
             for view in got.buffers:
                 try:
                     yield decode_record(view)[0]
@@ -742,26 +702,6 @@ class TransactionalMessageService:
 
     def stats(self) -> dict[str, int]:
         return {**asdict(self.metrics), "pending": len(self.table)}
-
-
-@dataclass(slots=True)
-class _Chunk:
-    """Halves of a range read by the C helper (``messages.commit_records``): their records (a list, or a region of
-    the log holding them back to back), origins, commit-log offsets, the commits' messages (None for a rollback),
-    size estimates and record sizes."""
-
-    records: list[memoryview] | memoryview
-    origins: list[int]
-    phys: list[int]
-    msgs: list[MessageInner] | None
-    costs: list[int]
-    sizes: list[int]
-
-    def record(self, k: int) -> bytes:
-        if isinstance(self.records, list):
-            return bytes(self.records[k])
-        start = sum(self.sizes[:k])
-        return bytes(self.records[start:start + self.sizes[k]])
 
 
 def _wants_transaction(m: MessageInner) -> bool:

@@ -1,7 +1,8 @@
 """Builds the optional C helpers: the key index's (cometmq.store._indexc), the broker's batch write path
 (cometmq.store._batchc, linked with zlib for the body CRC), the SDK's batch encoder (cometmq.protocol._batchenc),
 the broker's reader of a lone SEND_MESSAGE_V2 frame (cometmq.protocol._sendv2c),
-the Spark source's record decoder (cometmq.spark._decodec) and the Spark sink's batch encoder
+the SDK connection's reply decoder (cometmq.client._sendfast), the Spark source's record decoder
+(cometmq.spark._decodec) and the Spark sink's batch encoder
 (cometmq.spark._encodec). Everything else is in pyproject.toml.
 
 ``optional=True``: without a compiler or Python headers the install still succeeds and each of them runs in pure
@@ -23,6 +24,8 @@ setup(ext_modules=[Extension("cometmq.store._indexc", ["src/cometmq/store/_index
                    Extension("cometmq.protocol._sendv2c", ["src/cometmq/protocol/_sendv2c.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("cometmq.protocol._batchenc", ["src/cometmq/protocol/_batchenc.c"], optional=True,
+                             extra_compile_args=["-O2"], **_SHARED),
+                   Extension("cometmq.client._sendfast", ["src/cometmq/client/_sendfast.c"], optional=True,
                              extra_compile_args=["-O2"], **_SHARED),
                    Extension("cometmq.spark._decodec", ["src/cometmq/spark/_decodec.c"], optional=True,
                              extra_compile_args=["-O2"]),

@@ -32,6 +32,7 @@ from cometmq.client.errors import (
     NoRouteError,
     reading_reply,
 )
+from cometmq.client.wire import SdkRemotingClient
 from cometmq.common.periodic import Periodic
 from cometmq.net.client import RemotingClient, split_address
 from cometmq.net.connection import RemotingConnection, RequestTimeoutError
@@ -208,11 +209,13 @@ class ClientInstance:
         self.request_timeout = request_timeout
         self.poll_namesrv_interval = poll_namesrv_interval
         self.heartbeat_interval = heartbeat_interval
-        self.remoting = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
-                                        RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
-                                        RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
-                                        RequestCode.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly},
-                                       ssl=self.tls_context)
+        #: an SdkRemotingClient: the producer's send writes straight to its connections (client/wire.py)
+        self.remoting: RemotingClient = SdkRemotingClient(
+            {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+             RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+             RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+             RequestCode.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly},
+            ssl=self.tls_context)
         self.routes: dict[str, TopicRouteData] = {}
         #: broker name -> {broker id: address}
         self.brokers: dict[str, dict[int, str]] = {}

@@ -51,6 +51,8 @@ class Message:
     flag: int = 0
 
     def __post_init__(self) -> None:
+        if type(self.body) is bytes:  # the usual body: nothing to check
+            return
         if isinstance(self.body, str):
             self.body = self.body.encode("utf-8")
         if not isinstance(self.body, bytes | bytearray | memoryview):
@@ -165,6 +167,20 @@ _SEND_RESULT_FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offs
 _SEND_RESULT_SLOTS = tuple(SendResult.__dict__[f.name].__set__ for f in fields(SendResult))
 if tuple(f.name for f in fields(SendResult)) != _SEND_RESULT_FIELDS:
     raise RuntimeError("SendResult's fields changed: update send_results")
+
+
+def send_result(status: SendStatus, msg_id: str, offset_msg_id: str, queue: MessageQueue, queue_offset: int,
+                recall_handle: str | None) -> SendResult:
+    """``SendResult(...)``, with the slots set directly (see :func:`send_results_py`): one send's result."""
+    r = object.__new__(SendResult)
+    set_status, set_id, set_offset_id, set_queue, set_offset, set_recall = _SEND_RESULT_SLOTS
+    set_status(r, status)
+    set_id(r, msg_id)
+    set_offset_id(r, offset_msg_id)
+    set_queue(r, queue)
+    set_offset(r, queue_offset)
+    set_recall(r, recall_handle)
+    return r
 
 
 def _bound_c_helper() -> Any:

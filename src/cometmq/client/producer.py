@@ -7,6 +7,7 @@ import base64
 import binascii
 import itertools
 import logging
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -22,13 +23,28 @@ from cometmq.client.auto_batch import (
 )
 from cometmq.client.errors import (
     BrokerError,
+    ClientConnectionError,
     ClientStateError,
+    ClientTimeoutError,
     InvalidArgumentError,
     MQClientError,
     NoRouteError,
 )
 from cometmq.client.instance import ClientInstance, route_stale
-from cometmq.client.message import Message, MessageQueue, SendResult, SendStatus, properties_text, send_results
+from cometmq.client.message import (
+    _SEND_RESULT_FIELDS,
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    properties_text,
+    send_result,
+    send_results,
+)
+from cometmq.client.send_frame import PLAIN_HEAD, PLAIN_TAIL, ProducerKeys, SendFrameTemplate, properties_json
+from cometmq.client.wire import SdkConnection, SdkRemotingClient
+from cometmq.common.native import load_c_helper
+from cometmq.net.connection import RequestTimeoutError
 from cometmq.protocol.acl import Credentials
 from cometmq.protocol.batch import encode_keyed_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
@@ -47,9 +63,10 @@ T = TypeVar("T")
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 
-_STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-           ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-           ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+_STATUS: dict[int, SendStatus] = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
 
 def _v2_key(field: str, **values: Any) -> str:
@@ -117,13 +134,15 @@ class Producer:
         self.compress_level = compress_level
         self.max_message_size = max_message_size
         self.max_batch_bytes = max_batch_bytes
-        self._uniq = UniqKeyGenerator(self.instance.client_ip)
+        self._uniq: UniqKeyGenerator = ProducerKeys(self.instance.client_ip)
         self._next_queue = itertools.count()
         self._pending: set[asyncio.Task[Any]] = set()
         #: topic names _check found valid (str only: a subclass could compare equal and differ)
         self._valid_topics: set[str] = set()
         self._v2_template: dict[str, str] | None = None
         self._queue_cache: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
+        #: topic -> (group, its SEND_MESSAGE_V2 frame template, None: not templatable) for _start_send
+        self._frame_templates: dict[str, tuple[str, SendFrameTemplate | None]] = {}
         #: the accumulator of auto-batched sends (None: auto_batch off)
         self.batcher = AutoBatcher(self, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes) \
             if auto_batch else None
@@ -241,7 +260,10 @@ class Producer:
         With ``auto_batch`` on, a message without ``queue``/``selector`` that can go in a batch (not scheduled, not
         a transaction's half, small enough) waits at most ``batch_max_delay_ms`` for others of its topic and goes
         with them in one request (:mod:`cometmq.client.auto_batch`)."""
-        self._check(msg)
+        if not (self.started and type(msg) is Message and type(msg.topic) is str and msg.topic in self._valid_topics
+                and msg.body and len(msg.body) <= self.max_message_size):  # else one of _check's errors
+            self._check(msg)
+        topic = msg.topic
         timeout = self.send_timeout if timeout is None else timeout
         if queue is not None or selector is not None:
             if queue is None:
@@ -257,15 +279,47 @@ class Producer:
         batcher = self.batcher
         if batcher is not None and batcher.admits(msg):
             return await batcher.send(msg, timeout)
-        return await self._with_retries(msg.topic, lambda q: self._send_to(q, msg, timeout))
+        # _with_retries' first attempt, and _send_to, inline (the usual send needs no more): a failure it may
+        # retry goes on there, from the second attempt
+        cached = self._queue_cache.get(topic)
+        route = self.instance.routes.get(topic)
+        queues = cached[1] if cached is not None and route is not None and cached[0] is route \
+            else await self._queues(topic)
+        q = queues[next(self._next_queue) % len(queues)]
+        try:
+            started = self._start_send(q, msg, timeout)
+            if started is None:
+                return await self._send_to(q, msg, timeout)
+            future, conn, opaque, uniq, addr = started
+            try:
+                response = await future
+            except BaseException as exc:
+                error = _wait_error(exc, conn, opaque, future, addr, q)
+                if error is exc:
+                    raise
+                raise error from None
+            return self._result_one(response, q, uniq, addr)
+        except MQClientError as exc:
+            if not exc.retriable:
+                raise
+            return await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout), (queues, q, exc))
 
-    async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue], Awaitable[T]]) -> T:
+    async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue], Awaitable[T]],
+                            failed: tuple[list[MessageQueue], MessageQueue, MQClientError] | None = None) -> T:
         """``attempt(queue)`` on the next queue of ``topic``, and again on another queue (and broker) after a
-        retriable failure, up to ``retries`` times (RocketMQ's retryTimesWhenSendFailed)."""
-        queues = await self._queues(topic)
+        retriable failure, up to ``retries`` times (RocketMQ's retryTimesWhenSendFailed). ``failed``: the
+        first attempt was made already, on (queues, queue), and failed with this retriable error."""
         last_error: MQClientError | None = None
         failed_broker: str | None = None
-        for n in range(self.retries + 1):
+        if failed is None:
+            queues = await self._queues(topic)
+            first = 0
+        else:
+            queues, q, last_error = failed
+            failed_broker = q.broker_name
+            queues = await self._note_failure(topic, 0, q, last_error, queues)
+            first = 1
+        for n in range(first, self.retries + 1):
             candidates = queues if failed_broker is None else \
                 [q for q in queues if q.broker_name != failed_broker] or queues
             q = candidates[next(self._next_queue) % len(candidates)]
@@ -276,14 +330,20 @@ class Producer:
                     raise
                 last_error = exc
                 failed_broker = q.broker_name
-                if n < self.retries:
-                    log.info("send to %s failed (%s); retrying on another queue", q, exc)
-                    queues = await self._after_failure(topic, exc, queues)
-                elif route_stale(exc):
-                    # no retry left: the next send must not go to a gone master until the 30 s route poll
-                    self.instance.refresh_route_soon(topic)
+                queues = await self._note_failure(topic, n, q, exc, queues)
         assert last_error is not None
         raise last_error
+
+    async def _note_failure(self, topic: str, n: int, q: MessageQueue, exc: MQClientError,
+                            queues: list[MessageQueue]) -> list[MessageQueue]:
+        """After attempt ``n`` (on ``q``) failed with a retriable ``exc``: the queues for the next attempt."""
+        if n < self.retries:
+            log.info("send to %s failed (%s); retrying on another queue", q, exc)
+            return await self._after_failure(topic, exc, queues)
+        if route_stale(exc):
+            # no retry left: the next send must not go to a gone master until the 30 s route poll
+            self.instance.refresh_route_soon(topic)
+        return queues
 
     async def _after_failure(self, topic: str, exc: MQClientError, queues: list[MessageQueue]
                              ) -> list[MessageQueue]:
@@ -366,29 +426,92 @@ class Producer:
         if len(body) >= self.compress_over:
             body = zlib.compress(body, self.compress_level)
             sys_flag |= 1
-        # send_header_to_v2(SendMessageRequestHeader(...)) of this send, filled into a copy of this producer's
-        # template instead of building and converting the header dataclass each time.
+        ext = self._v2_fields(msg.topic, q.queue_id, sys_flag, _now_ms(), msg.flag, properties_text(msg, uniq))
+        # ext holds only strings already: no need for make_request's normalising copy
+        return RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=next_opaque(), flag=ONEWAY_FLAG if oneway else 0,
+                               ext_fields=ext, body=body), uniq
+
+    def _v2_fields(self, topic: str, queue_id: int, sys_flag: int, born_timestamp: int, flag: int,
+                   properties: str) -> dict[str, str]:
+        """send_header_to_v2(SendMessageRequestHeader(...)) of a send, filled into a copy of this producer's
+        template instead of building and converting the header dataclass each time."""
         template = self._v2_template
         if template is None or template[_V2_GROUP] != self.group:
             template = self._v2_template = send_header_to_v2(SendMessageRequestHeader(
                 producer_group=self.group, topic="", default_topic="TBW102", default_topic_queue_nums=4, queue_id=0,
                 sys_flag=0, born_timestamp=0, flag=0, properties="", reconsume_times=0))
         ext = template.copy()
-        ext[_V2_TOPIC] = msg.topic
-        ext[_V2_QUEUE_ID] = str(q.queue_id)
+        ext[_V2_TOPIC] = topic
+        ext[_V2_QUEUE_ID] = str(queue_id)
         ext[_V2_SYS_FLAG] = str(sys_flag)
-        ext[_V2_BORN_TIMESTAMP] = str(_now_ms())
-        ext[_V2_FLAG] = str(msg.flag)
-        ext[_V2_PROPERTIES] = properties_text(msg, uniq)
-        # ext holds only strings already: no need for make_request's normalising copy
-        return RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=next_opaque(), flag=ONEWAY_FLAG if oneway else 0,
-                               ext_fields=ext, body=body), uniq
+        ext[_V2_BORN_TIMESTAMP] = str(born_timestamp)
+        ext[_V2_FLAG] = str(flag)
+        ext[_V2_PROPERTIES] = properties
+        return ext
 
     async def _send_to(self, q: MessageQueue, msg: Message, timeout: float) -> SendResult:
-        cmd, uniq = self._request(q, msg)
-        addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
-        response = await self.instance.invoke(addr, cmd, timeout, context=f"send to {q.topic}/{q.queue_id}")
-        return self._result(response, q, uniq, addr)[0]
+        started = self._start_send(q, msg, timeout)
+        if started is None:  # the general way: a command, encoded and sent by the client instance
+            cmd, uniq = self._request(q, msg)
+            addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
+            response = await self.instance.invoke(addr, cmd, timeout, context=f"send to {q.topic}/{q.queue_id}")
+            return self._result(response, q, uniq, addr)[0]
+        future, conn, opaque, uniq, addr = started
+        try:
+            response = await future
+        except BaseException as exc:
+            error = _wait_error(exc, conn, opaque, future, addr, q)
+            if error is exc:
+                raise
+            raise error from None
+        return self._result_one(response, q, uniq, addr)
+
+    def _start_send(self, q: MessageQueue, msg: Message, timeout: float
+                    ) -> tuple[asyncio.Future[RemotingCommand], SdkConnection, int, str, str] | None:
+        """:meth:`_send_to`'s request written straight to an open connection, its frame head from the topic's
+        :class:`SendFrameTemplate` (the bytes ``_request`` and the codec would give): (reply future, connection,
+        opaque, message id, broker address). None when this path does not apply: a subclass building its own
+        request, signed requests, no open connection yet, a compressed body, a header the template cannot
+        write; then ``_request`` and ``instance.invoke`` do it all."""
+        instance = self.instance
+        addr = instance.master_addr(q.broker_name)
+        remoting = instance.remoting
+        if addr is None or instance.credentials is not None or type(remoting) is not SdkRemotingClient \
+                or type(self)._request is not Producer._request:
+            return None
+        conn = remoting.open_connection(addr)
+        body = msg.body
+        if type(body) is not bytes:
+            body = bytes(body)  # as _request: a memoryview's len() may count items, not bytes
+        flag = msg.flag
+        if conn is None or len(body) >= self.compress_over or type(flag) is not int or type(q.queue_id) is not int:
+            return None
+        topic = msg.topic
+        entry = self._frame_templates.get(topic)
+        if entry is None or entry[0] != self.group:
+            if len(self._frame_templates) >= 1024:
+                self._frame_templates.clear()
+            entry = self._frame_templates[topic] = (self.group, SendFrameTemplate.build(topic, self._v2_fields))
+        template = entry[1]
+        if template is None:
+            return None
+        uniq = self._uniq.new_key()
+        if not msg.properties and not msg.tags and not msg.keys and not msg.delay_level and msg.deliver_at is None \
+                and msg.delay is None:  # msg.plain: UNIQ_KEY and WAIT only
+            properties: bytes | None = PLAIN_HEAD + uniq.encode() + PLAIN_TAIL
+        else:
+            properties = properties_json(properties_text(msg, uniq))
+        if properties is None:
+            return None
+        opaque = next_opaque()
+        head = template.frame_head(opaque, q.queue_id, time.time_ns() // 1_000_000, flag, properties, len(body))
+        if head is None:
+            return None
+        try:
+            future = conn.start_request(head, body, opaque, RequestCode.SEND_MESSAGE_V2, timeout)
+        except (OSError, ConnectionError) as exc:  # closed meanwhile: as instance.invoke reports it
+            raise ClientConnectionError(f"cannot talk to {addr} (send to {q.topic}/{q.queue_id}): {exc}") from None
+        return future, conn, opaque, uniq, addr
 
     def _batch_request(self, q: MessageQueue, msgs: list[Message]) -> tuple[Any, list[str]]:
         # Each item's properties are encode_properties(m.wire_properties(key)): the part before UNIQ_KEY (most
@@ -486,6 +609,38 @@ class Producer:
         return status, MessageQueue(q.topic, q.broker_name, queue_id), first_offset
 
     @staticmethod
+    def _result_one(response: RemotingCommand, q: MessageQueue, uniq: str, addr: str) -> SendResult:
+        """``_result(response, q, uniq, addr)[0]`` of a single message (``uniq`` one id), built directly: one C
+        call (client/_sendfast.c) when the helper is built and the answer is the usual one."""
+        status = _STATUS.get(response.code)
+        if status is not None and _C_RESULT is not None:
+            result: SendResult | None = _C_RESULT(status, response.ext_fields, q, uniq)
+            if result is not None:
+                return result
+        return Producer._result_one_py(response, q, uniq, addr)
+
+    @staticmethod
+    def _result_one_py(response: RemotingCommand, q: MessageQueue, uniq: str, addr: str) -> SendResult:
+        """:meth:`_result_one` in Python: the reference of the C helper's ``send_result``."""
+        status = _STATUS.get(response.code)
+        if status is None:
+            raise BrokerError(response.code, response.remark or "", addr=addr, context=f"send to {q.topic}")
+        ext = response.ext_fields
+        get = ext.get
+        queue_id = q.queue_id  # an int (_start_send checked)
+        try:
+            first_offset = int(get("queueOffset", "-1"))
+            answered = get("queueId")
+            if answered is not None:
+                queue_id = int(answered)
+        except ValueError:
+            first_offset, queue_id = -1, q.queue_id
+        real_q = q if queue_id == q.queue_id and type(q) is MessageQueue \
+            else MessageQueue(q.topic, q.broker_name, queue_id)
+        return send_result(status, uniq, get("msgId", "").partition(",")[0], real_q, first_offset,
+                           get("recallHandle") or None)
+
+    @staticmethod
     def _result(response: Any, q: MessageQueue, uniq: str, addr: str) -> list[SendResult]:
         status, real_q, first_offset = Producer._answer(response, q, addr)
         ext = response.ext_fields
@@ -535,6 +690,31 @@ def recall_handle_broker(handle: str) -> str:
     return items[2]
 
 
+def _bound_result_helper() -> Any:
+    """client/_sendfast.c's send_result bound to SendResult's slots, or None (not built, COMETMQ_PURE_PYTHON)."""
+    helper = load_c_helper("cometmq.client._sendfast")
+    if helper is None:
+        return None
+    helper.bind_results(SendResult, _SEND_RESULT_FIELDS, MessageQueue)
+    return helper.send_result
+
+
+_C_RESULT: Any = _bound_result_helper()
+
+
+def _wait_error(exc: BaseException, conn: SdkConnection, opaque: int, future: asyncio.Future[RemotingCommand],
+                addr: str, q: MessageQueue) -> BaseException:
+    """What instance.invoke makes of a failed wait for a reply (from :meth:`Producer._start_send`): the error to
+    raise (``exc`` itself for anything it lets through). A cancelled wait forgets its request."""
+    if isinstance(exc, asyncio.CancelledError):
+        conn.forget(opaque, future)
+    elif isinstance(exc, RequestTimeoutError | TimeoutError):
+        return ClientTimeoutError(f"no answer from {addr} in time (send to {q.topic}/{q.queue_id})")
+    elif isinstance(exc, OSError | ConnectionError):
+        return ClientConnectionError(f"cannot talk to {addr} (send to {q.topic}/{q.queue_id}): {exc}")
+    return exc
+
+
 def batch_chunks(msgs: Sequence[Message], max_bytes: int) -> list[list[Message]]:
     """``msgs`` cut into batches of at most ``max_bytes`` (an estimate: the body and 200 bytes of properties and
     framing per message); a message larger than that goes alone."""
@@ -554,6 +734,4 @@ def batch_chunks(msgs: Sequence[Message], max_bytes: int) -> list[list[Message]]
 
 
 def _now_ms() -> int:
-    import time
-
     return time.time_ns() // 1_000_000

@@ -1,0 +1,260 @@
+"""client/wire.py: SdkConnection's lean request (one timer per connection for deadlines) and its lone-reply
+decoder, which must build the command the codec builds from the same bytes; the producer's fast path under
+timeouts, cancellation and retries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cometmq.client import ClientTimeoutError, Message, Producer, wire
+from cometmq.client.wire import SdkConnection, _lone_reply_py
+from cometmq.net.connection import ConnectionClosedError, RemotingConnection, RequestTimeoutError
+from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.remoting import (
+    DEFAULT_MAX_FRAME_SIZE,
+    RemotingCommand,
+    SerializeType,
+    decode,
+    encode,
+    make_request,
+)
+
+from .conftest import Cluster
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.written.append(b"".join(parts))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, key: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 10911), "sockname": ("127.0.0.1", 40000)}.get(key, default)
+
+    def set_write_buffer_limits(self, *args: Any, **kwargs: Any) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+
+def _open(cls: type[RemotingConnection] = SdkConnection) -> tuple[Any, _Transport]:
+    conn = cls()
+    transport = _Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+def _reply(opaque: int, **fields: Any) -> bytes:
+    return encode(RemotingCommand(0, opaque=opaque, flag=1, ext_fields=fields.pop("ext", {"msgId": "X"}), **fields))
+
+
+async def test_start_request_writes_and_completes() -> None:
+    conn, transport = _open()
+    future = conn.start_request(b"head", b"body", 7, 310, 3.0)
+    assert transport.written == [b"headbody"] and conn.pending_requests == 1
+    conn.data_received(_reply(7, remark="fine", body=b"b"))
+    result = await future
+    assert result == decode(_reply(7, remark="fine", body=b"b")) and conn.pending_requests == 0
+    big = b"x" * 70_000
+    conn.start_request(b"h", big, 8, 310, 3.0)
+    assert transport.written[-1] == b"h" + big
+    with pytest.raises(ValueError, match="opaque 8 is already waiting"):
+        conn.start_request(b"h", b"", 8, 310, 3.0)
+    conn.close()
+    with pytest.raises(ConnectionClosedError):
+        conn.start_request(b"h", b"", 9, 310, 3.0)
+
+
+async def test_deadlines_fire_in_order_with_one_timer() -> None:
+    conn, _ = _open()
+    t0 = time.monotonic()
+    slow = conn.start_request(b"a", b"", 1, 310, 0.6)
+    fast = conn.start_request(b"b", b"", 2, 11, 0.05)  # a shorter deadline after a longer one: the timer moves
+    with pytest.raises(RequestTimeoutError, match=r"no reply to request code 11 \(opaque 2\) from 127.0.0.1:10911 "
+                                                  r"within 0.05s"):
+        await fast
+    assert time.monotonic() - t0 < 0.5 and not slow.done() and conn.pending_requests == 1
+    answered = conn.start_request(b"c", b"", 3, 310, 0.05)
+    conn.data_received(_reply(3))
+    assert (await answered).opaque == 3
+    with pytest.raises(RequestTimeoutError, match=r"opaque 1\b"):
+        await slow
+    assert 0.55 < time.monotonic() - t0 < 2 and conn.pending_requests == 0
+    assert conn._sweep_handle is None and not conn._deadlines
+
+
+async def test_close_fails_pending_and_stops_the_timer() -> None:
+    conn, _ = _open()
+    future = conn.start_request(b"a", b"", 1, 310, 30)
+    assert conn._sweep_handle is not None
+    conn.close()
+    with pytest.raises(ConnectionClosedError):
+        await future
+    assert conn._sweep_handle is None and not conn._deadlines
+
+
+async def test_forget_drops_a_cancelled_wait() -> None:
+    conn, _ = _open()
+    future = conn.start_request(b"a", b"", 1, 310, 30)
+    future.cancel()
+    conn.forget(1, future)
+    assert conn.pending_requests == 0
+    conn.data_received(_reply(1))  # a late reply has no waiter: dropped, as the base class drops it
+    conn.close()
+
+
+async def test_frames_the_fast_decoder_leaves_to_the_codec() -> None:
+    conn, _ = _open()
+    futures = [conn.start_request(b"", b"", n, 310, 30) for n in (1, 2, 3, 4)]
+    two = _reply(1) + _reply(2)
+    conn.data_received(two)  # two frames in one chunk
+    split = _reply(3, body=b"123")
+    conn.data_received(split[:10])
+    conn.data_received(split[10:])  # a frame in two chunks
+    conn.data_received(encode(RemotingCommand(0, opaque=4, flag=1, serialize_type=SerializeType.ROCKETMQ)))
+    results = [await f for f in futures]
+    assert [r.opaque for r in results] == [1, 2, 3, 4] and results[2].body == b"123"
+    assert results[3].serialize_type is SerializeType.ROCKETMQ
+    request = make_request(99, {"a": "b"})  # a request from the peer: the base class dispatches it (unsupported)
+    conn.data_received(encode(request))
+    conn.close()
+
+
+_str = st.text(max_size=10)
+_int32 = st.integers(-(2**31), 2**31 - 1)
+_scalar = st.one_of(_str, _int32, st.booleans(), st.none(), st.floats(allow_nan=True), st.integers(2**31, 2**70))
+
+
+@st.composite
+def _headers(draw: st.DrawFn) -> bytes:
+    """JSON headers of all shapes a peer may send: the usual one (half the time), and fields of the wrong type or
+    range, missing, or bytes that are not JSON."""
+    usual = draw(st.booleans())
+    header: dict[str, Any] = {
+        "code": draw(_int32 if usual else _int32 | _scalar), "opaque": draw(_int32 if usual else _int32 | _scalar),
+        "flag": draw(st.sampled_from([1, 3]) if usual else st.sampled_from([1, 3, 0, 2]) | _scalar),
+        "version": draw(_int32 if usual else _int32 | _scalar),
+        "language": draw(st.sampled_from(["JAVA", "CPP", "PYTHON"]) if usual else st.just("GO") | _scalar)}
+    if not usual:
+        for name in draw(st.sets(st.sampled_from(list(header)))):
+            del header[name]
+    if draw(st.booleans()):
+        header["remark"] = draw(_str if usual else _str | _scalar)
+    ext = draw(st.dictionaries(_str, _str) if usual else
+               st.none() | st.dictionaries(_str, _scalar, max_size=2) | _scalar)
+    if ext is not None or draw(st.booleans()):
+        header["extFields"] = ext
+    raw = json.dumps(header, ensure_ascii=draw(st.booleans())).encode("utf-8", "surrogatepass")
+    return raw if usual or draw(st.booleans()) else draw(st.sampled_from([raw[:-1], raw + b"x", b"[1]", b"\xff"]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(header=_headers(), body=st.binary(max_size=16), cut=st.sampled_from([0, 0, 0, -1, 1, 2]),
+       stype=st.sampled_from([0, 0, 0, 1]))
+def test_lone_reply_is_the_codec_s_command(header: bytes, body: bytes, cut: int, stype: int) -> None:
+    frame = struct.pack(">II", 4 + len(header) + len(body), (stype << 24) | len(header)) + header + body
+    if cut:
+        frame = frame[:cut] if cut < 0 else frame + b"\x00" * cut
+    got = _lone_reply_py(frame, DEFAULT_MAX_FRAME_SIZE)
+    if wire._C_HELPER is not None:  # the C helper decodes the same frames to the same commands
+        c_got = wire._C_HELPER.lone_reply(frame, DEFAULT_MAX_FRAME_SIZE)
+        assert c_got == got and (c_got is None or _types(c_got) == _types(got))  # type: ignore[arg-type]
+        assert wire._C_HELPER.lone_reply(frame, len(frame) - 5) is None or len(frame) <= 12
+    try:
+        expected: RemotingCommand | None = decode(frame)
+    except ProtocolError:
+        expected = None
+    if got is not None:
+        assert expected is not None and got == expected and got.flag & 1 and _types(got) == _types(expected)
+    assert _lone_reply_py(frame, len(frame) - 5) is None or len(frame) <= 12
+
+
+def _types(cmd: RemotingCommand) -> list[type]:
+    return [type(getattr(cmd, name)) for name in ("code", "language", "version", "opaque", "flag", "remark",
+                                                  "ext_fields", "body", "serialize_type")]
+
+
+def test_the_c_helper_is_used_when_built() -> None:
+    import os
+
+    from cometmq.common.native import PURE_PYTHON_ENV
+
+    if wire._C_HELPER is None:
+        assert os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0") or pytest.skip("the C helper is not built")
+        assert wire._lone_reply is _lone_reply_py
+    else:
+        assert wire._lone_reply is wire._C_HELPER.lone_reply
+        frame = _reply(5, remark="r", body=b"xyz", ext={"a": "b"})
+        assert wire._lone_reply(frame, DEFAULT_MAX_FRAME_SIZE) == _lone_reply_py(frame, DEFAULT_MAX_FRAME_SIZE) \
+            == decode(frame)
+        with pytest.raises(TypeError):
+            wire._C_HELPER.lone_reply(frame)
+
+
+async def test_producer_send_timeout_and_retries(cluster: Cluster) -> None:
+    async with Producer("pg", namesrv=cluster.namesrv_addr, retries=2) as p:
+        assert (await p.send(Message("TO", b"connect"))).ok  # the connection is open from here on
+        addr = p.instance.master_addr("broker-a")
+        assert addr is not None
+        conn = p.instance.remoting.connections[addr]
+        assert isinstance(conn, SdkConnection)
+        real = conn._transport
+        writes: list[int] = []
+
+        class Blackhole:  # requests vanish: no reply ever comes
+            def write(self, data: bytes) -> None:
+                writes.append(len(data))
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+        conn._transport = Blackhole()  # type: ignore[assignment]
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(ClientTimeoutError, match=r"no answer from 127.0.0.1:\d+ in time \(send to TO/\d\)"):
+                await p.send(Message("TO", b"lost"), timeout=0.1)
+            assert len(writes) == 3 and 0.25 < time.monotonic() - t0 < 3  # tried 1 + 2 times, 0.1 s each
+            task = asyncio.ensure_future(p.send(Message("TO", b"cancelled"), timeout=30))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert conn.pending_requests == 0
+        finally:
+            conn._transport = real
+        r = await p.send(Message("TO", b"again"))
+        assert r.ok and r.queue.topic == "TO"
+
+
+async def test_answered_requests_behind_a_waiting_one_are_not_kept() -> None:
+    conn, _ = _open()
+    stuck = conn.start_request(b"", b"", 1, 310, 30)
+    for n in range(2, 1000):
+        conn.start_request(b"", b"", n, 310, 30)
+        conn.data_received(_reply(n))
+    assert len(conn._deadlines) <= 130 and conn.pending_requests == 1 and not stuck.done()
+    conn.close()

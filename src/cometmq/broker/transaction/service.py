@@ -393,9 +393,11 @@ class TransactionalMessageService:
                 for n, got in range_halves(self.store, group, commit_log_offset, table_offset, count, commit):
                     if isinstance(got, Chunk):
                         origins, phys, committed, costs = got.origins, got.phys, got.msgs, got.costs
+                        before = len(pending)
                         halves = [pending.pop(origin, None) for origin in origins]
                         loose[:] = origins, halves, 0
-                        if None not in halves:  # all pending (the usual case): claimed at once
+                        # (counted, not searched: ``None in halves`` would call PendingHalf.__eq__ for each)
+                        if before - len(pending) == len(origins):  # all pending (the usual case): claimed at once
                             remembered.update(zip(origins, itertools.repeat(wanted)))
                             start, total = 0, len(origins)
                             while start < total:

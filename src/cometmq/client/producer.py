@@ -279,7 +279,7 @@ class Producer:
         batcher = self.batcher
         if batcher is not None and batcher.admits(msg):
             return await batcher.send(msg, timeout)
-        # _with_retries' first attempt, and _send_to, inline (the usual send needs no more): a failure it may
+        # _with_retries' first attempt inline (the usual send needs no more): a failure it may
         # retry goes on there, from the second attempt
         cached = self._queue_cache.get(topic)
         route = self.instance.routes.get(topic)
@@ -287,18 +287,7 @@ class Producer:
             else await self._queues(topic)
         q = queues[next(self._next_queue) % len(queues)]
         try:
-            started = self._start_send(q, msg, timeout)
-            if started is None:
-                return await self._send_to(q, msg, timeout)
-            future, conn, opaque, uniq, addr = started
-            try:
-                response = await future
-            except BaseException as exc:
-                error = _wait_error(exc, conn, opaque, future, addr, q)
-                if error is exc:
-                    raise
-                raise error from None
-            return self._result_one(response, q, uniq, addr)
+            return await self._send_to(q, msg, timeout)
         except MQClientError as exc:
             if not exc.retriable:
                 raise

@@ -165,14 +165,7 @@ def _stop_sweep(conn: RemotingConnection) -> None:
 class SdkRemotingClient(RemotingClient):
     """A :class:`RemotingClient` whose TCP connections are :class:`SdkConnection` s."""
 
-    def _new_connection(self) -> RemotingConnection:
-        return SdkConnection(
-            self._dispatcher,
-            max_frame_size=self._max_frame_size,
-            write_high_water=self._write_high_water,
-            write_low_water=self._write_low_water,
-            max_inflight=self._max_inflight,
-        )
+    connection_class = SdkConnection
 
     def open_connection(self, addr: str) -> SdkConnection | None:
         """The open :class:`SdkConnection` to ``addr``; None when there is none (not connected yet, closed, an

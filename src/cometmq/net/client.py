@@ -177,8 +177,11 @@ class RemotingClient:
         log.debug("connected to %s", addr)
         return conn
 
+    #: what the client's connections are (the SDK's subclass makes its own kind)
+    connection_class: type[RemotingConnection] = RemotingConnection
+
     def _new_connection(self) -> RemotingConnection:
-        return RemotingConnection(
+        return self.connection_class(
             self._dispatcher,
             max_frame_size=self._max_frame_size,
             write_high_water=self._write_high_water,

@@ -20,10 +20,15 @@ import json
 import os
 import pstats
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.kit
+
+from tests.kit.transport import MemoryTransport
 
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.controller import BrokerController
@@ -35,34 +40,6 @@ from cometmq.protocol.remoting import encode_parts
 from cometmq.protocol.route import TopicConfig
 
 
-class _Sink:
-    """A transport that takes every write and drops it."""
-
-    def __init__(self) -> None:
-        self.writes = 0
-
-    def write(self, data: bytes) -> None:
-        self.writes += 1
-
-    def writelines(self, parts: Any) -> None:
-        self.writes += 1
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, key: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 10911)}.get(key, default)
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def set_write_buffer_limits(self, *args: Any, **kwargs: Any) -> None: ...
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-
-
 async def measure(count: int, profile: bool) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="bench-send-path-"))
     cfg = BrokerConfig(listen_port=0, listen_host="127.0.0.1")
@@ -70,7 +47,7 @@ async def measure(count: int, profile: bool) -> dict[str, Any]:
     await broker.start()
     try:
         broker.topics.put(TopicConfig("T", read_queue_nums=4, write_queue_nums=4))
-        sink = _Sink()
+        sink = MemoryTransport(keep=False)  # replies dropped, counted
         conn = broker.server._new_connection()
         conn.connection_made(sink)  # type: ignore[arg-type]
         producer = Producer("bench-send-path", namesrv="127.0.0.1:1")  # never started: only its encoder is used

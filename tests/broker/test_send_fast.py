@@ -26,6 +26,7 @@ from cometmq.protocol.remoting import RemotingCommand, SerializeType, encode, en
 from cometmq.protocol.route import PERM_READ, TopicConfig
 from cometmq.store.config import FlushDiskType
 from tests.kit import FakeClock
+from tests.kit.transport import MemoryTransport
 
 from .conftest import broker_config, props
 
@@ -38,40 +39,12 @@ INT_TEXT = st.one_of(st.integers(-5, 2**40).map(str), st.sampled_from(["abc", " 
                                                                       "1" * 20]))
 
 
-class Sink:
-    """A transport that keeps what is written."""
-
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.out.append(bytes(data))
-
-    def writelines(self, parts: Any) -> None:
-        self.out.append(b"".join(parts))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, key: str, default: Any = None) -> Any:
-        return {"peername": ("192.168.5.6", 40000), "sockname": ("127.0.0.1", 10911)}.get(key, default)
-
-    def set_write_buffer_limits(self, *args: Any, **kwargs: Any) -> None: ...
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-
-
 class Side:
     """One broker and a connection to feed."""
 
     def __init__(self, broker: BrokerController, fast: bool) -> None:
         self.broker = broker
-        self.sink = Sink()
+        self.sink = MemoryTransport(("192.168.5.6", 40000))
         self.conn: RemotingConnection = broker.server._new_connection()  # type: ignore[union-attr]
         self.conn.connection_made(self.sink)  # type: ignore[arg-type]
         self.taken: list[bool] = []
@@ -89,15 +62,15 @@ class Side:
             self.conn._fast_path = None
 
     async def feed(self, frame: bytes, seed: int) -> bytes | None:
-        before = len(self.sink.out)
+        before = len(self.sink.written)
         random.seed(seed)
         self.conn.data_received(frame)
         for _ in range(self.patience):
-            if len(self.sink.out) > before:
+            if len(self.sink.written) > before:
                 break
             await asyncio.sleep(0.001)
-        assert len(self.sink.out) <= before + 1
-        return self.sink.out[before] if len(self.sink.out) > before else None
+        assert len(self.sink.written) <= before + 1
+        return self.sink.written[before] if len(self.sink.written) > before else None
 
     def state(self) -> tuple[Any, ...]:
         store = self.broker.store
@@ -242,7 +215,7 @@ def test_a_refused_write_is_answered_with_its_reason(tmp_path: Path) -> None:
             for side in (fast, generic):
                 side.broker.store.running = True
         assert fast.taken == [True] * 3
-        assert b"the store is not running" in fast.sink.out[-1]
+        assert b"the store is not running" in fast.sink.written[-1]
 
     run_pair(tmp_path, check)
 

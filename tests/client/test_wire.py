@@ -26,44 +26,14 @@ from cometmq.protocol.remoting import (
     encode,
     make_request,
 )
+from tests.kit.transport import MemoryTransport
 
 from .conftest import Cluster
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(bytes(data))
-
-    def writelines(self, parts: Any) -> None:
-        self.written.append(b"".join(parts))
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, key: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 10911), "sockname": ("127.0.0.1", 40000)}.get(key, default)
-
-    def set_write_buffer_limits(self, *args: Any, **kwargs: Any) -> None: ...
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-
-    def close(self) -> None:
-        self.closing = True
-
-    def abort(self) -> None:
-        self.closing = True
-
-
-def _open(cls: type[RemotingConnection] = SdkConnection) -> tuple[Any, _Transport]:
+def _open(cls: type[RemotingConnection] = SdkConnection) -> tuple[Any, MemoryTransport]:
     conn = cls()
-    transport = _Transport()
+    transport = MemoryTransport(("127.0.0.1", 10911), ("127.0.0.1", 40000))
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
 

@@ -330,7 +330,8 @@ def test_evaluation_cost() -> None:
     props = {"a": "10", "b": "x", "c": "3", "d": "hello", "e": "true"}
     assert f(props)
     per_call = min(timeit.repeat(lambda: f(props), number=20_000, repeat=5)) / 20_000
-    assert per_call < 5e-6  # typically well under 1 us; loose bound against noisy machines
+    # typically well under 1 us; the bound only catches a hang or a ~100x regression (timing is for benchmarks)
+    assert per_call < 100e-6
 
 
 # ---------------------------------------------------------------------------------------------- fuzz

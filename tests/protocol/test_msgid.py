@@ -279,10 +279,12 @@ def test_forked_child_gets_a_new_prefix() -> None:
     assert child_key[:20] != parent_key[:20]
 
 
-def test_key_generation_is_fast() -> None:
+def test_key_generation_has_no_gross_regression() -> None:
+    # ~1 us per key on this machine kind; the bound only catches a hang or a ~50x regression, since pass/fail
+    # tests do not time (the per-send cost is measured by bench/bench_client_send.py)
     gen = UniqKeyGenerator("10.1.2.3")
-    best = min(timeit.repeat(gen.new_key, number=20_000, repeat=5)) / 20_000
-    assert best < 2e-6, f"{best * 1e6:.2f} µs per key"
+    best = min(timeit.repeat(gen.new_key, number=2_000, repeat=3)) / 2_000
+    assert best < 50e-6, f"{best * 1e6:.2f} µs per key"
 
 
 def test_uniq_key_timestamp() -> None:

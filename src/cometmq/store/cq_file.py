@@ -430,6 +430,10 @@ class ConsumeQueueFile:
             except (OSError, ValueError):
                 pass
 
+    def advise_writes_from(self, pos: int) -> None:
+        """Nothing to advise: a queue file's units are flushed in the background, never one send at a time, so
+        the size of the page-cache folio around a unit costs no acknowledgement anything (``MappedFile``'s)."""
+
     def zero_from(self, pos: int) -> None:
         """Zero the file from ``pos`` to its end on disk (a truncated tail must read as unwritten units), then
         fdatasync: what stays before ``pos`` is durable too (the caller marks it flushed)."""

@@ -47,15 +47,19 @@ class Side:
         self.sink = MemoryTransport(("192.168.5.6", 40000))
         self.conn: RemotingConnection = broker.server._new_connection()  # type: ignore[union-attr]
         self.conn.connection_made(self.sink)  # type: ignore[arg-type]
+        #: per chunk offered to the fast path: whether it took all of it
         self.taken: list[bool] = []
+        #: per chunk offered: how many bytes it took
+        self.took: list[int] = []
         #: milliseconds to wait for a reply (none comes to a oneway request)
         self.patience = 20 if broker.config.store.flush_disk_type is FlushDiskType.ASYNC_FLUSH else 500
         inner = self.conn._fast_path
         assert inner is not None
         if fast:
-            def spy(conn: RemotingConnection, data: bytes) -> bool:
+            def spy(conn: RemotingConnection, data: bytes) -> int:
                 took = inner(conn, data)
-                self.taken.append(took)
+                self.taken.append(took == len(data))
+                self.took.append(took)
                 return took
             self.conn._fast_path = spy
         else:
@@ -71,6 +75,19 @@ class Side:
             await asyncio.sleep(0.001)
         assert len(self.sink.written) <= before + 1
         return self.sink.written[before] if len(self.sink.written) > before else None
+
+    async def feed_chunks(self, chunks: list[bytes], seed: int) -> list[bytes]:
+        """Feed ``chunks`` in one go; the replies that came until none came for ``patience`` ms."""
+        before = len(self.sink.written)
+        random.seed(seed)
+        for chunk in chunks:
+            self.conn.data_received(chunk)
+        seen, quiet = before, 0
+        while quiet < self.patience:
+            await asyncio.sleep(0.001)
+            quiet = 0 if len(self.sink.written) > seen else quiet + 1
+            seen = len(self.sink.written)
+        return self.sink.written[before:]
 
     def state(self) -> tuple[Any, ...]:
         store = self.broker.store
@@ -248,5 +265,37 @@ def test_a_replaced_send_handler_gets_every_send(tmp_path: Path) -> None:
         table[RequestCode.SEND_MESSAGE_V2] = inner
         compare(fast, generic, loop, sdk_frames(1)[0], 1)
         assert fast.taken == [False, True] and len(seen) == 1
+
+    run_pair(tmp_path, check)
+
+
+@st.composite
+def chunked(draw: st.DrawFn, sdk: list[bytes]) -> list[bytes]:
+    """Several frames, sent back to back, cut into chunks anywhere (as TCP may deliver them)."""
+    stream = b"".join(draw(st.lists(st.one_of(st.sampled_from(sdk), frames()), min_size=2, max_size=8)))
+    cuts = sorted(draw(st.lists(st.integers(1, len(stream) - 1), max_size=3, unique=True)))
+    return [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+
+
+def test_chunks_of_several_frames_are_stored_and_answered_as_the_generic_path_does(tmp_path: Path) -> None:
+    """A chunk holding several frames (64 producers on one connection): the fast path serves its whole frames from
+    the start while it takes them and leaves the rest, in order, to the generic path. Same records in the same
+    order, the same replies (in any order: each names its request's opaque)."""
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        seeds = iter(range(10**9))
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(chunked(sdk_frames(6)))
+        def one(chunks: list[bytes]) -> None:
+            seed = next(seeds)
+            got = loop.run_until_complete(fast.feed_chunks(chunks, seed))
+            want = loop.run_until_complete(generic.feed_chunks(chunks, seed))
+            assert sorted(got) == sorted(want)
+            assert fast.state() == generic.state()
+            event("several frames taken" if any(t > len(f) // 2 for t, f in zip(fast.took[-len(chunks):], chunks,
+                                                                                  strict=True)) else "other")
+
+        one()
+        assert any(not t and k for t, k in zip(fast.taken, fast.took, strict=True))  # took part of a chunk
 
     run_pair(tmp_path, check)

@@ -1,15 +1,16 @@
-"""The broker's fast path for the most common request: one plain message in one SEND_MESSAGE_V2, alone in its chunk.
+"""The broker's fast path for the most common request: one plain message in one SEND_MESSAGE_V2.
 
 A lone producer's send used to go through the frame decoder (a RemotingCommand, its header dict), the dispatcher,
 two coroutines (``_serve`` and ``SendProcessor.send``), the generated V2 header parser, the append batcher's
 future, a reply RemotingCommand and its JSON encoding: about 180 Python calls. ``SendFastPath`` is offered each
-chunk a server connection receives (``connection.FastPath``) and serves the send in one straight call: the frame
+chunk a server connection receives (``connection.FastPath``) and serves each send in one straight call: the frame
 and its V2 header read in one step (protocol/send_v2.py, C when built), the checks of ``SendProcessor.send`` on
 its plain path, one ``Appender.put_now`` (the result itself when the write is durable at once: no future), the
-stats, and the reply written as bytes from a template.
+stats, and the reply written as bytes from a template. A chunk of several frames (concurrent sends on one
+connection) is served frame by frame from its start while the path takes them; the rest goes to the generic path.
 
-It takes only what the generic path would serve the same way, and leaves everything else (returns False before
-doing anything) to it: any frame ``decode_send_v2`` does not take, a broker or topic that is not writable, a
+It takes only what the generic path would serve the same way, and leaves everything else (a frame it leaves
+is untouched) to it: any frame ``decode_send_v2`` does not take, a broker or topic that is not writable, a
 topic that is not configured yet (auto-creation), reserved, a retry, DLQ, schedule or timer topic, a queue id out
 of range, a transaction, delay or timer property (the send hooks), a property set that is not UTF-8. The server
 offers chunks to it only with access control off (the ACL check wraps the handler table), and it serves them only
@@ -76,7 +77,22 @@ class SendFastPath:
         self._host = b""
         self._prefix = b""
 
-    def __call__(self, conn: RemotingConnection, data: bytes) -> bool:
+    def __call__(self, conn: RemotingConnection, data: bytes) -> int:
+        """Serve the chunk's whole frames from its start while each is one this path takes; how many bytes it
+        took. The rest (from the first frame it does not take, or a partial frame) goes to the generic path, in
+        order: the frames it serves are appended before any later one."""
+        n = len(data)
+        if n >= 4 and int.from_bytes(data[:4], "big") + 4 == n:  # (the common case: exactly one frame)
+            return n if self._serve(conn, data) else 0
+        pos = 0
+        while n - pos >= 8:
+            end = pos + 4 + int.from_bytes(data[pos:pos + 4], "big")
+            if end > n or not self._serve(conn, data[pos:end]):
+                break
+            pos = end
+        return pos
+
+    def _serve(self, conn: RemotingConnection, data: bytes) -> bool:
         req = decode_send_v2(data, conn.max_frame_size)
         if req is None or self._table.get(_CODE) is not self._handler:
             return False

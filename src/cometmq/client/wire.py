@@ -6,8 +6,9 @@ in one queue per connection with one timer, armed for the earliest deadline stil
 append, and the timer fires about once per timeout, not once per request (``call_later`` + ``cancel`` cost a
 timer handle and two timer-heap operations on every send). The timeout error is the one ``request`` raises, at
 the same moment (the earliest pending deadline). Everything else (other frames, the peer's own requests,
-closing) is the base class's. A chunk that is exactly one JSON reply (a lone request's answer) is decoded by
-:func:`_lone_reply` (one C call when client/_sendfast.c is built) instead of the frame decoder.
+closing) is the base class's. The whole JSON reply frames a chunk starts with (the answers of the sends in
+flight) are each decoded by :func:`_lone_reply` (one C call when client/_sendfast.c is built) instead of the frame
+decoder.
 
 :class:`SdkRemotingClient` is the client instance's :class:`RemotingClient`, making these connections and
 handing out an open one without a coroutine (:meth:`SdkRemotingClient.open_connection`).
@@ -98,21 +99,35 @@ class SdkConnection(RemotingConnection):
         return future
 
     def data_received(self, data: bytes) -> None:
-        """A chunk that is exactly one JSON reply, with nothing buffered before it (a lone request's answer),
-        is decoded and completes its request here; anything else (and anything the check below does not pass
-        plainly) goes to the base class, which decodes it as it always does. The command built is the one the
-        codec builds from these bytes: the same fields, the same types."""
-        reply = None if _SETTERS is None or _orjson is None or self._closed \
-            else _lone_reply(data, self._max_frame_size)
-        if reply is None or self._decoder.buffered:
+        """Each whole frame at the chunk's start that is one JSON reply, with nothing buffered before it (the
+        answers of sends in flight), is decoded and completes its request here; the rest of the chunk, from the
+        first frame the check below does not pass plainly (or a partial frame), goes to the base class, which
+        decodes it as it always does. The command built is the one the codec builds from these bytes: the same
+        fields, the same types."""
+        if _SETTERS is None or _orjson is None or self._closed or self._decoder.buffered:
             super().data_received(data)
             return
-        self.last_read = self._loop.time()
-        future = self._pending.pop(reply.opaque, None)
-        if future is not None and not future.done():
-            future.set_result(reply)
-        else:
-            self._complete(reply)  # no waiter: logged as the base class does
+        n = len(data)
+        pos = 0
+        max_frame = self._max_frame_size
+        while n - pos >= 8:
+            end = pos + 4 + int.from_bytes(data[pos:pos + 4], "big")
+            if end > n:
+                break
+            reply = _lone_reply(data if end == n and not pos else data[pos:end], max_frame)
+            if reply is None:
+                break
+            pos = end
+            self.last_read = self._loop.time()
+            future = self._pending.pop(reply.opaque, None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+            else:
+                self._complete(reply)  # no waiter: logged as the base class does
+            if self._closed:
+                return
+        if pos < n:
+            super().data_received(data[pos:] if pos else data)
 
     def forget(self, opaque: int, future: asyncio.Future[RemotingCommand]) -> None:
         """Stop waiting for the reply of a :meth:`start_request` (its caller was cancelled)."""

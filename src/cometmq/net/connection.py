@@ -46,10 +46,11 @@ BufferObserver = Callable[["RemotingConnection", int], None]
 RequestObserver = Callable[[int, int, int, bool], None]
 """Told of each request answered: (request code, response code, nanoseconds from its arrival to its answer,
 whether the handler returned before answering: a held long poll). Installed by the server's owner (metrics)."""
-FastPath = Callable[["RemotingConnection", bytes], bool]
-"""Offered each chunk received while no partial frame is buffered, before it is decoded: True when it took the
-chunk (it answers the request it holds, through ``send_frame``, now or from a task of ``start_handler_task``),
-False to leave it, untouched, to the decoder and the dispatcher (broker/send_fast.py: a lone SEND_MESSAGE_V2)."""
+FastPath = Callable[["RemotingConnection", bytes], int]
+"""Offered each chunk received while no partial frame is buffered, before it is decoded: returns how many bytes
+from the chunk's start it took, whole frames (it answers the requests they hold, through ``send_frame``, now or
+from a task of ``start_handler_task``); the rest goes, untouched, to the decoder and the dispatcher
+(broker/send_fast.py: single SEND_MESSAGE_V2s)."""
 
 DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
 DEFAULT_WRITE_LOW_WATER = 1024 * 1024
@@ -365,8 +366,12 @@ class RemotingConnection(asyncio.Protocol):
         self.last_read = now = self._loop.time()
         decoder = self._decoder
         before = decoder.buffered
-        if not before and self._fast_path is not None and self._fast_path(self, data):
-            return
+        if not before and self._fast_path is not None:
+            taken = self._fast_path(self, data)
+            if taken:
+                if taken == len(data) or self._closed:
+                    return
+                data = data[taken:]
         try:
             commands = decoder.feed(data)
         except RemoteProtocolError as exc:

@@ -70,6 +70,7 @@ def broker_main(out: str, argv: list[str]) -> None:
     _wrap_common()
     from cometmq.broker import long_polling, pull, send
     from cometmq.broker.append_batcher import AppendBatcher
+    from cometmq.broker.pull_fast import PullFastPath
     from cometmq.store.message_store import MessageStore
 
     _wrap(send.SendProcessor, "send", "send")
@@ -78,6 +79,7 @@ def broker_main(out: str, argv: list[str]) -> None:
     _wrap(AppendBatcher, "_append", "append")
     _wrap(long_polling.PullRequestHoldService, "on_arrivals", "arrivals")
     _wrap(pull.PullProcessor, "replay", "replay")
+    _wrap(PullFastPath, "__call__", "pullfast")  # a woken pull answered from a template (replay not run)
     _wrap(MessageStore, "get_messages", "get")
 
     def dump(*_: Any) -> None:

@@ -10,6 +10,7 @@ import struct
 import time
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -138,11 +139,22 @@ def _headers(draw: st.DrawFn) -> bytes:
                st.none() | st.dictionaries(_str, _scalar, max_size=2) | _scalar)
     if ext is not None or draw(st.booleans()):
         header["extFields"] = ext
-    raw = json.dumps(header, ensure_ascii=draw(st.booleans())).encode("utf-8", "surrogatepass")
+    compact = draw(st.booleans())  # as the brokers write it (read without the JSON decoder), or spaced
+    raw = json.dumps(header, ensure_ascii=draw(st.booleans()), separators=(",", ":") if compact else None
+                     ).encode("utf-8", "surrogatepass")
+    if compact and draw(st.integers(0, 3)) == 0:  # the compact reader's edges: each either read or left alone
+        raw = raw[:-1] + draw(st.sampled_from(_COMPACT_EDGES)) + b"}"
     return raw if usual or draw(st.booleans()) else draw(st.sampled_from([raw[:-1], raw + b"x", b"[1]", b"\xff"]))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_COMPACT_EDGES = [b',"code":5', b',"x":007', b',"x":-0', b',"x":-', b',"x":1.5', b',"x":1e3', b',"x":true',
+                  b',"x":{"a":1}', b',"x":{"a":"b","a":"c"}', b',"x":{}', b',"x":[]', b',"x":"\\u00e9"',
+                  b',"x":"a\\"b"', b', "x":1', b',"x" :1', b',"x":123456789012345678', b',"x":-123456789012345678',
+                  b',"x":1234567890123456789', b',"x":"\xc3\xa9"', b',"x":"\xed\xa0\x80"', b',"x":null',
+                  b',"x":nul', b',"x":"a\tb"', b',"x":{"a":"b"', b',"x":{"a":"b",}', b',"x":', b',', b',"x":"']
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(header=_headers(), body=st.binary(max_size=16), cut=st.sampled_from([0, 0, 0, -1, 1, 2]),
        stype=st.sampled_from([0, 0, 0, 1]))
 def test_lone_reply_is_the_codec_s_command(header: bytes, body: bytes, cut: int, stype: int) -> None:
@@ -153,6 +165,7 @@ def test_lone_reply_is_the_codec_s_command(header: bytes, body: bytes, cut: int,
     if wire._C_HELPER is not None:  # the C helper decodes the same frames to the same commands
         c_got = wire._C_HELPER.lone_reply(frame, DEFAULT_MAX_FRAME_SIZE)
         assert c_got == got and (c_got is None or _types(c_got) == _types(got))  # type: ignore[arg-type]
+        assert c_got is None or list(c_got.ext_fields.items()) == list(got.ext_fields.items())  # type: ignore[union-attr]
         assert wire._C_HELPER.lone_reply(frame, len(frame) - 5) is None or len(frame) <= 12
     try:
         expected: RemotingCommand | None = decode(frame)
@@ -273,3 +286,28 @@ def test_chunks_of_several_replies_complete_what_the_base_class_completes(
     fast = asyncio.run(run(SdkConnection))
     base = asyncio.run(run(RemotingConnection))
     assert fast == base and [_types(c) for c in fast] == [_types(c) for c in base]
+
+
+def test_the_brokers_compact_answers_are_read_without_the_json_decoder() -> None:
+    """A pull or send answer as the broker writes it (broker/pull_fast.py, broker/send_fast.py, the codec) is read
+    by the C helper's compact reader; the decoder is asked only about other text."""
+    if wire._C_HELPER is None:
+        pytest.skip("the C helper is not built")
+    asked: list[bytes] = []
+
+    def loads(raw: bytes) -> Any:
+        asked.append(raw)
+        return orjson.loads(raw)
+
+    pull = (b'{"code":0,"language":"PYTHON","version":0,"opaque":-7,"flag":1,"extFields":{"suggestWhichBrokerId":'
+            b'"0","nextBeginOffset":"8","minOffset":"0","maxOffset":"8"},"serializeTypeCurrentRPC":"JSON"}')
+    spaced = pull.replace(b'"flag":1', b'"flag": 1')
+    wire._C_HELPER.bind(RemotingCommand, wire._FIELDS, SerializeType.JSON, loads)
+    try:
+        for header in (pull, spaced):
+            frame = struct.pack(">II", 4 + len(header) + 3, len(header)) + header + b"abc"
+            assert wire._C_HELPER.lone_reply(frame, DEFAULT_MAX_FRAME_SIZE) == _lone_reply_py(
+                frame, DEFAULT_MAX_FRAME_SIZE) == decode(frame)
+    finally:
+        wire._C_HELPER.bind(RemotingCommand, wire._FIELDS, SerializeType.JSON, orjson.loads)
+    assert asked == [spaced]

@@ -22,6 +22,7 @@ from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.pop.processor import PopProcessor
 from cometmq.broker.pop.service import PopService
 from cometmq.broker.pull import PullProcessor
+from cometmq.broker.pull_fast import PullFastPath
 from cometmq.broker.registration import NamesrvRegistrar
 from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
@@ -102,6 +103,8 @@ class BrokerController:
                                             store_host=lambda: store.commitlog.store_host, stats=self.stats)
         self.pull_processor = PullProcessor(config, store, topics, groups, self.consumers, offsets, self.stats)
         self.hold = self.pull_processor.hold
+        # A held pull woken by the one record it gets is answered from a template (broker/pull_fast.py).
+        self.hold.fast_replay = PullFastPath(self.pull_processor)
         self.admin = AdminProcessor(config, store, topics=topics, groups=groups, offsets=offsets,
                                     consumers=self.consumers, producers=self.producers, locks=self.locks,
                                     held_pulls=lambda: self.hold.held_count, clock=clock, stats=self.stats,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 #: ``replay(conn, request[, parsed header])`` runs a held pull again and answers it: synchronous (run at once),
 #: or a coroutine (run as a task); the header argument is passed only when the held pull carries one
 Replay = Callable[..., Awaitable[None] | None]
+#: ``fast(held, arrival)`` answers a held pull woken by ``arrival`` at once and says True, or does nothing and
+#: says False (the replay then answers it)
+FastReplay = Callable[["HeldPull", DispatchRequest], bool]
 
 
 @dataclass(eq=False)
@@ -59,6 +62,8 @@ class PullRequestHoldService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._replays: set[asyncio.Task[None]] = set()
+        #: the broker's fast answer to a pull woken by the one record it gets (broker/pull_fast.py), if any
+        self.fast_replay: FastReplay | None = None
         self.woken_by_arrival = 0
         self.woken_by_timeout = 0
         self.woken_by_check = 0
@@ -121,11 +126,13 @@ class PullRequestHoldService:
             if not lst:
                 del self._table[(held.topic, held.queue_id)]
 
-    def _wake(self, held: HeldPull) -> None:
+    def _wake(self, held: HeldPull, arrival: DispatchRequest | None = None) -> None:
         if held.done:
             return
         self._drop(held)
         if held.conn.closed:
+            return
+        if arrival is not None and self.fast_replay is not None and self.fast_replay(held, arrival):
             return
         # A synchronous replay answers now, inside the arrival's dispatch (the store's reads take no lock):
         # the answer leaves in the same loop turn as the append, with no task to create and schedule.
@@ -153,9 +160,9 @@ class PullRequestHoldService:
         if key not in self._table:
             return
         if threading.get_ident() != self._loop_thread and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._arrived, key, req.queue_offset, req.tags_code, req.properties)
+            self._loop.call_soon_threadsafe(self._arrived, key, req)
         else:
-            self._arrived(key, req.queue_offset, req.tags_code, req.properties)
+            self._arrived(key, req)
 
     def on_arrivals(self, reqs: list[DispatchRequest]) -> None:
         """``on_arrival`` for a dispatched batch: one call, and nothing per record while nobody waits."""
@@ -174,13 +181,13 @@ class PullRequestHoldService:
                 return
             key = (req.topic, req.queue_id)
             if key in table:
-                self._arrived(key, req.queue_offset, req.tags_code, req.properties)
+                self._arrived(key, req)
 
-    def _arrived(self, key: tuple[str, int], queue_offset: int, tags_code: int,
-                 properties: Mapping[str, str]) -> None:
+    def _arrived(self, key: tuple[str, int], req: DispatchRequest) -> None:
         held_list = self._table.get(key)
         if not held_list:
             return
+        queue_offset, tags_code, properties = req.queue_offset, req.tags_code, req.properties
         for held in list(held_list):
             if not held.wake_on_arrival or queue_offset < held.offset:
                 continue
@@ -189,7 +196,7 @@ class PullRequestHoldService:
             if held.property_filter is not None and not held.property_filter(properties):
                 continue
             self.woken_by_arrival += 1
-            self._wake(held)
+            self._wake(held, req)
 
     def _check_held(self) -> None:
         """The safety net (seeds 000, 002): every held pull whose queue has grown is woken, in case an arrival

@@ -15,6 +15,7 @@ import collections
 import dataclasses
 import inspect
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from cometmq.client.consume_types import ConsumeStatus
@@ -75,21 +76,22 @@ class ConcurrentConsumeService:
                 self._spawn(creq)
         return first
 
-    async def run_here(self, creq: ConsumeRequest) -> None:
-        """Run ``creq`` (its slot taken) and then the backlog in the current task, which closing waits for."""
+    def run_here(self, creq: ConsumeRequest) -> Coroutine[Any, Any, None]:
+        """Run ``creq`` (its slot taken) and then the backlog in the current task, which closing waits for: the
+        coroutine to await at once (``_run`` itself, no coroutine around it)."""
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        await self._run(creq)
+        return self._run(creq, task)
 
     def _spawn(self, creq: ConsumeRequest) -> None:
         task = asyncio.get_running_loop().create_task(self._run(creq), name=f"consume-{self.consumer.group}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, creq: ConsumeRequest) -> None:
-        """Run ``creq`` in the slot taken for it, then what waits in the backlog; frees the slot at the end."""
+    async def _run(self, creq: ConsumeRequest, here: asyncio.Task[Any] | None = None) -> None:
+        """Run ``creq`` in the slot taken for it, then what waits in the backlog; frees the slot at the end (and
+        forgets ``here``, the task of ``run_here``: not a done callback, the task does nothing after this)."""
         try:
             while True:
                 try:
@@ -103,6 +105,8 @@ class ConcurrentConsumeService:
                 creq = self._backlog.popleft()
         finally:
             self._inflight -= 1
+            if here is not None:
+                self._tasks.discard(here)
 
     async def stop(self, timeout: float) -> None:
         """Drop the local retries and the backlog (their messages stay uncommitted and come again), let the

@@ -47,7 +47,7 @@ from cometmq.protocol.client_bodies import (
 )
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.remoting import RemotingCommand, make_request
+from cometmq.protocol.remoting import RemotingCommand, encode_parts, make_request
 from cometmq.protocol.route import TopicRouteData, perm_readable, perm_writable
 
 log = logging.getLogger(__name__)
@@ -265,6 +265,31 @@ class ClientInstance:
         try:
             return await self.remoting.invoke(addr, self.sign(cmd),
                                               self.request_timeout if timeout is None else timeout)
+        except (RequestTimeoutError, TimeoutError):
+            raise ClientTimeoutError(f"no answer from {addr} in time ({context or cmd.code})") from None
+        except (OSError, ConnectionError) as exc:
+            raise ClientConnectionError(f"cannot talk to {addr} ({context or cmd.code}): {exc}") from None
+
+    async def invoke_now(self, addr: str, cmd: RemotingCommand, timeout: float, context: str = "") -> RemotingCommand:
+        """:meth:`invoke` written at once on an open :class:`SdkConnection` (``start_request``: no coroutines
+        around the wait, no timer per request), with the same errors; :meth:`invoke` itself when that does not
+        apply (signed requests, not connected yet)."""
+        remoting = self.remoting
+        conn = remoting.open_connection(addr) if self.credentials is None and type(remoting) is SdkRemotingClient \
+            else None
+        if conn is None:
+            return await self.invoke(addr, cmd, timeout, context)
+        head, body = encode_parts(cmd)
+        opaque = cmd.opaque
+        try:
+            future = conn.start_request(head, body, opaque, cmd.code, timeout)
+        except (OSError, ConnectionError) as exc:
+            raise ClientConnectionError(f"cannot talk to {addr} ({context or cmd.code}): {exc}") from None
+        try:
+            return await future
+        except asyncio.CancelledError:
+            conn.forget(opaque, future)
+            raise
         except (RequestTimeoutError, TimeoutError):
             raise ClientTimeoutError(f"no answer from {addr} in time ({context or cmd.code})") from None
         except (OSError, ConnectionError) as exc:

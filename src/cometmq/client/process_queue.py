@@ -178,7 +178,8 @@ class PullRequest:
     broker_id: int = 0
     errors: int = 0
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    #: the next pull's timer, or its ``call_soon`` handle
+    timer: asyncio.Handle | None = field(default=None, repr=False)
     # -- orderly consumption --
     #: locked, start offset read, pulling (an orderly queue waits for its lock before it starts)
     started: bool = False

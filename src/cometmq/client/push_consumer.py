@@ -45,7 +45,7 @@ from typing import Any
 
 from cometmq.client.concurrent_consume import ConcurrentConsumeService, ConsumeRequest
 from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, Subscription
-from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError, reading_reply
+from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
@@ -63,6 +63,7 @@ from cometmq.protocol.client_bodies import (
     ConsumerData,
 )
 from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import LocalProtocolError, ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
@@ -593,15 +594,17 @@ class PushConsumer:
             self._pull_later(req, delay)
             return
         req.errors = 0
-        self._pull_now(req)  # the next pull of the queue, in a task of its own
+        # The next pull of the queue, in a task of its own made in the next loop turn: the listener call below
+        # goes first (its first step runs in this turn either way), without a task to create before it.
+        assert self._loop is not None
+        req.task = None
+        req.timer = self._loop.call_soon(self._pull_now, req)
         if consume:
             # PullMessageService hands the messages to the consume service and pulls again. Here the first
             # batch is consumed in this very task, now that its pull is done, when a listener slot is free:
             # no hand-off to another task, so the listener runs in the loop turn the answer arrived in.
             first = self._concurrent.take_slot(consume)
             if first is not None:
-                if req.task is asyncio.current_task():  # no next pull (closing, dropped): cancelling the pull
-                    req.task = None                     # must not cancel this listener call
                 await self._concurrent.run_here(first)
 
     async def _follow_route(self, req: PullRequest) -> bool:
@@ -628,9 +631,9 @@ class PushConsumer:
             max_msg_nums=self.pull_batch_size, sys_flag=sys_flag, commit_offset=max(commit_offset, 0),
             suspend_timeout_millis=self.suspend_timeout_ms, subscription=sub.expression, sub_version=sub.version,
             expression_type=sub.expression_type)
-        response = await self.instance.invoke(addr, make_request(RequestCode.PULL_MESSAGE, header.to_ext()),
-                                              self.suspend_timeout_ms / 1000 + self.pull_timeout_margin,
-                                              context=f"pull {mq.topic}/{mq.queue_id} at {req.next_offset}")
+        response = await self.instance.invoke_now(addr, make_request(RequestCode.PULL_MESSAGE, header.to_ext()),
+                                                  self.suspend_timeout_ms / 1000 + self.pull_timeout_margin,
+                                                  context=f"pull {mq.topic}/{mq.queue_id} at {req.next_offset}")
         return await self._on_pull_answer(req, sub, response, addr)
 
     async def _on_pull_answer(self, req: PullRequest, sub: Subscription, response: RemotingCommand,
@@ -646,15 +649,19 @@ class PushConsumer:
         except (KeyError, ValueError):
             raise BrokerError(ResponseCode.SYSTEM_ERROR, "pull answer without a usable nextBeginOffset",
                               addr=addr) from None
-        req.broker_id = suggested if self.instance.broker_addr(mq.broker_name, suggested) else 0
+        req.broker_id = suggested if suggested and self.instance.broker_addr(mq.broker_name, suggested) else 0
         consume: list[ConsumeRequest] = []
         if pq.dropped:
             return consume
         if code == ResponseCode.SUCCESS:
-            with reading_reply("undecodable pull body", addr=addr):
+            try:  # reading_reply's rule, without a context manager per answer
                 msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
+            except ProtocolError as exc:
+                if isinstance(exc, LocalProtocolError):
+                    raise
+                raise BrokerError(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {exc}", addr=addr) from None
             self.stats.pulled += len(msgs)
-            kept = [m for m in msgs if sub.matches(m)]
+            kept = msgs if sub.tags is None else [m for m in msgs if sub.matches(m)]
             self.stats.filtered += len(msgs) - len(kept)
             added = pq.put(kept, next_offset)
             req.next_offset = next_offset

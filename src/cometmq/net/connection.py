@@ -57,7 +57,7 @@ DEFAULT_WRITE_LOW_WATER = 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 16384  # handlers running per connection before we stop reading (soft: a chunk in hand
 # is still dispatched)
 _WRITELINES_THRESHOLD = 64 * 1024  # below this, one joined write is cheaper than a vectored one
-_SENDFILE_THRESHOLD = 64 * 1024  # below this, a body is written from memory (sendfile saves a copy, costs a call)
+SENDFILE_THRESHOLD = 64 * 1024  # below this, a body is written from memory (sendfile saves a copy, costs a call)
 
 
 class FileSource(Protocol):
@@ -301,10 +301,15 @@ class RemotingConnection(asyncio.Protocol):
             self._update_reading()
 
     def _observed(self, reply: RemotingCommand) -> None:
-        timing = self._timing.pop(reply.opaque, None)
+        self.reply_observed(reply.opaque, reply.code)
+
+    def reply_observed(self, opaque: int, code: int) -> None:
+        """Tell the observer of the answer (``code``) to the request ``opaque`` (a reply sent without
+        ``send_response``, encoded already)."""
+        timing = self._timing.pop(opaque, None)
         if timing is not None and self._observer is not None:
-            code, start, held = timing
-            self._observer(code, reply.code, time.perf_counter_ns() - start, held)
+            request_code, start, held = timing
+            self._observer(request_code, code, time.perf_counter_ns() - start, held)
 
     def _can_write(self) -> bool:
         transport = self._transport
@@ -433,7 +438,7 @@ class RemotingConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.remote_address} is closed")
-        if file_region is not None and not self._tls and len(body) >= _SENDFILE_THRESHOLD \
+        if file_region is not None and not self._tls and len(body) >= SENDFILE_THRESHOLD \
                 and len(body) == file_region.size and transport.get_write_buffer_size() == 0:
             # Nothing is queued in the transport (uvloop's or asyncio's), so bytes written to the socket now
             # go out in order: the head, then as much of the body as the socket takes straight from the file;

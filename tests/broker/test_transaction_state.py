@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cometmq.broker.transaction import messages as tm
-from cometmq.broker.transaction.state import PendingHalf, TransactionTable
+from cometmq.broker.transaction.state import OutcomeMemory, PendingHalf, TransactionTable
 from cometmq.protocol.message import MessageRecord, decode_record
 from cometmq.protocol.properties import RawProperties, decode_properties, encode_properties
 from cometmq.store.message import MessageInner
@@ -241,3 +243,85 @@ def test_a_batch_added_at_once_is_checked_as_if_added_one_by_one(ops: list[tuple
             assert [(h.origin, h.next_check_ms) for h in got] == [(h.origin, h.next_check_ms)
                                                                   for h in single.pop_due(a, b)]
         assert batched.next_due() == single.next_due() and batched.pending == single.pending
+
+
+class _HeapOnly(TransactionTable):
+    """The table as it was before the sorted fast path: stale items always popped one by one (the reference)."""
+
+    @property  # type: ignore[override]
+    def _sorted(self) -> bool:
+        return False
+
+    @_sorted.setter
+    def _sorted(self, value: bool) -> None:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("batch"), st.integers(1, 6), st.integers(0, 50)),
+    st.tuples(st.just("add"), st.integers(0, 40), st.integers(0, 60)),
+    st.tuples(st.just("resolve"), st.integers(0, 40), st.integers(1, 8)),
+    st.tuples(st.just("schedule"), st.integers(0, 40), st.integers(0, 60)),
+    st.tuples(st.just("pop"), st.integers(0, 60), st.integers(1, 5))), max_size=50))
+def test_stale_items_dropped_from_a_sorted_heap_change_nothing(ops: list[tuple[str, int, int]]) -> None:
+    """While every item came in no smaller than those before it (due times growing, the usual case) the table drops
+    stale items at the front of its heap in one slice: the same checks come due, in the same order, as when each is
+    popped off the heap; a half put back (``add`` again) or a due time out of order leaves that path."""
+    fast, ref = TransactionTable(), _HeapOnly()
+    next_origin = 0
+    for op, a, b in ops:
+        if op == "batch":
+            origins = list(range(next_origin, next_origin + a))
+            next_origin += a
+            for table in (fast, ref):
+                table.add_batch(origins, [o * 10 for o in origins], "g", b, 7)
+        elif op == "add":  # a new transaction, or one put back after a failed append (maybe resolved meanwhile)
+            origin = a if a < next_origin else next_origin
+            next_origin = max(next_origin, origin + 1)
+            for table in (fast, ref):
+                table.add(PendingHalf(origin, origin, origin * 10, "g", 0, b, 7))
+        elif op == "resolve":  # a run of them, as a batched commit resolves them
+            for origin in range(a, a + b):
+                assert fast.resolve(origin) == ref.resolve(origin)
+        elif op == "schedule":
+            for table in (fast, ref):
+                half = table.get(a)
+                if half is not None:
+                    table.schedule(half, b)
+        else:
+            got = fast.pop_due(a, b)
+            assert [(h.origin, h.next_check_ms) for h in got] == [(h.origin, h.next_check_ms)
+                                                                  for h in ref.pop_due(a, b)]
+        assert fast.next_due() == ref.next_due() and fast.pending == ref.pending
+    assert fast.pop_due(10**9, 10**6) == ref.pop_due(10**9, 10**6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 8), st.lists(st.one_of(
+    st.tuples(st.just("one"), st.integers(0, 30), st.sampled_from(["committed", "rolled back"])),
+    st.tuples(st.just("all"), st.integers(0, 30), st.integers(1, 6)),
+    st.tuples(st.just("forget"), st.integers(0, 30), st.just(""))), max_size=60))
+def test_outcomes_of_at_least_the_last_n_are_remembered(size: int, ops: list[tuple[str, int, Any]]) -> None:
+    """The outcome memory holds the outcomes of (at least) the last ``size`` origins remembered, and at most about
+    twice as many: a claim forgotten after a failed append is gone, a later outcome of one origin replaces the
+    earlier."""
+    memory, ref = OutcomeMemory(size), collections.OrderedDict[int, str]()
+    for op, origin, arg in ops:
+        if op == "one":
+            memory.remember(origin, arg)
+            ref[origin] = arg
+            ref.move_to_end(origin)
+        elif op == "all":
+            memory.remember_all(range(origin, origin + arg), "committed")
+            for o in range(origin, origin + arg):
+                ref[o] = "committed"
+                ref.move_to_end(o)
+        else:
+            memory.forget(origin)
+            ref.pop(origin, None)
+            assert memory.get(origin) is None
+        while len(ref) > size:
+            ref.popitem(last=False)
+        assert all(memory.get(o) == outcome for o, outcome in ref.items())
+        assert len(memory) <= 2 * size + 6

@@ -38,7 +38,8 @@
  *       The message a commit of that half delivers (messages._committed_plain_py): in the topic of property
  *       ``topic_name`` ("" when absent) and the queue of ``queue_name`` (0 when absent), the half's properties
  *       without the pairs named in ``drop`` (a tuple of bytes), the COMMIT transaction type, an IPv4-mapped IPv6
- *       born host as IPv4 (as pack_host packs it), ``prepared_offset``. None where half_fields says None, and for a
+ *       born host as IPv4 (as pack_host packs it), ``prepared_offset``, the tag code of its TAGS (as the append
+ *       computes it). None where half_fields says None, and for a
  *       queue that is not 1 to 9 ASCII digits (Python's int() reads the rest).
  *   commit_records(records, limit, first, first_phy, group, topic_part, group_name, prepared_name, drop,
  *                  topic_name, queue_name, commit, overhead) -> (origins, phys, msgs | None, costs, sizes) | None
@@ -67,6 +68,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
@@ -355,6 +357,27 @@ static PyObject *measure(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(total);
 }
 
+/* A new reference to an int of value ``v``: the one ``*slot`` holds when equal, else a new one kept there. */
+static PyObject *shared_int(PyObject **slot, long long v) {
+    if (*slot != NULL) {
+        int overflow;
+        long long old = PyLong_AsLongLongAndOverflow(*slot, &overflow);
+        if (!overflow && old == v) return Py_NewRef(*slot);
+    }
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o != NULL) Py_XSETREF(*slot, Py_NewRef(o));
+    return o;
+}
+
+/* A new reference to bytes equal to ``p[:n]``: the one ``*slot`` holds when equal, else a new one kept there. */
+static PyObject *shared_bytes(PyObject **slot, const char *p, Py_ssize_t n) {
+    if (*slot != NULL && PyBytes_GET_SIZE(*slot) == n && memcmp(PyBytes_AS_STRING(*slot), p, (size_t)n) == 0)
+        return Py_NewRef(*slot);
+    PyObject *o = PyBytes_FromStringAndSize(p, n);
+    if (o != NULL) Py_XSETREF(*slot, Py_NewRef(o));
+    return o;
+}
+
 /* The next queue offset of (topic, queue_id) in ``table`` (0 when absent); -1 with an error set. */
 static long long table_get(PyObject *table, PyObject *key) {
     PyObject *v = PyDict_GetItemWithError(table, key);
@@ -383,7 +406,7 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!w*nLOy#O!", &PyList_Type, &msgs, &buf, &pos, &phy, &now_obj, &store_host,
                           &store_len, &PyDict_Type, &table))
         return NULL;
-    PyObject *out = NULL, *key = NULL;
+    PyObject *out = NULL, *key = NULL, *last_size = NULL, *last_tags = NULL;
     long long next_qoff = 0, key_qid = 0;
     if (!bound()) goto done;
     if (store_len != IPV4_HOST_SIZE && store_len != IPV6_HOST_SIZE) {
@@ -463,8 +486,10 @@ static PyObject *pack(PyObject *self, PyObject *args) {
         put_be16(p, (uint32_t)it.raw_len);
         memcpy(p + 2, PyBytes_AS_STRING(it.raw), it.raw_len);
 
-        PyObject *phy_o = PyLong_FromLongLong(phy), *size_o = PyLong_FromSsize_t(it.size),
-                 *tags_o = it.has_tags_code ? Py_NewRef(SLOT(m, MSG, M_TAGS_CODE)) : PyLong_FromLongLong(it.tags_code),
+        /* (a batch's records mostly share their size and tag code: one int each, as commit_records shares them) */
+        PyObject *phy_o = PyLong_FromLongLong(phy), *size_o = shared_int(&last_size, it.size),
+                 *tags_o = it.has_tags_code ? Py_NewRef(SLOT(m, MSG, M_TAGS_CODE))
+                                            : shared_int(&last_tags, it.tags_code),
                  *qoff_o = PyLong_FromLongLong(qoff), *req = NULL;
         if (phy_o != NULL && size_o != NULL && tags_o != NULL && qoff_o != NULL) {
             PyObject *vals[D_COUNT] = {it.topic, SLOT(m, MSG, M_QUEUE_ID), phy_o, size_o, tags_o, now_obj, qoff_o,
@@ -487,6 +512,8 @@ fail:
     Py_CLEAR(out);
 done:
     Py_XDECREF(key);
+    Py_XDECREF(last_size);
+    Py_XDECREF(last_tags);
     PyBuffer_Release(&buf);
     return out;
 }
@@ -588,6 +615,9 @@ typedef struct {
     int32_t flag, sys_flag, reconsume;
     int64_t queue_offset, phy, born_ts;
     Py_ssize_t born_len, body_at, body_len, raw_at, raw_len, pairs;
+    /* each pair's start (its name's), name length and end (its 0x02), from raw_at: found once by read_half, so a
+     * property is looked up among the pairs' names, not searched for in the bytes again */
+    Py_ssize_t names[PLAIN_PAIRS_MAX], name_lens[PLAIN_PAIRS_MAX], stops[PLAIN_PAIRS_MAX];
 } half_t;
 
 /* ``b`` (``n`` bytes) read as _plain_half_py reads it; 1 when it is a plain record of ``topic_part``, 0 when not,
@@ -613,7 +643,7 @@ static int read_half(const unsigned char *b, Py_ssize_t n, PyObject *topic_part,
     int ok = utf8_valid(raw, (Py_ssize_t)raw_len);
     if (ok <= 0) return ok;
     /* plain: name\x01value\x02 pairs to the end, names neither empty nor repeated, values without \x01 */
-    Py_ssize_t names[PLAIN_PAIRS_MAX], name_lens[PLAIN_PAIRS_MAX], pairs = 0, i = 0;
+    Py_ssize_t *names = h->names, *name_lens = h->name_lens, pairs = 0, i = 0;
     while (i < raw_len) {
         const unsigned char *sep = memchr(raw + i, 1, (size_t)(raw_len - i)), *end;
         const unsigned char *stop = memchr(raw + i, 2, (size_t)(raw_len - i));
@@ -625,6 +655,7 @@ static int read_half(const unsigned char *b, Py_ssize_t n, PyObject *topic_part,
             if (name_lens[k] == nlen && memcmp(raw + names[k], raw + i, (size_t)nlen) == 0) return 0;
         names[pairs] = i;
         name_lens[pairs] = nlen;
+        h->stops[pairs] = stop - raw;
         pairs++;
         i = stop - raw + 1;
     }
@@ -644,12 +675,22 @@ static int read_half(const unsigned char *b, Py_ssize_t n, PyObject *topic_part,
     return 1;
 }
 
-/* The value of the pair named ``name`` in a plain half's properties: 1 and where it is, or 0 when absent. */
+/* The value of the pair named ``name`` in a plain half's properties: 1 and where it is, or 0 when absent. What
+ * raw_get finds (a plain half's names are each once, a match of raw_get starts a pair), from the pairs' table. */
+static int half_get_n(const half_t *h, const char *n, Py_ssize_t nlen, Py_ssize_t *at, Py_ssize_t *len) {
+    const char *raw = (const char *)h->b + h->raw_at;
+    for (Py_ssize_t k = 0; k < h->pairs; k++) {
+        if (h->name_lens[k] == nlen && memcmp(raw + h->names[k], n, (size_t)nlen) == 0) {
+            *at = h->names[k] + nlen + 1;
+            *len = h->stops[k] - *at;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int half_get(const half_t *h, PyObject *name, Py_ssize_t *at, Py_ssize_t *len) {
-    const char *raw = (const char *)h->b + h->raw_at, *v;
-    if (!raw_get(raw, h->raw_len, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), &v, len)) return 0;
-    *at = v - raw;
-    return 1;
+    return half_get_n(h, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), at, len);
 }
 
 static PyObject *half_str(const half_t *h, PyObject *name, PyObject *absent) {
@@ -682,18 +723,34 @@ done:
     return out;
 }
 
+/* Values the halves of one range mostly share (one topic, born host and time, record size), kept by
+ * commit_records from one half to the next so that equal values are one object, not one each (immutable objects:
+ * the messages are the same). All NULL at first; commit_records releases them. */
+typedef struct {
+    PyObject *topic, *born, *born_ts, *cost, *size, *tags;
+} shared_t;
+
+static void shared_clear(shared_t *c) {
+    Py_CLEAR(c->tags);
+    Py_CLEAR(c->topic);
+    Py_CLEAR(c->born);
+    Py_CLEAR(c->born_ts);
+    Py_CLEAR(c->cost);
+    Py_CLEAR(c->size);
+}
+
 /* The message a commit of the plain half ``h`` delivers (committed_half's); Py_None when Python must build it (an
- * unusual queue id), NULL with an error set. ``drop`` holds bytes (checked by the caller). */
+ * unusual queue id), NULL with an error set. ``drop`` holds bytes (checked by the caller). ``shared``: NULL, or
+ * values kept from the half before (shared_t). */
 static PyObject *make_committed(const half_t *hp, PyObject *drop, PyObject *topic_name, PyObject *queue_name,
-                                PyObject *prepared_obj) {
-    const half_t h = *hp;
+                                PyObject *prepared_obj, shared_t *shared) {
     PyObject *out = NULL, *topic = NULL, *body = NULL, *raw = NULL, *props = NULL, *born = NULL, *queue_id = NULL,
-             *flag = NULL, *sys_flag = NULL, *born_ts = NULL, *reconsume = NULL;
+             *flag = NULL, *sys_flag = NULL, *born_ts = NULL, *reconsume = NULL, *tags = NULL;
     Py_ssize_t n_drop = PyTuple_GET_SIZE(drop);
-    const unsigned char *rp = h.b + h.raw_at;
+    const unsigned char *rp = hp->b + hp->raw_at;
     long long qid = 0;
     Py_ssize_t at, len;
-    if (half_get(&h, queue_name, &at, &len)) {
+    if (half_get(hp, queue_name, &at, &len)) {
         if (len < 1 || len > 9) return Py_NewRef(Py_None);
         for (Py_ssize_t k = 0; k < len; k++) {
             unsigned char c = rp[at + k];
@@ -711,46 +768,62 @@ static PyObject *make_committed(const half_t *hp, PyObject *drop, PyObject *topi
             w = PyBytes_AS_STRING(raw);
             kept = 0;
         }
-        for (Py_ssize_t i = 0; i < h.raw_len;) {
-            const unsigned char *sep = memchr(rp + i, 1, (size_t)(h.raw_len - i));
-            const unsigned char *stop = memchr(sep, 2, (size_t)(h.raw_len - (sep - rp)));
-            Py_ssize_t nlen = sep - (rp + i), plen = stop - (rp + i) + 1;
+        for (Py_ssize_t k = 0; k < hp->pairs; k++) {
+            Py_ssize_t i = hp->names[k], nlen = hp->name_lens[k], plen = hp->stops[k] - i + 1;
             int dropped = 0;
-            for (Py_ssize_t k = 0; k < n_drop && !dropped; k++) {
-                PyObject *d = PyTuple_GET_ITEM(drop, k);
+            for (Py_ssize_t j = 0; j < n_drop && !dropped; j++) {
+                PyObject *d = PyTuple_GET_ITEM(drop, j);
                 dropped = PyBytes_GET_SIZE(d) == nlen && memcmp(PyBytes_AS_STRING(d), rp + i, (size_t)nlen) == 0;
             }
             if (!dropped) {
                 if (copy) memcpy(w + kept, rp + i, (size_t)plen);
                 kept += plen;
             }
-            i += plen;
         }
     }
-    PyObject *empty = PyUnicode_New(0, 127);
-    if (empty == NULL) goto done;
-    topic = half_str(&h, topic_name, empty);
-    Py_DECREF(empty);
+    if (shared != NULL && shared->topic != NULL) {  /* the topic of the half before, when its name is the same */
+        Py_ssize_t t_at, t_len;
+        if (!half_get(hp, topic_name, &t_at, &t_len)) t_len = 0, t_at = 0;
+        Py_ssize_t u_len;
+        const char *u = PyUnicode_AsUTF8AndSize(shared->topic, &u_len);
+        if (u == NULL) goto done;
+        if (u_len == t_len && memcmp(u, hp->b + hp->raw_at + t_at, (size_t)t_len) == 0) topic = Py_NewRef(shared->topic);
+    }
+    if (topic == NULL) {
+        PyObject *empty = PyUnicode_New(0, 127);
+        if (empty == NULL) goto done;
+        topic = half_str(hp, topic_name, empty);
+        Py_DECREF(empty);
+        if (topic != NULL && shared != NULL) Py_XSETREF(shared->topic, Py_NewRef(topic));
+    }
     static const unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-    const unsigned char *bh = h.b + BORN_HOST_POS;
-    if (h.born_len == IPV6_HOST_SIZE && memcmp(bh, v4_mapped, 12) == 0)
-        born = PyBytes_FromStringAndSize((const char *)bh + 12, IPV4_HOST_SIZE);
-    else
-        born = PyBytes_FromStringAndSize((const char *)bh, h.born_len);
-    body = PyBytes_FromStringAndSize((const char *)h.b + h.body_at, h.body_len);
+    const unsigned char *bh = hp->b + BORN_HOST_POS;
+    const char *born_p = (const char *)bh;
+    Py_ssize_t born_n = hp->born_len;
+    if (hp->born_len == IPV6_HOST_SIZE && memcmp(bh, v4_mapped, 12) == 0) {
+        born_p += 12;
+        born_n = IPV4_HOST_SIZE;
+    }
+    born = shared != NULL ? shared_bytes(&shared->born, born_p, born_n) : PyBytes_FromStringAndSize(born_p, born_n);
+    body = PyBytes_FromStringAndSize((const char *)hp->b + hp->body_at, hp->body_len);
     queue_id = PyLong_FromLongLong(qid);
-    flag = PyLong_FromLong(h.flag);
-    sys_flag = PyLong_FromLong((h.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE);
-    born_ts = PyLong_FromLongLong(h.born_ts);
-    reconsume = PyLong_FromLong(h.reconsume);
+    flag = PyLong_FromLong(hp->flag);
+    sys_flag = PyLong_FromLong((hp->sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE);
+    born_ts = shared != NULL ? shared_int(&shared->born_ts, hp->born_ts) : PyLong_FromLongLong(hp->born_ts);
+    reconsume = PyLong_FromLong(hp->reconsume);
+    /* the tag code the store's append would compute from TAGS (read_item's): set here, so it reads no TAGS */
+    long long tcode = 0;
+    if (half_get_n(hp, "TAGS", 4, &at, &len) && len > 0)
+        tcode = java_hash_utf8(hp->b + hp->raw_at + at, len);  /* (UTF-8: read_half checked the properties) */
+    tags = shared != NULL ? shared_int(&shared->tags, tcode) : PyLong_FromLongLong(tcode);
     if (topic == NULL || born == NULL || body == NULL || queue_id == NULL || flag == NULL || sys_flag == NULL
-        || born_ts == NULL || reconsume == NULL)
+        || born_ts == NULL || reconsume == NULL || tags == NULL)
         goto done;
     PyObject *rvals[R_COUNT] = {Py_None, raw};
     props = make_slots(&RAW, rvals);
     if (props == NULL) goto done;
     PyObject *vals[M_COUNT] = {topic, body, queue_id, props, raw, flag, sys_flag, born_ts, born, reconsume,
-                               prepared_obj, Py_None, Py_None};
+                               prepared_obj, tags, Py_None};
     out = make_slots(&MSG, vals);
 done:
     Py_XDECREF(topic);
@@ -763,6 +836,7 @@ done:
     Py_XDECREF(sys_flag);
     Py_XDECREF(born_ts);
     Py_XDECREF(reconsume);
+    Py_XDECREF(tags);
     return out;
 }
 
@@ -791,7 +865,7 @@ static PyObject *committed_half(PyObject *self, PyObject *args) {
         if (ok == 0) out = Py_NewRef(Py_None);
         goto done;
     }
-    out = make_committed(&h, drop, topic_name, queue_name, prepared_obj);
+    out = make_committed(&h, drop, topic_name, queue_name, prepared_obj, NULL);
 done:
     PyBuffer_Release(&buf);
     return out;
@@ -815,7 +889,8 @@ static long long half_origin(const half_t *h, PyObject *prepared_name) {
 /* One record of a range (commit_records): 1 taken (its values appended to the lists), 0 declined, -1 an error. */
 static int take_half(const unsigned char *b, Py_ssize_t n, long long expect, long long first_phy, PyObject *group,
                      PyObject *topic_part, PyObject *group_name, PyObject *prepared_name, PyObject *drop,
-                     PyObject *topic_name, PyObject *queue_name, int commit, long long overhead, PyObject *lists[5]) {
+                     PyObject *topic_name, PyObject *queue_name, int commit, long long overhead, PyObject *lists[5],
+                     shared_t *shared) {
     half_t h;
     int ok = read_half(b, n, topic_part, &h);
     if (ok <= 0) return ok;
@@ -831,21 +906,20 @@ static int take_half(const unsigned char *b, Py_ssize_t n, long long expect, lon
         return 0;
     long long origin = half_origin(&h, prepared_name), cost = 64;
     if (origin < 0) return 0;
-    PyObject *msg = NULL;
+    PyObject *msg = NULL, *phy = PyLong_FromLongLong(h.phy);
+    if (phy == NULL) return -1;
     if (commit) {
-        PyObject *phy = PyLong_FromLongLong(h.phy);
-        msg = phy == NULL ? NULL : make_committed(&h, drop, topic_name, queue_name, phy);
-        Py_XDECREF(phy);
-        if (msg == NULL) return -1;
-        if (msg == Py_None) {
-            Py_DECREF(msg);
-            return 0;
+        msg = make_committed(&h, drop, topic_name, queue_name, phy, shared);
+        if (msg == NULL || msg == Py_None) {
+            Py_DECREF(phy);
+            Py_XDECREF(msg);
+            return msg == NULL ? -1 : 0;
         }
         cost += PyBytes_GET_SIZE(SLOT(msg, MSG, M_BODY)) + PyUnicode_GET_LENGTH(SLOT(msg, MSG, M_TOPIC)) + overhead
                 + PyBytes_GET_SIZE(SLOT(msg, MSG, M_PROPERTIES_RAW));
     }
-    PyObject *vals[5] = {PyLong_FromLongLong(origin), PyLong_FromLongLong(h.phy), msg, PyLong_FromLongLong(cost),
-                         PyLong_FromSsize_t(n)};
+    PyObject *vals[5] = {PyLong_FromLongLong(origin), phy, msg, shared_int(&shared->cost, cost),
+                         shared_int(&shared->size, n)};
     int rc = 1;
     for (int k = 0; k < 5; k++) {
         if (k == 2 && !commit) continue;
@@ -868,6 +942,7 @@ static PyObject *commit_records(PyObject *self, PyObject *args) {
     PyObject *lists[5] = {PyList_New(0), PyList_New(0), commit ? PyList_New(0) : Py_NewRef(Py_None), PyList_New(0),
                           PyList_New(0)};
     PyObject *out = NULL;
+    shared_t shared = {NULL, NULL, NULL, NULL, NULL, NULL};
     for (int k = 0; k < 5; k++)
         if (lists[k] == NULL) goto done;
     int ok = 1;
@@ -877,7 +952,7 @@ static PyObject *commit_records(PyObject *self, PyObject *args) {
             if (PyObject_GetBuffer(PyList_GET_ITEM(records, i), &buf, PyBUF_SIMPLE) < 0) goto done;
             ok = take_half((const unsigned char *)buf.buf, buf.len, (long long)((uint64_t)first + (uint64_t)i),
                            i == 0 ? first_phy : -1, group, topic_part, group_name, prepared_name, drop, topic_name,
-                           queue_name, commit, overhead, lists);
+                           queue_name, commit, overhead, lists, &shared);
             PyBuffer_Release(&buf);
         }
     } else {
@@ -889,11 +964,15 @@ static PyObject *commit_records(PyObject *self, PyObject *args) {
         for (long long i = 0; i < limit && ok > 0 && pos + 8 <= buf.len; i++) {
             Py_ssize_t size = (Py_ssize_t)get_be32(b + pos);
             if (size <= 0 || size > buf.len - pos) break;
+            if (first_phy >= 0 && (long long)pos > LLONG_MAX - first_phy) {  /* no such position: not a half's */
+                ok = 0;
+                break;
+            }
             /* each record where its predecessor ends: a record's own position field must say so (bytes that read
              * as a record inside another's body do not) */
             ok = take_half(b + pos, size, (long long)((uint64_t)first + (uint64_t)i),
                            first_phy < 0 ? -1 : first_phy + (long long)pos, group, topic_part, group_name,
-                           prepared_name, drop, topic_name, queue_name, commit, overhead, lists);
+                           prepared_name, drop, topic_name, queue_name, commit, overhead, lists, &shared);
             pos += size;
         }
         PyBuffer_Release(&buf);
@@ -905,6 +984,7 @@ static PyObject *commit_records(PyObject *self, PyObject *args) {
     }
     out = PyTuple_Pack(5, lists[0], lists[1], lists[2], lists[3], lists[4]);
 done:
+    shared_clear(&shared);
     for (int k = 0; k < 5; k++) Py_XDECREF(lists[k]);
     return out;
 }

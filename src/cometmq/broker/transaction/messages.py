@@ -213,10 +213,10 @@ def read_half(view: bytes | bytearray | memoryview) -> StoredHalf | None:
 
 
 def committed(half: StoredHalf | MessageRecord, half_commit_log_offset: int) -> MessageInner:
-    """The message a commit delivers: back in its real topic and queue, with the COMMIT sys flag; its properties
-    are the half's without the bookkeeping ones, in their order, encoded here (a batched END sizes its appends by
-    them). Of a half read from its bytes, built from them: the message :func:`committed_reference` makes of the
-    decoded record (tests/broker/test_transaction_commit_bytes.py compares them)."""
+    """The message a commit delivers: back in its real topic and queue, with the COMMIT sys flag and its tag code;
+    its properties are the half's without the bookkeeping ones, in their order, encoded here (a batched END sizes
+    its appends by them). Of a half read from its bytes, built from them: the message :func:`committed_reference`
+    makes of the decoded record (tests/broker/test_transaction_commit_bytes.py compares them)."""
     if isinstance(half, MessageRecord):
         return committed_reference(half, half_commit_log_offset)
     if half.record is not None:
@@ -273,6 +273,7 @@ _PGROUP_B = PGROUP.encode()
 _PREPARED_B = TRAN_PREPARED_QUEUE_OFFSET.encode()
 _REAL_TOPIC_B = REAL_TOPIC.encode()
 _REAL_QID_B = REAL_QID.encode()
+_TAGS_B = TAGS.encode()
 _BOOKKEEPING_B = tuple(k.encode() for k in _BOOKKEEPING)
 #: the start of an IPv4-mapped IPv6 address, which pack_host (the reference's) packs as the IPv4 address
 _V4_MAPPED = bytes(10) + b"\xff\xff"
@@ -352,7 +353,8 @@ def _committed_plain_py(data: bytes, half_commit_log_offset: int) -> MessageInne
     # Positional: MessageInner's fields in order (store/batch_codec.py checks that order).
     return MessageInner(props.get(_REAL_TOPIC_B, b"").decode(), data[body_at:body_at + body_len], queue_id,
                         RawProperties(raw), raw, flag, (sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE,
-                        born_ts, born, reconsume, half_commit_log_offset)
+                        born_ts, born, reconsume, half_commit_log_offset,
+                        tags_code(props.get(_TAGS_B, b"").decode()))
 
 
 #: what END_TRANSACTION uses: the C helper when built (bound to the names above), else the Python above
@@ -372,6 +374,7 @@ def committed_reference(rec: MessageRecord, half_commit_log_offset: int) -> Mess
     msg = _inner(rec, topic, queue_id, props, (rec.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE)
     msg.properties_raw = encode_properties(props)
     msg.prepared_transaction_offset = half_commit_log_offset
+    msg.tags_code = tags_code(props.get(TAGS))  # (what the append computes: set here, as the C helper sets it)
     return msg
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import collections
 import functools
 import itertools
 import json
@@ -37,7 +36,7 @@ from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREF
 from cometmq.broker.transaction import messages as tm
 from cometmq.broker.transaction.messages import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from cometmq.broker.transaction.ranges import READ_BYTES, Chunk, range_halves, unit_points_at
-from cometmq.broker.transaction.state import PendingHalf, TransactionTable
+from cometmq.broker.transaction.state import OutcomeMemory, PendingHalf, TransactionTable
 from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.connection import Handler, RemotingConnection
@@ -128,11 +127,11 @@ class TransactionalMessageService:
         self._task: asyncio.Task[None] | None = None
         self._persisted: tuple[int, int] | None = None
         self._last_persist = 0.0
-        #: how the last ``RESOLVED_MEMORY`` transactions ended (origin -> "committed" / "rolled back" / "discarded"),
-        #: so that a late END_TRANSACTION asking the opposite is refused instead of answered "already resolved"
-        #: (an exactly-once writer must learn that its half was discarded); in memory only: after a restart the
-        #: answer for an older one is "already resolved", as before
-        self._outcomes: collections.OrderedDict[int, str] = collections.OrderedDict()
+        #: how (at least) the last ``RESOLVED_MEMORY`` transactions ended ("committed" / "rolled back" /
+        #: "discarded"), so that a late END_TRANSACTION asking the opposite is refused instead of answered "already
+        #: resolved" (an exactly-once writer must learn that its half was discarded); in memory only: after a
+        #: restart the answer for an older one is "already resolved", as before
+        self._outcomes = OutcomeMemory(RESOLVED_MEMORY)
 
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.END_TRANSACTION: self.end_transaction,
@@ -299,7 +298,9 @@ class TransactionalMessageService:
         ranges: dict[int, list[Any]] = {}
         limit = self.config.store.max_message_size
         msgs: list[MessageInner] = []
-        claimed: list[tuple[int, PendingHalf, int]] = []  # (entry, half, origin)
+        #: the transactions claimed for the next append, a group per entry or run of a range: (entry, halves, origins)
+        claimed: list[tuple[int, list[PendingHalf], list[int]]] = []
+        n_claimed = 0  # (how many halves ``claimed`` holds)
         op_offsets: list[int] = []
         size = 0
         appended: list[tuple[PutResult, Iterable[int]]] = []
@@ -316,7 +317,7 @@ class TransactionalMessageService:
                     tally[1], tally[2] = code, remark
 
         def flush() -> None:
-            nonlocal msgs, claimed, op_offsets, size
+            nonlocal msgs, claimed, op_offsets, size, n_claimed
             if not claimed:
                 return
             msgs.append(tm.op_record(op_offsets, self.clock()))
@@ -327,17 +328,18 @@ class TransactionalMessageService:
                 # (a message each) and the rollbacks.
                 commits = len(msgs) - 1
                 self.metrics.committed += commits
-                self.metrics.rolled_back += len(claimed) - commits
+                self.metrics.rolled_back += n_claimed - commits
                 appended.append((result, dict.fromkeys(i for i, _, _ in claimed)))
             else:
-                for i, half, origin in claimed:
-                    self.table.add(half)  # nothing was written: still unresolved
-                    self._outcomes.pop(origin, None)
-                    refuse(i, ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
-            msgs, claimed, op_offsets, size = [], [], [], 0
+                for i, halves, origins in claimed:
+                    for half, origin in zip(halves, origins, strict=True):
+                        self.table.add(half)  # nothing was written: still unresolved
+                        self._outcomes.forget(origin)
+                        refuse(i, ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
+            msgs, claimed, op_offsets, size, n_claimed = [], [], [], 0, 0
 
         def decide(i: int, stored: tm.StoredHalf, commit_log_offset: int, state: int, msg_id: str) -> None:
-            nonlocal size
+            nonlocal size, n_claimed
             try:
                 got = self._decide(group, stored, state, msg_id, "producer (batch)")
             except RemotingError as exc:
@@ -364,7 +366,8 @@ class TransactionalMessageService:
             if msg is not None:
                 msgs.append(msg)
             size += cost
-            claimed.append((i, half, origin))
+            claimed.append((i, [half], [origin]))
+            n_claimed += 1
             loose[:] = [], [], 0
             op_offsets.extend((origin, stored.queue_offset))
 
@@ -394,12 +397,14 @@ class TransactionalMessageService:
                     if isinstance(got, Chunk):
                         origins, phys, committed, costs = got.origins, got.phys, got.msgs, got.costs
                         before = len(pending)
-                        halves = [pending.pop(origin, None) for origin in origins]
+                        halves = list(map(pending.pop, origins, itertools.repeat(None)))
                         loose[:] = origins, halves, 0
                         # (counted, not searched: ``None in halves`` would call PendingHalf.__eq__ for each)
                         if before - len(pending) == len(origins):  # all pending (the usual case): claimed at once
-                            remembered.update(zip(origins, itertools.repeat(wanted)))
+                            remembered.remember_all(origins, wanted)
                             start, total = 0, len(origins)
+                            # (each its own origin, the usual case: the op record lists each offset once anyway)
+                            own = origins == list(range(n, n + total))
                             while start < total:
                                 fits = bisect.bisect_right(list(itertools.accumulate(costs[start:])), limit - size)
                                 if not fits:  # the next does not fit in this append
@@ -411,10 +416,13 @@ class TransactionalMessageService:
                                 if committed is not None:
                                     msgs.extend(committed[start:stop])
                                 size += sum(costs[start:stop])
-                                claimed.extend(zip(itertools.repeat(i), cast(list[PendingHalf], halves[start:stop]),
-                                                   origins[start:stop]))
-                                op_offsets.extend(origins[start:stop])
-                                op_offsets.extend(range(n + start, n + stop))
+                                run = origins if stop - start == total else origins[start:stop]
+                                claimed.append((i, cast(list[PendingHalf], halves if run is origins
+                                                        else halves[start:stop]), run))
+                                n_claimed += stop - start
+                                op_offsets.extend(run)
+                                if not own:
+                                    op_offsets.extend(range(n + start, n + stop))
                                 start = loose[2] = stop
                                 if start < total:
                                     flush()
@@ -430,7 +438,7 @@ class TransactionalMessageService:
                                 decide(i, tm.StoredHalf(HALF_TOPIC, phys[k], n + k, group, origin, None, record),
                                        phys[k], state, msg_id)
                                 continue
-                            remembered[origin] = wanted
+                            remembered.remember(origin, wanted)
                             loose[:] = [origin], [half], 0
                             cost = costs[k]
                             if size + cost > limit:
@@ -438,7 +446,8 @@ class TransactionalMessageService:
                             if committed is not None:
                                 msgs.append(committed[k])
                             size += cost
-                            claimed.append((i, half, origin))
+                            claimed.append((i, [half], [origin]))
+                            n_claimed += 1
                             loose[:] = [], [], 0
                             op_offsets.extend((origin, n + k))
                     elif isinstance(got, RemotingError):
@@ -446,19 +455,18 @@ class TransactionalMessageService:
                         refuse(i, int(got.code), f"the range's half {n - table_offset} of {count}: {got.remark}")
                     else:
                         decide(i, got, got.physical_offset, state, msg_id)
-                while len(remembered) > RESOLVED_MEMORY:
-                    remembered.popitem(last=False)
             flush()
         except BaseException:
             # Nothing below was appended: those transactions are still undecided (the table and the outcomes as if
             # this request had not named them), and the request is answered with the error.
-            for _, half, origin in claimed:
-                self.table.add(half)
-                self._outcomes.pop(origin, None)
+            for _, run_halves, run_origins in claimed:
+                for half, origin in zip(run_halves, run_origins, strict=True):
+                    self.table.add(half)
+                    self._outcomes.forget(origin)
             for origin, half in zip(loose[0][loose[2]:], loose[1][loose[2]:], strict=True):
                 if half is not None and origin not in self.table.pending:
                     self.table.add(half)
-                    self._outcomes.pop(origin, None)
+                    self._outcomes.forget(origin)
             raise
         # No await before the last append above: requests of one connection are decided in the order they came.
         codes: dict[int, int] = {}
@@ -527,9 +535,7 @@ class TransactionalMessageService:
         self._remember(origin, _OUTCOME[state])
 
     def _remember(self, origin: int, outcome: str) -> None:
-        self._outcomes[origin] = outcome
-        if len(self._outcomes) > RESOLVED_MEMORY:
-            self._outcomes.popitem(last=False)
+        self._outcomes.remember(origin, outcome)
 
     def _half_at(self, group: str, commit_log_offset: int, table_offset: int) -> tm.StoredHalf:
         """The half record an END names, checked as RocketMQ checks it (group, queue and log offsets)."""

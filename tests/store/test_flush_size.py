@@ -62,3 +62,28 @@ def test_released_and_reopened_segments_read_back(tmp_path: Path) -> None:
     assert last is not None and last.wrote_position == len(data)
     assert bytes(last.view(0, len(data))) == data
     again.close()
+
+
+def test_written_pages_unmapped_before_a_flush_still_reach_the_file(tmp_path: Path) -> None:
+    """``release_written`` drops this process's mapping of written, unflushed pages once enough of them are mapped
+    (their dirty state stays with the page cache, which the flush then writes); they read back through the mapping
+    and from the file."""
+    from tests.store.test_warm import resident_kib
+
+    files = MappedFileQueue(tmp_path / "log", 32 * MiB)
+    try:
+        mf = files.last_for_append()
+        data = bytes(range(256)) * (12 * MiB // 256)
+        mf.append(data)
+        before = resident_kib(mf.path)
+        files.release_written(1 * MiB, 4 * MiB)
+        assert mf.released_position == 11 * MiB
+        assert resident_kib(mf.path) <= before - 10 * 1024
+        files.release_written(1 * MiB, 4 * MiB)  # less than 4 MiB more written: nothing to do
+        assert mf.released_position == 11 * MiB
+        assert mf.dirty_pages() >= 12 * MiB // 4096 - 1 and files.flush() == len(data)
+        with open(mf.path, "rb") as f:
+            assert f.read(len(data)) == data
+        assert bytes(mf.view(0, len(data))) == data
+    finally:
+        files.close()

@@ -29,6 +29,13 @@ FlushListener = Callable[[int], None]
 
 #: RSS is kept bounded by dropping this process's mapping of flushed bytes this far behind the tail.
 RELEASE_LAG_BYTES = 16 * 1024 * 1024
+#: Before a flush, written bytes this far behind the tail are unmapped, once at least PRE_FLUSH_LEAST_BYTES of
+#: them are mapped. Writeback write-protects every mapped page it writes, a TLB shoot-down (an interrupt to the
+#: CPU running the event loop) per 4 KiB page: 14 % of the broker's CPU in a 1 KiB batched produce (perf). One
+#: ``madvise`` over the range costs one. The pages stay in the page cache, dirty until the flush writes them; a
+#: reader of them faults them back in from there (a minor fault, no disk read).
+PRE_FLUSH_KEEP_BYTES = 1024 * 1024
+PRE_FLUSH_LEAST_BYTES = 4 * 1024 * 1024
 
 
 class _FlushBase(ServiceThread):
@@ -55,6 +62,7 @@ class _FlushBase(ServiceThread):
     def _flush_locked(self) -> int:
         try:
             t0 = time.perf_counter()
+            self.files.release_written(PRE_FLUSH_KEEP_BYTES, PRE_FLUSH_LEAST_BYTES)
             flushed = self.files.flush()
             self.flush_seconds_avg += (time.perf_counter() - t0 - self.flush_seconds_avg) * 0.1
             self.io_error = None

@@ -25,6 +25,7 @@ import struct
 from cometmq.broker.filters import property_filter_for, tag_filter_for
 from cometmq.broker.long_polling import HeldPull
 from cometmq.broker.pull import FLAG_SUBSCRIPTION, PullProcessor
+from cometmq.common.memo import remember
 from cometmq.net.connection import SENDFILE_THRESHOLD
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.headers import PullMessageRequestHeader
@@ -132,8 +133,5 @@ class PullFastPath:
                 return False
         except Exception:
             return False
-        plain = self._plain
-        if len(plain) >= _PLAIN_MAX:
-            plain.clear()
-        plain.add(key)
+        remember(self._plain, key, _PLAIN_MAX)
         return True

@@ -32,6 +32,7 @@ from cometmq.broker.appender import answer_code
 from cometmq.broker.send import _SPECIAL_MARKERS_STR, _SPECIAL_TOPICS, SendProcessor, born_host_of
 from cometmq.broker.stats import FIFO, NORMAL, SHARDING_KEY_MARKER
 from cometmq.broker.topics import NOT_ALLOWED_SEND_TOPICS, check_topic_name
+from cometmq.common.memo import remember
 from cometmq.net.connection import Dispatcher, RemotingConnection
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.message import TRANSACTION_MASK
@@ -138,10 +139,7 @@ class SendFastPath:
             check_topic_name(topic)
         except RemotingError:
             return False
-        names = self._names
-        if len(names) >= _NAMES_MAX:
-            names.clear()
-        names.add(topic)
+        remember(self._names, topic, _NAMES_MAX)
         return True
 
     def _answer(self, conn: RemotingConnection, opaque: int, topic: str, props: str, queue_id: int,

@@ -38,7 +38,7 @@ from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.message import TRANSACTION_MASK
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import RawProperties
-from cometmq.protocol.remoting import DEFAULT_VERSION, RESPONSE_FLAG, RemotingCommand, encode
+from cometmq.protocol.remoting import DEFAULT_VERSION, RESPONSE_FLAG, RemotingCommand, encode, take_frames
 from cometmq.protocol.route import PERM_WRITE
 from cometmq.protocol.send_v2 import decode_send_v2
 from cometmq.store.commitlog import CommitLog
@@ -82,16 +82,7 @@ class SendFastPath:
         """Serve the chunk's whole frames from its start while each is one this path takes; how many bytes it
         took. The rest (from the first frame it does not take, or a partial frame) goes to the generic path, in
         order: the frames it serves are appended before any later one."""
-        n = len(data)
-        if n >= 4 and int.from_bytes(data[:4], "big") + 4 == n:  # (the common case: exactly one frame)
-            return n if self._serve(conn, data) else 0
-        pos = 0
-        while n - pos >= 8:
-            end = pos + 4 + int.from_bytes(data[pos:pos + 4], "big")
-            if end > n or not self._serve(conn, data[pos:end]):
-                break
-            pos = end
-        return pos
+        return take_frames(data, lambda frame: self._serve(conn, frame))
 
     def _serve(self, conn: RemotingConnection, data: bytes) -> bool:
         req = decode_send_v2(data, conn.max_frame_size)

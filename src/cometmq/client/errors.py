@@ -6,8 +6,7 @@ mapped here too, by ``reading_reply``: callers see a ``BrokerError`` with SYSTEM
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 from cometmq.protocol.codes import RemotingError, ResponseCode, response_code_name
 from cometmq.protocol.errors import LocalProtocolError, ProtocolError
@@ -74,16 +73,27 @@ _PRODUCER_RETRY = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILA
                    ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_BUSY}
 
 
-@contextmanager
-def reading_reply(what: str, *, addr: str = "", context: str = "") -> Iterator[None]:
-    """Decode a server's reply inside this block: a reply that does not follow the protocol becomes
-    ``BrokerError(SYSTEM_ERROR, "<what>: <why>")`` (``addr`` and ``context`` as ``BrokerError`` takes them).
+class ReadingReply:
+    """Decode a server's reply inside this block (``with reading_reply(what, addr=..., context=...)``): a reply
+    that does not follow the protocol becomes ``BrokerError(SYSTEM_ERROR, "<what>: <why>")`` (``addr`` and
+    ``context`` as ``BrokerError`` takes them).
 
     A ``LocalProtocolError`` (our own bug) passes through unchanged. A bare ``ProtocolError`` counts as the
-    server's: the record codec (``protocol/message.py``) does not yet say which side it blames."""
-    try:
-        yield
-    except LocalProtocolError:
-        raise
-    except ProtocolError as exc:
-        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{what}: {exc}", addr=addr, context=context) from None
+    server's: the record codec (``protocol/message.py``) does not yet say which side it blames. A class, not a
+    generator context manager: it is entered once per pull answer, on the consumer's latency path."""
+
+    __slots__ = ("addr", "context", "what")
+
+    def __init__(self, what: str, *, addr: str = "", context: str = "") -> None:
+        self.what, self.addr, self.context = what, addr, context
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if isinstance(exc, ProtocolError) and not isinstance(exc, LocalProtocolError):
+            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{self.what}: {exc}", addr=self.addr,
+                              context=self.context) from None
+
+
+reading_reply = ReadingReply

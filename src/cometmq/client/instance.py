@@ -185,6 +185,18 @@ def credentials_of(credentials: Credentials | tuple[str, str] | None, access_key
     return Credentials(access_key, secret_key)
 
 
+def request_error(exc: BaseException, addr: str, what: object) -> BaseException:
+    """The SDK error a request to ``addr`` that failed with ``exc`` raises (``what``: the request, for the
+    message): a timeout is ClientTimeoutError, a connection failure ClientConnectionError; anything else is
+    ``exc`` itself. The one rule of ``ClientInstance.invoke`` and the lean paths (``invoke_now``, the producer's
+    inline send)."""
+    if isinstance(exc, RequestTimeoutError | TimeoutError):
+        return ClientTimeoutError(f"no answer from {addr} in time ({what})")
+    if isinstance(exc, OSError | ConnectionError):
+        return ClientConnectionError(f"cannot talk to {addr} ({what}): {exc}")
+    return exc
+
+
 class ClientInstance:
     def __init__(self, namesrv: str | Iterable[str], *, instance_name: str | None = None, client_ip: str = "127.0.0.1",
                  request_timeout: float = 3.0, poll_namesrv_interval: float = 30.0,
@@ -265,10 +277,8 @@ class ClientInstance:
         try:
             return await self.remoting.invoke(addr, self.sign(cmd),
                                               self.request_timeout if timeout is None else timeout)
-        except (RequestTimeoutError, TimeoutError):
-            raise ClientTimeoutError(f"no answer from {addr} in time ({context or cmd.code})") from None
-        except (OSError, ConnectionError) as exc:
-            raise ClientConnectionError(f"cannot talk to {addr} ({context or cmd.code}): {exc}") from None
+        except (OSError, ConnectionError) as exc:  # (timeouts are OSErrors)
+            raise request_error(exc, addr, context or cmd.code) from None
 
     async def invoke_now(self, addr: str, cmd: RemotingCommand, timeout: float, context: str = "") -> RemotingCommand:
         """:meth:`invoke` written at once on an open :class:`SdkConnection` (``start_request``: no coroutines
@@ -284,16 +294,14 @@ class ClientInstance:
         try:
             future = conn.start_request(head, body, opaque, cmd.code, timeout)
         except (OSError, ConnectionError) as exc:
-            raise ClientConnectionError(f"cannot talk to {addr} ({context or cmd.code}): {exc}") from None
+            raise request_error(exc, addr, context or cmd.code) from None
         try:
             return await future
         except asyncio.CancelledError:
             conn.forget(opaque, future)
             raise
-        except (RequestTimeoutError, TimeoutError):
-            raise ClientTimeoutError(f"no answer from {addr} in time ({context or cmd.code})") from None
         except (OSError, ConnectionError) as exc:
-            raise ClientConnectionError(f"cannot talk to {addr} ({context or cmd.code}): {exc}") from None
+            raise request_error(exc, addr, context or cmd.code) from None
 
     async def invoke_ok(self, addr: str, cmd: RemotingCommand, timeout: float | None = None, context: str = "",
                         ok: Iterable[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:

@@ -23,14 +23,12 @@ from cometmq.client.auto_batch import (
 )
 from cometmq.client.errors import (
     BrokerError,
-    ClientConnectionError,
     ClientStateError,
-    ClientTimeoutError,
     InvalidArgumentError,
     MQClientError,
     NoRouteError,
 )
-from cometmq.client.instance import ClientInstance, route_stale
+from cometmq.client.instance import ClientInstance, request_error, route_stale
 from cometmq.client.message import (
     _SEND_RESULT_FIELDS,
     Message,
@@ -44,7 +42,6 @@ from cometmq.client.message import (
 from cometmq.client.send_frame import PLAIN_HEAD, PLAIN_TAIL, ProducerKeys, SendFrameTemplate, properties_json
 from cometmq.client.wire import SdkConnection, SdkRemotingClient
 from cometmq.common.native import load_c_helper
-from cometmq.net.connection import RequestTimeoutError
 from cometmq.protocol.acl import Credentials
 from cometmq.protocol.batch import encode_keyed_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
@@ -499,7 +496,7 @@ class Producer:
         try:
             future = conn.start_request(head, body, opaque, RequestCode.SEND_MESSAGE_V2, timeout)
         except (OSError, ConnectionError) as exc:  # closed meanwhile: as instance.invoke reports it
-            raise ClientConnectionError(f"cannot talk to {addr} (send to {q.topic}/{q.queue_id}): {exc}") from None
+            raise request_error(exc, addr, f"send to {q.topic}/{q.queue_id}") from None
         return future, conn, opaque, uniq, addr
 
     def _batch_request(self, q: MessageQueue, msgs: list[Message]) -> tuple[Any, list[str]]:
@@ -697,11 +694,8 @@ def _wait_error(exc: BaseException, conn: SdkConnection, opaque: int, future: as
     raise (``exc`` itself for anything it lets through). A cancelled wait forgets its request."""
     if isinstance(exc, asyncio.CancelledError):
         conn.forget(opaque, future)
-    elif isinstance(exc, RequestTimeoutError | TimeoutError):
-        return ClientTimeoutError(f"no answer from {addr} in time (send to {q.topic}/{q.queue_id})")
-    elif isinstance(exc, OSError | ConnectionError):
-        return ClientConnectionError(f"cannot talk to {addr} (send to {q.topic}/{q.queue_id}): {exc}")
-    return exc
+        return exc
+    return request_error(exc, addr, f"send to {q.topic}/{q.queue_id}")
 
 
 def batch_chunks(msgs: Sequence[Message], max_bytes: int) -> list[list[Message]]:

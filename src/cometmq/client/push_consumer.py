@@ -45,7 +45,7 @@ from typing import Any
 
 from cometmq.client.concurrent_consume import ConcurrentConsumeService, ConsumeRequest
 from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, Subscription
-from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError
+from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError, reading_reply
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
@@ -63,7 +63,6 @@ from cometmq.protocol.client_bodies import (
     ConsumerData,
 )
 from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.errors import LocalProtocolError, ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
@@ -654,12 +653,8 @@ class PushConsumer:
         if pq.dropped:
             return consume
         if code == ResponseCode.SUCCESS:
-            try:  # reading_reply's rule, without a context manager per answer
+            with reading_reply("undecodable pull body", addr=addr):
                 msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
-            except ProtocolError as exc:
-                if isinstance(exc, LocalProtocolError):
-                    raise
-                raise BrokerError(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {exc}", addr=addr) from None
             self.stats.pulled += len(msgs)
             kept = msgs if sub.tags is None else [m for m in msgs if sub.matches(m)]
             self.stats.filtered += len(msgs) - len(kept)

@@ -25,7 +25,7 @@ from typing import Any
 from cometmq.common.native import load_c_helper
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import ConnectionClosedError, Dispatcher, RemotingConnection, RequestTimeoutError
-from cometmq.protocol.remoting import RESPONSE_FLAG, RemotingCommand, SerializeType
+from cometmq.protocol.remoting import RESPONSE_FLAG, RemotingCommand, SerializeType, take_frames
 
 try:
     import orjson as _orjson
@@ -107,27 +107,24 @@ class SdkConnection(RemotingConnection):
         if _SETTERS is None or _orjson is None or self._closed or self._decoder.buffered:
             super().data_received(data)
             return
-        n = len(data)
-        pos = 0
-        max_frame = self._max_frame_size
-        while n - pos >= 8:
-            end = pos + 4 + int.from_bytes(data[pos:pos + 4], "big")
-            if end > n:
-                break
-            reply = _lone_reply(data if end == n and not pos else data[pos:end], max_frame)
-            if reply is None:
-                break
-            pos = end
-            self.last_read = self._loop.time()
-            future = self._pending.pop(reply.opaque, None)
-            if future is not None and not future.done():
-                future.set_result(reply)
-            else:
-                self._complete(reply)  # no waiter: logged as the base class does
-            if self._closed:
-                return
-        if pos < n:
-            super().data_received(data[pos:] if pos else data)
+        taken = take_frames(data, self._take_reply)
+        if taken < len(data):
+            super().data_received(data[taken:] if taken else data)
+
+    def _take_reply(self, frame: bytes) -> bool:
+        """Complete the request ``frame`` answers, if it is a reply of the usual shape (else False: untouched)."""
+        if self._closed:  # (a waiter's callback closed us: the rest goes to the base class, which drops it)
+            return False
+        reply = _lone_reply(frame, self._max_frame_size)
+        if reply is None:
+            return False
+        self.last_read = self._loop.time()
+        future = self._pending.pop(reply.opaque, None)
+        if future is not None and not future.done():
+            future.set_result(reply)
+        else:
+            self._complete(reply)  # no waiter: logged as the base class does
+        return True
 
     def forget(self, opaque: int, future: asyncio.Future[RemotingCommand]) -> None:
         """Stop waiting for the reply of a :meth:`start_request` (its caller was cancelled)."""

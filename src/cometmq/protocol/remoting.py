@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
@@ -406,6 +406,23 @@ def _decode_frame(mv: memoryview, start: int, length: int) -> RemotingCommand:
     body = bytes(mv[body_start:end]) if end > body_start else b""
     code, language, version, opaque, flag, remark, ext = fields
     return _command(code, language, version, opaque, flag, remark, ext, body, stype)
+
+
+def take_frames(data: bytes, take: Callable[[bytes], bool]) -> int:
+    """Hand ``take`` each whole frame at the start of ``data`` (a received chunk, nothing buffered before it), in
+    order, until it refuses one (returns False) or only part of a frame is left; how many bytes it took. The fast
+    paths of both sides (broker/send_fast.py, client/wire.py) serve what they can this way and leave the rest, in
+    order, to a ``FrameDecoder``. A chunk that is exactly one frame is handed over as it is (no copy)."""
+    n = len(data)
+    if n >= 4 and int.from_bytes(data[:4], "big") + 4 == n:
+        return n if take(data) else 0
+    pos = 0
+    while n - pos >= 8:
+        end = pos + 4 + int.from_bytes(data[pos:pos + 4], "big")
+        if end > n or not take(data[pos:end]):
+            break
+        pos = end
+    return pos
 
 
 class FrameDecoder:

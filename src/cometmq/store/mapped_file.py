@@ -157,17 +157,19 @@ class MappedFile:
 
     def release_flushed(self, keep_bytes: int) -> None:
         """Release flushed bytes older than the last ``keep_bytes`` (hot ones stay mapped)."""
-        end = self.flushed_position - keep_bytes if self.flushed_position < self.size else self.size
-        if end - self.released_position >= PAGE_SIZE:
-            self.release_pages(self.released_position, end)
-            self.released_position = end - end % PAGE_SIZE
+        self._release_behind(self.flushed_position, keep_bytes, PAGE_SIZE)
 
     def release_written(self, keep_bytes: int, least_bytes: int) -> None:
         """Release written bytes older than the last ``keep_bytes``, flushed or not, once there are
         ``least_bytes`` of them. Their dirty state stays with the page cache, which the next flush writes, and
         that flush then has no mapping of them to write-protect: one TLB shoot-down for the whole range here
         instead of one per page during writeback."""
-        end = self.wrote_position - keep_bytes if self.wrote_position < self.size else self.size
+        self._release_behind(self.wrote_position, keep_bytes, least_bytes)
+
+    def _release_behind(self, position: int, keep_bytes: int, least_bytes: int) -> None:
+        """Release what lies more than ``keep_bytes`` before ``position`` (all of a full segment), once that is
+        ``least_bytes`` past what was released already."""
+        end = position - keep_bytes if position < self.size else self.size
         if end - self.released_position >= least_bytes:
             self.release_pages(self.released_position, end)
             self.released_position = end - end % PAGE_SIZE

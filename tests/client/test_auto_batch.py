@@ -39,13 +39,15 @@ PLAIN_ITEM = ITEM_OVERHEAD + 52
 
 class Frames:
     """Counts the send requests a broker serves (and the messages in each batch); ``fail`` answers batches with
-    an error code instead while it returns one (``None``: serve normally)."""
+    an error code instead while it returns one (``None``: serve normally); while ``hold`` is set to an event, the
+    requests (counted on arrival) are answered only once it is set."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.count: Counter[int] = Counter()
         self.batch_sizes: list[int] = []
         self.batch_bytes: list[int] = []
         self.fail: Any = lambda: None
+        self.hold: asyncio.Event | None = None
         dispatcher = cluster.brokers[0].dispatcher
         for code in (BATCH, SINGLE):
             dispatcher[code] = self._wrap(code, dispatcher[code])
@@ -59,6 +61,8 @@ class Frames:
                 error = self.fail()
                 if error is not None:
                     return make_response(cmd, error, "injected by the test")
+            if self.hold is not None:
+                await self.hold.wait()
             result: RemotingCommand = await inner(conn, cmd)
             return result
 
@@ -128,17 +132,54 @@ async def test_batches_are_per_topic_and_flushed_at_batch_max_bytes(cluster: Clu
             [b"warm-up", *(f"{t}-{i:02d}".encode().ljust(body_len, b".") for i in range(32))])
 
 
-async def test_a_lone_message_goes_after_batch_max_delay_ms(cluster: Cluster) -> None:
+async def test_a_lone_message_goes_at_once(cluster: Cluster) -> None:
     frames = Frames(cluster)
-    async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=300) as p:
+    # nothing of the topic is in flight: the batch goes at the end of the loop turn, not after the 20 s delay
+    async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20_000) as p:
         await p.send(Message("Lone", b"warm-up"), queue=MessageQueue("Lone", "broker-a", 0))
         frames.count.clear()
-        t0 = time.monotonic()
-        r = await asyncio.wait_for(p.send(Message("Lone", b"alone")), 5)
-        elapsed = time.monotonic() - t0
-    assert 0.25 <= elapsed < 3.0, elapsed
+        r = await asyncio.wait_for(p.send(Message("Lone", b"alone")), 8)
     assert frames.count == Counter({SINGLE: 1})  # a batch of one goes as an ordinary send
     assert (await read_back(cluster, [r]))[(r.queue, r.queue_offset)] == (b"alone", r.msg_id)
+
+
+async def test_sends_made_while_a_batch_is_out_go_when_it_is_answered(cluster: Cluster) -> None:
+    frames = Frames(cluster)
+    async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20_000) as p:
+        await p.send(Message("Out", b"warm-up"), queue=MessageQueue("Out", "broker-a", 0))
+        frames.count.clear()
+        frames.hold = hold = asyncio.Event()
+        first = [asyncio.ensure_future(p.send(Message("Out", f"a{i}".encode()))) for i in range(3)]
+        await asyncio.sleep(0.05)
+        assert frames.batch_sizes == [3]  # went at once, not answered yet
+        later = [asyncio.ensure_future(p.send(Message("Out", f"b{i}".encode()))) for i in range(5)]
+        await asyncio.sleep(0.1)
+        assert frames.batch_sizes == [3] and not any(t.done() for t in first + later)  # held for the answer
+        t0 = time.monotonic()
+        hold.set()
+        results = await asyncio.wait_for(asyncio.gather(*first, *later), 8)
+        assert time.monotonic() - t0 < 5  # not the 20 s delay
+    assert frames.batch_sizes == [3, 5] and frames.count == Counter({BATCH: 2})
+    assert len({r.msg_id for r in results}) == 8
+
+
+async def test_a_batch_held_behind_one_in_flight_goes_after_batch_max_delay_ms(cluster: Cluster) -> None:
+    frames = Frames(cluster)
+    async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=300) as p:
+        await p.send(Message("Delay", b"warm-up"), queue=MessageQueue("Delay", "broker-a", 0))
+        frames.count.clear()
+        frames.hold = hold = asyncio.Event()
+        first = [asyncio.ensure_future(p.send(Message("Delay", f"a{i}".encode()))) for i in range(2)]
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        lone = asyncio.ensure_future(p.send(Message("Delay", b"alone")))
+        while frames.count[SINGLE] == 0 and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.01)
+        elapsed = time.monotonic() - t0
+        assert 0.25 <= elapsed < 3.0, elapsed  # the delay, though the first batch is still unanswered
+        hold.set()
+        assert all(r.ok for r in await asyncio.wait_for(asyncio.gather(*first, lone), 8))
+    assert frames.count == Counter({BATCH: 1, SINGLE: 1})
 
 
 async def test_messages_that_cannot_be_batched_go_alone_at_once(cluster: Cluster) -> None:
@@ -209,33 +250,46 @@ async def test_close_flushes_pending_batches(cluster: Cluster) -> None:
     await p.start()
     await p.send(Message("Close", b"warm-up"), queue=MessageQueue("Close", "broker-a", 0))
     frames.count.clear()
+    frames.hold = hold = asyncio.Event()
+    out = [asyncio.ensure_future(p.send(Message("Close", f"o{i}".encode()))) for i in range(2)]
+    await asyncio.sleep(0.05)  # the first batch is out (unanswered): the next ones are held
     tasks = [asyncio.ensure_future(p.send(Message("Close", f"c{i}".encode()))) for i in range(5)]
     callback_results: list[SendResult | None] = []
     p.send_async(Message("Close", b"async"), lambda r, e: callback_results.append(r))
     await asyncio.sleep(0.05)
-    assert not any(t.done() for t in tasks)  # held for the 20 s delay
+    assert frames.batch_sizes == [2] and not any(t.done() for t in tasks)  # held for the 20 s delay
     t0 = time.monotonic()
-    await asyncio.wait_for(p.close(), 8)
+    closing = asyncio.ensure_future(p.close())
+    while len(frames.batch_sizes) < 2 and time.monotonic() - t0 < 5:
+        await asyncio.sleep(0.01)
+    assert frames.batch_sizes == [2, 6]  # sent by close, the first still unanswered
+    hold.set()
+    await asyncio.wait_for(closing, 8)
     assert time.monotonic() - t0 < 5
-    assert all(t.done() and t.result().ok for t in tasks)
+    assert all(t.done() and t.result().ok for t in out + tasks)
     assert len(callback_results) == 1 and callback_results[0] is not None and callback_results[0].ok
-    assert frames.count == Counter({BATCH: 1}) and frames.batch_sizes == [6]
+    assert frames.count == Counter({BATCH: 2})
     assert sorted(await stored_bodies(cluster, "Close")) == sorted(
-        [b"warm-up", b"async"] + [f"c{i}".encode() for i in range(5)])
+        [b"warm-up", b"async"] + [f"o{i}".encode() for i in range(2)] + [f"c{i}".encode() for i in range(5)])
 
 
 async def test_a_cancelled_send_leaves_its_batch_before_the_flush(cluster: Cluster) -> None:
     frames = Frames(cluster)
-    async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=200) as p:
+    async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20_000) as p:
         await p.send(Message("Cancel", b"warm-up"), queue=MessageQueue("Cancel", "broker-a", 0))
+        frames.hold = hold = asyncio.Event()
+        out = [asyncio.ensure_future(p.send(Message("Cancel", f"o{i}".encode()))) for i in range(2)]
+        await asyncio.sleep(0.05)  # out and unanswered: the next batch waits for it
         tasks = [asyncio.ensure_future(p.send(Message("Cancel", f"k{i}".encode()))) for i in range(3)]
         await asyncio.sleep(0.02)
         tasks[1].cancel()
-        done = await asyncio.gather(*tasks, return_exceptions=True)
-        assert isinstance(done[1], asyncio.CancelledError)
+        await asyncio.sleep(0)
+        hold.set()
+        done = await asyncio.wait_for(asyncio.gather(*out, *tasks, return_exceptions=True), 8)
+        assert isinstance(done[3], asyncio.CancelledError)
         assert p.batcher is not None and p.batcher.held == 0
-    assert frames.batch_sizes == [2]
-    assert sorted(await stored_bodies(cluster, "Cancel")) == [b"k0", b"k2", b"warm-up"]
+    assert frames.batch_sizes == [2, 2]
+    assert sorted(await stored_bodies(cluster, "Cancel")) == [b"k0", b"k2", b"o0", b"o1", b"warm-up"]
 
 
 async def test_total_batch_max_bytes_makes_sends_wait_then_time_out(cluster: Cluster) -> None:
@@ -245,18 +299,23 @@ async def test_total_batch_max_bytes_makes_sends_wait_then_time_out(cluster: Clu
                         total_batch_max_bytes=300) as p:
         await p.send(Message("Room", b"warm-up"), queue=MessageQueue("Room", "broker-a", 0))
         frames.count.clear()
-        t0 = time.monotonic()
-        results = await asyncio.gather(*(p.send(Message("Room", f"{i}".encode().ljust(body_len, b"."))) for i in
-                                         range(6)))
-        assert time.monotonic() - t0 >= 0.35  # the second three waited for the first batch's answer
+        frames.hold = hold = asyncio.Event()
+        sends = [asyncio.ensure_future(p.send(Message("Room", f"{i}".encode().ljust(body_len, b"."))))
+                 for i in range(6)]
+        await asyncio.sleep(0.05)
+        assert frames.batch_sizes == [3]  # the other three wait for room: the first batch's answer
+        hold.set()
+        results = await asyncio.wait_for(asyncio.gather(*sends), 8)
         assert frames.batch_sizes == [3, 3] and all(r.ok for r in results)
 
+        frames.hold = hold = asyncio.Event()
         held = [asyncio.ensure_future(p.send(Message("Room", f"h{i}".encode().ljust(body_len, b"."))))
                 for i in range(3)]
         await asyncio.sleep(0.01)
         with pytest.raises(ClientTimeoutError, match="total_batch_max_bytes"):
             await p.send(Message("Room", b"no room"), timeout=0.05)
-        assert all(r.ok for r in await asyncio.gather(*held))
+        hold.set()
+        assert all(r.ok for r in await asyncio.wait_for(asyncio.gather(*held), 8))
 
 
 async def test_options_are_checked_and_off_by_default(cluster: Cluster) -> None:

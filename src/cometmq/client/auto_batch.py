@@ -2,9 +2,13 @@
 topic are held for at most ``batch_max_delay_ms`` and go as one SEND_BATCH_MESSAGE; each caller gets its own
 :class:`SendResult`.
 
-A batch is keyed by (topic, the send's timeout). It is flushed when its encoded size reaches
-``batch_max_bytes`` (a message that would take it past that flushes it first and starts the next one) or
-``batch_max_delay_ms`` after its first message; a batch of one message goes as an ordinary send. The flushed
+A batch is keyed by (topic, the send's timeout). When no batch of its key is in flight it goes at the end of the
+loop turn that opened it: every send made in that turn is in it, and a lone send waits for nothing. While one is in
+flight it fills, and goes when that answer comes, when its encoded size reaches ``batch_max_bytes`` (a message that
+would take it past that flushes it first and starts the next one), or ``batch_max_delay_ms`` after its first
+message, whichever is first; a batch of one message goes as an ordinary send. (RocketMQ 5's accumulator holds every
+batch for the whole delay: with N senders each waiting for its answer, that is at most N messages per delay, slower
+than not batching once a send costs less than the delay.) The flushed
 batch is sent under the producer's retry policy (:meth:`Producer._with_retries`): a retriable failure sends the
 same body (same message ids) again on another queue, as a single send is retried; the broker stores a batch
 whole or not at all, so batching adds no duplicate a retry of one send would not. A failure after the retries
@@ -64,7 +68,8 @@ class _Batch:
         self.key = key
         self.items: list[_Item] = []
         self.size = 0
-        self.timer: asyncio.TimerHandle | None = None
+        #: what sends it unless it fills first: the end of this loop turn, or the delay
+        self.timer: asyncio.Handle | None = None
 
 
 class AutoBatcher:
@@ -82,6 +87,8 @@ class AutoBatcher:
         self.messages_batched = 0
         self.closed = False
         self._open: dict[tuple[str, float], _Batch] = {}
+        #: batches sent and not answered yet, per key
+        self._in_flight: dict[tuple[str, float], int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._room: asyncio.Event | None = None
 
@@ -115,7 +122,8 @@ class AutoBatcher:
             batch = None
         if batch is None:
             batch = self._open[key] = _Batch(key)
-            batch.timer = loop.call_later(self.max_delay, self._flush, batch)
+            batch.timer = loop.call_later(self.max_delay, self._flush, batch) if self._in_flight.get(key) \
+                else loop.call_soon(self._flush, batch)
         batch.items.append(item)
         batch.size += item.size
         if batch.size >= self.max_bytes:
@@ -164,6 +172,7 @@ class AutoBatcher:
         self._discard(batch)
         if not batch.items:
             return
+        self._in_flight[batch.key] = self._in_flight.get(batch.key, 0) + 1
         task = asyncio.get_running_loop().create_task(self._send(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -190,6 +199,15 @@ class AutoBatcher:
                     it.future.set_result(result)
         finally:
             self._release(batch.size)
+            key = batch.key
+            left = self._in_flight[key] - 1
+            if left:
+                self._in_flight[key] = left
+            else:
+                del self._in_flight[key]
+                waiting = self._open.get(key)
+                if waiting is not None:  # filled while this one was out: it goes now
+                    self._flush(waiting)
 
     async def flush(self) -> None:
         """Send every open batch now and wait for the answers of all batches sent."""

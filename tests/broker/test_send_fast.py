@@ -21,6 +21,7 @@ from cometmq.client.producer import Producer
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.client_bodies import MessageQueue
 from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.headers import V2_KEYS
 from cometmq.protocol.message import pack_host
 from cometmq.protocol.remoting import RemotingCommand, SerializeType, encode, encode_parts
 from cometmq.protocol.route import PERM_READ, TopicConfig
@@ -149,13 +150,15 @@ def frames(draw: st.DrawFn) -> bytes:
     }
     ext.update(mostly({}, st.sampled_from([{"n": "broker-a"}, {"topic": "T2"}, {"queueId": "1"}])))
     ext = {k: v for k, v in ext.items() if v is not None}
-    code = mostly(RequestCode.SEND_MESSAGE_V2, st.just(RequestCode.SEND_MESSAGE))
+    code = draw(st.sampled_from([RequestCode.SEND_MESSAGE_V2] * 2 + [RequestCode.SEND_MESSAGE]))
+    if code == RequestCode.SEND_MESSAGE and draw(st.integers(0, 5)):  # by name, as V1 clients (C++) write them
+        ext = {V2_KEYS.get(k, k): v for k, v in ext.items()}
     flag = mostly(0, st.sampled_from([2, 4]))
     body = draw(st.binary(max_size=64))
     if not draw(st.integers(0, 9)):  # the C++ client's way: numbers as JSON numbers
         header = {"code": int(code), "language": "CPP", "version": 0, "opaque": 7, "flag": flag,
-                  "extFields": {k: int(v) if v.isascii() and v.isdigit() and len(v) < 10 else v
-                                for k, v in ext.items()},
+                  "extFields": {k: int(v) if v.isascii() and v.isdigit() and len(v) < 10 else
+                                {"true": True, "false": False}.get(v, v) for k, v in ext.items()},
                   "serializeTypeCurrentRPC": "JSON"}
         return _frame(json.dumps(header, separators=(",", ":")).encode(), body)
     stype = mostly(SerializeType.JSON, st.just(SerializeType.ROCKETMQ))
@@ -208,6 +211,33 @@ def test_sdk_sends_take_the_fast_path(tmp_path: Path) -> None:
             compare(fast, generic, loop, frame, i)
         assert fast.taken == [True] * 30
         assert fast.broker.store.max_offset("T", 3) == 10
+
+    run_pair(tmp_path, check)
+
+
+def cpp_frames(count: int) -> list[bytes]:
+    """SEND_MESSAGE frames as the C++ client (PyPI rocketmq 0.4.4) writes them (docs/interop-notes.md)."""
+    out = []
+    for i in range(count):
+        ext = {"batch": "0", "bornTimestamp": str(1764000000000 + i), "defaultTopic": "TBW102",
+               "defaultTopicQueueNums": 4, "flag": 0, "producerGroup": "pg", "queueId": [0, 3, 2][i % 3],
+               "properties": f"KEYS\x01k{i}\x02TAGS\x01TagA\x02UNIQ_KEY\x01{i:032X}\x02WAIT\x01true\x02",
+               "reconsumeTimes": "0", "sysFlag": 0, "topic": "T", "unitMode": "0"}
+        header = {"code": 10, "language": "CPP", "version": 0, "opaque": 100 + i, "flag": 0, "remark": "",
+                  "extFields": ext}
+        out.append(_frame(json.dumps(header).encode(), b"cpp-body-%d" % i))
+    return out
+
+
+def test_cpp_client_sends_take_the_fast_path(tmp_path: Path) -> None:
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        heard: list[tuple[int, int, bool]] = []
+        fast.conn.observer = fast.conn._observer = lambda req, resp, ns, held: heard.append((req, resp, held))
+        for i, frame in enumerate(cpp_frames(12)):
+            compare(fast, generic, loop, frame, i)
+        assert fast.taken == [True] * 12
+        assert fast.broker.store.max_offset("T", 3) == 4
+        assert heard == [(RequestCode.SEND_MESSAGE, 0, False)] * 12  # counted under the request's own code
 
     run_pair(tmp_path, check)
 

@@ -1,13 +1,15 @@
-"""The broker's fast path for the most common request: one plain message in one SEND_MESSAGE_V2.
+"""The broker's fast path for the most common request: one plain message in one SEND_MESSAGE_V2 (or in one
+SEND_MESSAGE, the C++ client's single send).
 
 A lone producer's send used to go through the frame decoder (a RemotingCommand, its header dict), the dispatcher,
 two coroutines (``_serve`` and ``SendProcessor.send``), the generated V2 header parser, the append batcher's
 future, a reply RemotingCommand and its JSON encoding: about 180 Python calls. ``SendFastPath`` is offered each
 chunk a server connection receives (``connection.FastPath``) and serves each send in one straight call: the frame
-and its V2 header read in one step (protocol/send_v2.py, C when built), the checks of ``SendProcessor.send`` on
-its plain path, one ``Appender.put_now`` (the result itself when the write is durable at once: no future), the
-stats, and the reply written as bytes from a template. A chunk of several frames (concurrent sends on one
-connection) is served frame by frame from its start while the path takes them; the rest goes to the generic path.
+and its header read in one step (protocol/send_v2.py, C when built), the checks of ``SendProcessor.send`` on its
+plain path, one ``Appender.put_now`` (the result itself when the write is durable at once: no future), the stats,
+and the reply written as bytes from a template (the same for both codes). A chunk of several frames (concurrent
+sends on one connection) is served frame by frame from its start while the path takes them; the rest goes to the
+generic path.
 
 It takes only what the generic path would serve the same way, and leaves everything else (a frame it leaves
 is untouched) to it: any frame ``decode_send_v2`` does not take, a broker or topic that is not writable, a
@@ -49,7 +51,7 @@ log = logging.getLogger(__name__)
 
 #: send.py's markers of a message the send hooks handle (unpacked: a fourth one must be added here too)
 _DELAY, _TIMER, _TRAN = _SPECIAL_MARKERS_STR
-_CODE = int(RequestCode.SEND_MESSAGE_V2)
+_CODES = (int(RequestCode.SEND_MESSAGE_V2), int(RequestCode.SEND_MESSAGE))
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PUT_OK = PutStatus.PUT_OK
 _SHARDING_KEY = SHARDING_KEY_MARKER
@@ -64,15 +66,16 @@ _NAMES_MAX = 4096
 
 
 class SendFastPath:
-    """A ``connection.FastPath`` serving a lone single plain SEND_MESSAGE_V2 for ``processor``."""
+    """A ``connection.FastPath`` serving a lone single plain SEND_MESSAGE_V2 or SEND_MESSAGE for ``processor``."""
 
     def __init__(self, processor: SendProcessor, commitlog: CommitLog, table: Dispatcher) -> None:
         self._proc = processor
         self._commitlog = commitlog
-        #: the server's handler table, and the send handler it holds now: the fast path serves only while the
-        #: table still names that handler (the table is read on every request; whoever replaces it gets them all)
+        #: the server's handler table, and the send handler it holds now for each code: the fast path serves a code
+        #: only while the table still names that handler (the table is read on every request; whoever replaces it
+        #: gets them all)
         self._table = table
-        self._handler = table.get(_CODE)
+        self._handlers = {code: table.get(code) for code in _CODES}
         self._names: set[str] = set()
         #: the store host the msgId prefix was made for, and the prefix (``SendProcessor.msg_id_prefix``) as bytes
         self._host = b""
@@ -86,9 +89,11 @@ class SendFastPath:
 
     def _serve(self, conn: RemotingConnection, data: bytes) -> bool:
         req = decode_send_v2(data, conn.max_frame_size)
-        if req is None or self._table.get(_CODE) is not self._handler:
+        if req is None:
             return False
-        opaque, topic, queue_id, sys_flag, born_ts, flag, props, reconsume, body = req
+        code, opaque, topic, queue_id, sys_flag, born_ts, flag, props, reconsume, body = req
+        if self._table.get(code) is not self._handlers[code]:
+            return False
         proc = self._proc
         if topic not in self._names and not self._plain_name(topic):
             return False
@@ -113,12 +118,12 @@ class SendFastPath:
         try:
             result = proc.appender.put_now([msg])
         except Exception as exc:
-            self._failed(conn, opaque, start, exc)
+            self._failed(conn, code, opaque, start, exc)
             return True
         if isinstance(result, PutResult):
-            self._answer(conn, opaque, topic, props, queue_id, result, start)
+            self._answer(conn, code, opaque, topic, props, queue_id, result, start)
         else:
-            conn.start_handler_task(self._answer_later(conn, opaque, topic, props, queue_id, result, start))
+            conn.start_handler_task(self._answer_later(conn, code, opaque, topic, props, queue_id, result, start))
         return True
 
     def _plain_name(self, topic: str) -> bool:
@@ -133,7 +138,7 @@ class SendFastPath:
         remember(self._names, topic, _NAMES_MAX)
         return True
 
-    def _answer(self, conn: RemotingConnection, opaque: int, topic: str, props: str, queue_id: int,
+    def _answer(self, conn: RemotingConnection, request_code: int, opaque: int, topic: str, props: str, queue_id: int,
                 result: PutResult, start: int) -> None:
         try:
             stats = self._proc.stats
@@ -146,35 +151,36 @@ class SendFastPath:
             rec = result.records[0]
             header = _ANSWER % (code, opaque, self._prefix, rec.phy_offset, queue_id, rec.queue_offset)
         except RemotingError as exc:
-            self._reply(conn, opaque, start, exc.code, exc.remark)
+            self._reply(conn, request_code, opaque, start, exc.code, exc.remark)
             return
         except Exception as exc:
-            self._failed(conn, opaque, start, exc)
+            self._failed(conn, request_code, opaque, start, exc)
             return
         observer = conn.observer
         if observer is not None:
-            observer(_CODE, code, time.perf_counter_ns() - start, False)
+            observer(request_code, code, time.perf_counter_ns() - start, False)
         conn.send_frame(_PREFIX.pack(len(header) + 4, len(header)) + header, code, opaque)
 
-    async def _answer_later(self, conn: RemotingConnection, opaque: int, topic: str, props: str, queue_id: int,
-                            waiting: asyncio.Future[PutResult], start: int) -> None:
+    async def _answer_later(self, conn: RemotingConnection, request_code: int, opaque: int, topic: str, props: str,
+                            queue_id: int, waiting: asyncio.Future[PutResult], start: int) -> None:
         try:
             result = await waiting
         except Exception as exc:
-            self._failed(conn, opaque, start, exc)
+            self._failed(conn, request_code, opaque, start, exc)
             return
-        self._answer(conn, opaque, topic, props, queue_id, result, start)
+        self._answer(conn, request_code, opaque, topic, props, queue_id, result, start)
 
-    def _failed(self, conn: RemotingConnection, opaque: int, start: int, exc: Exception) -> None:
+    def _failed(self, conn: RemotingConnection, request_code: int, opaque: int, start: int, exc: Exception) -> None:
         # as RemotingConnection._serve answers a handler's bug
-        log.exception("handler for request code %d from %s failed", _CODE, conn.remote_address, exc_info=exc)
-        self._reply(conn, opaque, start, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        log.exception("handler for request code %d from %s failed", request_code, conn.remote_address, exc_info=exc)
+        self._reply(conn, request_code, opaque, start, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     @staticmethod
-    def _reply(conn: RemotingConnection, opaque: int, start: int, code: int, remark: str | None) -> None:
+    def _reply(conn: RemotingConnection, request_code: int, opaque: int, start: int, code: int,
+               remark: str | None) -> None:
         """An answer with no fields (an error), encoded as ``make_response`` and the codec would."""
         reply = RemotingCommand(int(code), "PYTHON", DEFAULT_VERSION, opaque, RESPONSE_FLAG, remark)
         observer = conn.observer
         if observer is not None:
-            observer(_CODE, reply.code, time.perf_counter_ns() - start, False)
+            observer(request_code, reply.code, time.perf_counter_ns() - start, False)
         conn.send_frame(encode(reply), reply.code, opaque)

@@ -1,10 +1,11 @@
-/* Optional C helper for cometmq.protocol.send_v2: one SEND_MESSAGE_V2 frame read in one step.
+/* Optional C helper for cometmq.protocol.send_v2: one lone send frame read in one step.
  *
- *   decode(data, max_frame_size) -> (opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties,
+ *   decode(data, max_frame_size) -> (code, opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties,
  *                                    reconsume_times, body) | None
  *       ``data`` must be exactly one whole remoting frame (length prefix included) with a JSON header whose
- *       code is 310 and whose flag has neither the response nor the oneway bit; its extFields are the V2 send
- *       header's one-letter keys. Everything the generic decoder (protocol/remoting.py) and the V2 header parser
+ *       code is 310 (SEND_MESSAGE_V2: extFields by the V2 header's one-letter keys) or 10 (SEND_MESSAGE: by the
+ *       header's names, values strings, integers or, for the booleans, true/false) and whose flag has neither the
+ *       response nor the oneway bit. Everything the generic decoder (protocol/remoting.py) and the header parsers
  *       (protocol/headers.py) would read differently, reject, or that this reader is not sure of answers None,
  *       and the caller takes the generic path, which decodes the same bytes and answers as it always did.
  *
@@ -186,13 +187,62 @@ static int span_is(const span *s, const char *word) {
     return (size_t)s->n == n && memcmp(s->s, word, n) == 0;
 }
 
-/* The V2 header's long key names: the generic parser reads one when its letter is absent. */
+/* The send header's field names, in the order of their V2 letters a to m. */
 static const char *const LONG_KEYS[] = {"producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId",
                                         "sysFlag", "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode",
                                         "maxReconsumeTimes", "batch", NULL};
+/* of those (by letter): the string fields (a b c i) and the booleans (k m) */
+#define IS_STR(i) ((i) == 0 || (i) == 1 || (i) == 2 || (i) == 8)
+#define IS_BOOL(i) ((i) == 10 || (i) == 12)
 
-/* extFields: only string values; the letters a to m once each; none of the long names. */
-static int parse_ext(parser *ps, span *fields) {
+static int long_key(const span *key) {
+    for (int i = 0; LONG_KEYS[i]; i++)
+        if (span_is(key, LONG_KEYS[i])) return i;
+    return -1;
+}
+
+static const unsigned char TEXT_TRUE[] = "true", TEXT_FALSE[] = "false", TEXT_0[] = "0", TEXT_1[] = "1";
+
+/* A V1 header's value (at ps->p) for field ``i`` (-1: a key no field has) into ``*f``: a string; for the other
+ * fields an integer (its digits); for the booleans true/false or the integers 0/1, as the generic decoder turns
+ * them into strings. -1 for anything else (null included). */
+static int v1_value(parser *ps, int i, span *f) {
+    if (ps->p >= ps->end) return -1;
+    unsigned char c = *ps->p;
+    span s;
+    if (c == '"') {
+        if (parse_string(ps, &s) < 0) return -1;
+        if (i >= 0) *f = s;
+        return 0;
+    }
+    if (c == 'n') return -1;
+    if (i < 0) return skip_scalar(ps);
+    if (IS_STR(i)) return -1;
+    if (c == 't' || c == 'f') {
+        if (!IS_BOOL(i) || literal(ps, c == 't' ? "true" : "false") < 0) return -1;
+        f->s = c == 't' ? TEXT_TRUE : TEXT_FALSE;
+        f->n = c == 't' ? 4 : 5;
+        f->set = 1;
+        return 0;
+    }
+    const unsigned char *start = ps->p;
+    long long v;
+    if (parse_int(ps, &v) < 0) return -1;
+    if (IS_BOOL(i)) {
+        if (v != 0 && v != 1) return -1; /* str() of it is no boolean the parser takes */
+        f->s = v ? TEXT_1 : TEXT_0;
+        f->n = 1;
+    } else {
+        f->s = start;
+        f->n = ps->p - start;
+    }
+    f->set = 1;
+    return 0;
+}
+
+/* extFields. V2: only string values; the letters a to m once each; none of the long names. V1: the long names
+ * once each (read into their letters' places), any other key with a scalar but null. */
+static int parse_ext(parser *ps, span *fields, int v1) {
     if (ps->p >= ps->end || *ps->p != '{') return -1;
     ps->p++;
     skip_ws(ps);
@@ -207,14 +257,19 @@ static int parse_ext(parser *ps, span *fields) {
         if (ps->p >= ps->end || *ps->p != ':') return -1;
         ps->p++;
         skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"' || parse_string(ps, &value) < 0) return -1;
-        if (key.n == 1 && key.s[0] >= 'a' && key.s[0] <= 'm') {
-            span *f = &fields[key.s[0] - 'a'];
-            if (f->set) return -1;
-            *f = value;
+        if (v1) {
+            int i = long_key(&key);
+            if (i >= 0 && fields[i].set) return -1;
+            if (v1_value(ps, i, i >= 0 ? &fields[i] : NULL) < 0) return -1;
         } else {
-            for (int i = 0; LONG_KEYS[i]; i++)
-                if (span_is(&key, LONG_KEYS[i])) return -1;
+            if (ps->p >= ps->end || *ps->p != '"' || parse_string(ps, &value) < 0) return -1;
+            if (key.n == 1 && key.s[0] >= 'a' && key.s[0] <= 'm') {
+                span *f = &fields[key.s[0] - 'a'];
+                if (f->set) return -1;
+                *f = value;
+            } else if (long_key(&key) >= 0) {
+                return -1;
+            }
         }
         skip_ws(ps);
         if (ps->p >= ps->end) return -1;
@@ -287,6 +342,8 @@ static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long 
     long long code = 0, opaque = 0, flag = 0, version = 0;
     int seen_code = 0, seen_opaque = 0, seen_flag = 0, seen_version = 0, seen_language = 0, seen_remark = 0,
         seen_ext = 0;
+    const unsigned char *ext_at = NULL;
+    Py_ssize_t ext_used = 0;
     skip_ws(&ps);
     if (ps.p >= ps.end || *ps.p != '{') Py_RETURN_NONE;
     ps.p++;
@@ -319,7 +376,19 @@ static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long 
                 Py_RETURN_NONE;
             seen_remark = 1;
         } else if (span_is(&key, "extFields")) {
-            if (seen_ext || parse_ext(&ps, fields) < 0) Py_RETURN_NONE;
+            /* read once the code is known (it may come after): skipped here as V1 (any scalar), read again below */
+            span scratch[13];
+            memset(scratch, 0, sizeof(scratch));
+            if (seen_ext) Py_RETURN_NONE;
+            ext_at = ps.p;
+            ext_used = ps.used;
+            if (parse_ext(&ps, scratch, 1) < 0) {
+                memset(scratch, 0, sizeof(scratch));
+                ps.p = ext_at;
+                ps.used = ext_used;
+                if (parse_ext(&ps, scratch, 0) < 0) Py_RETURN_NONE;
+            }
+            ps.used = ext_used; /* (its strings are read again below, into the same room) */
             seen_ext = 1;
         } else if (skip_scalar(&ps) < 0) {
             Py_RETURN_NONE;
@@ -335,7 +404,10 @@ static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long 
         skip_ws(&ps);
     }
     skip_ws(&ps);
-    if (ps.p != ps.end || !seen_code || code != 310 || (flag & 3) || !seen_ext) Py_RETURN_NONE;
+    if (ps.p != ps.end || !seen_code || (code != 310 && code != 10) || (flag & 3) || !seen_ext) Py_RETURN_NONE;
+    ps.p = ext_at;
+    ps.used = ext_used;
+    if (parse_ext(&ps, fields, code == 10) < 0) Py_RETURN_NONE;
     /* a producerGroup, b topic, c defaultTopic, d defaultTopicQueueNums, e queueId, f sysFlag, g bornTimestamp,
      * h flag, i properties, j reconsumeTimes, k unitMode, l maxReconsumeTimes, m batch */
     long long nums[13];
@@ -353,7 +425,7 @@ static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long 
         Py_RETURN_NONE;
     }
     Py_ssize_t body_start = 8 + hlen;
-    return Py_BuildValue("(LNLLLLNLy#)", opaque, topic, nums[4], nums[5], nums[6], nums[7], props, nums[9],
+    return Py_BuildValue("(LLNLLLLNLy#)", code, opaque, topic, nums[4], nums[5], nums[6], nums[7], props, nums[9],
                          (const char *)data + body_start, n - body_start);
 }
 
@@ -382,7 +454,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_VARARGS, "A lone SEND_MESSAGE_V2 frame's send fields and body, or None."},
+    {"decode", decode, METH_VARARGS, "A lone SEND_MESSAGE_V2 or SEND_MESSAGE frame's code, send fields and body, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -168,14 +168,14 @@ class SendMessageRequestHeader(Header):
 
 
 #: SEND_MESSAGE_V2 (310) shortens every field name to one letter.
-_V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
             "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
             "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch"}
-_V2_REVERSE = {v: k for k, v in _V2_KEYS.items()}
+_V2_REVERSE = {v: k for k, v in V2_KEYS.items()}
 
 
 # V2 takes a field's one-letter key, or its full name when the letter is absent.
-_parse_v2 = _compile_parser(SendMessageRequestHeader, {long: (short, long) for short, long in _V2_KEYS.items()})
+_parse_v2 = _compile_parser(SendMessageRequestHeader, {long: (short, long) for short, long in V2_KEYS.items()})
 _write_v2 = _compile_writer(SendMessageRequestHeader, _V2_REVERSE)
 
 

@@ -1,13 +1,16 @@
-"""One SEND_MESSAGE_V2 frame read in one step: what the broker's fast path for a lone single send needs of it.
+"""One lone send frame read in one step: what the broker's fast path for a single send needs of it.
 
-``decode_send_v2(data, max_frame_size)`` takes a received chunk that is exactly one whole frame and returns
-``(opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties, reconsume_times, body)``, or None for
-anything else: another request code, a oneway or response frame, a binary header, more or less than one frame, a
-header field the V2 parser would refuse or read in another way (a long key name, a number that ``int()`` reads
-but that is not plain decimal digits, a boolean other than true/false/1/0/empty), a batch, any JSON this reader
-is not sure of. None costs nothing but the try: the caller hands the bytes to the generic decoder
-(``remoting.FrameDecoder``) and header parser (``headers.send_header_from_v2``), which answer as they always did.
-So every frame this reader takes, the generic path would have decoded to the same values.
+``decode_send_v2(data, max_frame_size)`` takes one whole frame of SEND_MESSAGE_V2 (310: the Java and SDK
+clients' single send, its header's keys one letter each) or SEND_MESSAGE (10: the C++ client's, the header's keys
+by name, some of its values JSON numbers) and returns ``(code, opaque, topic, queue_id, sys_flag, born_timestamp,
+flag, properties, reconsume_times, body)``, or None for anything else: another request code, a oneway or response
+frame, a binary header, more or less than one frame, a header field the header parser would refuse or read in
+another way (a long key name in a V2 header, a number that ``int()`` reads but that is not plain decimal digits, a
+boolean other than true/false/1/0/empty, a null), a batch, any JSON this reader is not sure of. None costs nothing
+but the try: the caller hands the bytes to the generic decoder (``remoting.FrameDecoder``) and header parser
+(``SendProcessor.send``'s choice of ``headers.send_header_from_v2`` or ``SendMessageRequestHeader.from_ext``), which
+answer as they always did. So every frame this reader takes, the generic path would have decoded to the same
+values.
 
 The optional C helper ``cometmq.protocol._sendv2c`` reads the JSON itself (one call instead of orjson, a header
 dict, a RemotingCommand and the generated header parser); ``decode_send_v2_py`` below is the reference and the
@@ -24,21 +27,26 @@ from typing import Any
 
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.headers import V2_KEYS
 
-SendV2 = tuple[int, str, int, int, int, int, str, int, bytes]
-"""opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties, reconsume_times, body"""
+SendV2 = tuple[int, int, str, int, int, int, int, str, int, bytes]
+"""code, opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties, reconsume_times, body"""
 
 _PREFIX = struct.Struct(">II")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _DIGITS = re.compile(r"-?[0-9]{1,18}\Z")
 _BOOLS = {"true": True, "1": True, "false": False, "0": False, "": False}
-_LONG_KEYS = frozenset({"producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-                        "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
-                        "batch"})
+#: the send header's field names by their V2 letters (a producerGroup, b topic, ... m batch)
+_V2_LETTER = {long: short for short, long in V2_KEYS.items()}
+_LONG_KEYS = frozenset(_V2_LETTER)
 _LETTERS = frozenset("abcdefghijklm")
+#: a SEND_MESSAGE (V1) header's keys by kind (``SendMessageRequestHeader``'s fields by their wire names)
+_V1_STRS = frozenset({"producerGroup", "topic", "defaultTopic", "properties"})
+_V1_BOOLS = frozenset({"unitMode", "batch"})
 _TOP_INTS = ("code", "opaque", "flag", "version")
 _KNOWN_TOP = frozenset((*_TOP_INTS, "language", "remark", "extFields"))
 _SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_SEND_V1 = int(RequestCode.SEND_MESSAGE)
 
 
 class _Pairs(list[tuple[str, Any]]):
@@ -105,19 +113,10 @@ def decode_send_v2_py(data: bytes | bytearray | memoryview, max_frame_size: int)
     if remark is not None and (type(remark) is not str or _has_surrogate(remark)):
         return None
     pairs = fields.get("extFields")
-    if type(pairs) is not _Pairs or code != _SEND_V2 or flag & 3:
+    if type(pairs) is not _Pairs or code not in (_SEND_V2, _SEND_V1) or flag & 3:
         return None
-    ext: dict[str, str] = {}
-    for key, value in pairs:
-        if type(value) is not str or _has_surrogate(key) or _has_surrogate(value):
-            return None
-        if key in _LETTERS:
-            if key in ext:
-                return None
-            ext[key] = value
-        elif key in _LONG_KEYS:
-            return None
-    if "a" not in ext or "b" not in ext:
+    ext = _ext_v2(pairs) if code == _SEND_V2 else _ext_v1(pairs)
+    if ext is None or "a" not in ext or "b" not in ext:
         return None
     nums: dict[str, int] = {}
     for key, default in (("d", 4), ("e", -1), ("f", 0), ("g", 0), ("h", 0), ("j", 0), ("l", 0)):
@@ -131,7 +130,49 @@ def decode_send_v2_py(data: bytes | bytearray | memoryview, max_frame_size: int)
     if ext.get("k", "") not in _BOOLS or _BOOLS.get(ext.get("m", ""), True):
         return None
     body = bytes(data[8 + hlen:])
-    return (opaque, ext["b"], nums["e"], nums["f"], nums["g"], nums["h"], ext.get("i", ""), nums["j"], body)
+    return (code, opaque, ext["b"], nums["e"], nums["f"], nums["g"], nums["h"], ext.get("i", ""), nums["j"], body)
+
+
+def _ext_v2(pairs: _Pairs) -> dict[str, str] | None:
+    """A V2 header's fields by letter: string values only, each letter once, none of the long names (the V2
+    parser reads one when its letter is absent)."""
+    ext: dict[str, str] = {}
+    for key, value in pairs:
+        if type(value) is not str or _has_surrogate(key) or _has_surrogate(value):
+            return None
+        if key in _LETTERS:
+            if key in ext:
+                return None
+            ext[key] = value
+        elif key in _LONG_KEYS:
+            return None
+    return ext
+
+
+def _ext_v1(pairs: _Pairs) -> dict[str, str] | None:
+    """A V1 header's fields, by the letters V2 gives them: each name once; string fields strings, the others
+    strings, integers or (the booleans) true/false, as the generic decoder turns them into strings; other keys any
+    scalar but null. The V1 parser is the generic path's only with ``topic`` present (``SendProcessor.send``)."""
+    ext: dict[str, str] = {}
+    for key, value in pairs:
+        if _has_surrogate(key) or value is None or not _scalar(value):
+            return None
+        letter = _V2_LETTER.get(key)
+        if letter is None:
+            continue
+        if letter in ext:
+            return None
+        if type(value) is str:
+            ext[letter] = value
+        elif key in _V1_STRS:
+            return None
+        elif type(value) is bool:
+            if key not in _V1_BOOLS:
+                return None
+            ext[letter] = "true" if value else "false"
+        else:
+            ext[letter] = str(value)
+    return ext
 
 
 def _no_float(text: str) -> Any:

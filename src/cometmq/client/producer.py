@@ -106,8 +106,9 @@ class Producer:
                  auto_batch: bool = False, batch_max_delay_ms: float = DEFAULT_BATCH_MAX_DELAY_MS,
                  batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
                  total_batch_max_bytes: int = DEFAULT_TOTAL_BATCH_MAX_BYTES) -> None:
-        """``auto_batch``: concurrent :meth:`send` calls for one topic go as one batch request, held at most
-        ``batch_max_delay_ms`` (1 .. 30000) or until ``batch_max_bytes`` (1 .. 2 MiB) of them; at most
+        """``auto_batch``: concurrent :meth:`send` calls for one topic go as one batch request, at once when none of
+        the topic's batches is in flight, else held until its answer, at most ``batch_max_delay_ms`` (1 .. 30000),
+        or until ``batch_max_bytes`` (1 .. 2 MiB) of them; at most
         ``total_batch_max_bytes`` held across topics (a send past it waits). RocketMQ 5's ``autoBatch``,
         ``batchMaxDelayMs``, ``batchMaxBytes``, ``totalBatchMaxBytes``, with its defaults (off, 10 ms, 32 KiB,
         32 MiB). See :mod:`cometmq.client.auto_batch`."""
@@ -255,8 +256,9 @@ class Producer:
         it, unless a queue was chosen (``queue`` or ``selector``), where a failure is reported as it is.
 
         With ``auto_batch`` on, a message without ``queue``/``selector`` that can go in a batch (not scheduled, not
-        a transaction's half, small enough) waits at most ``batch_max_delay_ms`` for others of its topic and goes
-        with them in one request (:mod:`cometmq.client.auto_batch`)."""
+        a transaction's half, small enough) goes with the other sends of its topic in one request: at once when
+        none of the topic's batches is in flight, else when that answer comes (at most ``batch_max_delay_ms``
+        later) (:mod:`cometmq.client.auto_batch`)."""
         if not (self.started and type(msg) is Message and type(msg.topic) is str and msg.topic in self._valid_topics
                 and msg.body and len(msg.body) <= self.max_message_size):  # else one of _check's errors
             self._check(msg)

@@ -36,6 +36,10 @@ RELEASE_LAG_BYTES = 16 * 1024 * 1024
 #: reader of them faults them back in from there (a minor fault, no disk read).
 PRE_FLUSH_KEEP_BYTES = 1024 * 1024
 PRE_FLUSH_LEAST_BYTES = 4 * 1024 * 1024
+#: How often the pages readers mapped back in behind the writer's window are unmapped again (a consumer reading
+#: an old backlog faults its pages into this process's mapping; without this the broker's RSS grows by every byte
+#: of log read, pages the page cache keeps anyway). A reader of them later faults them back in from the page cache.
+READ_RELEASE_INTERVAL_S = 1.0
 
 
 class _FlushBase(ServiceThread):
@@ -51,6 +55,7 @@ class _FlushBase(ServiceThread):
         self._flush_lock = threading.Lock()
         #: moving average of a flush's duration, in seconds
         self.flush_seconds_avg = 0.0
+        self._reads_released_at = time.monotonic()
 
     def add_listener(self, listener: FlushListener) -> None:
         self._listeners.append(listener)
@@ -83,6 +88,13 @@ class _FlushBase(ServiceThread):
         # Unmap flushed pages well behind the tail so the writer's RSS does not grow with the log.
         self.files.release_flushed(RELEASE_LAG_BYTES)
         return flushed
+
+    def release_reads(self) -> None:
+        """Every ``READ_RELEASE_INTERVAL_S``: unmap what readers mapped back in behind the released window."""
+        now = time.monotonic()
+        if now - self._reads_released_at >= READ_RELEASE_INTERVAL_S:
+            self._reads_released_at = now
+            self.files.release_reads()
 
     def wait_flushed(self, offset: int, timeout_s: float) -> bool:
         """Block until the log is flushed up to ``offset`` (for callers in threads)."""
@@ -119,6 +131,7 @@ class AsyncFlushService(_FlushBase):
             self._flush_now()
             if thorough:
                 self._last_thorough = now
+        self.release_reads()
 
 
 class GroupCommitService(_FlushBase):
@@ -155,3 +168,4 @@ class GroupCommitService(_FlushBase):
     def run_once(self) -> None:
         if self._requested > self.flushed_offset:
             self._flush_now()
+        self.release_reads()

@@ -460,6 +460,14 @@ class MappedFileQueue:
             if mf.released_position < mf.wrote_position:
                 mf.release_written(keep_bytes if mf is self.files[-1] else 0, least_bytes)
 
+    def release_reads(self) -> None:
+        """Unmap every segment's released part again: readers (a consumer far behind, a lookup by offset) fault
+        pages of it back into the mapping, and the page cache keeps them anyway. One ``madvise`` per segment; a
+        range with nothing mapped costs a page-table walk."""
+        for mf in self.files:
+            if mf.released_position > 0:
+                mf.release_pages(0, mf.released_position)
+
     def dirty_pages(self) -> int:
         return sum(mf.dirty_pages() for mf in self.files if mf.flushed_position < mf.wrote_position)
 

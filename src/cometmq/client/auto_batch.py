@@ -172,10 +172,24 @@ class AutoBatcher:
         self._discard(batch)
         if not batch.items:
             return
-        self._in_flight[batch.key] = self._in_flight.get(batch.key, 0) + 1
+        key = batch.key
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
         task = asyncio.get_running_loop().create_task(self._send(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._answered(key))  # (also when cancelled before it ran)
+
+    def _answered(self, key: tuple[str, float]) -> None:
+        """A batch of ``key`` is answered (or failed): the next one, filled meanwhile, goes now if it was the
+        last in flight."""
+        left = self._in_flight[key] - 1
+        if left:
+            self._in_flight[key] = left
+            return
+        del self._in_flight[key]
+        waiting = self._open.get(key)
+        if waiting is not None:
+            self._flush(waiting)
 
     async def _send(self, batch: _Batch) -> None:
         items = batch.items
@@ -199,15 +213,6 @@ class AutoBatcher:
                     it.future.set_result(result)
         finally:
             self._release(batch.size)
-            key = batch.key
-            left = self._in_flight[key] - 1
-            if left:
-                self._in_flight[key] = left
-            else:
-                del self._in_flight[key]
-                waiting = self._open.get(key)
-                if waiting is not None:  # filled while this one was out: it goes now
-                    self._flush(waiting)
 
     async def flush(self) -> None:
         """Send every open batch now and wait for the answers of all batches sent."""

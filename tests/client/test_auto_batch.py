@@ -292,6 +292,26 @@ async def test_a_cancelled_send_leaves_its_batch_before_the_flush(cluster: Clust
     assert sorted(await stored_bodies(cluster, "Cancel")) == [b"k0", b"k2", b"o0", b"o1", b"warm-up"]
 
 
+async def test_a_batch_cancelled_before_it_went_cancels_its_callers_and_frees_its_room(cluster: Cluster) -> None:
+    frames = Frames(cluster)
+    async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20_000) as p:
+        await p.send(Message("Gone", b"warm-up"), queue=MessageQueue("Gone", "broker-a", 0))
+        frames.count.clear()
+        batcher = p.batcher
+        assert batcher is not None
+        sends = [asyncio.ensure_future(p.send(Message("Gone", f"g{i}".encode()))) for i in range(3)]
+        while not batcher._tasks:  # the batch is flushed at the end of the sends' turn: its task made, not run
+            await asyncio.sleep(0)
+        for task in list(batcher._tasks):
+            task.cancel()
+        done = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 8)
+        assert all(isinstance(d, asyncio.CancelledError) for d in done), done
+        assert batcher.held == 0 and not batcher._in_flight
+        r = await asyncio.wait_for(p.send(Message("Gone", b"after")), 8)  # at once: nothing is in flight
+        assert r.ok
+    assert frames.count == Counter({SINGLE: 1})
+
+
 async def test_total_batch_max_bytes_makes_sends_wait_then_time_out(cluster: Cluster) -> None:
     frames = Frames(cluster)
     body_len = 100 - PLAIN_ITEM

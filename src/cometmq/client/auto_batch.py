@@ -172,16 +172,21 @@ class AutoBatcher:
         self._discard(batch)
         if not batch.items:
             return
-        key = batch.key
-        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        self._in_flight[batch.key] = self._in_flight.get(batch.key, 0) + 1
         task = asyncio.get_running_loop().create_task(self._send(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _: self._answered(key))  # (also when cancelled before it ran)
+        task.add_done_callback(lambda t: self._answered(batch, t))  # (also when cancelled before it ran)
 
-    def _answered(self, key: tuple[str, float]) -> None:
-        """A batch of ``key`` is answered (or failed): the next one, filled meanwhile, goes now if it was the
-        last in flight."""
+    def _answered(self, batch: _Batch, task: asyncio.Task[None]) -> None:
+        """``batch`` is answered, failed or cancelled: its bytes are no longer held, a caller it never answered is
+        cancelled (a task cancelled before it ran), and the next batch of its key, filled meanwhile, goes now if
+        this was the last in flight."""
+        self._release(batch.size)
+        if task.cancelled():
+            for it in batch.items:
+                it.future.cancel()
+        key = batch.key
         left = self._in_flight[key] - 1
         if left:
             self._in_flight[key] = left
@@ -198,9 +203,7 @@ class AutoBatcher:
         try:
             results = await self.producer._send_items(batch.key[0], items, batch.key[1])
         except asyncio.CancelledError:
-            for it in items:
-                it.future.cancel()
-            raise
+            raise  # (its callers are cancelled by _answered)
         except BaseException as exc:
             for it in items:
                 if not it.future.done():
@@ -211,8 +214,6 @@ class AutoBatcher:
             for it, result in zip(items, results, strict=True):
                 if not it.future.done():
                     it.future.set_result(result)
-        finally:
-            self._release(batch.size)
 
     async def flush(self) -> None:
         """Send every open batch now and wait for the answers of all batches sent."""

@@ -94,6 +94,24 @@ def test_record_builders_round_trip() -> None:
     assert tm.discarded(rec).topic == tm.CHECK_MAX_TOPIC
 
 
+_op_offsets = st.one_of(
+    st.lists(st.integers(-(2**70), 2**70), max_size=40),
+    st.builds(lambda a, n: list(range(a, a + n)), st.integers(0, 2**63 - 1), st.integers(0, 300)),  # one range
+    st.lists(st.integers(0, 2**63 - 1), max_size=40).map(sorted),  # ascending, perhaps with repeats
+    st.lists(st.integers(0, 50), max_size=40).map(lambda xs: sorted(set(xs))),  # strictly increasing
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_op_offsets)
+def test_op_body_is_the_references(offsets: list[int]) -> None:
+    """The op body formatted at once (strictly increasing offsets taken as they are): the reference's bytes."""
+    before = list(offsets)
+    assert tm.op_body(offsets) == tm.op_body_reference(offsets)
+    assert tm.op_record(offsets, 0).body == tm.op_body_reference(offsets)
+    assert offsets == before  # (not sorted in place)
+
+
 def test_op_bodies_and_immunity() -> None:
     op = tm.op_record([5, 3, 5], 0)
     assert op.body == b"3,5" and op.properties == {"TAGS": "d"} and op.topic == tm.OP_TOPIC

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: stale heap items tolerated beyond as many as there are live ones (see ``TransactionTable._drop_stale``)
 _STALE_SLACK = 1024
+_LATEST_OFFSET = operator.attrgetter("latest_offset")
 
 
 @dataclass(slots=True)
@@ -179,7 +181,7 @@ class TransactionTable:
         pending."""
         if not self.pending:
             return half_end, op_end
-        oldest = min(self.pending.values(), key=lambda h: h.latest_offset)
+        oldest = min(self.pending.values(), key=_LATEST_OFFSET)  # (the first such, as a lambda key finds it)
         return oldest.latest_offset, oldest.op_mark
 
 

@@ -143,14 +143,22 @@ async def test_a_lone_message_goes_at_once(cluster: Cluster) -> None:
     assert (await read_back(cluster, [r]))[(r.queue, r.queue_offset)] == (b"alone", r.msg_id)
 
 
+async def first_batch_out(p: Producer, frames: Frames, topic: str, n: int
+                          ) -> tuple[asyncio.Event, list[asyncio.Future[SendResult]]]:
+    """A warm-up send, then the broker's answers held and ``n`` sends made: their batch is out, unanswered (the
+    event lets the answers go)."""
+    await p.send(Message(topic, b"warm-up"), queue=MessageQueue(topic, "broker-a", 0))
+    frames.count.clear()
+    frames.hold = hold = asyncio.Event()
+    out = [asyncio.ensure_future(p.send(Message(topic, f"o{i}".encode()))) for i in range(n)]
+    await asyncio.sleep(0.05)
+    return hold, out
+
+
 async def test_sends_made_while_a_batch_is_out_go_when_it_is_answered(cluster: Cluster) -> None:
     frames = Frames(cluster)
     async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20_000) as p:
-        await p.send(Message("Out", b"warm-up"), queue=MessageQueue("Out", "broker-a", 0))
-        frames.count.clear()
-        frames.hold = hold = asyncio.Event()
-        first = [asyncio.ensure_future(p.send(Message("Out", f"a{i}".encode()))) for i in range(3)]
-        await asyncio.sleep(0.05)
+        hold, first = await first_batch_out(p, frames, "Out", 3)
         assert frames.batch_sizes == [3]  # went at once, not answered yet
         later = [asyncio.ensure_future(p.send(Message("Out", f"b{i}".encode()))) for i in range(5)]
         await asyncio.sleep(0.1)
@@ -166,11 +174,7 @@ async def test_sends_made_while_a_batch_is_out_go_when_it_is_answered(cluster: C
 async def test_a_batch_held_behind_one_in_flight_goes_after_batch_max_delay_ms(cluster: Cluster) -> None:
     frames = Frames(cluster)
     async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=300) as p:
-        await p.send(Message("Delay", b"warm-up"), queue=MessageQueue("Delay", "broker-a", 0))
-        frames.count.clear()
-        frames.hold = hold = asyncio.Event()
-        first = [asyncio.ensure_future(p.send(Message("Delay", f"a{i}".encode()))) for i in range(2)]
-        await asyncio.sleep(0.05)
+        hold, first = await first_batch_out(p, frames, "Delay", 2)
         t0 = time.monotonic()
         lone = asyncio.ensure_future(p.send(Message("Delay", b"alone")))
         while frames.count[SINGLE] == 0 and time.monotonic() - t0 < 5:
@@ -248,11 +252,7 @@ async def test_close_flushes_pending_batches(cluster: Cluster) -> None:
     frames = Frames(cluster)
     p = Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20_000)
     await p.start()
-    await p.send(Message("Close", b"warm-up"), queue=MessageQueue("Close", "broker-a", 0))
-    frames.count.clear()
-    frames.hold = hold = asyncio.Event()
-    out = [asyncio.ensure_future(p.send(Message("Close", f"o{i}".encode()))) for i in range(2)]
-    await asyncio.sleep(0.05)  # the first batch is out (unanswered): the next ones are held
+    hold, out = await first_batch_out(p, frames, "Close", 2)  # the next ones are held
     tasks = [asyncio.ensure_future(p.send(Message("Close", f"c{i}".encode()))) for i in range(5)]
     callback_results: list[SendResult | None] = []
     p.send_async(Message("Close", b"async"), lambda r, e: callback_results.append(r))
@@ -276,10 +276,7 @@ async def test_close_flushes_pending_batches(cluster: Cluster) -> None:
 async def test_a_cancelled_send_leaves_its_batch_before_the_flush(cluster: Cluster) -> None:
     frames = Frames(cluster)
     async with Producer("ab", namesrv=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20_000) as p:
-        await p.send(Message("Cancel", b"warm-up"), queue=MessageQueue("Cancel", "broker-a", 0))
-        frames.hold = hold = asyncio.Event()
-        out = [asyncio.ensure_future(p.send(Message("Cancel", f"o{i}".encode()))) for i in range(2)]
-        await asyncio.sleep(0.05)  # out and unanswered: the next batch waits for it
+        hold, out = await first_batch_out(p, frames, "Cancel", 2)  # the next batch waits for it
         tasks = [asyncio.ensure_future(p.send(Message("Cancel", f"k{i}".encode()))) for i in range(3)]
         await asyncio.sleep(0.02)
         tasks[1].cancel()

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from cometmq.broker.transaction import HALF_TOPIC
 from cometmq.broker.transaction import messages as tm
+from cometmq.protocol import record_layout
 from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
@@ -42,7 +43,7 @@ from .test_transaction import GROUP, Producer, make_producer, producer_factory
 
 __all__ = ["producer_factory"]  # the fixture, used by name
 
-C = batch_codec.C_BATCH
+C = tm.C_TX
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 STORE_HOST = pack_host("10.1.2.3", 10911)
@@ -144,6 +145,19 @@ def reference_reading(data: bytes) -> tuple[Any, ...] | None:
         return None
     return (rec.topic, rec.physical_offset, rec.queue_offset, rec.properties.get(PGROUP, ""),
             tm.origin_of(rec.properties, rec.queue_offset))
+
+
+def test_the_transaction_helpers_layout_copies_match_record_layout() -> None:
+    if C is None:
+        pytest.skip("C helper not built")
+    layouts = record_layout.LAYOUTS
+    assert C.layout() == {
+        "MAGIC_CODE": record_layout.MAGIC_CODE, "BORN_HOST_POS": record_layout.BORN_HOST_POS,
+        "IPV4_HOST_SIZE": record_layout.IPV4_HOST_SIZE, "IPV6_HOST_SIZE": record_layout.IPV6_HOST_SIZE,
+        "BORNHOST_V6_FLAG": record_layout.BORNHOST_V6_FLAG, "STOREHOST_V6_FLAG": record_layout.STOREHOST_V6_FLAG,
+        "BODY_POS_V4_V4": layouts[0].body_pos, "BODY_POS_V6_V4": layouts[1].body_pos,
+        "BODY_POS_V4_V6": layouts[2].body_pos, "BODY_POS_V6_V6": layouts[3].body_pos,
+    }
 
 
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -377,7 +391,7 @@ def test_a_commit_batch_takes_the_stores_c_path(tmp_path: Path) -> None:
                         born_host=HOSTS[0], store_host=STORE_HOST)
     half = tm.read_half(data)
     assert half is not None
-    assert C.measure([tm.committed(half, 0), tm.op_record([0], 1)], 1024, 0) is not None
+    assert batch_codec.C_BATCH.measure([tm.committed(half, 0), tm.op_record([0], 1)], 1024, 0) is not None
 
 
 # -- end to end: the records a broker delivers ------------------------------------------------------------------

@@ -205,7 +205,7 @@ def test_half_batches_made_halves_in_c_are_what_to_half_makes(batch: list[list[t
 
     c_msgs, py_msgs = msgs(), msgs()
     kept = tm.to_halves(c_msgs)
-    if tm.C_BATCH is None:
+    if tm.C_TX is None:
         pytest.skip("the C helper is not built")
     if kept is None:
         assert [vars_of(m) for m in c_msgs] == [vars_of(m) for m in msgs()]
@@ -224,7 +224,7 @@ def vars_of(m: MessageInner) -> dict[str, object]:
 def test_to_halves_takes_a_half_batch_as_the_sdk_sends_it() -> None:
     raw = b"UNIQ_KEY\x01AB\x02TRAN_MSG\x01true\x02PGROUP\x01pg\x02CHECK_IMMUNITY_TIME_IN_SECONDS\x0160\x02"
     msgs = [MessageInner("T", b"b", 2, RawProperties(raw), raw, 0, 0x4, 0, b"\x7f\x00\x00\x01\x00\x00\x00\x01", 0)]
-    if tm.C_BATCH is None:
+    if tm.C_TX is None:
         pytest.skip("the C helper is not built")
     assert tm.to_halves(msgs) == [("pg", "60")]
     assert msgs[0].properties_raw == raw + b"REAL_TOPIC\x01T\x02REAL_QID\x012\x02"

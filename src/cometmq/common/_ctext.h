@@ -34,8 +34,8 @@ static int utf8_valid(const unsigned char *p, Py_ssize_t n) {
 
 /* The value of the last pair named ``name`` in encoded properties (name\x01value\x02...), as RawProperties.get
  * finds it: a match must start the buffer or follow a \x02. */
-static int raw_get(const char *raw, Py_ssize_t len, const char *name, Py_ssize_t nlen, const char **val,
-                   Py_ssize_t *vlen) {
+static inline int raw_get(const char *raw, Py_ssize_t len, const char *name, Py_ssize_t nlen, const char **val,
+                          Py_ssize_t *vlen) {
     for (Py_ssize_t i = len - nlen - 1; i >= 0; i--) {
         if (raw[i + nlen] == '\x01' && memcmp(raw + i, name, nlen) == 0 && (i == 0 || raw[i - 1] == '\x02')) {
             Py_ssize_t start = i + nlen + 1, end = start;

@@ -11,8 +11,8 @@ STOREHOST_V6 0x20), 16 IPv6 address bytes and the port (20 bytes), as RocketMQ's
 CommitLog.calMsgLength read it. Fields up to BORNHOST sit at fixed positions; the later ones move by 12 bytes
 per IPv6 host, so their positions are those of the :class:`RecordLayout` of the record's sys flag
 (:func:`layout_for`, :func:`record_layout`). Every module that reads or writes record bytes takes its positions
-and structs from here. The C helpers ``spark/_decodec.c``, ``store/_indexc.c`` and ``store/_batchc.c`` (which
-writes records) keep copies as macros; tests check them against this module.
+and structs from here. The C helpers ``spark/_decodec.c``, ``store/_indexc.c``, ``store/_batchc.c`` (which
+writes records) and ``broker/transaction/_txc.c`` keep copies as macros; tests check them against this module.
 """
 
 from __future__ import annotations

@@ -33,22 +33,26 @@ REQUEST_FIELDS = ("topic", "queue_id", "phy_offset", "size", "tags_code", "store
                   "sys_flag", "properties")
 
 
-def _load() -> Any:
-    """The bound helper, or None: not built, turned off, or the classes no longer have the fields it was written for
-    (it makes objects without their ``__init__``, so a new field would be left unset: then Python does the work)."""
-    helper = load_c_helper("cometmq.store._batchc")
+def load_bound(module: str, *, requests: bool = True) -> Any:
+    """The C helper ``module`` bound to MessageInner and RawProperties (and DispatchRequest with ``requests``), or
+    None: not built, turned off, or the classes no longer have the fields it was written for (it makes objects
+    without their ``__init__``, so a new field would be left unset: then Python does the work)."""
+    helper = load_c_helper(module)
     if helper is None:
         return None
     if (tuple(f.name for f in fields(MessageInner)) != MESSAGE_FIELDS
             or tuple(f.name for f in fields(DispatchRequest)) != REQUEST_FIELDS
             or tuple(RawProperties.__slots__) != RAW_FIELDS):
         return None
-    helper.bind(MessageInner, MESSAGE_FIELDS, RawProperties, RAW_FIELDS, DispatchRequest, REQUEST_FIELDS)
+    if requests:
+        helper.bind(MessageInner, MESSAGE_FIELDS, RawProperties, RAW_FIELDS, DispatchRequest, REQUEST_FIELDS)
+    else:
+        helper.bind(MessageInner, MESSAGE_FIELDS, RawProperties, RAW_FIELDS)
     return helper
 
 
 #: cometmq.store._batchc, bound to the classes above, or None
-C_BATCH: Any = _load()
+C_BATCH: Any = load_bound("cometmq.store._batchc")
 
 PlainBatch = Callable[[bytes, str, int, int, int, bytes, int, tuple[bytes, ...]], list[MessageInner] | None]
 

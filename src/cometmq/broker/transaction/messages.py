@@ -24,6 +24,7 @@ import operator
 import struct
 from collections.abc import Callable, Mapping
 from operator import methodcaller
+from typing import Any
 
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import TRANSACTION_MASK, MessageRecord, decode_record, encode_record, pack_host
@@ -38,7 +39,7 @@ from cometmq.protocol.properties import (
 )
 from cometmq.protocol.record_layout import HOST_FLAGS_BYTE, HOST_FLAGS_SHIFT, LAYOUTS, MAGIC_CODE, MIN_RECORD_SIZE
 from cometmq.protocol.taghash import tags_code
-from cometmq.store.batch_codec import C_BATCH
+from cometmq.store.batch_codec import load_bound
 from cometmq.store.message import TRANSACTION_COMMIT_TYPE, MessageInner
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -53,6 +54,8 @@ TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 _BOOKKEEPING = (REAL_TOPIC, REAL_QID, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET)
 #: properties a producer's half must not bring: the broker sets them (or drops them)
 _SET_BY_BROKER = (REAL_TOPIC, REAL_QID, TRANSACTION_CHECK_TIMES, TRAN_PREPARED_QUEUE_OFFSET)
+#: the C helper (broker/transaction/_txc.c) bound to MessageInner and RawProperties, or None (Python does it all)
+C_TX: Any = load_bound("cometmq.broker.transaction._txc", requests=False)
 
 
 def to_half(msg: MessageInner, producer_group: str) -> tuple[str, str | None]:
@@ -97,12 +100,12 @@ def to_half(msg: MessageInner, producer_group: str) -> tuple[str, str | None]:
 
 
 def to_halves(msgs: list[MessageInner]) -> list[tuple[str, str | None]] | None:
-    """:func:`to_half` of each of a half batch's messages in one C call (store/_batchc.c), with what it returns;
-    None, nothing changed, when the helper is not built or a message is not one it takes (then :func:`to_half`
-    makes each). tests/broker/test_transaction_state.py compares the two."""
-    if C_BATCH is None:
+    """:func:`to_half` of each of a half batch's messages in one C call (broker/transaction/_txc.c), with what it
+    returns; None, nothing changed, when the helper is not built or a message is not one it takes (then
+    :func:`to_half` makes each). tests/broker/test_transaction_state.py compares the two."""
+    if C_TX is None:
         return None
-    kept: list[tuple[str, str | None]] | None = C_BATCH.to_halves(
+    kept: list[tuple[str, str | None]] | None = C_TX.to_halves(
         msgs, HALF_TOPIC, 0, TRAN_MSG.encode(), PGROUP.encode(), CHECK_IMMUNITY_TIME_IN_SECONDS.encode(),
         (b"TRAN", b"REAL_"), REAL_TOPIC.encode(), REAL_QID.encode(), TRANSACTION_MASK)
     return kept
@@ -243,9 +246,9 @@ def commit_records(records: list[memoryview] | memoryview, limit: int, first: in
     each one's size estimate for the END's appends, and its record's size. None when one is not a plain half that
     passes (the caller then reads them one by one, which names the problem), none was read, or the C helper is not
     built."""
-    if C_BATCH is None:
+    if C_TX is None:
         return None
-    got: _Read | None = C_BATCH.commit_records(
+    got: _Read | None = C_TX.commit_records(
         records, limit, first, first_phy, group.encode(), _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B, _BOOKKEEPING_B,
         _REAL_TOPIC_B, _REAL_QID_B, commit, RECORD_OVERHEAD)
     return got
@@ -260,7 +263,7 @@ def _origin(prepared: str | None, queue_offset: int) -> int:
     return queue_offset
 
 
-# -- plain halves: read from their bytes (the C helper store/_batchc.c does the same) -------------------------------
+# -- plain halves: read from their bytes (the C helper broker/transaction/_txc.c does the same) --------------------
 _HALF_TOPIC_PART = bytes((len(HALF_TOPIC),)) + HALF_TOPIC.encode()
 #: what a plain half's reading needs of its record, from its start, by layout: TOTALSIZE MAGICCODE FLAG QUEUEOFFSET
 #: PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST RECONSUMETIMES BODYLEN
@@ -362,9 +365,9 @@ def _committed_plain_py(data: bytes, half_commit_log_offset: int) -> MessageInne
 #: what END_TRANSACTION uses: the C helper when built (bound to the names above), else the Python above
 _half_fields: Callable[[bytes], tuple[int, int, str, str | None] | None] = _half_fields_py
 _committed_plain: Callable[[bytes, int], MessageInner | None] = _committed_plain_py
-if C_BATCH is not None:
-    _half_fields = functools.partial(C_BATCH.half_fields, _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B)
-    _committed_plain = functools.partial(C_BATCH.committed_half, _HALF_TOPIC_PART, _BOOKKEEPING_B, _REAL_TOPIC_B,
+if C_TX is not None:
+    _half_fields = functools.partial(C_TX.half_fields, _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B)
+    _committed_plain = functools.partial(C_TX.committed_half, _HALF_TOPIC_PART, _BOOKKEEPING_B, _REAL_TOPIC_B,
                                          _REAL_QID_B)
 
 

@@ -231,6 +231,20 @@ def test_to_halves_takes_a_half_batch_as_the_sdk_sends_it() -> None:
     assert (msgs[0].topic, msgs[0].queue_id, msgs[0].sys_flag) == (tm.HALF_TOPIC, 0, 0)
 
 
+def _step_and_agree(op: str, a: int, b: int, table: TransactionTable, ref: TransactionTable) -> None:
+    """The steps both table tests make alike (reschedule a pending half, or pop what is due and compare; any other
+    op was applied by the caller), then the check after every step: the same next due time and pending halves."""
+    if op == "schedule":
+        for t in (table, ref):
+            half = t.get(a)
+            if half is not None:
+                t.schedule(half, b)
+    elif op == "pop":
+        got = table.pop_due(a, b)
+        assert [(h.origin, h.next_check_ms) for h in got] == [(h.origin, h.next_check_ms) for h in ref.pop_due(a, b)]
+    assert table.next_due() == ref.next_due() and table.pending == ref.pending
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(
     st.tuples(st.just("batch"), st.integers(1, 6), st.integers(0, 50)),
@@ -251,16 +265,7 @@ def test_a_batch_added_at_once_is_checked_as_if_added_one_by_one(ops: list[tuple
                 single.add(PendingHalf(o, o, o * 10, "g", 0, b, 7))
         elif op == "resolve":
             assert batched.resolve(a) == single.resolve(a)
-        elif op == "schedule":
-            for table in (batched, single):
-                half = table.get(a)
-                if half is not None:
-                    table.schedule(half, b)
-        else:
-            got = batched.pop_due(a, b)
-            assert [(h.origin, h.next_check_ms) for h in got] == [(h.origin, h.next_check_ms)
-                                                                  for h in single.pop_due(a, b)]
-        assert batched.next_due() == single.next_due() and batched.pending == single.pending
+        _step_and_agree(op, a, b, batched, single)
 
 
 class _HeapOnly(TransactionTable):
@@ -302,16 +307,7 @@ def test_stale_items_dropped_from_a_sorted_heap_change_nothing(ops: list[tuple[s
         elif op == "resolve":  # a run of them, as a batched commit resolves them
             for origin in range(a, a + b):
                 assert fast.resolve(origin) == ref.resolve(origin)
-        elif op == "schedule":
-            for table in (fast, ref):
-                half = table.get(a)
-                if half is not None:
-                    table.schedule(half, b)
-        else:
-            got = fast.pop_due(a, b)
-            assert [(h.origin, h.next_check_ms) for h in got] == [(h.origin, h.next_check_ms)
-                                                                  for h in ref.pop_due(a, b)]
-        assert fast.next_due() == ref.next_due() and fast.pending == ref.pending
+        _step_and_agree(op, a, b, fast, ref)
     assert fast.pop_due(10**9, 10**6) == ref.pop_due(10**9, 10**6)
 
 

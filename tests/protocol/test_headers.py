@@ -102,7 +102,7 @@ def test_send_v2_takes_the_letter_or_the_full_name() -> None:
     full = H.SendMessageRequestHeader(producer_group="PG", topic="T", queue_id=3, sys_flag=0, born_timestamp=9,
                                       properties="a\x01b\x02", batch=True)
     v2 = H.send_header_to_v2(full)
-    assert v2 == {H._V2_REVERSE.get(k, k): v for k, v in full.to_ext().items()}
+    assert v2 == {H.V2_LETTERS.get(k, k): v for k, v in full.to_ext().items()}
     assert H.send_header_from_v2(v2) == full
     mixed = dict(v2)
     mixed["topicX"] = "ignored"

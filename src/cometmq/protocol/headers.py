@@ -171,12 +171,13 @@ class SendMessageRequestHeader(Header):
 V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
             "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
             "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch"}
-_V2_REVERSE = {v: k for k, v in V2_KEYS.items()}
+#: ... and back: each field name's letter
+V2_LETTERS = {v: k for k, v in V2_KEYS.items()}
 
 
 # V2 takes a field's one-letter key, or its full name when the letter is absent.
 _parse_v2 = _compile_parser(SendMessageRequestHeader, {long: (short, long) for short, long in V2_KEYS.items()})
-_write_v2 = _compile_writer(SendMessageRequestHeader, _V2_REVERSE)
+_write_v2 = _compile_writer(SendMessageRequestHeader, V2_LETTERS)
 
 
 def send_header_from_v2(ext: Mapping[str, str]) -> SendMessageRequestHeader:

@@ -27,7 +27,7 @@ from typing import Any
 
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.codes import RequestCode
-from cometmq.protocol.headers import V2_KEYS
+from cometmq.protocol.headers import V2_LETTERS
 
 SendV2 = tuple[int, int, str, int, int, int, int, str, int, bytes]
 """code, opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties, reconsume_times, body"""
@@ -36,9 +36,7 @@ _PREFIX = struct.Struct(">II")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _DIGITS = re.compile(r"-?[0-9]{1,18}\Z")
 _BOOLS = {"true": True, "1": True, "false": False, "0": False, "": False}
-#: the send header's field names by their V2 letters (a producerGroup, b topic, ... m batch)
-_V2_LETTER = {long: short for short, long in V2_KEYS.items()}
-_LONG_KEYS = frozenset(_V2_LETTER)
+_LONG_KEYS = frozenset(V2_LETTERS)
 _LETTERS = frozenset("abcdefghijklm")
 #: a SEND_MESSAGE (V1) header's keys by kind (``SendMessageRequestHeader``'s fields by their wire names)
 _V1_STRS = frozenset({"producerGroup", "topic", "defaultTopic", "properties"})
@@ -157,7 +155,7 @@ def _ext_v1(pairs: _Pairs) -> dict[str, str] | None:
     for key, value in pairs:
         if _has_surrogate(key) or value is None or not _scalar(value):
             return None
-        letter = _V2_LETTER.get(key)
+        letter = V2_LETTERS.get(key)
         if letter is None:
             continue
         if letter in ext:

@@ -1,7 +1,7 @@
 """The exactly-once task's columnar sending (cometmq.spark.exactly_once._HalfSender) against a recording
-transaction producer: every row once as a half with the write's properties, in the queue its row asks for, keyed
-rows in order, the half ranges in that order; an answered refusal is sent again (the same bytes), a request without
-an answer is not; timer rows are refused. No broker, no Spark."""
+transaction producer: every row once in a packed half with the write's properties, in the queue its row asks for,
+keyed rows in order, the halves (one per batch of rows) in that order; an answered refusal is sent again (the same
+bytes), a request without an answer is not; timer rows are refused. No broker, no Spark."""
 
 from __future__ import annotations
 
@@ -26,27 +26,30 @@ EXTRA = {"__SPARK_QUERY_ID": "q", "__SPARK_BATCH_ID": "0", "__SPARK_WRITE_ID": "
 
 
 class HalfRecorder(Recorder):
-    """What _HalfSender uses of a TransactionProducer; keeps every half batch, fails as told."""
+    """What _HalfSender uses of a TransactionProducer; keeps every packed half, fails as told."""
+
+    group = "g"
 
     def __init__(self, max_batch_bytes: int, failures: list[BaseException] | None = None) -> None:
         super().__init__(max_batch_bytes)
         self.halves: list[tuple[MessageQueue, bytes, list[str]]] = []
+        #: each packed half's own properties
+        self.half_props: list[dict[str, str]] = []
         self.failures = failures or []
         self.offset = 0
 
-    def half_properties(self) -> dict[str, str]:
-        return {"TRAN_MSG": "true", "PGROUP": "g"}
-
-    async def send_half_batch_range(self, queue: MessageQueue, body: bytes, first_id: str, count: int, *,
-                                    timeout: float | None = None) -> HalfBatchRange:
+    async def send_packed_half(self, queue: MessageQueue, body: bytes, count: int, msg_id: str,
+                               properties: dict[str, str] | None = None, *,
+                               timeout: float | None = None) -> HalfBatchRange:
         await asyncio.sleep(0)
         msg_ids = [it.properties["UNIQ_KEY"] for it in decode_batch(body)]
-        assert (msg_ids[0], len(msg_ids)) == (first_id, count)
+        assert (msg_ids[0], len(msg_ids)) == (msg_id, count)
         self.halves.append((queue, body, msg_ids))
+        self.half_props.append(dict(properties or {}))
         if self.failures:
             raise self.failures.pop(0)
-        first, self.offset = self.offset, self.offset + count
-        return HalfBatchRange(SendStatus.SEND_OK, queue, first, f"7F00000100002A9F{first:016X}", first_id, count)
+        first, self.offset = self.offset, self.offset + 1
+        return HalfBatchRange(SendStatus.SEND_OK, queue, first, f"7F00000100002A9F{first:016X}", msg_id, 1)
 
 
 def run_halves(batches: list[pa.RecordBatch], opts: WriteOptions, cap: int = 1 << 20,
@@ -70,15 +73,17 @@ def test_every_row_once_as_a_half_and_the_refs_in_row_order(plan: tuple[list[pa.
         for it in items:
             r = int(it.body.split(b":")[0][1:])
             row_of[it.properties["UNIQ_KEY"]] = r
-            assert {k: it.properties[k] for k in (*EXTRA, "TRAN_MSG", "PGROUP")} == \
-                {**EXTRA, "TRAN_MSG": "true", "PGROUP": "g"}
+            # each item the message its commit delivers: the write's ids and PGROUP, no TRAN_MSG
+            assert {k: it.properties[k] for k in (*EXTRA, "PGROUP")} == {**EXTRA, "PGROUP": "g"}
+            assert "TRAN_MSG" not in it.properties
             if qids[r] is not None:
                 assert queue.queue_id == qids[r]
             elif keys[r] is not None:
                 assert queue.queue_id == zlib.crc32(keys[r].encode()) % QUEUES
-    refs = sender.halves()  # a range per half batch: its first half's msg id, its count
+    assert producer.half_props == [EXTRA] * len(producer.halves)  # the half itself carries the ids for the checker
+    refs = sender.halves()  # a packed half each: its first row's msg id, count 1
     ids_of = {ids[0]: ids for _, _, ids in producer.halves}
-    assert all(len(ids_of[ref[3]]) == ref[6] for ref in refs)
+    assert all(ref[6] == 1 for ref in refs) and len(refs) == len(producer.halves)
     assert sorted(row_of[i] for ref in refs for i in ids_of[ref[3]]) == list(range(len(table)))
     per_queue: dict[int, list[int]] = {}
     for _broker, _clo, _qo, msg_id, qid, ordered, _n in refs:
@@ -102,7 +107,7 @@ def test_an_answered_refusal_is_sent_again_unchanged(keyed: bool) -> None:
     (q1, b1, ids1), (q2, b2, ids2) = producer.halves
     assert (b1, ids1) == (b2, ids2)  # the same bytes, the same ids
     assert (q1 == q2) == keyed  # plain rows try another queue; ordered ones stay
-    assert [ref[6] for ref in sender.halves()] == [2] and sender.requests == 1
+    assert [ref[6] for ref in sender.halves()] == [1] and (sender.sent, sender.requests) == (2, 1)
 
 
 def test_a_request_without_an_answer_is_not_sent_again() -> None:

@@ -18,10 +18,12 @@ this producer's group heartbeats on, answered with END_TRANSACTION ``fromTransac
 Batches (a cometmq extension, protocol/transaction_batch.py; a RocketMQ broker refuses both):
 :meth:`TransactionProducer.send_half_batch` stores many halves of one topic in one request and one append
 (:meth:`TransactionProducer.send_half_batch_body` sends such a request from a body encoded elsewhere: the
-columnar Spark sink's), and
+columnar Spark sink's), :meth:`TransactionProducer.send_packed_half` stores such a body as *one* half (a packed
+half: one record however many messages it holds, each delivered on its commit; what exactly-once Spark writes
+use), and
 :meth:`TransactionProducer.end_transactions` decides many halves in one END_TRANSACTION_BATCH request per broker
 (and per :data:`END_BATCH_ENTRIES`), each as END_TRANSACTION would, with one outcome per half. They cut the two
-requests per message of a transaction to two per batch: what exactly-once Spark writes use.
+requests per message of a transaction to two per batch.
 
 The check requests arrive on the producer's :class:`ClientInstance`, so a TransactionProducer runs on a
 :class:`TransactionClientInstance` (it makes one unless given one); several transaction producers of different
@@ -40,19 +42,25 @@ from typing import Any, TypeVar
 from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, MQClientError, NoRouteError
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
-from cometmq.client.producer import Producer, batch_chunks
+from cometmq.client.producer import Producer, _now_ms, batch_chunks
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.acl import Credentials
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from cometmq.protocol.headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+    SendMessageRequestHeader,
+    send_header_to_v2,
+)
 from cometmq.protocol.message import SysFlag, decode_record
 from cometmq.protocol.msgid import decode_offset_msg_id
-from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
+from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY, encode_properties
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.protocol.transaction_batch import (
     HALF_BATCH_FIELD,
+    PACKED_PROPERTY,
     EndEntry,
     EndOutcome,
     decode_end_outcomes,
@@ -353,6 +361,43 @@ class TransactionProducer(Producer):
             return HalfBatchRange(status, real_q, first_offset, ids.split(",", 1)[0], first_id, count)
 
         return await self._half_request(queue, self._batch_body_request(queue, body), answer, timeout)
+
+    async def send_packed_half(self, queue: MessageQueue, body: bytes, count: int, msg_id: str,
+                               properties: dict[str, str] | None = None, *,
+                               timeout: float | None = None) -> HalfBatchRange:
+        """Store a batch body the caller encoded (:meth:`send_half_batch_body`'s layout, ``count`` items, no delay
+        or timer item) as one *packed half* (protocol/transaction_batch.py): a single transactional message of
+        ``queue`` with ``properties`` (they travel with the half, for the checker; each item keeps its own),
+        :meth:`half_properties`, ``UNIQ_KEY=msg_id`` and the count. Its COMMIT delivers the ``count`` items.
+        Answered as a :class:`HalfBatchRange` of one half. Sent once, to ``queue``, as
+        :meth:`send_half_batch_body`; a broker without the extension stores it as a plain half whose commit would
+        deliver the body as one message, so send it only to cometmq brokers."""
+        if not self.started:
+            raise ClientStateError("the producer is not started")
+        self._check_topic(queue.topic)
+        if not body or count < 1:
+            raise InvalidArgumentError(f"the packed half for {queue.topic} is empty")
+        props = {**(properties or {}), **self.half_properties(), UNIQ_KEY: msg_id, PACKED_PROPERTY: str(count)}
+        header = SendMessageRequestHeader(producer_group=self.group, topic=queue.topic, queue_id=queue.queue_id,
+                                          sys_flag=int(SysFlag.TRANSACTION_PREPARED), born_timestamp=_now_ms(),
+                                          properties=encode_properties(props).decode())
+        cmd = make_request(RequestCode.SEND_MESSAGE_V2, send_header_to_v2(header), body)
+
+        def answer(response: Any, addr: str) -> HalfBatchRange:
+            status, real_q, offset = Producer._answer(response, queue, addr)
+            return HalfBatchRange(status, real_q, offset, response.ext_fields.get("msgId", ""), msg_id, 1)
+
+        try:
+            addr = self.instance.master_addr(queue.broker_name) or await self._addr(queue)
+            response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
+                                                  context=f"packed half to {queue.topic}/{queue.queue_id}")
+            result = answer(response, addr)
+        except MQClientError as exc:
+            if route_stale(exc):
+                self.instance.refresh_route_soon(queue.topic)
+            raise
+        await self._announce(queue)
+        return result
 
     async def _send_half_request(self, q: MessageQueue, cmd: RemotingCommand, uniqs: list[str],
                                  timeout: float | None) -> list[SendResult]:

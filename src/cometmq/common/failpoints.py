@@ -63,6 +63,11 @@ def hit(name: str) -> None:
         os._exit(EXIT_CODE)
 
 
+def armed(name: str) -> bool:
+    """Whether ``name`` is armed (a caller that must reach the point somewhere particular can then arrange it)."""
+    return name in _armed
+
+
 def arm(spec: str) -> None:
     """Replace the armed points (tests in one process)."""
     global _armed

@@ -1,4 +1,4 @@
-"""cometmq's batched transaction extensions (RocketMQ has neither; docs/transactions.md, "Batches"):
+"""cometmq's batched transaction extensions (RocketMQ has none of them; docs/transactions.md, "Batches"):
 
 Half batch
     A SEND_BATCH_MESSAGE (or a batch SEND_MESSAGE/_V2) with the request field ``cometmqHalfBatch=true``
@@ -23,6 +23,17 @@ END_TRANSACTION_BATCH (31037)
     before (``alreadyResolved`` of them before), else the first failure's code and a remark naming the half and
     how many failed. A request names at most :data:`MAX_END_ENTRIES` halves, ranges counted by their halves.
 
+Packed half
+    One transactional message (a single SEND_MESSAGE/_V2, ``TRAN_MSG=true``) with the property
+    ``cometmqPacked=<n>`` (:data:`PACKED_PROPERTY`): its body is a batch (SEND_BATCH_MESSAGE's body layout) of
+    ``n`` messages, not compressed, none with a delay or timer property. The broker checks the body when it is sent
+    (MESSAGE_ILLEGAL, nothing stored, when it does not hold ``n`` such messages) and stores it as one half: one
+    record, one half-queue unit, one pending transaction, however many messages it holds. A COMMIT delivers its
+    ``n`` messages to the real topic and queue, each as a half of its own would have been delivered (its own
+    properties, the COMMIT sys flag), in one append with the op record; a ROLLBACK drops them all. It is decided
+    by a single entry (END_TRANSACTION, or END_TRANSACTION_BATCH without ``count``); a range entry decides the
+    packed halves in it one by one, the same way. A half batch's item may not carry the property.
+
 Pure codecs: bytes in, values out; :class:`RemoteProtocolError` for what a peer got wrong.
 """
 
@@ -36,6 +47,8 @@ from cometmq.protocol.errors import RemoteProtocolError
 
 #: the send request field that asks for a batch of halves
 HALF_BATCH_FIELD = "cometmqHalfBatch"
+#: the property of a packed half: how many messages its body holds
+PACKED_PROPERTY = "cometmqPacked"
 #: entries of one END_TRANSACTION_BATCH at most
 MAX_END_ENTRIES = 65_536
 _STATES = (0, 8, 12)

@@ -2,17 +2,22 @@
 the driver, recoverable after a driver crash.
 
 Tasks (executors)
-    Each row is sent as a RocketMQ transaction's *half* (``TRAN_MSG=true``; invisible to consumers) of the
-    producer group ``cometmq-spark-eos-<queryId>``, with the properties :data:`QUERY_ID`, :data:`BATCH_ID` and
-    :data:`WRITE_ID` (one id per task attempt). Rows go in half batches (cometmq's extension: one request and
-    one append per ``batchSize`` rows), through the at-least-once writer's columnar path: routed, cut and
-    encoded from the Arrow columns with no Python object per row, each item's properties the row's own merged
-    with these and ``TRAN_MSG``/``PGROUP`` (a constant suffix of the encoder; a row's property of one of those
-    names takes the write's value, as a dict merge), sent with ``TransactionProducer.send_half_batch_body``. A
-    task returns a :class:`HalfBatch`: its halves as *ranges*, one per half batch (the halves of one request are
-    stored in one append, at consecutive half-queue offsets), each what a range entry of END_TRANSACTION_BATCH
-    needs (broker name, the first half's commit-log and half-queue offsets and msg id, queue id, ordered, count).
-    A task that fails rolls back what it had sent.
+    A task's rows are sent as RocketMQ transactions' *halves* (invisible to consumers) of the producer group
+    ``cometmq-spark-eos-<queryId>``, *packed* (cometmq's extension, protocol/transaction_batch.py): each request is
+    one half, one record in the broker's log, whose body is a batch of ``batchSize`` rows at most, cut and encoded
+    from the Arrow columns by the at-least-once writer's columnar path (no Python object per row), each item's
+    properties the row's own merged with :data:`QUERY_ID`, :data:`BATCH_ID`, :data:`WRITE_ID` (one id per task
+    attempt) and ``PGROUP`` (a constant suffix of the encoder; a row's property of one of those names takes the
+    write's value, as a dict merge): the message its commit delivers. The half itself carries those ids too, for
+    the check-back, and ``TRAN_MSG``; it is sent with ``TransactionProducer.send_packed_half``. A task returns a
+    :class:`HalfBatch`: its halves, each what an entry of END_TRANSACTION_BATCH needs (broker name, the half's
+    commit-log and half-queue offsets and msg id, queue id, ordered, count 1; a marker written before packed
+    halves lists half batches as ranges, count > 1, and is still decided as it says). A task that fails rolls
+    back what it had sent.
+
+    A packed half costs the broker one record instead of one per row when it is stored, and its commit appends
+    the rows as an at-least-once write's batch does: an exactly-once write stores each row once in the log, not
+    twice (docs/benchmarks.md, [17]).
 
 Driver, ``commit(messages, batchId)``
     1. *Marker*: a message on the commit topic (``commitTopic``, default ``cometmq-spark-commits``; 1 queue, made
@@ -46,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -72,6 +78,7 @@ from cometmq.client.transaction_producer import (
 )
 from cometmq.common import failpoints
 from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.properties import PGROUP
 from cometmq.protocol.transaction_batch import MAX_END_ENTRIES
 from cometmq.spark.link import Link
 from cometmq.spark.options import WriteOptions
@@ -255,19 +262,22 @@ class Checker:
 
 # -- tasks ---------------------------------------------------------------------------------------------------------
 class _HalfSender(_Sender):
-    """A task's rows as half batches (cometmq's batch of halves: one request and one append per batch) through the
+    """A task's rows as packed halves (cometmq's extension: one request, one record per batch of rows) through the
     at-least-once writer's columnar path (writer.py): the same routing (plain rows round-robin over the topic's
     queues, rows with a sharding key or queue id batched per queue and sent one batch after another per queue, in
     row order), the same cuts (``batchSize`` rows and the producer's byte cap), ``maxInFlight`` requests at once,
-    and the same encoder, with ``suffix`` = the write's ids + what makes an item a half
-    (:meth:`TransactionProducer.half_properties`) merged into each row's properties: the bytes
-    ``send_half_batch`` would send for the rows' messages. Timer rows are refused."""
+    and the same encoder, with ``suffix`` = the write's ids + PGROUP merged into each row's properties: each item
+    the message the half's commit delivers. Timer rows are refused."""
 
     def __init__(self, producer: TransactionProducer, opts: WriteOptions, extra: dict[str, str]) -> None:
         # A half batch is one range of END_TRANSACTION_BATCH, which names at most MAX_END_ENTRIES halves.
         super().__init__(producer, dataclasses.replace(opts, batch_size=min(opts.batch_size, MAX_END_ENTRIES)))
         self.tx = producer
-        self.suffix = {**extra, **producer.half_properties()}
+        #: the half's own properties (the checker reads the write's ids from them)
+        self.extra = extra
+        # Each item as its commit delivers it: the row's properties, the write's ids and PGROUP (a half's
+        # committed message keeps those; TRAN_MSG it drops), UNIQ_KEY and WAIT.
+        self.suffix = {**extra, PGROUP: producer.group}
         #: (batch number, what was stored, ordered): the halves stored so far
         self.stored: list[tuple[int, HalfBatchRange, bool]] = []
         self.seq = itertools.count()
@@ -312,8 +322,8 @@ class _HalfSender(_Sender):
                 queue = qs[next(self._rr) % len(qs)]
             for attempt in range(self.opts.retries + 1):
                 try:
-                    stored = await self.tx.send_half_batch_range(queue, body, first_id, count,
-                                                                 timeout=self.opts.send_timeout)
+                    stored = await self.tx.send_packed_half(queue, body, count, first_id, self.extra,
+                                                            timeout=self.opts.send_timeout)
                     break
                 except BrokerError as exc:
                     # Only an answered refusal is sent again (nothing was stored; the same bytes, the same ids); a
@@ -329,7 +339,7 @@ class _HalfSender(_Sender):
         if not stored.ok:
             log.warning("%d halves stored as %s", stored.count, stored.status.value)
         self.stored.append((n, stored, ordered))
-        self.sent += stored.count
+        self.sent += count
         self.requests += 1
 
     async def settle(self) -> None:
@@ -522,8 +532,10 @@ def commit_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | N
         failpoints.hit(f"spark.commit.after_marker.{batch_id}")
         listed = marker.write_ids
         if done <= batch_id:
-            errors = run(d.ender.end_all(marker.halves, _COMMIT,
-                                         lambda: failpoints.hit(f"spark.commit.partial.{batch_id}")))
+            partial = f"spark.commit.partial.{batch_id}"
+            # (the COMMITs in two steps only for that failpoint: one request less in a commit otherwise)
+            errors = run(d.ender.end_all(marker.halves, _COMMIT, functools.partial(failpoints.hit, partial)
+                                         if failpoints.armed(partial) else None))
             if errors:
                 raise MQClientError(f"batch {batch_id}: END_TRANSACTION COMMITs of {d.ender.failed} of "
                                     f"{count_halves(marker.halves)} halves failed (the replay after a restart, or "

@@ -39,7 +39,8 @@ from cometmq.protocol.properties import (
 )
 from cometmq.protocol.record_layout import HOST_FLAGS_BYTE, HOST_FLAGS_SHIFT, LAYOUTS, MAGIC_CODE, MIN_RECORD_SIZE
 from cometmq.protocol.taghash import tags_code
-from cometmq.store.batch_codec import load_bound
+from cometmq.protocol.transaction_batch import PACKED_PROPERTY
+from cometmq.store.batch_codec import load_bound, plain_batch_messages
 from cometmq.store.message import TRANSACTION_COMMIT_TYPE, MessageInner
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -234,6 +235,65 @@ def committed(half: StoredHalf | MessageRecord, half_commit_log_offset: int) -> 
     return msg
 
 
+#: a packed half's property as it starts in encoded properties (at their start, or after a 0x02)
+_PACKED_AT = PACKED_PROPERTY.encode() + b"\x01"
+#: what an item of a packed half may not hold (a byte search of its properties, as the send path's): a delay or
+#: timer property, as the commit appends the items as they are (no send hook sees them)
+_PACKED_REFUSED = (b"DELAY\x01", b"TIMER_")
+_COMPRESSED = 0x1
+
+
+def holds_packed(raw: bytes | bytearray | memoryview) -> bool:
+    """Whether encoded properties, or records holding them, may hold :data:`PACKED_PROPERTY` (a byte search: a
+    name ending in it, or a body holding its bytes, hits too)."""
+    return _PACKED_AT in (raw if isinstance(raw, bytes) else bytes(raw))
+
+
+def packed_count(msg: MessageInner) -> int | None:
+    """How many messages a packed half (protocol/transaction_batch.py) says it holds; None when ``msg`` is not
+    one. ValueError for a value that is not a count."""
+    value = msg.properties.get(PACKED_PROPERTY)
+    if value is None:
+        return None
+    if not value.isdigit() or not 0 < int(value) <= 1 << 31:
+        raise ValueError(f"{PACKED_PROPERTY}={value[:40]!r} is not a count of messages")
+    return int(value)
+
+
+def packed_items(msg: MessageInner, count: int) -> list[MessageInner]:
+    """The messages of the packed half ``msg`` (its body a batch of ``count`` of them), each for ``msg``'s topic
+    and queue with its sys flag, born time and host; ValueError naming what is wrong: compressed, not a batch, an
+    item with a delay or timer property, another number of items."""
+    if msg.sys_flag & _COMPRESSED:
+        raise ValueError("a packed half's body may not be compressed")
+    try:
+        items = plain_batch_messages(msg.body, msg.topic, msg.queue_id, msg.sys_flag, msg.born_timestamp,
+                                     msg.born_host, msg.reconsume_times, _PACKED_REFUSED)
+    except ProtocolError as exc:
+        raise ValueError(f"a packed half's body is not a batch: {exc}") from None
+    if items is None:
+        raise ValueError("a packed half's message may not hold a delay or timer property")
+    if len(items) != count:
+        raise ValueError(f"a packed half's body holds {len(items)} messages, not {PACKED_PROPERTY}={count}")
+    return items
+
+
+def commit_messages(half: StoredHalf, half_commit_log_offset: int) -> list[MessageInner]:
+    """What a commit of ``half`` delivers: :func:`committed`'s message, or a packed half's messages (each with the
+    half's offset as its prepared transaction offset, as a committed message has). ValueError when a packed half
+    cannot be unpacked (its send checked it: only a record changed since would fail)."""
+    msg = committed(half, half_commit_log_offset)
+    if half.record is None and not holds_packed(half.data):
+        return [msg]
+    count = packed_count(msg)
+    if count is None:
+        return [msg]
+    items = packed_items(msg, count)
+    for m in items:
+        m.prepared_transaction_offset = half_commit_log_offset
+    return items
+
+
 _Read = tuple[list[int], list[int], list[MessageInner] | None, list[int], list[int]]
 
 
@@ -247,6 +307,9 @@ def commit_records(records: list[memoryview] | memoryview, limit: int, first: in
     passes (the caller then reads them one by one, which names the problem), none was read, or the C helper is not
     built."""
     if C_TX is None:
+        return None
+    # A packed half is unpacked by commit_messages: the caller reads it one by one.
+    if any(map(holds_packed, records)) if isinstance(records, list) else holds_packed(records):
         return None
     got: _Read | None = C_TX.commit_records(
         records, limit, first, first_phy, group.encode(), _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B, _BOOKKEEPING_B,

@@ -51,6 +51,7 @@ from cometmq.protocol.route import PERM_READ_WRITE
 from cometmq.protocol.transaction_batch import (
     HALF_BATCH_FIELD,
     MAX_END_ENTRIES,
+    PACKED_PROPERTY,
     EndOutcome,
     decode_end_entry_fields,
     encode_end_outcomes,
@@ -188,11 +189,31 @@ class TransactionalMessageService:
         if not self.is_half_send(msgs, ctx.batch, ctx.half_batch):
             return False
         group = ctx.producer_group
+        self._check_packed(msgs, ctx.half_batch)
         kept = tm.to_halves(msgs) if ctx.half_batch else None
         if kept is None:
             kept = [tm.to_half(m, group) for m in msgs]
         ctx.on_stored = functools.partial(self._halves_stored, kept)
         return True
+
+    @staticmethod
+    def _check_packed(msgs: list[MessageInner], half_batch: bool) -> None:
+        """A packed half (protocol/transaction_batch.py) is stored only when its body unpacks as its commit will
+        unpack it; a half batch's item may not be one."""
+        if half_batch:
+            for n, m in enumerate(msgs):
+                if m.properties_raw is not None and tm.holds_packed(m.properties_raw) and PACKED_PROPERTY in (
+                        m.properties):
+                    raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"item {n} of a half batch is a packed half "
+                                        f"({PACKED_PROPERTY}): send it on its own")
+            return
+        for m in msgs:
+            try:
+                count = tm.packed_count(m)
+                if count is not None:
+                    tm.packed_items(m, count)
+            except ValueError as exc:
+                raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
     def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
         pass
@@ -273,7 +294,13 @@ class TransactionalMessageService:
         half, stored, origin = claimed
         ops = [tm.op_record([origin, stored.queue_offset], self.clock())]
         # One contiguous append: the delivered message never exists without the op record that resolves it.
-        msgs = [tm.committed(stored, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE else ops
+        try:
+            msgs = [*tm.commit_messages(stored, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE \
+                else ops
+        except ValueError as exc:
+            self.table.add(half)  # nothing was written: still unresolved
+            self._outcomes.forget(origin)
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the half cannot be committed: {exc}") from None
         result = self.appender.append(msgs)
         if not result.ok:
             self.table.add(half)  # nothing was written: still unresolved
@@ -301,6 +328,7 @@ class TransactionalMessageService:
         #: the transactions claimed for the next append, a group per entry or run of a range: (entry, halves, origins)
         claimed: list[tuple[int, list[PendingHalf], list[int]]] = []
         n_claimed = 0  # (how many halves ``claimed`` holds)
+        unpacked = 0  # (messages in ``msgs`` past the first of each packed half's commit)
         op_offsets: list[int] = []
         size = 0
         appended: list[tuple[PutResult, Iterable[int]]] = []
@@ -317,7 +345,7 @@ class TransactionalMessageService:
                     tally[1], tally[2] = code, remark
 
         def flush() -> None:
-            nonlocal msgs, claimed, op_offsets, size, n_claimed
+            nonlocal msgs, claimed, op_offsets, size, n_claimed, unpacked
             if not claimed:
                 return
             msgs.append(tm.op_record(op_offsets, self.clock()))
@@ -325,8 +353,8 @@ class TransactionalMessageService:
             if result.ok:
                 # What _resolved does for each: the outcomes are remembered since the claims (none forgotten since:
                 # a request names at most MAX_END_ENTRIES <= RESOLVED_MEMORY halves), the metrics count the commits
-                # (a message each) and the rollbacks.
-                commits = len(msgs) - 1
+                # (a message each, a packed half's its messages) and the rollbacks.
+                commits = len(msgs) - 1 - unpacked
                 self.metrics.committed += commits
                 self.metrics.rolled_back += n_claimed - commits
                 appended.append((result, dict.fromkeys(i for i, _, _ in claimed)))
@@ -336,12 +364,18 @@ class TransactionalMessageService:
                         self.table.add(half)  # nothing was written: still unresolved
                         self._outcomes.forget(origin)
                         refuse(i, ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
-            msgs, claimed, op_offsets, size, n_claimed = [], [], [], 0, 0
+            msgs, claimed, op_offsets, size, n_claimed, unpacked = [], [], [], 0, 0, 0
 
         def decide(i: int, stored: tm.StoredHalf, commit_log_offset: int, state: int, msg_id: str) -> None:
-            nonlocal size, n_claimed
+            nonlocal size, n_claimed, unpacked
+            commits: list[MessageInner] = []
             try:
+                if state == TRANSACTION_COMMIT_TYPE:
+                    commits = tm.commit_messages(stored, commit_log_offset)
                 got = self._decide(group, stored, state, msg_id, "producer (batch)")
+            except ValueError as exc:  # (a packed half that does not unpack: nothing claimed)
+                refuse(i, ResponseCode.SYSTEM_ERROR, f"the half cannot be committed: {exc}")
+                return
             except RemotingError as exc:
                 refuse(i, int(exc.code), exc.remark)
                 return
@@ -357,14 +391,12 @@ class TransactionalMessageService:
             self._remember(origin, _OUTCOME[state])
             loose[:] = [origin], [half], 0  # (until it is in ``claimed``)
             cost = 64  # its share of the op record
-            msg = None
-            if state == TRANSACTION_COMMIT_TYPE:
-                msg = tm.committed(stored, commit_log_offset)
+            for msg in commits:
                 cost += len(msg.body) + len(msg.topic) + tm.RECORD_OVERHEAD + len(msg.properties_raw or b"")
             if size + cost > limit:  # rollbacks count too: their offsets make the op record grow
                 flush()
-            if msg is not None:
-                msgs.append(msg)
+            msgs.extend(commits)
+            unpacked += max(len(commits) - 1, 0)
             size += cost
             claimed.append((i, [half], [origin]))
             n_claimed += 1

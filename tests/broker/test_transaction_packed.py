@@ -1,0 +1,116 @@
+"""cometmq's packed half over real sockets: one transactional message whose body is a batch
+(protocol/transaction_batch.py, "Packed half"), stored as one half, its messages delivered by its commit."""
+
+from __future__ import annotations
+
+from cometmq.broker.transaction import HALF_TOPIC
+from cometmq.protocol.batch import encode_batch
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.message import decode_record
+from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.remoting import make_request
+from cometmq.protocol.transaction_batch import PACKED_PROPERTY, EndEntry, encode_end_entries
+
+from .conftest import StartBroker, props, send_request
+from .test_transaction import GROUP, Producer, end_fields, make_producer, producer_factory, pull_all
+from .test_transaction_batch import COMMIT, ROLLBACK, codes, end_ranges, half_batch_request, half_items
+
+__all__ = ["producer_factory"]  # the fixture, used by name
+
+
+def items(n: int, prefix: str = "p", **extra: str) -> list[tuple[bytes, dict[str, str], int]]:
+    """A packed half's messages: plain ones, each with its own id, tag and properties."""
+    return [(f"{prefix}{i}".encode(), {"UNIQ_KEY": f"{prefix.upper()}{i}", "TAGS": f"t{i % 2}", "row": str(i),
+                                       **extra}, i) for i in range(n)]
+
+
+def clo_qo(sent: object) -> tuple[int, int]:
+    ext = sent.ext_fields  # type: ignore[attr-defined]
+    return decode_offset_msg_id(ext["msgId"]).offset, int(ext["queueOffset"])
+
+
+async def test_a_packed_half_is_one_half_and_its_commit_delivers_each_message(
+        start_broker: StartBroker, producer_factory: list[Producer]) -> None:
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    before = b.store.commitlog.max_offset
+    sent = await p.half("TxPacked", encode_batch(items(5)), queue_id=1, **{PACKED_PROPERTY: "5"})
+    clo, qo = clo_qo(sent)
+    # One record in the half queue, one pending transaction; nothing in the real topic.
+    assert b.store.max_offset(HALF_TOPIC, 0) == qo + 1 and list(b.transactions.table.pending) == [qo]
+    assert b.store.max_offset("TxPacked", 1) == 0 and await pull_all(p.client, b, "TxPacked", 1) == []
+    rec, size = decode_record(b.store.read_record(clo))  # type: ignore[arg-type]
+    assert rec.topic == HALF_TOPIC and rec.body == encode_batch(items(5)) and rec.properties[PACKED_PROPERTY] == "5"
+    assert b.store.commitlog.max_offset - before == size
+
+    r = await p.client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION, end_fields(sent, COMMIT)))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    got = await pull_all(p.client, b, "TxPacked", 1)
+    assert [m.body for m in got] == [b"p0", b"p1", b"p2", b"p3", b"p4"]
+    assert [(m.properties["UNIQ_KEY"], m.properties["row"], m.tags, m.flag) for m in got] == [
+        (f"P{i}", str(i), f"t{i % 2}", i) for i in range(5)]
+    # As a half's own commit delivers it: the COMMIT sys flag, the half's offset; none of the half's properties.
+    assert all(m.sys_flag & 0xC == 8 and m.prepared_transaction_offset == clo for m in got)
+    assert all(PACKED_PROPERTY not in m.properties and "PGROUP" not in m.properties for m in got)
+    assert len(b.transactions.table) == 0
+    # Decided once: a second commit delivers nothing more.
+    r = await p.client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION, end_fields(sent, COMMIT)))
+    assert r.code == ResponseCode.SUCCESS and "already" in (r.remark or "")
+    assert len(await pull_all(p.client, b, "TxPacked", 1)) == 5
+
+
+async def test_batched_ends_commit_and_roll_back_packed_halves(start_broker: StartBroker,
+                                                               producer_factory: list[Producer]) -> None:
+    """Single entries and a range entry over packed halves: each commit delivers its messages (never the packed
+    body as one message), each rollback none."""
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    sent = [clo_qo(await p.half("TxPackedB", encode_batch(items(3, k)), **{PACKED_PROPERTY: "3"}))
+            for k in ("a", "b", "c", "d")]
+    body = encode_end_entries_of([(sent[0], COMMIT), (sent[1], ROLLBACK)])
+    r = await p.client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION_BATCH, {"producerGroup": GROUP}, body))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert [m.body for m in await pull_all(p.client, b, "TxPackedB")] == [b"a0", b"a1", b"a2"]
+    # A range entry naming the last two (consecutive half-queue offsets) unpacks each.
+    out = await end_ranges(p.client, b, [EndEntry(sent[2][0], sent[2][1], COMMIT, "c", 2)])
+    assert codes(out) == [0], out
+    assert [m.body for m in await pull_all(p.client, b, "TxPackedB")] == [
+        b"a0", b"a1", b"a2", b"c0", b"c1", b"c2", b"d0", b"d1", b"d2"]
+    m = b.transactions.metrics  # transactions, not messages
+    assert len(b.transactions.table) == 0 and (m.committed, m.rolled_back) == (3, 1)
+
+
+def encode_end_entries_of(decisions: list[tuple[tuple[int, int], int]]) -> bytes:
+    return encode_end_entries([EndEntry(clo, qo, state, f"m{clo}") for (clo, qo), state in decisions])
+
+
+async def test_bad_packed_halves_are_refused_and_store_nothing(start_broker: StartBroker,
+                                                               producer_factory: list[Producer]) -> None:
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    end = b.store.commitlog.max_offset
+    good = encode_batch(items(3))
+    cases = [
+        (good, {PACKED_PROPERTY: "4"}, 4, "holds 3 messages, not cometmqPacked=4"),
+        (good, {PACKED_PROPERTY: "three"}, 4, "is not a count"),
+        (good, {PACKED_PROPERTY: "0"}, 4, "is not a count"),
+        (b"not a batch at all", {PACKED_PROPERTY: "1"}, 4, "not a batch"),
+        (encode_batch(items(2, DELAY="3")), {PACKED_PROPERTY: "2"}, 4, "delay or timer"),
+        (encode_batch(items(2, TIMER_DELAY_SEC="3")), {PACKED_PROPERTY: "2"}, 4, "delay or timer"),
+        (good, {PACKED_PROPERTY: "3"}, 4 | 1, "may not be compressed"),
+    ]
+    for body, extra, sys_flag, why in cases:
+        req = send_request("TxPackedBad", body, 0, props(UNIQ_KEY="U", TRAN_MSG="true", PGROUP=GROUP, **extra),
+                           producerGroup=GROUP, sysFlag=sys_flag)
+        r = await p.client.invoke(b.addr, req)
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL and why in (r.remark or ""), (why, r.code, r.remark)
+    # A half batch's item may not be a packed half.
+    r = await p.client.invoke(b.addr, half_batch_request("TxPackedBad", half_items(2, **{PACKED_PROPERTY: "1"})))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "packed half" in (r.remark or ""), r.remark
+    assert b.store.commitlog.max_offset == end and len(b.transactions.table) == 0
+    # The same property on a message that is no transaction's is only a property.
+    r = await p.client.invoke(b.addr, send_request("TxPackedBad", b"x", 0, props(**{PACKED_PROPERTY: "9"}),
+                                                   producerGroup=GROUP))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    [m] = await pull_all(p.client, b, "TxPackedBad")
+    assert m.body == b"x" and m.properties[PACKED_PROPERTY] == "9"

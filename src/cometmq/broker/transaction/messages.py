@@ -283,8 +283,6 @@ def commit_messages(half: StoredHalf, half_commit_log_offset: int) -> list[Messa
     half's offset as its prepared transaction offset, as a committed message has). ValueError when a packed half
     cannot be unpacked (its send checked it: only a record changed since would fail)."""
     msg = committed(half, half_commit_log_offset)
-    if half.record is None and not holds_packed(half.data):
-        return [msg]
     count = packed_count(msg)
     if count is None:
         return [msg]

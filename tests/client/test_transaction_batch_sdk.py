@@ -1,4 +1,4 @@
-"""TransactionProducer's batches (cometmq's half batch and END_TRANSACTION_BATCH) against real brokers: an
+"""TransactionProducer's batches (cometmq's half batch, packed half and END_TRANSACTION_BATCH) against real brokers: an
 in-process cluster, and a ``cometmq serve`` process killed -9 between the halves and their commit."""
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from cometmq.client import LocalTransactionState, Message, MessageExt, TransactionClientInstance, TransactionProducer
-from cometmq.client.errors import InvalidArgumentError, MQClientError
+from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError
+from cometmq.client.transaction_producer import EndEntry
+from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.msgid import decode_offset_msg_id
 from tests.interop.cometmq_server import CometServer
 from tests.kit import eventually
 
@@ -87,3 +90,39 @@ async def test_batched_halves_survive_kill_9_of_the_broker(tmp_path: Path) -> No
         assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in results)
     finally:
         await asyncio.to_thread(server.close)
+
+
+async def test_packed_halves_commit_their_rows_and_are_checked_back_as_one(fast_cluster: Cluster) -> None:
+    """send_packed_half: one half per body (the broker tracks one transaction), its commit delivers each row with
+    its own properties; an undecided one is checked back once, with the half's properties, and its answer
+    commits or rolls back all its rows."""
+    def checker(msg: MessageExt) -> LocalTransactionState:
+        return S.COMMIT if msg.properties.get("decide") == "yes" else S.ROLLBACK
+
+    def rows(tag: str, n: int) -> bytes:
+        return encode_batch([(f"{tag}{i}".encode(), {"UNIQ_KEY": f"{tag.upper()}{i:04d}", "n": str(i)}, 0)
+                             for i in range(n)])
+
+    async with TransactionProducer("tx-packed", namesrv=fast_cluster.namesrv_addr, checker=checker) as p:
+        [q] = [q for q in await p.queues("TxSdkP") if q.queue_id == 1]
+        b = broker(fast_cluster)
+        decided = await p.send_packed_half(q, rows("a", 50), 50, "A0000")
+        assert decided.ok and decided.count == 1 and decided.queue == q
+        assert len(b.transactions.table) == 1 and b.store.max_offset("TxSdkP", 1) == 0
+        entry = EndEntry(decode_offset_msg_id(decided.offset_msg_id).offset, decided.queue_offset, S.COMMIT.value,
+                         decided.msg_id)
+        [outcome] = await p.end_transaction_batch(q.broker_name, [entry])
+        assert outcome.ok, outcome
+        got = await consume(fast_cluster, "TxSdkP", 50)
+        assert [m.body for m in got] == [f"a{i}".encode() for i in range(50)]
+        assert [m.properties["n"] for m in got] == [str(i) for i in range(50)]
+        assert [m.msg_id for m in got] == [f"A{i:04d}" for i in range(50)]
+        # Left undecided: the broker asks the checker once per half, not once per row.
+        await p.send_packed_half(q, rows("y", 3), 3, "Y0000", {"decide": "yes"})
+        await p.send_packed_half(q, rows("n", 4), 4, "N0000", {"decide": "no"})
+        await eventually(lambda: not b.transactions.table, 20, what="both packed halves checked back", step=0.05)
+        assert p.checks_answered[S.COMMIT] == 1 and p.checks_answered[S.ROLLBACK] == 1
+        with pytest.raises(BrokerError, match="holds 3 messages, not cometmqPacked=5"):
+            await p.send_packed_half(q, rows("z", 3), 5, "Z0000")
+    got = await consume(fast_cluster, "TxSdkP", 53, group="cg-tx-2")
+    assert sorted(m.body for m in got) == sorted([f"a{i}".encode() for i in range(50)] + [b"y0", b"y1", b"y2"])

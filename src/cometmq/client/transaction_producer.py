@@ -387,17 +387,7 @@ class TransactionProducer(Producer):
             status, real_q, offset = Producer._answer(response, queue, addr)
             return HalfBatchRange(status, real_q, offset, response.ext_fields.get("msgId", ""), msg_id, 1)
 
-        try:
-            addr = self.instance.master_addr(queue.broker_name) or await self._addr(queue)
-            response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
-                                                  context=f"packed half to {queue.topic}/{queue.queue_id}")
-            result = answer(response, addr)
-        except MQClientError as exc:
-            if route_stale(exc):
-                self.instance.refresh_route_soon(queue.topic)
-            raise
-        await self._announce(queue)
-        return result
+        return await self._invoke_half(queue, cmd, answer, timeout, "packed half")
 
     async def _send_half_request(self, q: MessageQueue, cmd: RemotingCommand, uniqs: list[str],
                                  timeout: float | None) -> list[SendResult]:
@@ -410,10 +400,15 @@ class TransactionProducer(Producer):
         ext = cmd.ext_fields
         ext["f"] = str(int(ext.get("f", "0")) | SysFlag.TRANSACTION_PREPARED)  # "f": sysFlag in V2
         ext[HALF_BATCH_FIELD] = "true"
+        return await self._invoke_half(q, cmd, answer, timeout, "half batch")
+
+    async def _invoke_half(self, q: MessageQueue, cmd: RemotingCommand, answer: Callable[[Any, str], _A],
+                           timeout: float | None, what: str) -> _A:
+        """Send a request of halves for ``q`` once (no retry: its halves may be stored) and read its answer."""
         try:
             addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
             response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
-                                                  context=f"half batch to {q.topic}/{q.queue_id}")
+                                                  context=f"{what} to {q.topic}/{q.queue_id}")
             results = answer(response, addr)
         except MQClientError as exc:
             if route_stale(exc):  # not sent again here, but the next request finds the new master

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from cometmq.broker.transaction import HALF_TOPIC
+from cometmq.broker.transaction import messages as tm
 from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import decode_record
@@ -42,6 +43,10 @@ async def test_a_packed_half_is_one_half_and_its_commit_delivers_each_message(
     rec, size = decode_record(b.store.read_record(clo))  # type: ignore[arg-type]
     assert rec.topic == HALF_TOPIC and rec.body == encode_batch(items(5)) and rec.properties[PACKED_PROPERTY] == "5"
     assert b.store.commitlog.max_offset - before == size
+    # The size a batched END counts for its appends: what it would count message by message.
+    msgs, cost = tm.commit_messages(tm.read_half(b.store.read_record(clo)), clo)  # type: ignore[arg-type]
+    assert len(msgs) == 5 and cost == sum(len(m.body) + len(m.topic) + tm.RECORD_OVERHEAD + len(m.properties_raw or b"")
+                                          for m in msgs)
 
     r = await p.client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION, end_fields(sent, COMMIT)))
     assert r.code == ResponseCode.SUCCESS, r.remark

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from operator import methodcaller
 from typing import Any
 
+from cometmq.protocol.batch import ITEM_OVERHEAD
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import TRANSACTION_MASK, MessageRecord, decode_record, encode_record, pack_host
 from cometmq.protocol.properties import (
@@ -278,18 +279,20 @@ def packed_items(msg: MessageInner, count: int) -> list[MessageInner]:
     return items
 
 
-def commit_messages(half: StoredHalf, half_commit_log_offset: int) -> list[MessageInner]:
+def commit_messages(half: StoredHalf, half_commit_log_offset: int) -> tuple[list[MessageInner], int]:
     """What a commit of ``half`` delivers: :func:`committed`'s message, or a packed half's messages (each with the
-    half's offset as its prepared transaction offset, as a committed message has). ValueError when a packed half
-    cannot be unpacked (its send checked it: only a record changed since would fail)."""
+    half's offset as its prepared transaction offset, as a committed message has); and their size estimate for a
+    batched END's appends (each message's body, topic, properties and :data:`RECORD_OVERHEAD`; of a packed half,
+    from its body's length: an item there is its body and properties and ``ITEM_OVERHEAD`` bytes). ValueError when
+    a packed half cannot be unpacked (its send checked it: only a record changed since would fail)."""
     msg = committed(half, half_commit_log_offset)
     count = packed_count(msg)
     if count is None:
-        return [msg]
+        return [msg], len(msg.body) + len(msg.topic) + RECORD_OVERHEAD + len(msg.properties_raw or b"")
     items = packed_items(msg, count)
     for m in items:
         m.prepared_transaction_offset = half_commit_log_offset
-    return items
+    return items, len(msg.body) + count * (len(msg.topic) + RECORD_OVERHEAD - ITEM_OVERHEAD)
 
 
 _Read = tuple[list[int], list[int], list[MessageInner] | None, list[int], list[int]]

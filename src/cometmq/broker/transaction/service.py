@@ -295,7 +295,7 @@ class TransactionalMessageService:
         ops = [tm.op_record([origin, stored.queue_offset], self.clock())]
         # One contiguous append: the delivered message never exists without the op record that resolves it.
         try:
-            msgs = [*tm.commit_messages(stored, h.commit_log_offset), *ops] if state == TRANSACTION_COMMIT_TYPE \
+            msgs = [*tm.commit_messages(stored, h.commit_log_offset)[0], *ops] if state == TRANSACTION_COMMIT_TYPE \
                 else ops
         except ValueError as exc:
             self.table.add(half)  # nothing was written: still unresolved
@@ -369,9 +369,11 @@ class TransactionalMessageService:
         def decide(i: int, stored: tm.StoredHalf, commit_log_offset: int, state: int, msg_id: str) -> None:
             nonlocal size, n_claimed, unpacked
             commits: list[MessageInner] = []
+            cost = 64  # its share of the op record
             try:
                 if state == TRANSACTION_COMMIT_TYPE:
-                    commits = tm.commit_messages(stored, commit_log_offset)
+                    commits, size_of = tm.commit_messages(stored, commit_log_offset)
+                    cost += size_of
                 got = self._decide(group, stored, state, msg_id, "producer (batch)")
             except ValueError as exc:  # (a packed half that does not unpack: nothing claimed)
                 refuse(i, ResponseCode.SYSTEM_ERROR, f"the half cannot be committed: {exc}")
@@ -390,9 +392,6 @@ class TransactionalMessageService:
             # Claimed now: a later entry of this request naming the same transaction is decided against this one.
             self._remember(origin, _OUTCOME[state])
             loose[:] = [origin], [half], 0  # (until it is in ``claimed``)
-            cost = 64  # its share of the op record
-            for msg in commits:
-                cost += len(msg.body) + len(msg.topic) + tm.RECORD_OVERHEAD + len(msg.properties_raw or b"")
             if size + cost > limit:  # rollbacks count too: their offsets make the op record grow
                 flush()
             msgs.extend(commits)

@@ -4,7 +4,7 @@
 
 Starts ``cometmq serve`` (tests/interop/cometmq_server.py) and, per round, sends ``--rows`` rows of
 ``--body-size`` bytes as one task of the sink would: ``writer.send_batches`` (at-least-once), then
-``exactly_once.send_halves`` (the half batches) and ``exactly_once.commit_halves`` (the driver: marker,
+``exactly_once.send_halves`` (the packed halves) and ``exactly_once.commit_halves`` (the driver: marker,
 END_TRANSACTION_BATCH). Prints, per step, the wall time, this process's CPU and the broker's CPU (psutil on its
 PID); one JSON object on stdout.
 """

@@ -19,7 +19,7 @@ two), and ``--stream-runs`` streaming queries (availableNow), each reading ``--s
 writing them to a second topic with ``writeStream.format("cometmq")`` (the stream write rate: the best query, whole
 query included), and as many availableNow queries writing the batch write's rows from Parquet files into a topic (the
 sink alone in a stream: ``stream_parquet_write_*``). With ``--eos`` (or ``--eos-only``, which skips the reads), the
-same batch write and stream write again with ``transactional=true`` (exactly-once: the rows as half batches,
+same batch write and stream write again with ``transactional=true`` (exactly-once: the rows as packed halves,
 committed by the driver with batched END_TRANSACTIONs: cometmq extensions, docs/transactions.md), interleaved with
 the at-least-once ones, and the ratio of their times (``eos_batch_write_ratio``,
 ``eos_stream_write_ratio``: exactly-once time / at-least-once time, best run each). One JSON object on stdout

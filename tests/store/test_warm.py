@@ -1,4 +1,5 @@
-"""Warming the commit log's pages ahead of the writer: pages become resident, contents stay as they were."""
+"""Warming the commit log's pages ahead of the writer: pages become resident, contents stay as they were; an idle
+writer's window is dropped from the mapping until it moves again."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cometmq.store.mapped_file import MappedFile
+from cometmq.store import warm
+from cometmq.store.mapped_file import MappedFile, MappedFileQueue
 from cometmq.store.message_store import MessageStore
+from cometmq.store.warm import WarmService
 from tests.store.conftest import msg
 
 MiB = 1 << 20
@@ -64,3 +67,46 @@ def test_store_keeps_the_window_ahead_of_the_writer(make_store: Callable[..., Me
 
 def test_warming_can_be_turned_off(make_store: Callable[..., MessageStore]) -> None:
     assert make_store(warm_ahead_bytes=0).warmer is None
+
+
+def test_unwarm_drops_the_window_past_the_writer_and_keeps_the_bytes(tmp_path: Path) -> None:
+    mf = MappedFile(tmp_path / f"{0:020d}", 16 * MiB)
+    try:
+        mf.append(b"record" * 1000)
+        if not mf.warm(8 * MiB):
+            pytest.skip("this kernel cannot prefault mapped pages (MADV_POPULATE_WRITE)")
+        assert resident_kib(mf.path) >= 7 * 1024
+        assert mf.unwarm() == 8 * MiB - 8192  # from the page after the one holding the write position
+        assert mf.warmed_position == 8192 and resident_kib(mf.path) <= 1024
+        assert bytes(mf.view(0, 6000)) == b"record" * 1000  # the written page stays, and its bytes
+        assert mf.unwarm() == 0
+        mf.append(b"more" * 10)
+        assert mf.warm(4 * MiB) and mf.warmed_position >= 4 * MiB and resident_kib(mf.path) >= 3 * 1024
+    finally:
+        mf.close()
+    assert mf.unwarm() == 0  # after close: nothing to do, no crash
+
+
+def test_an_idle_writer_gets_its_window_dropped_until_it_moves(tmp_path: Path) -> None:
+    files = MappedFileQueue(tmp_path / "log", 64 * MiB)
+    service = WarmService(files, 4 * MiB)
+    try:
+        mf = files.last_for_append()
+        mf.append(b"x" * 10_000)
+        service.run_once()
+        if service.disabled:
+            pytest.skip("this kernel cannot prefault mapped pages (MADV_POPULATE_WRITE)")
+        assert mf.warmed_position >= 4 * MiB and resident_kib(mf.path) >= 3 * 1024
+        service.run_once()  # the writer has not moved, but not for long: kept
+        assert mf.warmed_position >= 4 * MiB
+        service._moved_at = time.monotonic() - warm.IDLE_RELEASE_S
+        service.run_once()
+        assert mf.warmed_position == 12_288 and resident_kib(mf.path) <= 1024
+        service.run_once()  # still idle: not warmed again
+        assert mf.warmed_position == 12_288 and resident_kib(mf.path) <= 1024
+        mf.append(b"y" * 100)
+        service.run_once()
+        assert mf.warmed_position >= 4 * MiB and resident_kib(mf.path) >= 3 * 1024
+        assert bytes(mf.view(0, 10_100)) == b"x" * 10_000 + b"y" * 100
+    finally:
+        files.close()

@@ -276,6 +276,24 @@ class MappedFile:
                 self.warmed_position = start
         return True
 
+    def unwarm(self) -> int:
+        """Drop the pages ``warm`` faulted in past the write position from this process's mapping (the page cache
+        keeps them; a write or a later ``warm`` maps them again); returns the bytes dropped. The page holding the
+        write position stays; the part not written yet keeps its advice (``advise_writes_from``)."""
+        with self._warm_lock:
+            if self._fd < 0:
+                return 0
+            start = -(-self.wrote_position // PAGE_SIZE) * PAGE_SIZE
+            end = self.warmed_position
+            if end <= start:
+                return 0
+            try:
+                self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (OSError, ValueError):
+                return 0
+            self.warmed_position = start
+            return end - start
+
     def close(self) -> None:
         with self._warm_lock:
             self._close()

@@ -13,6 +13,7 @@ from cometmq.store.retention import MaintenanceService
 from tests.kit import FakeClock
 from tests.store.conftest import msg, small_config
 from tests.store.test_cq_scale import FakeMonotonic
+from tests.store.test_read_release import mapped_rss
 from tests.store.test_recovery import crash, reopen
 
 
@@ -76,5 +77,39 @@ def test_a_crash_between_index_flushes_loses_no_key(tmp_path: Path, clock: FakeC
     try:
         for i in range(40):
             assert len(store.query_by_key("T", f"k{i}")) == 1, i  # found, and not indexed twice
+    finally:
+        store.shutdown()
+
+
+def test_an_idle_pass_drops_the_index_pages_from_the_mapping(tmp_path: Path) -> None:
+    """After writes, the first maintenance pass that finds nothing new drops the index's pages from this process's
+    mapping (hash slots included, which flushes keep mapped); lookups still find every key."""
+    store = MessageStore(small_config(tmp_path / "s", max_hash_slot_num=500_000, max_index_num=100_000,
+                                      flush_interval_index_ms=0, commitlog_segment_size=8 << 20,
+                                      flush_interval_consume_queue_ms=3_600_000, flush_commitlog_least_pages=0))
+    store.start()
+    try:
+        assert store.index is not None and store.index_builder is not None
+        clock = FakeMonotonic()
+        service = MaintenanceService(store, monotonic=clock)
+        end = 0
+        for n in range(0, 20_000, 100):
+            end = _put(store, [f"k{i}" for i in range(n, n + 100)])
+        assert end > 0 and store.index_builder.wait_applied(end, 10) and store.wait_flushed(end, 10)
+        path = store.index.files[-1].path
+        clock.t += 1
+        service.run_once()  # flushes the index; its slots stay mapped
+        assert mapped_rss(path) > 1 << 20
+        clock.t += 1
+        service.run_once()  # nothing new: dropped
+        assert mapped_rss(path) < 64 << 10
+        assert all(len(store.query_by_key("T", f"k{i}")) == 1 for i in range(0, 20_000, 997))
+        end = _put(store, ["again"])  # written again: the next idle pass drops them again
+        assert store.index_builder.wait_applied(end, 10) and store.wait_flushed(end, 10)
+        clock.t += 1
+        service.run_once()
+        clock.t += 1
+        service.run_once()
+        assert mapped_rss(path) < 64 << 10 and len(store.query_by_key("T", "again")) == 1
     finally:
         store.shutdown()

@@ -398,6 +398,15 @@ class IndexService:
                     continue
                 f.release_flushed(full=f is not last)
 
+    def release_idle(self) -> None:
+        """Drop every file's pages from this process's mapping, the last one's hash slots too (``flush`` keeps
+        those: they are written at random while keys come). The page cache keeps them, written or not (a shared
+        file mapping: the next ``flush`` still writes what is not on disk yet), and a put or a lookup maps them
+        again. For a store with nothing to index for now (the maintenance pass finds nothing new)."""
+        with self._lock:
+            for f in self.files:
+                f.release_flushed(full=True)
+
     def delete_files_before(self, min_phy_offset: int) -> int:
         """Delete files that only point below ``min_phy_offset`` (never the last); returns how many."""
         with self._flush_lock, self._lock:

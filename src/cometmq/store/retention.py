@@ -34,6 +34,8 @@ class MaintenanceService(ServiceThread):
         self._last_thorough = self._last_index = monotonic()
         #: a pass left the index unflushed: its checkpoint claims less than the queues have made durable
         self._index_behind = False
+        #: an idle pass dropped the key index's mapping (see ``IndexService.release_idle``); again after a write
+        self._released = False
         #: passes that flushed something, and the thorough ones among them
         self.passes = 0
         self.thorough_passes = 0
@@ -47,7 +49,14 @@ class MaintenanceService(ServiceThread):
         state = (store.reput.reput_offset, store.flushed_offset)
         if state == self._saved and not (thorough and store.dirty_queues) and not store.cq_mappings.pending \
                 and not (index and self._index_behind):
-            return  # nothing new; queues left dirty below the threshold wait for the thorough pass
+            # Nothing new; queues left dirty below the threshold wait for the thorough pass. The first such pass
+            # after writes drops the index's pages from the mapping (slots written at random stay mapped while
+            # keys keep coming).
+            if not self._released and store.index is not None:
+                store.index.release_idle()
+                self._released = True
+            return
+        self._released = False
         store.flush_and_checkpoint(0 if thorough else cfg.flush_consume_queue_least_pages, index=index)
         self._saved = state
         self._index_behind = not index

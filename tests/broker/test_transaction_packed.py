@@ -10,7 +10,13 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import decode_record
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import make_request
-from cometmq.protocol.transaction_batch import PACKED_PROPERTY, EndEntry, encode_end_entries
+from cometmq.protocol.transaction_batch import (
+    HALF_BATCH_FIELD,
+    PACKED_HALF,
+    PACKED_PROPERTY,
+    EndEntry,
+    encode_end_entries,
+)
 
 from .conftest import StartBroker, props, send_request
 from .test_transaction import GROUP, Producer, end_fields, make_producer, producer_factory, pull_all
@@ -109,6 +115,13 @@ async def test_bad_packed_halves_are_refused_and_store_nothing(start_broker: Sta
                            producerGroup=GROUP, sysFlag=sys_flag)
         r = await p.client.invoke(b.addr, req)
         assert r.code == ResponseCode.MESSAGE_ILLEGAL and why in (r.remark or ""), (why, r.code, r.remark)
+    # Small enough to send, too large once unpacked: 10,000 one-byte messages take ~1.4 MB as records, more than
+    # this broker's 1 MiB segment (the commit could never be appended).
+    tiny = encode_batch([(b"x", {}, 0)] * 10_000)
+    assert len(tiny) <= b.config.store.max_message_size
+    r = await p.client.invoke(b.addr, send_request("TxPackedBad", tiny, 0, props(
+        UNIQ_KEY="U", TRAN_MSG="true", PGROUP=GROUP, **{PACKED_PROPERTY: "10000"}), producerGroup=GROUP, sysFlag=4))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "more than a commit-log segment" in (r.remark or ""), r.remark
     # A half batch's item may not be a packed half.
     r = await p.client.invoke(b.addr, half_batch_request("TxPackedBad", half_items(2, **{PACKED_PROPERTY: "1"})))
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "packed half" in (r.remark or ""), r.remark
@@ -119,3 +132,25 @@ async def test_bad_packed_halves_are_refused_and_store_nothing(start_broker: Sta
     assert r.code == ResponseCode.SUCCESS, r.remark
     [m] = await pull_all(p.client, b, "TxPackedBad")
     assert m.body == b"x" and m.properties[PACKED_PROPERTY] == "9"
+
+
+async def test_a_packed_half_sent_as_a_batch_request(start_broker: StartBroker,
+                                                    producer_factory: list[Producer]) -> None:
+    """The SDK's form: a batch request with cometmqHalfBatch=packed (a broker without the extension refuses it),
+    the half's properties in its header; without the property the field is refused, nothing stored."""
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    half_props = props(UNIQ_KEY="PK", TRAN_MSG="true", PGROUP=GROUP, **{PACKED_PROPERTY: "3"})
+    r = await p.client.invoke(b.addr, half_batch_request("TxPackedR", items(3), 2, properties=half_props,
+                                                         **{HALF_BATCH_FIELD: PACKED_HALF}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert "," not in r.ext_fields["msgId"] and list(b.transactions.table.pending) == [int(r.ext_fields["queueOffset"])]
+    r = await p.client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION, end_fields(r, COMMIT)))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert [m.body for m in await pull_all(p.client, b, "TxPackedR", 2)] == [b"p0", b"p1", b"p2"]
+    end = b.store.commitlog.max_offset
+    plain = props(UNIQ_KEY="PK2", TRAN_MSG="true", PGROUP=GROUP, note="cometmqPacked is not a property here")
+    r = await p.client.invoke(b.addr, half_batch_request("TxPackedR", items(3), 2, properties=plain,
+                                                         **{HALF_BATCH_FIELD: PACKED_HALF}))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "needs the property cometmqPacked" in (r.remark or "")
+    assert b.store.commitlog.max_offset == end and len(b.transactions.table) == 0

@@ -49,7 +49,7 @@ from cometmq.protocol.properties import (
 )
 from cometmq.protocol.remoting import RemotingCommand, make_response
 from cometmq.protocol.route import perm_writable
-from cometmq.protocol.transaction_batch import HALF_BATCH_FIELD
+from cometmq.protocol.transaction_batch import HALF_BATCH_FIELD, PACKED_HALF, PACKED_PROPERTY
 from cometmq.store.batch_codec import offset_msg_ids, plain_batch_messages
 from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult
@@ -132,8 +132,15 @@ class SendProcessor:
         born_host = born_host_of(conn)
         batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         half_batch = False
-        if batch:
-            asked = cmd.ext_fields.get(HALF_BATCH_FIELD)
+        asked = cmd.ext_fields.get(HALF_BATCH_FIELD) if batch else None
+        if asked == PACKED_HALF:
+            # cometmq's packed half: the batch body is one half's body, the header's properties its own (sent as a
+            # batch so that a broker without the extension refuses it); the transaction hook checks and stores it
+            msgs, plain, batch = [self._single_message(header, cmd.body, queue_id, born_host)], False, False
+            if PACKED_PROPERTY not in msgs[0].properties:
+                raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a packed half ({HALF_BATCH_FIELD}={PACKED_HALF})"
+                                    f" needs the property {PACKED_PROPERTY}")
+        elif batch:
             # cometmq's batch of transaction halves: the transaction hook checks and stores it
             half_batch = asked is not None and _flag(asked)
             msgs, plain = self._batch_messages(header, cmd.body, queue_id, born_host, half_batch)

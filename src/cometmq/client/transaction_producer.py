@@ -60,6 +60,7 @@ from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY, encode_prope
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.protocol.transaction_batch import (
     HALF_BATCH_FIELD,
+    PACKED_HALF,
     PACKED_PROPERTY,
     EndEntry,
     EndOutcome,
@@ -370,18 +371,20 @@ class TransactionProducer(Producer):
         ``queue`` with ``properties`` (they travel with the half, for the checker; each item keeps its own),
         :meth:`half_properties`, ``UNIQ_KEY=msg_id`` and the count. Its COMMIT delivers the ``count`` items.
         Answered as a :class:`HalfBatchRange` of one half. Sent once, to ``queue``, as
-        :meth:`send_half_batch_body`; a broker without the extension stores it as a plain half whose commit would
-        deliver the body as one message, so send it only to cometmq brokers."""
+        :meth:`send_half_batch_body`; a broker without the extension refuses it (BrokerError)."""
         if not self.started:
             raise ClientStateError("the producer is not started")
         self._check_topic(queue.topic)
         if not body or count < 1:
             raise InvalidArgumentError(f"the packed half for {queue.topic} is empty")
         props = {**(properties or {}), **self.half_properties(), UNIQ_KEY: msg_id, PACKED_PROPERTY: str(count)}
+        # A batch request (the half's properties in its header, the batch as its body): a broker without the
+        # extension refuses it instead of storing a half whose commit would deliver the batch as one message.
         header = SendMessageRequestHeader(producer_group=self.group, topic=queue.topic, queue_id=queue.queue_id,
                                           sys_flag=int(SysFlag.TRANSACTION_PREPARED), born_timestamp=_now_ms(),
-                                          properties=encode_properties(props).decode())
-        cmd = make_request(RequestCode.SEND_MESSAGE_V2, send_header_to_v2(header), body)
+                                          properties=encode_properties(props).decode(), batch=True)
+        cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
+        cmd.ext_fields[HALF_BATCH_FIELD] = PACKED_HALF
 
         def answer(response: Any, addr: str) -> HalfBatchRange:
             status, real_q, offset = Producer._answer(response, queue, addr)

@@ -6,7 +6,6 @@ INVALID_PARAMETER and a remark naming the problem; the route table is not touche
 
 from __future__ import annotations
 
-import _blake2
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -283,4 +282,10 @@ def _body_digest(body: bytes, compressed: bool) -> bytes:
     """A registration body's digest (BLAKE2b, 16 bytes, keyed apart by ``compressed``), from the module hashlib
     takes its BLAKE2 from: ``import hashlib`` also loads OpenSSL's digests, ~0.6 MiB of an idle ``cometmq serve``
     that nothing else of a server without access control needs (docs/benchmarks.md, [16] idle memory)."""
-    return _blake2.blake2b(body, digest_size=16, person=b"c" if compressed else b"p").digest()
+    return _blake2b(body, digest_size=16, person=b"c" if compressed else b"p").digest()
+
+
+try:
+    from _blake2 import blake2b as _blake2b
+except ImportError:  # (a Python built without its own BLAKE2: hashlib's, from OpenSSL)
+    from hashlib import blake2b as _blake2b

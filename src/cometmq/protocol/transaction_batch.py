@@ -24,9 +24,14 @@ END_TRANSACTION_BATCH (31037)
     how many failed. A request names at most :data:`MAX_END_ENTRIES` halves, ranges counted by their halves.
 
 Packed half
-    One transactional message (a single SEND_MESSAGE/_V2, ``TRAN_MSG=true``) with the property
-    ``cometmqPacked=<n>`` (:data:`PACKED_PROPERTY`): its body is a batch (SEND_BATCH_MESSAGE's body layout) of
-    ``n`` messages, not compressed, none with a delay or timer property. The broker checks the body when it is sent
+    One transactional message (``TRAN_MSG=true``) with the property ``cometmqPacked=<n>`` (:data:`PACKED_PROPERTY`):
+    its body is a batch (SEND_BATCH_MESSAGE's body layout) of ``n`` messages, not compressed, none with a delay or
+    timer property. It is sent as a SEND_BATCH_MESSAGE (or a batch SEND_MESSAGE/_V2) with the request field
+    ``cometmqHalfBatch=packed`` (:data:`PACKED_HALF`), the header's properties the half's own, the batch body its
+    body, so that a broker without the extension refuses it (RocketMQ refuses a transactional batch; an older
+    cometmq a ``cometmqHalfBatch`` that is not a boolean) rather than storing it as a plain half whose commit would
+    deliver the batch as one message; the field without the property is refused MESSAGE_ILLEGAL. A single send with
+    the property is taken the same way. The broker checks the body when it is sent
     (MESSAGE_ILLEGAL, nothing stored, when it does not hold ``n`` such messages) and stores it as one half: one
     record, one half-queue unit, one pending transaction, however many messages it holds. A COMMIT delivers its
     ``n`` messages to the real topic and queue, each as a half of its own would have been delivered (its own
@@ -49,6 +54,9 @@ from cometmq.protocol.errors import RemoteProtocolError
 HALF_BATCH_FIELD = "cometmqHalfBatch"
 #: the property of a packed half: how many messages its body holds
 PACKED_PROPERTY = "cometmqPacked"
+#: :data:`HALF_BATCH_FIELD`'s value on a packed half sent as a batch request (what a broker without the extension
+#: refuses: RocketMQ refuses a transactional batch, an older cometmq a field that is not a boolean)
+PACKED_HALF = "packed"
 #: entries of one END_TRANSACTION_BATCH at most
 MAX_END_ENTRIES = 65_536
 _STATES = (0, 8, 12)

@@ -124,10 +124,12 @@ class HalfBatch(WriterCommitMessage):
     batch_id: int
     write_id: str
     halves: list[HalfRef]
+    #: the rows the halves hold (a packed half holds many)
+    rows: int = 0
 
     @property
     def messages(self) -> int:
-        return count_halves(self.halves)
+        return self.rows
 
 
 def count_halves(ranges: Sequence[HalfRef]) -> int:
@@ -400,7 +402,7 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
             log.warning("transactional write task failed; rolled back %d of its %d halves", rolled,
                         count_halves(sent))
             raise
-        return HalfBatch(query_id, batch_id, write_id, sender.halves())
+        return HalfBatch(query_id, batch_id, write_id, sender.halves(), sender.sent)
     finally:
         try:
             link.run(producer.close())
@@ -511,7 +513,8 @@ def _collect(messages: Sequence[WriterCommitMessage | None]) -> tuple[str | None
 
 
 def commit_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> int:
-    """Commit batch ``batch_id``'s halves exactly once (see the module docstring); returns the rows delivered."""
+    """Commit batch ``batch_id``'s halves exactly once (see the module docstring); returns the halves the marker
+    lists (each a packed half of rows, or one row of a marker written before packed halves)."""
     query_id, write_ids, halves = _collect(messages)
     if query_id is None or not halves:
         return 0

@@ -531,7 +531,9 @@ class CometBatchWriter(DataSourceArrowWriter):
         if self.opts.transactional:
             from cometmq.spark import exactly_once
             n = exactly_once.commit_halves(self.opts, messages, 0)
-            log.info("cometmq transactional write %s committed: %d messages", self.job_id, n)
+            rows = sum(m.messages for m in messages if isinstance(m, exactly_once.HalfBatch))
+            log.info("cometmq transactional write %s committed: %d halves (%d rows from this run's tasks)",
+                     self.job_id, n, rows)
             return
         total = sum(m.messages for m in messages if isinstance(m, SentCount))
         log.info("cometmq write committed: %d messages from %d tasks", total, len(messages))
@@ -540,7 +542,7 @@ class CometBatchWriter(DataSourceArrowWriter):
         if self.opts.transactional:
             from cometmq.spark import exactly_once
             n = exactly_once.abort_halves(self.opts, messages, 0)
-            log.warning("cometmq transactional write %s aborted: %d messages rolled back", self.job_id, n)
+            log.warning("cometmq transactional write %s aborted: %d halves rolled back", self.job_id, n)
             return
         sent = sum(m.messages for m in messages if isinstance(m, SentCount))
         log.warning("cometmq write aborted; %d messages of the finished tasks stay sent (at-least-once)", sent)
@@ -582,7 +584,7 @@ class CometStreamWriter(DataSourceStreamArrowWriter):
         if self.opts.transactional:
             from cometmq.spark import exactly_once
             n = exactly_once.commit_halves(self.opts, messages, batchId)
-            log.info("cometmq transactional stream write: batch %d committed, %d messages", batchId, n)
+            log.info("cometmq transactional stream write: batch %d committed, %d halves", batchId, n)
             return
         total = sum(m.messages for m in messages if isinstance(m, SentCount))
         log.info("cometmq stream write: batch %d committed, %d messages", batchId, total)
@@ -591,6 +593,6 @@ class CometStreamWriter(DataSourceStreamArrowWriter):
         if self.opts.transactional:
             from cometmq.spark import exactly_once
             n = exactly_once.abort_halves(self.opts, messages, batchId)
-            log.warning("cometmq transactional stream write: batch %d aborted, %d messages rolled back", batchId, n)
+            log.warning("cometmq transactional stream write: batch %d aborted, %d halves rolled back", batchId, n)
             return
         log.warning("cometmq stream write: batch %d aborted; what was sent stays sent (at-least-once)", batchId)

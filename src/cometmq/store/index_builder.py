@@ -128,6 +128,10 @@ class IndexBuilder(ServiceThread):
             self.applied_offset = min(self.applied_offset, offset)
             self.submitted_offset = min(self.submitted_offset, offset)
 
+    def caught_up(self) -> bool:
+        """Whether everything handed over is indexed (nothing queued, nothing being applied)."""
+        return not self._queue and self.applied_offset >= self.submitted_offset
+
     def durable_point(self, dispatched: int) -> int:
         """The highest offset a checkpoint may claim as indexed, given the dispatcher's offset."""
         if self._queue or self.applied_offset < self.submitted_offset:

@@ -52,7 +52,8 @@ class MaintenanceService(ServiceThread):
             # Nothing new; queues left dirty below the threshold wait for the thorough pass. The first such pass
             # after writes drops the index's pages from the mapping (slots written at random stay mapped while
             # keys keep coming).
-            if not self._released and store.index is not None:
+            if not self._released and store.index is not None and (
+                    store.index_builder is None or store.index_builder.caught_up()):
                 store.index.release_idle()
                 self._released = True
             return

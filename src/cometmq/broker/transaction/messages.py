@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import itertools
 import operator
+import re
 import struct
 from collections.abc import Callable, Mapping
 from operator import methodcaller
@@ -244,10 +245,14 @@ _PACKED_REFUSED = (b"DELAY\x01", b"TIMER_")
 _COMPRESSED = 0x1
 
 
+#: the search behind :func:`holds_packed`, of any buffer (a region of the log: no copy) and a span of it
+_PACKED_FIND = re.compile(re.escape(_PACKED_AT)).search
+
+
 def holds_packed(raw: bytes | bytearray | memoryview) -> bool:
     """Whether encoded properties, or records holding them, may hold :data:`PACKED_PROPERTY` (a byte search: a
     name ending in it, or a body holding its bytes, hits too)."""
-    return _PACKED_AT in (raw if isinstance(raw, bytes) else bytes(raw))
+    return _PACKED_FIND(raw) is not None
 
 
 def packed_count(msg: MessageInner) -> int | None:
@@ -292,7 +297,13 @@ def commit_messages(half: StoredHalf, half_commit_log_offset: int) -> tuple[list
     items = packed_items(msg, count)
     for m in items:
         m.prepared_transaction_offset = half_commit_log_offset
-    return items, len(msg.body) + count * (len(msg.topic) + RECORD_OVERHEAD - ITEM_OVERHEAD)
+    return items, unpacked_size(msg, count)
+
+
+def unpacked_size(msg: MessageInner, count: int) -> int:
+    """What the ``count`` messages of the packed half ``msg`` take in the log at most (each item of its body is its
+    body and properties and ``ITEM_OVERHEAD`` bytes; each record those, the topic and :data:`RECORD_OVERHEAD`)."""
+    return len(msg.body) + count * (len(msg.topic.encode()) + RECORD_OVERHEAD - ITEM_OVERHEAD)
 
 
 _Read = tuple[list[int], list[int], list[MessageInner] | None, list[int], list[int]]
@@ -309,12 +320,14 @@ def commit_records(records: list[memoryview] | memoryview, limit: int, first: in
     built."""
     if C_TX is None:
         return None
-    # A packed half is unpacked by commit_messages: the caller reads it one by one.
-    if any(map(holds_packed, records)) if isinstance(records, list) else holds_packed(records):
-        return None
     got: _Read | None = C_TX.commit_records(
         records, limit, first, first_phy, group.encode(), _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B, _BOOKKEEPING_B,
         _REAL_TOPIC_B, _REAL_QID_B, commit, RECORD_OVERHEAD)
+    # A packed half among them is unpacked by commit_messages: the caller reads them one by one. Only the records
+    # read are searched, where they lie (no copy).
+    if got is not None and (any(_PACKED_FIND(v) for v in records[:len(got[0])]) if isinstance(records, list)
+                            else _PACKED_FIND(records, 0, sum(got[4]))):
+        return None
     return got
 
 

@@ -99,6 +99,8 @@ RESOLVED_MEMORY = 65_536
 assert RESOLVED_MEMORY >= MAX_END_ENTRIES  # a batched END's claims are all remembered until it appends them
 #: what a decision makes of a transaction
 _OUTCOME = {TRANSACTION_COMMIT_TYPE: "committed", TRANSACTION_ROLLBACK_TYPE: "rolled back"}
+#: bytes a packed half's commit leaves in its segment for the op record and the blank end marker
+_OP_ROOM = 4096
 
 
 class TransactionalMessageService:
@@ -196,10 +198,9 @@ class TransactionalMessageService:
         ctx.on_stored = functools.partial(self._halves_stored, kept)
         return True
 
-    @staticmethod
-    def _check_packed(msgs: list[MessageInner], half_batch: bool) -> None:
+    def _check_packed(self, msgs: list[MessageInner], half_batch: bool) -> None:
         """A packed half (protocol/transaction_batch.py) is stored only when its body unpacks as its commit will
-        unpack it; a half batch's item may not be one."""
+        unpack it, into records that fit in one append (a segment); a half batch's item may not be one."""
         if half_batch:
             for n, m in enumerate(msgs):
                 if m.properties_raw is not None and tm.holds_packed(m.properties_raw) and PACKED_PROPERTY in (
@@ -214,6 +215,11 @@ class TransactionalMessageService:
                     tm.packed_items(m, count)
             except ValueError as exc:
                 raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+            room = self.config.store.commitlog_segment_size - _OP_ROOM
+            if count is not None and tm.unpacked_size(m, count) > room:
+                raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a packed half's {count} messages would take up to "
+                                    f"{tm.unpacked_size(m, count)} bytes as records, more than a commit-log segment "
+                                    f"holds with its op record ({room})")
 
     def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
         pass

@@ -126,3 +126,35 @@ async def test_packed_halves_commit_their_rows_and_are_checked_back_as_one(fast_
             await p.send_packed_half(q, rows("z", 3), 5, "Z0000")
     got = await consume(fast_cluster, "TxSdkP", 53, group="cg-tx-2")
     assert sorted(m.body for m in got) == sorted([f"a{i}".encode() for i in range(50)] + [b"y0", b"y1", b"y2"])
+
+
+async def test_packed_halves_survive_kill_9_of_the_broker(tmp_path: Path) -> None:
+    """Packed halves stored, ``cometmq serve`` killed -9, restarted: the halves are pending again (one transaction
+    each), and their commit delivers every row once."""
+    server = CometServer(tmp_path / "serve", {"transactionTimeOut": "60000"})
+    await asyncio.to_thread(server.start)
+    try:
+        await asyncio.to_thread(server.create_topic, "TxSdkPK", 2)
+        instance = TransactionClientInstance(server.namesrv, heartbeat_interval=0.5)
+        async with TransactionProducer("tx-packed-kill", instance=instance) as p:
+            qs = await p.queues("TxSdkPK")
+            stored = []
+            for k, q in enumerate(qs):
+                body = encode_batch([(f"q{k}-{i}".encode(), {"UNIQ_KEY": f"K{k}{i:04d}"}, 0) for i in range(300)])
+                stored.append(await p.send_packed_half(q, body, 300, f"K{k}0000"))
+            assert all(s.ok for s in stored)
+            await asyncio.to_thread(server.restart, hard=True)
+            entries = [EndEntry(decode_offset_msg_id(s.offset_msg_id).offset, s.queue_offset, S.COMMIT.value, s.msg_id)
+                       for s in stored]
+            outcomes: list[object] = []
+            async with asyncio.timeout(60):
+                while not outcomes:
+                    try:
+                        outcomes = list(await p.end_transaction_batch(qs[0].broker_name, entries))
+                    except MQClientError:  # the client reconnects once the broker is back
+                        await asyncio.sleep(0.2)
+            assert all(getattr(o, "ok", False) for o in outcomes), outcomes
+        got = await consume_all(server.namesrv, "TxSdkPK", 600)
+        assert sorted(m.body for m in got) == sorted(f"q{k}-{i}".encode() for k in range(2) for i in range(300))
+    finally:
+        await asyncio.to_thread(server.close)

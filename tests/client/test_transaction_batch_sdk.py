@@ -4,13 +4,15 @@ in-process cluster, and a ``cometmq serve`` process killed -9 between the halves
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from cometmq.client import LocalTransactionState, Message, MessageExt, TransactionClientInstance, TransactionProducer
 from cometmq.client.errors import BrokerError, InvalidArgumentError, MQClientError
-from cometmq.client.transaction_producer import EndEntry
+from cometmq.client.transaction_producer import EndEntry, EndOutcome
 from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.msgid import decode_offset_msg_id
@@ -69,27 +71,38 @@ async def test_an_undecided_batched_half_is_checked_back(fast_cluster: Cluster) 
     assert FAST["transaction_timeout_ms"] == 200
 
 
-async def test_batched_halves_survive_kill_9_of_the_broker(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def killable(tmp_path: Path, topic: str, group: str) -> AsyncIterator[tuple[CometServer, TransactionProducer]]:
+    """``cometmq serve`` with ``topic`` (2 queues) and a started transaction producer of ``group`` on it."""
     server = CometServer(tmp_path / "serve", {"transactionTimeOut": "60000"})
     await asyncio.to_thread(server.start)
     try:
-        await asyncio.to_thread(server.create_topic, "TxSdkK", 2)
+        await asyncio.to_thread(server.create_topic, topic, 2)
         instance = TransactionClientInstance(server.namesrv, heartbeat_interval=0.5)
-        async with TransactionProducer("tx-batch-kill", instance=instance) as p:
-            results = await p.send_half_batch([Message("TxSdkK", f"r{i}".encode()) for i in range(20)])
-            await asyncio.to_thread(server.restart, hard=True)
-            outcomes: list[object] = []
-            async with asyncio.timeout(60):
-                while not outcomes:
-                    try:
-                        outcomes = list(await p.end_transactions([(r, S.COMMIT) for r in results]))
-                    except MQClientError:  # the client reconnects once the broker is back
-                        await asyncio.sleep(0.2)
-            assert all(getattr(o, "code", None) == 0 for o in outcomes), outcomes
-        got = await consume_all(server.namesrv, "TxSdkK", 20)
-        assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in results)
+        async with TransactionProducer(group, instance=instance) as p:
+            yield server, p
     finally:
         await asyncio.to_thread(server.close)
+
+
+async def once_back(call: Callable[[], Awaitable[list[EndOutcome]]]) -> list[EndOutcome]:
+    """``call()``'s outcomes once the restarted broker answers (the client reconnects meanwhile)."""
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                return list(await call())
+            except MQClientError:
+                await asyncio.sleep(0.2)
+
+
+async def test_batched_halves_survive_kill_9_of_the_broker(tmp_path: Path) -> None:
+    async with killable(tmp_path, "TxSdkK", "tx-batch-kill") as (server, p):
+        results = await p.send_half_batch([Message("TxSdkK", f"r{i}".encode()) for i in range(20)])
+        await asyncio.to_thread(server.restart, hard=True)
+        outcomes = await once_back(lambda: p.end_transactions([(r, S.COMMIT) for r in results]))
+        assert all(o.code == 0 for o in outcomes), outcomes
+        got = await consume_all(server.namesrv, "TxSdkK", 20)
+        assert sorted(m.msg_id for m in got) == sorted(r.msg_id for r in results)
 
 
 async def test_packed_halves_commit_their_rows_and_are_checked_back_as_one(fast_cluster: Cluster) -> None:
@@ -131,30 +144,17 @@ async def test_packed_halves_commit_their_rows_and_are_checked_back_as_one(fast_
 async def test_packed_halves_survive_kill_9_of_the_broker(tmp_path: Path) -> None:
     """Packed halves stored, ``cometmq serve`` killed -9, restarted: the halves are pending again (one transaction
     each), and their commit delivers every row once."""
-    server = CometServer(tmp_path / "serve", {"transactionTimeOut": "60000"})
-    await asyncio.to_thread(server.start)
-    try:
-        await asyncio.to_thread(server.create_topic, "TxSdkPK", 2)
-        instance = TransactionClientInstance(server.namesrv, heartbeat_interval=0.5)
-        async with TransactionProducer("tx-packed-kill", instance=instance) as p:
-            qs = await p.queues("TxSdkPK")
-            stored = []
-            for k, q in enumerate(qs):
-                body = encode_batch([(f"q{k}-{i}".encode(), {"UNIQ_KEY": f"K{k}{i:04d}"}, 0) for i in range(300)])
-                stored.append(await p.send_packed_half(q, body, 300, f"K{k}0000"))
-            assert all(s.ok for s in stored)
-            await asyncio.to_thread(server.restart, hard=True)
-            entries = [EndEntry(decode_offset_msg_id(s.offset_msg_id).offset, s.queue_offset, S.COMMIT.value, s.msg_id)
-                       for s in stored]
-            outcomes: list[object] = []
-            async with asyncio.timeout(60):
-                while not outcomes:
-                    try:
-                        outcomes = list(await p.end_transaction_batch(qs[0].broker_name, entries))
-                    except MQClientError:  # the client reconnects once the broker is back
-                        await asyncio.sleep(0.2)
-            assert all(getattr(o, "ok", False) for o in outcomes), outcomes
+    async with killable(tmp_path, "TxSdkPK", "tx-packed-kill") as (server, p):
+        qs = await p.queues("TxSdkPK")
+        stored = []
+        for k, q in enumerate(qs):
+            body = encode_batch([(f"q{k}-{i}".encode(), {"UNIQ_KEY": f"K{k}{i:04d}"}, 0) for i in range(300)])
+            stored.append(await p.send_packed_half(q, body, 300, f"K{k}0000"))
+        assert all(s.ok for s in stored)
+        await asyncio.to_thread(server.restart, hard=True)
+        entries = [EndEntry(decode_offset_msg_id(s.offset_msg_id).offset, s.queue_offset, S.COMMIT.value, s.msg_id)
+                   for s in stored]
+        outcomes = await once_back(lambda: p.end_transaction_batch(qs[0].broker_name, entries))
+        assert all(o.ok for o in outcomes), outcomes
         got = await consume_all(server.namesrv, "TxSdkPK", 600)
         assert sorted(m.body for m in got) == sorted(f"q{k}-{i}".encode() for k in range(2) for i in range(300))
-    finally:
-        await asyncio.to_thread(server.close)

@@ -10,6 +10,11 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+try:  # BLAKE2 without hashlib, which loads OpenSSL's digests (see _body_digest)
+    from _blake2 import blake2b as _blake2b
+except ImportError:  # (a Python built without its own BLAKE2: hashlib's, from OpenSSL)
+    from hashlib import blake2b as _blake2b
+
 from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.net.client import split_address
@@ -283,9 +288,3 @@ def _body_digest(body: bytes, compressed: bool) -> bytes:
     takes its BLAKE2 from: ``import hashlib`` also loads OpenSSL's digests, ~0.6 MiB of an idle ``cometmq serve``
     that nothing else of a server without access control needs (docs/benchmarks.md, [16] idle memory)."""
     return _blake2b(body, digest_size=16, person=b"c" if compressed else b"p").digest()
-
-
-try:
-    from _blake2 import blake2b as _blake2b
-except ImportError:  # (a Python built without its own BLAKE2: hashlib's, from OpenSSL)
-    from hashlib import blake2b as _blake2b

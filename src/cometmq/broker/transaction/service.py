@@ -208,18 +208,20 @@ class TransactionalMessageService:
                     raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"item {n} of a half batch is a packed half "
                                         f"({PACKED_PROPERTY}): send it on its own")
             return
+        room = self.config.store.commitlog_segment_size - _OP_ROOM
         for m in msgs:
             try:
                 count = tm.packed_count(m)
-                if count is not None:
-                    tm.packed_items(m, count)
+                if count is None:
+                    continue
+                tm.packed_items(m, count)
             except ValueError as exc:
                 raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-            room = self.config.store.commitlog_segment_size - _OP_ROOM
-            if count is not None and tm.unpacked_size(m, count) > room:
+            size = tm.unpacked_size(m, count)
+            if size > room:
                 raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a packed half's {count} messages would take up to "
-                                    f"{tm.unpacked_size(m, count)} bytes as records, more than a commit-log segment "
-                                    f"holds with its op record ({room})")
+                                    f"{size} bytes as records, more than a commit-log segment holds with its op "
+                                    f"record ({room})")
 
     def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
         pass

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import time
+
 from cometmq.broker.transaction import HALF_TOPIC
 from cometmq.broker.transaction import messages as tm
+from cometmq.broker.transaction import service as service_module
 from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import decode_record
@@ -17,6 +20,7 @@ from cometmq.protocol.transaction_batch import (
     EndEntry,
     encode_end_entries,
 )
+from cometmq.store.batch_codec import plain_batch_messages_py
 
 from .conftest import StartBroker, props, send_request
 from .test_transaction import GROUP, Producer, end_fields, make_producer, producer_factory, pull_all
@@ -50,9 +54,11 @@ async def test_a_packed_half_is_one_half_and_its_commit_delivers_each_message(
     assert rec.topic == HALF_TOPIC and rec.body == encode_batch(items(5)) and rec.properties[PACKED_PROPERTY] == "5"
     assert b.store.commitlog.max_offset - before == size
     # The size a batched END counts for its appends: what it would count message by message.
-    msgs, cost = tm.commit_messages(tm.read_half(b.store.read_record(clo)), clo)  # type: ignore[arg-type]
-    assert len(msgs) == 5 and cost == sum(len(m.body) + len(m.topic) + tm.RECORD_OVERHEAD + len(m.properties_raw or b"")
-                                          for m in msgs)
+    msg, cost = tm.commit_messages(tm.read_half(b.store.read_record(clo)), clo)  # type: ignore[arg-type]
+    msgs = plain_batch_messages_py(msg.body, msg.topic, msg.queue_id, msg.sys_flag, msg.born_timestamp, msg.born_host,
+                                   msg.reconsume_times)
+    assert msg.batch_items == 5 and msgs is not None and len(msgs) == 5
+    assert cost == sum(len(m.body) + len(m.topic) + tm.RECORD_OVERHEAD + len(m.properties_raw or b"") for m in msgs)
 
     r = await p.client.invoke(b.addr, make_request(RequestCode.END_TRANSACTION, end_fields(sent, COMMIT)))
     assert r.code == ResponseCode.SUCCESS, r.remark
@@ -89,6 +95,29 @@ async def test_batched_ends_commit_and_roll_back_packed_halves(start_broker: Sta
         b"a0", b"a1", b"a2", b"c0", b"c1", b"c2", b"d0", b"d1", b"d2"]
     m = b.transactions.metrics  # transactions, not messages
     assert len(b.transactions.table) == 0 and (m.committed, m.rolled_back) == (3, 1)
+
+
+async def test_a_large_batched_end_defers_the_key_index_and_keys_still_find_its_messages(
+        start_broker: StartBroker, producer_factory: list[Producer]) -> None:
+    """A batched END naming many halves leaves the key index to after its appends (the index builder is deferred,
+    as during the timer's bursts); a lookup by key right after it still finds every committed message."""
+    b = await start_broker()
+    p = make_producer(producer_factory, b)
+    n = service_module._DEFER_INDEX_HALVES
+    sent = [clo_qo(await p.half("TxPackedIdx", encode_batch(items(2, f"k{k}-")), **{PACKED_PROPERTY: "2"}))
+            for k in range(n)]
+    assert [qo for _, qo in sent] == list(range(sent[0][1], sent[0][1] + n))
+    builder = b.store.index_builder
+    assert builder is not None
+    before = time.monotonic()
+    out = await end_ranges(p.client, b, [EndEntry(sent[0][0], sent[0][1], COMMIT, "r", n)])
+    assert codes(out) == [0], out
+    assert builder._defer_since >= before  # deferred by this request
+    for k in (0, n // 2, n - 1):
+        for i in (0, 1):
+            [view] = b.store.query_by_key("TxPackedIdx", f"K{k}-{i}")
+            assert decode_record(view)[0].body == f"k{k}-{i}".encode()  # type: ignore[arg-type]
+    assert b.store.max_offset("TxPackedIdx", 0) == 2 * n
 
 
 def encode_end_entries_of(decisions: list[tuple[tuple[int, int], int]]) -> bytes:

@@ -20,7 +20,7 @@ from cometmq.broker import send as send_module
 from cometmq.protocol import record_layout
 from cometmq.protocol.batch import ITEM_OVERHEAD, encode_batch_raw
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, pack_host
+from cometmq.protocol.message import MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, decode_record, pack_host
 from cometmq.protocol.properties import RawProperties, encode_properties
 from cometmq.store import batch_codec
 from cometmq.store import commitlog as commitlog_module
@@ -133,18 +133,23 @@ def _reference(body: bytes, markers: tuple[bytes, ...]) -> list[MessageInner] | 
 def test_decode_matches_reference(body: bytes, markers: tuple[bytes, ...]) -> None:
     want = _reference(body, markers)
     got = C.decode_plain(body, "T", 3, 0, 1_700_000_000_000, BORN, 2, markers)
+    count = C.count_plain(body, markers)
     entry = batch_codec._plain_batch_messages_c
     if isinstance(want, str):
-        assert got is None
-        # through the send path's entry: the reference's own error, word for word
-        with pytest.raises(ProtocolError) as info:
-            entry(body, "T", 3, 0, 1_700_000_000_000, BORN, 2, markers)
-        assert f"{type(info.value).__name__}: {info.value}" == want
+        assert got is None and count is None
+        # through the send path's entry (and the count's): the reference's own error, word for word
+        for call in (lambda: entry(body, "T", 3, 0, 1_700_000_000_000, BORN, 2, markers),
+                     lambda: batch_codec._plain_batch_count_c(body, markers)):
+            with pytest.raises(ProtocolError) as info:
+                call()
+            assert f"{type(info.value).__name__}: {info.value}" == want
         return
     if want is None:  # a marker in some item's properties: not plain
-        assert got is False
+        assert got is False and count is False
         assert entry(body, "T", 3, 0, 1_700_000_000_000, BORN, 2, markers) is None
+        assert batch_codec._plain_batch_count_c(body, markers) is None
         return
+    assert count == len(want) == batch_codec.plain_batch_count_py(body, markers)
     # (before the comparison below, which decodes the properties)
     assert all(type(g.properties) is RawProperties and g.properties._dict is None for g in got)
     assert got == want
@@ -193,9 +198,20 @@ clean_spec = st.builds(lambda spec, held: {**spec, "held": held, "prepare": 1}, 
 mixed_batch = st.lists(st.one_of(message_spec, message_spec, message_spec, message_spec, message_spec,
                                  st.builds(lambda spec, odd: {**spec, **odd}, message_spec, odd_spec)),
                        min_size=1, max_size=10)
+#: a message of ``batch_items`` (a packed half's commit): its body the batch of ``items`` (sometimes mutated, as
+#: batch_bodies mutates one), ``batch_items`` their count or (rarely) another number
+items_spec = st.fixed_dictionaries({
+    "items": st.lists(st.tuples(st.binary(max_size=120), properties, st.integers(-(2**31), 2**31 - 1)), min_size=1,
+                      max_size=8),
+    "off_by": st.sampled_from([0, 0, 0, 0, 0, 0, 1, -1]),
+    "mutate": st.sampled_from([None] * 8 + [b"", b"\x00"]),
+})
+items_batch = st.lists(st.one_of(st.builds(lambda spec, items: {**spec, **items, "prepare": 1}, message_spec,
+                                           items_spec),
+                                 clean_spec), min_size=1, max_size=4)
 #: mostly batches the helper takes whole, some it hands back to Python (which must then do all of it)
 batch_spec = st.one_of(st.lists(clean_spec, min_size=1, max_size=10), st.lists(clean_spec, min_size=1, max_size=10),
-                       mixed_batch)
+                       mixed_batch, items_batch)
 log_spec = st.fixed_dictionaries({
     "batches": st.lists(batch_spec, min_size=1, max_size=12),
     "store_v6": st.booleans(),
@@ -212,6 +228,10 @@ def _message(spec: dict[str, Any]) -> MessageInner:
                      prepared_transaction_offset=spec["flag"] & 0xFFFF)
     if held == "tags_code":
         m.tags_code = spec["flag"]
+    if "items" in spec:
+        body = encode_batch_raw(spec["items"])
+        m.body = body if spec["mutate"] is None else body[:-1] + spec["mutate"]
+        m.batch_items = len(spec["items"]) + spec["off_by"]
     return m
 
 
@@ -237,8 +257,10 @@ def _run(path: Path, spec: dict[str, Any], native: bool) -> dict[str, Any]:
                 if s["prepare"] == 0:  # the timer's read-ahead: a record encoded before the append
                     store.commitlog.prepare(m)
             if native:
-                event("native append" if C.measure(msgs, 1024, store.commitlog._store_flags) is not None
-                      else "append handed back to Python")
+                native_append = C.measure(msgs, 1024, store.commitlog._store_flags) is not None
+                event("native append" if native_append else "append handed back to Python")
+                if any(m.batch_items for m in msgs):
+                    event(f"batch items: {'native append' if native_append else 'handed back to Python'}")
             result: PutResult = store.put_messages(msgs)
             clock.advance(1)
             results.append((result.status, result.remark, result.end_offset, result.records,
@@ -298,6 +320,16 @@ def test_a_plain_batch_takes_the_native_path(tmp_path: Path) -> None:
         assert spy.call_count == 1 and result.ok
         assert [r.queue_offset for r in result.records] == list(range(16))
         assert store.consume_queue("T", 1).max_offset == 16
+        # A packed half's commit (one message of batch_items) too: a record and a request per item.
+        packed = MessageInner("T", body, 1, {}, b"", 0, 0x8, 1_700_000_000_000, BORN, 0, 77, batch_items=16)
+        with mock.patch.object(store.commitlog, "_append_native", wraps=store.commitlog._append_native) as spy:
+            result = store.put_messages([packed])
+        assert spy.call_count == 1 and result.ok
+        assert [r.queue_offset for r in result.records] == list(range(16, 32))
+        assert [r.properties["UNIQ_KEY"] for r in result.records] == [f"k{i}" for i in range(16)]
+        assert store.consume_queue("T", 1).max_offset == 32
+        assert [rec.body for rec, _ in (decode_record(store.read_record(r.phy_offset))  # type: ignore[arg-type]
+                                        for r in result.records)] == [b"x" * 100] * 16
     finally:
         store.shutdown()
 

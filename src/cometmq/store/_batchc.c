@@ -61,7 +61,7 @@ static slots_t MSG, RAW, REQ;
 
 /* MessageInner's fields, in ``message_fields`` order (batch_codec passes dataclass order). */
 enum { M_TOPIC, M_BODY, M_QUEUE_ID, M_PROPERTIES, M_PROPERTIES_RAW, M_FLAG, M_SYS_FLAG, M_BORN_TIMESTAMP,
-       M_BORN_HOST, M_RECONSUME_TIMES, M_PREPARED_OFFSET, M_TAGS_CODE, M_ENCODED, M_COUNT };
+       M_BORN_HOST, M_RECONSUME_TIMES, M_PREPARED_OFFSET, M_TAGS_CODE, M_ENCODED, M_BATCH_ITEMS, M_COUNT };
 enum { R_DICT, R_RAW, R_COUNT };
 enum { D_TOPIC, D_QUEUE_ID, D_PHY_OFFSET, D_SIZE, D_TAGS_CODE, D_STORE_TIMESTAMP, D_QUEUE_OFFSET, D_SYS_FLAG,
        D_PROPERTIES, D_COUNT };
@@ -112,6 +112,32 @@ static int contains(const unsigned char *hay, Py_ssize_t n, const char *needle, 
     return 0;
 }
 
+/* The items of a plain batch body ``b[:end]``, checked as the reference checks them (each item's sizes, then its
+ * properties as UTF-8; with ``markers`` (a tuple of bytes, or NULL) ``*marked`` set when one's properties hold
+ * one): their count; -1 when the body is malformed in any way the reference rejects; -2 with an error set. */
+static Py_ssize_t scan_items(const unsigned char *b, Py_ssize_t end, PyObject *markers, int *marked) {
+    Py_ssize_t n_markers = markers == NULL ? 0 : PyTuple_GET_SIZE(markers), pos = 0, count = 0;
+    while (pos < end) {
+        if (end - pos < ITEM_OVERHEAD) return -1;
+        int64_t total = get_be32(b + pos), body_len = get_be32(b + pos + 16);
+        if (total < ITEM_OVERHEAD || total > end - pos) return -1;
+        int64_t item_end = pos + total, body_end = pos + ITEM_HEAD + body_len;
+        if (body_len < 0 || body_end + 2 > item_end) return -1;
+        int64_t props_len = (int16_t)((b[body_end] << 8) | b[body_end + 1]);
+        if (props_len < 0 || body_end + 2 + props_len != item_end) return -1;
+        int ok = utf8_valid(b + body_end + 2, (Py_ssize_t)props_len);
+        if (ok < 0) return -2;
+        if (!ok) return -1;
+        for (Py_ssize_t k = 0; k < n_markers && !*marked; k++) {
+            PyObject *mk = PyTuple_GET_ITEM(markers, k);
+            *marked = contains(b + body_end + 2, (Py_ssize_t)props_len, PyBytes_AS_STRING(mk), PyBytes_GET_SIZE(mk));
+        }
+        pos = (Py_ssize_t)item_end;
+        count++;
+    }
+    return count;
+}
+
 static PyObject *decode_plain(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *body, *topic, *queue_id, *sys_flag, *born_ts, *born_host, *reconsume, *markers;
@@ -130,26 +156,10 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
     Py_ssize_t end = PyBytes_GET_SIZE(body), pos = 0;
     /* First the checks of the whole body (the reference checks every item before any UTF-8, and the markers after
      * both), then the objects. */
-    Py_ssize_t count = 0;
     int marked = 0;
-    while (pos < end) {
-        if (end - pos < ITEM_OVERHEAD) Py_RETURN_NONE;
-        int64_t total = get_be32(b + pos), body_len = get_be32(b + pos + 16);
-        if (total < ITEM_OVERHEAD || total > end - pos) Py_RETURN_NONE;
-        int64_t item_end = pos + total, body_end = pos + ITEM_HEAD + body_len;
-        if (body_len < 0 || body_end + 2 > item_end) Py_RETURN_NONE;
-        int64_t props_len = (int16_t)((b[body_end] << 8) | b[body_end + 1]);
-        if (props_len < 0 || body_end + 2 + props_len != item_end) Py_RETURN_NONE;
-        int ok = utf8_valid(b + body_end + 2, (Py_ssize_t)props_len);
-        if (ok < 0) return NULL;
-        if (!ok) Py_RETURN_NONE;
-        for (Py_ssize_t k = 0; k < n_markers && !marked; k++) {
-            PyObject *mk = PyTuple_GET_ITEM(markers, k);
-            marked = contains(b + body_end + 2, (Py_ssize_t)props_len, PyBytes_AS_STRING(mk), PyBytes_GET_SIZE(mk));
-        }
-        pos = (Py_ssize_t)item_end;
-        count++;
-    }
+    Py_ssize_t count = scan_items(b, end, markers, &marked);
+    if (count == -2) return NULL;
+    if (count < 0) Py_RETURN_NONE;
     if (marked) Py_RETURN_FALSE;
     PyObject *out = PyList_New(count);
     if (out == NULL) return NULL;
@@ -164,14 +174,14 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
         PyObject *props = NULL, *m = NULL;
         if (ibody != NULL && raw != NULL && flag != NULL) {
             PyObject *rvals[R_COUNT] = {Py_None, raw};
-            props = make_slots(&RAW, rvals);
+            props = make_leaf(&RAW, rvals);
         }
         if (props != NULL) {
             PyObject *zero = PyLong_FromLong(0);
             if (zero != NULL) {
                 PyObject *vals[M_COUNT] = {topic, ibody, queue_id, props, raw, flag, sys_flag, born_ts, born_host,
-                                           reconsume, zero, Py_None, Py_None};
-                m = make_slots(&MSG, vals);
+                                           reconsume, zero, Py_None, Py_None, zero};
+                m = make_leaf(&MSG, vals);
                 Py_DECREF(zero);
             }
         }
@@ -187,6 +197,26 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
         pos += total;
     }
     return out;
+}
+
+/* count_plain(body, markers) -> int | None | False: decode_plain's checks without its objects. */
+static PyObject *count_plain(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *body, *markers;
+    if (!PyArg_ParseTuple(args, "SO!", &body, &PyTuple_Type, &markers)) return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(markers); k++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(markers, k))) {
+            PyErr_SetString(PyExc_TypeError, "count_plain: markers are bytes");
+            return NULL;
+        }
+    }
+    int marked = 0;
+    Py_ssize_t count = scan_items((const unsigned char *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), markers,
+                                  &marked);
+    if (count == -2) return NULL;
+    if (count < 0) Py_RETURN_NONE;
+    if (marked) Py_RETURN_FALSE;
+    return PyLong_FromSsize_t(count);
 }
 
 /* -- measure and pack ----------------------------------------------------------------------------------------- */
@@ -211,9 +241,44 @@ typedef struct {
     PyObject *m, *topic, *body, *props, *raw;
     const char *topic_p;
     Py_ssize_t topic_len, body_len, raw_len, born_len, size;
-    long long queue_id, flag, sys_flag, born_ts, reconsume, prepared, tags_code;
+    long long queue_id, flag, sys_flag, born_ts, reconsume, prepared, tags_code, items;
     int has_tags_code;
 } item_t;
+
+/* The tag code of encoded properties (their TAGS value's Java hash, 0 without one); 0 when the value is not UTF-8
+ * (the reference's decode raises). */
+static int tags_of_raw(const char *raw, Py_ssize_t len, long long *out) {
+    const char *tv;
+    Py_ssize_t tlen = 0;
+    *out = 0;
+    if (raw_get(raw, len, "TAGS", 4, &tv, &tlen) && tlen > 0) {
+        if (!all_ascii((const unsigned char *)tv, tlen)) {
+            int ok = utf8_valid((const unsigned char *)tv, tlen);
+            if (ok <= 0) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        *out = java_hash_utf8((const unsigned char *)tv, tlen);
+    }
+    return 1;
+}
+
+/* One batch item's parts (after scan_items checked the body): its flag, body and properties. */
+typedef struct {
+    const unsigned char *body, *props;
+    Py_ssize_t body_len, props_len, total;
+    long long flag;
+} part_t;
+
+static void item_at(const unsigned char *b, part_t *p) {
+    p->total = get_be32(b);
+    p->flag = (int32_t)get_be32(b + 12);
+    p->body_len = get_be32(b + 16);
+    p->body = b + ITEM_HEAD;
+    p->props_len = p->total - ITEM_OVERHEAD - p->body_len;
+    p->props = p->body + p->body_len + 2;
+}
 
 static int read_item(PyObject *m, long long max_body, int store_flags, item_t *it) {
     if (Py_TYPE(m) != MSG.type) return 0;
@@ -241,25 +306,17 @@ static int read_item(PyObject *m, long long max_body, int store_flags, item_t *i
     it->born_len = PyBytes_GET_SIZE(born);
     if (it->raw_len > MAX_PROPERTIES_LENGTH || it->body_len > max_body) return 0;
     if (it->born_len != IPV4_HOST_SIZE && it->born_len != IPV6_HOST_SIZE) return 0;
-    if (tags == Py_None) {
-        /* the tag code comes from the TAGS property: here only from a RawProperties's bytes */
+    PyObject *bi = SLOT(m, MSG, M_BATCH_ITEMS);
+    if (bi == NULL || !int_in(bi, 0, INT32_MAX, &it->items)) return 0;
+    if (it->items) {
+        it->has_tags_code = 0;  /* each record's own, from its item's properties */
+    } else if (tags == Py_None) {
+        /* the tag code comes from the TAGS property: here only from a RawProperties's bytes (which hold UTF-8:
+         * check_utf8; a value that is not would make the reference raise) */
         if (Py_TYPE(props) != RAW.type) return 0;
         PyObject *praw = SLOT(props, RAW, R_RAW);
         if (praw == NULL || !PyBytes_CheckExact(praw)) return 0;
-        const char *tv;
-        Py_ssize_t tlen = 0;
-        it->tags_code = 0;
-        if (raw_get(PyBytes_AS_STRING(praw), PyBytes_GET_SIZE(praw), "TAGS", 4, &tv, &tlen) && tlen > 0) {
-            /* RawProperties holds UTF-8 (check_utf8); a value that is not would make the reference raise */
-            if (!all_ascii((const unsigned char *)tv, tlen)) {
-                int ok = utf8_valid((const unsigned char *)tv, tlen);
-                if (ok <= 0) {
-                    PyErr_Clear();
-                    return 0;
-                }
-            }
-            it->tags_code = java_hash_utf8((const unsigned char *)tv, tlen);
-        }
+        if (!tags_of_raw(PyBytes_AS_STRING(praw), PyBytes_GET_SIZE(praw), &it->tags_code)) return 0;
         it->has_tags_code = 0;
     } else {
         if (!I64(tags, &it->tags_code)) return 0;
@@ -273,7 +330,26 @@ static int read_item(PyObject *m, long long max_body, int store_flags, item_t *i
         || !I32(rc, &it->reconsume) || !I64(po, &it->prepared))
         return 0;
     Py_ssize_t store_len = (store_flags & STOREHOST_V6_FLAG) ? IPV6_HOST_SIZE : IPV4_HOST_SIZE;
-    it->size = BODY_POS(it->born_len, store_len) + it->body_len + 1 + it->topic_len + 2 + it->raw_len;
+    if (!it->items) {
+        it->size = BODY_POS(it->born_len, store_len) + it->body_len + 1 + it->topic_len + 2 + it->raw_len;
+        return 1;
+    }
+    /* A batch of items (MessageInner.batch_items): a record each, of the size the reference's decoded messages
+     * take. Their count, their bodies' sizes and their properties' UTF-8 are checked as the reference checks them. */
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(body);
+    int marked = 0;
+    Py_ssize_t count = scan_items(b, it->body_len, NULL, &marked);
+    if (count == -2) PyErr_Clear();
+    if (count != it->items) return 0;
+    Py_ssize_t head = BODY_POS(it->born_len, store_len) + 1 + it->topic_len + 2, pos = 0;
+    part_t p;
+    it->size = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        item_at(b + pos, &p);
+        if (p.body_len > max_body) return 0;
+        it->size += head + p.body_len + p.props_len;
+        pos += p.total;
+    }
     return 1;
 }
 
@@ -313,6 +389,93 @@ static int table_put(PyObject *table, PyObject *key, long long next) {
     return rc;
 }
 
+/* Writes one record at ``r`` (CommitLog.append's layout: protocol/record_layout.py). */
+static void write_record(unsigned char *r, const item_t *it, long long flag, long long qoff, long long phy,
+                         long long sys, long long now, const char *store_host, Py_ssize_t store_len, Py_ssize_t size,
+                         const unsigned char *body, Py_ssize_t body_len, const unsigned char *raw, Py_ssize_t raw_len) {
+    uint32_t crc = (uint32_t)crc32(0L, body, (uInt)body_len) & 0x7FFFFFFFu;
+    put_be32(r, (uint32_t)size);
+    put_be32(r + 4, MAGIC_CODE);
+    put_be32(r + 8, crc);
+    put_be32(r + 12, (uint32_t)it->queue_id);
+    put_be32(r + 16, (uint32_t)flag);
+    put_be64(r + 20, (uint64_t)qoff);
+    put_be64(r + 28, (uint64_t)phy);
+    put_be32(r + 36, (uint32_t)sys);
+    put_be64(r + 40, (uint64_t)it->born_ts);
+    unsigned char *p = r + BORN_HOST_POS;
+    memcpy(p, PyBytes_AS_STRING(SLOT(it->m, MSG, M_BORN_HOST)), it->born_len);
+    p += it->born_len;
+    put_be64(p, (uint64_t)now);
+    memcpy(p + 8, store_host, store_len);
+    p += 8 + store_len;
+    put_be32(p, (uint32_t)it->reconsume);
+    put_be64(p + 4, (uint64_t)it->prepared);
+    put_be32(p + 12, (uint32_t)body_len);
+    p += 16;
+    memcpy(p, body, body_len);
+    p += body_len;
+    *p++ = (unsigned char)it->topic_len;
+    memcpy(p, it->topic_p, it->topic_len);
+    p += it->topic_len;
+    put_be16(p, (uint32_t)raw_len);
+    memcpy(p + 2, raw, raw_len);
+}
+
+/* The state of one pack call: the run of one (topic, queue) whose next queue offset is held here (a batch is one
+ * run: the table is read and written once), and the ints its requests share. */
+typedef struct {
+    PyObject *table, *key, *last_size, *last_tags, *last_raw, *last_props;
+    long long next_qoff, key_qid;
+} run_t;
+
+/* The queue offset of the next record of ``it``'s (topic, queue); -1 with an error set. */
+static long long take_qoff(run_t *run, const item_t *it) {
+    if (run->key == NULL || it->queue_id != run->key_qid
+        || (PyTuple_GET_ITEM(run->key, 0) != it->topic && PyUnicode_Compare(PyTuple_GET_ITEM(run->key, 0), it->topic) != 0)) {
+        if (run->key != NULL && table_put(run->table, run->key, run->next_qoff) < 0) return -1;
+        Py_XSETREF(run->key, PyTuple_Pack(2, it->topic, SLOT(it->m, MSG, M_QUEUE_ID)));
+        run->key_qid = it->queue_id;
+        if (run->key == NULL || (run->next_qoff = table_get(run->table, run->key)) < 0) return -1;
+    }
+    return run->next_qoff++;
+}
+
+/* A record's dispatch request (new reference; NULL: an error). */
+static PyObject *request(run_t *run, const item_t *it, long long phy, Py_ssize_t size, PyObject *tags_o,
+                         PyObject *now_obj, long long qoff, PyObject *sys_obj, PyObject *props) {
+    PyObject *phy_o = PyLong_FromLongLong(phy), *size_o = shared_int(&run->last_size, size),
+             *qoff_o = PyLong_FromLongLong(qoff), *req = NULL;
+    if (phy_o != NULL && size_o != NULL && tags_o != NULL && qoff_o != NULL) {
+        PyObject *vals[D_COUNT] = {it->topic, SLOT(it->m, MSG, M_QUEUE_ID), phy_o, size_o, tags_o, now_obj, qoff_o,
+                                   sys_obj, props};
+        req = make_leaf(&REQ, vals);
+    }
+    Py_XDECREF(phy_o);
+    Py_XDECREF(size_o);
+    Py_XDECREF(qoff_o);
+    return req;
+}
+
+/* The RawProperties of an item's properties ``raw[:n]`` (new reference): the last one made when its bytes are
+ * equal (a batch's items mostly share theirs; a RawProperties is read-only), else a new one. */
+static PyObject *item_props(run_t *run, const unsigned char *raw, Py_ssize_t n) {
+    if (run->last_raw != NULL && PyBytes_GET_SIZE(run->last_raw) == n
+        && memcmp(PyBytes_AS_STRING(run->last_raw), raw, (size_t)n) == 0)
+        return Py_NewRef(run->last_props);
+    PyObject *b = PyBytes_FromStringAndSize((const char *)raw, n);
+    if (b == NULL) return NULL;
+    PyObject *rvals[R_COUNT] = {Py_None, b};
+    PyObject *props = make_leaf(&RAW, rvals);
+    if (props == NULL) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    Py_XSETREF(run->last_raw, b);
+    Py_XSETREF(run->last_props, Py_NewRef(props));
+    return props;
+}
+
 static PyObject *pack(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *msgs, *now_obj, *table;
@@ -324,8 +487,8 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!w*nLOy#O!", &PyList_Type, &msgs, &buf, &pos, &phy, &now_obj, &store_host,
                           &store_len, &PyDict_Type, &table))
         return NULL;
-    PyObject *out = NULL, *key = NULL, *last_size = NULL, *last_tags = NULL;
-    long long next_qoff = 0, key_qid = 0;
+    PyObject *out = NULL;
+    run_t run = {table, NULL, NULL, NULL, NULL, NULL, 0, 0};
     if (!bound()) goto done;
     if (store_len != IPV4_HOST_SIZE && store_len != IPV6_HOST_SIZE) {
         PyErr_SetString(PyExc_ValueError, "a store host is 8 or 20 bytes");
@@ -334,8 +497,8 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     now = PyLong_AsLongLong(now_obj);
     if (now == -1 && PyErr_Occurred()) goto done;
     int store_flags = store_len == IPV6_HOST_SIZE ? STOREHOST_V6_FLAG : 0;
-    Py_ssize_t n = PyList_GET_SIZE(msgs);
-    out = PyList_New(n);
+    Py_ssize_t n = PyList_GET_SIZE(msgs), k = 0;
+    out = PyList_New(0);
     if (out == NULL) goto done;
     unsigned char *base = (unsigned char *)buf.buf;
     item_t it;
@@ -353,85 +516,68 @@ static PyObject *pack(PyObject *self, PyObject *args) {
         if (sys != it.sys_flag) {
             Py_SETREF(sys_obj, PyLong_FromLongLong(sys));
             if (sys_obj == NULL) goto fail;
-            Py_SETREF(SLOT(m, MSG, M_SYS_FLAG), Py_NewRef(sys_obj));
+            /* (on a message of batch_items its records have them: it is not appended itself) */
+            if (!it.items) Py_SETREF(SLOT(m, MSG, M_SYS_FLAG), Py_NewRef(sys_obj));
         }
-        long long qoff = 0;
-        if (!(sys & HALVES_BIT)) {
-            /* Runs of one (topic, queue) (a batch is one) read and write the table once. */
-            if (key == NULL || it.queue_id != key_qid
-                || (PyTuple_GET_ITEM(key, 0) != it.topic
-                    && PyUnicode_Compare(PyTuple_GET_ITEM(key, 0), it.topic) != 0)) {
-                if (key != NULL && table_put(table, key, next_qoff) < 0) {
-                    Py_DECREF(sys_obj);
-                    goto fail;
-                }
-                Py_XSETREF(key, PyTuple_Pack(2, it.topic, SLOT(m, MSG, M_QUEUE_ID)));
-                key_qid = it.queue_id;
-                if (key == NULL || (next_qoff = table_get(table, key)) < 0) {
-                    Py_DECREF(sys_obj);
-                    goto fail;
-                }
-            }
-            qoff = next_qoff++;
-        }
-        unsigned char *r = base + pos;
         const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(it.body);
-        uint32_t crc = (uint32_t)crc32(0L, body, (uInt)it.body_len) & 0x7FFFFFFFu;
-        put_be32(r, (uint32_t)it.size);
-        put_be32(r + 4, MAGIC_CODE);
-        put_be32(r + 8, crc);
-        put_be32(r + 12, (uint32_t)it.queue_id);
-        put_be32(r + 16, (uint32_t)it.flag);
-        put_be64(r + 20, (uint64_t)qoff);
-        put_be64(r + 28, (uint64_t)phy);
-        put_be32(r + 36, (uint32_t)sys);
-        put_be64(r + 40, (uint64_t)it.born_ts);
-        unsigned char *p = r + BORN_HOST_POS;
-        memcpy(p, PyBytes_AS_STRING(SLOT(m, MSG, M_BORN_HOST)), it.born_len);
-        p += it.born_len;
-        put_be64(p, (uint64_t)now);
-        memcpy(p + 8, store_host, store_len);
-        p += 8 + store_len;
-        put_be32(p, (uint32_t)it.reconsume);
-        put_be64(p + 4, (uint64_t)it.prepared);
-        put_be32(p + 12, (uint32_t)it.body_len);
-        p += 16;
-        memcpy(p, body, it.body_len);
-        p += it.body_len;
-        *p++ = (unsigned char)it.topic_len;
-        memcpy(p, it.topic_p, it.topic_len);
-        p += it.topic_len;
-        put_be16(p, (uint32_t)it.raw_len);
-        memcpy(p + 2, PyBytes_AS_STRING(it.raw), it.raw_len);
-
-        /* (a batch's records mostly share their size and tag code: one int each, as commit_records shares them) */
-        PyObject *phy_o = PyLong_FromLongLong(phy), *size_o = shared_int(&last_size, it.size),
-                 *tags_o = it.has_tags_code ? Py_NewRef(SLOT(m, MSG, M_TAGS_CODE))
-                                            : shared_int(&last_tags, it.tags_code),
-                 *qoff_o = PyLong_FromLongLong(qoff), *req = NULL;
-        if (phy_o != NULL && size_o != NULL && tags_o != NULL && qoff_o != NULL) {
-            PyObject *vals[D_COUNT] = {it.topic, SLOT(m, MSG, M_QUEUE_ID), phy_o, size_o, tags_o, now_obj, qoff_o,
-                                       sys_obj, it.props};
-            req = make_slots(&REQ, vals);
+        Py_ssize_t records = it.items ? it.items : 1, at = 0;
+        for (Py_ssize_t j = 0; j < records; j++, k++) {
+            long long qoff = 0;
+            if (!(sys & HALVES_BIT) && (qoff = take_qoff(&run, &it)) < 0) {
+                Py_DECREF(sys_obj);
+                goto fail;
+            }
+            PyObject *tags_o, *props, *req;
+            Py_ssize_t size;
+            if (!it.items) {
+                size = it.size;
+                write_record(base + pos, &it, it.flag, qoff, phy, sys, now, store_host, store_len, size, body,
+                             it.body_len, (const unsigned char *)PyBytes_AS_STRING(it.raw), it.raw_len);
+                /* (a batch's records mostly share their size and tag code: one int each) */
+                tags_o = it.has_tags_code ? Py_NewRef(SLOT(m, MSG, M_TAGS_CODE))
+                                          : shared_int(&run.last_tags, it.tags_code);
+                props = Py_NewRef(it.props);
+            } else {
+                part_t p;
+                long long tags;
+                item_at(body + at, &p);
+                at += p.total;
+                size = BODY_POS(it.born_len, store_len) + p.body_len + 1 + it.topic_len + 2 + p.props_len;
+                if (size > buf.len - pos) {
+                    PyErr_SetString(PyExc_ValueError, "pack: a message changed since measure");
+                    Py_DECREF(sys_obj);
+                    goto fail;
+                }
+                write_record(base + pos, &it, p.flag, qoff, phy, sys, now, store_host, store_len, size, p.body,
+                             p.body_len, p.props, p.props_len);
+                tags_of_raw((const char *)p.props, p.props_len, &tags);  /* (UTF-8: measure checked) */
+                tags_o = shared_int(&run.last_tags, tags);
+                props = item_props(&run, p.props, p.props_len);
+            }
+            req = props == NULL ? NULL : request(&run, &it, phy, size, tags_o, now_obj, qoff, sys_obj, props);
+            Py_XDECREF(tags_o);
+            Py_XDECREF(props);
+            if (req == NULL || PyList_Append(out, req) < 0) {
+                Py_XDECREF(req);
+                Py_DECREF(sys_obj);
+                goto fail;
+            }
+            Py_DECREF(req);
+            pos += size;
+            phy += size;
         }
         Py_DECREF(sys_obj);
-        Py_XDECREF(phy_o);
-        Py_XDECREF(size_o);
-        Py_XDECREF(tags_o);
-        Py_XDECREF(qoff_o);
-        if (req == NULL) goto fail;
-        PyList_SET_ITEM(out, i, req);
-        pos += it.size;
-        phy += it.size;
     }
-    if (key != NULL && table_put(table, key, next_qoff) < 0) goto fail;
+    if (run.key != NULL && table_put(table, run.key, run.next_qoff) < 0) goto fail;
     goto done;
 fail:
     Py_CLEAR(out);
 done:
-    Py_XDECREF(key);
-    Py_XDECREF(last_size);
-    Py_XDECREF(last_tags);
+    Py_XDECREF(run.key);
+    Py_XDECREF(run.last_size);
+    Py_XDECREF(run.last_tags);
+    Py_XDECREF(run.last_raw);
+    Py_XDECREF(run.last_props);
     PyBuffer_Release(&buf);
     return out;
 }
@@ -539,6 +685,7 @@ static PyObject *layout(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "Learn the slots of MessageInner, RawProperties and DispatchRequest."},
     {"decode_plain", decode_plain, METH_VARARGS, "A plain batch body's messages, or None when it is malformed."},
+    {"count_plain", count_plain, METH_VARARGS, "How many items a plain batch body holds: decode_plain's checks."},
     {"measure", measure, METH_VARARGS, "The bytes an append of these messages writes, or None (Python's job)."},
     {"pack", pack, METH_VARARGS, "Write the records of measured messages; their dispatch requests."},
     {"put_units", put_units, METH_VARARGS, "Write the consume-queue units of a run of dispatch requests."},

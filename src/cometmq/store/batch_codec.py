@@ -27,7 +27,7 @@ from cometmq.store.message import DispatchRequest, MessageInner
 
 #: the fields the C helper sets and reads, by name and in this order (it finds their slots by these names)
 MESSAGE_FIELDS = ("topic", "body", "queue_id", "properties", "properties_raw", "flag", "sys_flag", "born_timestamp",
-                  "born_host", "reconsume_times", "prepared_transaction_offset", "tags_code", "encoded")
+                  "born_host", "reconsume_times", "prepared_transaction_offset", "tags_code", "encoded", "batch_items")
 RAW_FIELDS = ("_dict", "raw")
 REQUEST_FIELDS = ("topic", "queue_id", "phy_offset", "size", "tags_code", "store_timestamp", "queue_offset",
                   "sys_flag", "properties")
@@ -88,6 +88,27 @@ def _plain_batch_messages_c(body: bytes, topic: str, queue_id: int, sys_flag: in
 
 #: what the send path uses: C when built, else the reference
 plain_batch_messages: PlainBatch = _plain_batch_messages_c if C_BATCH is not None else plain_batch_messages_py
+
+
+def plain_batch_count_py(body: bytes, markers: tuple[bytes, ...] = ()) -> int | None:
+    """How many messages :func:`plain_batch_messages` makes of ``body``, checked as it checks them, without making
+    them (what a later append of the body as ``MessageInner.batch_items`` records needs): None when an item's
+    properties hold one of ``markers``; ProtocolError when malformed."""
+    msgs = plain_batch_messages_py(body, "", 0, 0, 0, b"", 0, markers)
+    return None if msgs is None else len(msgs)
+
+
+def _plain_batch_count_c(body: bytes, markers: tuple[bytes, ...] = ()) -> int | None:
+    got: int | bool | None = C_BATCH.count_plain(body, markers)
+    if got is None:  # malformed: the reference says how
+        return plain_batch_count_py(body, markers)
+    if isinstance(got, bool):  # False: a marker
+        return None
+    return got
+
+
+#: C when built, else the reference
+plain_batch_count: Callable[..., int | None] = _plain_batch_count_c if C_BATCH is not None else plain_batch_count_py
 
 
 def offset_msg_ids_py(prefix: str, records: list[DispatchRequest]) -> str:

@@ -37,7 +37,7 @@ from cometmq.protocol.record_layout import (
     record_layout,
 )
 from cometmq.protocol.taghash import tags_code
-from cometmq.store.batch_codec import C_BATCH
+from cometmq.store.batch_codec import C_BATCH, plain_batch_messages_py
 from cometmq.store.config import StoreConfig
 from cometmq.store.mapped_file import MappedFile, MappedFileQueue
 from cometmq.store.message import (
@@ -138,6 +138,11 @@ class CommitLog:
             total = native.measure(msgs, self.config.max_message_size, self._store_flags)
             if total is not None:
                 return self._append_native(msgs, total)
+        if any(m.batch_items for m in msgs):
+            expanded = _expand_items(msgs)
+            if isinstance(expanded, PutResult):
+                return expanded
+            msgs = expanded
         prepared: list[tuple[MessageInner, bytes, bytes, int, Callable[..., bytes]]] = []
         add_prepared = prepared.append
         total = 0
@@ -306,7 +311,7 @@ class CommitLog:
         body = m.body
         if (props_b is None or not topic_b or len(topic_b) > MAX_TOPIC_LENGTH or len(props_b) > MAX_PROPERTIES_LENGTH
                 or len(body) > self.config.max_message_size or m.sys_flag & 0xC
-                or len(m.born_host) != IPV4_HOST_SIZE):
+                or len(m.born_host) != IPV4_HOST_SIZE or m.batch_items):
             return False
         if m.tags_code is None:
             m.tags_code = tags_code(m.properties.get("TAGS"))
@@ -498,6 +503,29 @@ class CommitLog:
 def _encoded(*fields: object) -> bytes:
     """The header packer listed for a record encoded ahead, which has its header already: never called."""
     raise AssertionError("a prepared record is not packed again")
+
+
+def _expand_items(msgs: list[MessageInner]) -> list[MessageInner] | PutResult:
+    """``msgs`` with each message of ``batch_items`` replaced by the messages its body holds (the reference of the
+    C helper's append of them), or the refusal of a body that does not hold that many."""
+    out: list[MessageInner] = []
+    for m in msgs:
+        if not m.batch_items:
+            out.append(m)
+            continue
+        try:
+            items = plain_batch_messages_py(m.body, m.topic, m.queue_id, m.sys_flag, m.born_timestamp, m.born_host,
+                                            m.reconsume_times)
+        except ProtocolError as exc:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=f"a batch of {m.batch_items} items: {exc}")
+        assert items is not None  # (no markers)
+        if len(items) != m.batch_items:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL,
+                             remark=f"a batch of {m.batch_items} items holds {len(items)}")
+        for item in items:
+            item.prepared_transaction_offset = m.prepared_transaction_offset
+        out.extend(items)
+    return out
 
 
 def _checked_flags(m: MessageInner, ipv4_hosts: bool) -> int:

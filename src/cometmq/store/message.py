@@ -42,6 +42,11 @@ class MessageInner:
     #: only writes in the queue offset, position, store time and store host. None: encoded at append time.
     #: Whoever changes the message after ``prepare`` must drop it (``edit_properties`` does).
     encoded: bytearray | None = None
+    #: 0: one record. n > 0: ``body`` holds n messages in the batch layout (protocol/batch.py), appended as n
+    #: records (a transaction's packed half on its commit): each this message's topic, queue, sys flag, born time
+    #: and host, reconsume times and prepared offset, with its item's flag, body and properties (``properties``
+    #: and ``tags_code`` are the whole's, not stored). The append refuses a body that does not hold n.
+    batch_items: int = 0
 
     def edit_properties(self) -> dict[str, str]:
         """The properties as a dict to change in place (a RawProperties is decoded into one); the encoded

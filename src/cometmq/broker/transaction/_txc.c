@@ -60,7 +60,7 @@ static slots_t MSG, RAW;
 
 /* MessageInner's fields, in ``message_fields`` order (store/batch_codec.py's MESSAGE_FIELDS: dataclass order). */
 enum { M_TOPIC, M_BODY, M_QUEUE_ID, M_PROPERTIES, M_PROPERTIES_RAW, M_FLAG, M_SYS_FLAG, M_BORN_TIMESTAMP,
-       M_BORN_HOST, M_RECONSUME_TIMES, M_PREPARED_OFFSET, M_TAGS_CODE, M_ENCODED, M_COUNT };
+       M_BORN_HOST, M_RECONSUME_TIMES, M_PREPARED_OFFSET, M_TAGS_CODE, M_ENCODED, M_BATCH_ITEMS, M_COUNT };
 enum { R_DICT, R_RAW, R_COUNT };
 
 static PyObject *bind(PyObject *self, PyObject *args) {
@@ -297,11 +297,13 @@ static PyObject *make_committed(const half_t *hp, PyObject *drop, PyObject *topi
         || born_ts == NULL || reconsume == NULL || tags == NULL)
         goto done;
     PyObject *rvals[R_COUNT] = {Py_None, raw};
-    props = make_slots(&RAW, rvals);
+    props = make_leaf(&RAW, rvals);
     if (props == NULL) goto done;
+    PyObject *one_record = PyLong_FromLong(0);  /* batch_items: one record (a small int: cannot fail) */
     PyObject *vals[M_COUNT] = {topic, body, queue_id, props, raw, flag, sys_flag, born_ts, born, reconsume,
-                               prepared_obj, tags, Py_None};
-    out = make_slots(&MSG, vals);
+                               prepared_obj, tags, Py_None, one_record};
+    out = make_leaf(&MSG, vals);
+    Py_DECREF(one_record);
 done:
     Py_XDECREF(topic);
     Py_XDECREF(body);
@@ -598,7 +600,7 @@ static int half_new(PyObject *m, PyObject *tran_name, PyObject *group_name, PyOb
     w += qlen;
     *w++ = 2;
     PyObject *rvals[R_COUNT] = {Py_None, v->raw};
-    v->props = make_slots(&RAW, rvals);
+    v->props = make_leaf(&RAW, rvals);
     v->flag = PyLong_FromLongLong(sys_flag & ~mask);
     return v->props != NULL && v->flag != NULL ? 1 : -1;
 }

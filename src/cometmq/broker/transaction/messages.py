@@ -42,7 +42,7 @@ from cometmq.protocol.properties import (
 from cometmq.protocol.record_layout import HOST_FLAGS_BYTE, HOST_FLAGS_SHIFT, LAYOUTS, MAGIC_CODE, MIN_RECORD_SIZE
 from cometmq.protocol.taghash import tags_code
 from cometmq.protocol.transaction_batch import PACKED_PROPERTY
-from cometmq.store.batch_codec import load_bound, plain_batch_messages
+from cometmq.store.batch_codec import load_bound, plain_batch_count
 from cometmq.store.message import TRANSACTION_COMMIT_TYPE, MessageInner
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -266,38 +266,36 @@ def packed_count(msg: MessageInner) -> int | None:
     return int(value)
 
 
-def packed_items(msg: MessageInner, count: int) -> list[MessageInner]:
-    """The messages of the packed half ``msg`` (its body a batch of ``count`` of them), each for ``msg``'s topic
-    and queue with its sys flag, born time and host; ValueError naming what is wrong: compressed, not a batch, an
-    item with a delay or timer property, another number of items."""
+def check_packed(msg: MessageInner, count: int) -> None:
+    """Whether the packed half ``msg`` (its body a batch of ``count`` messages) can be unpacked as its commit
+    appends it (``MessageInner.batch_items``): ValueError naming what is wrong: compressed, not a batch, an item with
+    a delay or timer property, another number of items."""
     if msg.sys_flag & _COMPRESSED:
         raise ValueError("a packed half's body may not be compressed")
     try:
-        items = plain_batch_messages(msg.body, msg.topic, msg.queue_id, msg.sys_flag, msg.born_timestamp,
-                                     msg.born_host, msg.reconsume_times, _PACKED_REFUSED)
+        got = plain_batch_count(msg.body, _PACKED_REFUSED)
     except ProtocolError as exc:
         raise ValueError(f"a packed half's body is not a batch: {exc}") from None
-    if items is None:
+    if got is None:
         raise ValueError("a packed half's message may not hold a delay or timer property")
-    if len(items) != count:
-        raise ValueError(f"a packed half's body holds {len(items)} messages, not {PACKED_PROPERTY}={count}")
-    return items
+    if got != count:
+        raise ValueError(f"a packed half's body holds {got} messages, not {PACKED_PROPERTY}={count}")
 
 
-def commit_messages(half: StoredHalf, half_commit_log_offset: int) -> tuple[list[MessageInner], int]:
-    """What a commit of ``half`` delivers: :func:`committed`'s message, or a packed half's messages (each with the
-    half's offset as its prepared transaction offset, as a committed message has); and their size estimate for a
-    batched END's appends (each message's body, topic, properties and :data:`RECORD_OVERHEAD`; of a packed half,
-    from its body's length: an item there is its body and properties and ``ITEM_OVERHEAD`` bytes). ValueError when
-    a packed half cannot be unpacked (its send checked it: only a record changed since would fail)."""
+def commit_messages(half: StoredHalf, half_commit_log_offset: int) -> tuple[MessageInner, int]:
+    """What a commit of ``half`` delivers: :func:`committed`'s message, of a packed half appended as the messages
+    its body holds (``batch_items``: each with the half's offset as its prepared transaction offset, as a committed
+    message has); and its size estimate for a batched END's appends (the message's body, topic, properties and
+    :data:`RECORD_OVERHEAD`; of a packed half, from its body's length: an item there is its body and properties and
+    ``ITEM_OVERHEAD`` bytes). ValueError when a packed half cannot be unpacked (its send checked it: only a record
+    changed since would fail)."""
     msg = committed(half, half_commit_log_offset)
     count = packed_count(msg)
     if count is None:
-        return [msg], len(msg.body) + len(msg.topic) + RECORD_OVERHEAD + len(msg.properties_raw or b"")
-    items = packed_items(msg, count)
-    for m in items:
-        m.prepared_transaction_offset = half_commit_log_offset
-    return items, unpacked_size(msg, count)
+        return msg, len(msg.body) + len(msg.topic) + RECORD_OVERHEAD + len(msg.properties_raw or b"")
+    check_packed(msg, count)
+    msg.batch_items = count
+    return msg, unpacked_size(msg, count)
 
 
 def unpacked_size(msg: MessageInner, count: int) -> int:

@@ -101,6 +101,11 @@ assert RESOLVED_MEMORY >= MAX_END_ENTRIES  # a batched END's claims are all reme
 _OUTCOME = {TRANSACTION_COMMIT_TYPE: "committed", TRANSACTION_ROLLBACK_TYPE: "rolled back"}
 #: bytes a packed half's commit leaves in its segment for the op record and the blank end marker
 _OP_ROOM = 4096
+#: a batched END naming this many halves or more defers the store's key index (rolling) for _DEFER_INDEX_S: its
+#: appends get the GIL instead of sharing it with the index builder (as the timer's bursts do; lookups by key still
+#: drain the builder's queue themselves)
+_DEFER_INDEX_HALVES = 64
+_DEFER_INDEX_S = 0.25
 
 
 class TransactionalMessageService:
@@ -214,7 +219,7 @@ class TransactionalMessageService:
                 count = tm.packed_count(m)
                 if count is None:
                     continue
-                tm.packed_items(m, count)
+                tm.check_packed(m, count)
             except ValueError as exc:
                 raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
             size = tm.unpacked_size(m, count)
@@ -303,7 +308,7 @@ class TransactionalMessageService:
         ops = [tm.op_record([origin, stored.queue_offset], self.clock())]
         # One contiguous append: the delivered message never exists without the op record that resolves it.
         try:
-            msgs = [*tm.commit_messages(stored, h.commit_log_offset)[0], *ops] if state == TRANSACTION_COMMIT_TYPE \
+            msgs = [tm.commit_messages(stored, h.commit_log_offset)[0], *ops] if state == TRANSACTION_COMMIT_TYPE \
                 else ops
         except ValueError as exc:
             self.table.add(half)  # nothing was written: still unresolved
@@ -328,6 +333,9 @@ class TransactionalMessageService:
         if self.config.broker_id != 0:
             raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION_BATCH goes to the master broker")
         entries = decode_end_entry_fields(cmd.body)  # a bad body: answered at the dispatch, nothing decided
+        builder = self.store.index_builder
+        if builder is not None and sum(e[4] for e in entries) >= _DEFER_INDEX_HALVES:
+            builder.defer(_DEFER_INDEX_S)
         outcomes: list[EndOutcome | None] = [None] * len(entries)
         #: of each range entry: [halves refused, the first refusal's code and remark, halves already resolved]
         ranges: dict[int, list[Any]] = {}
@@ -336,7 +344,6 @@ class TransactionalMessageService:
         #: the transactions claimed for the next append, a group per entry or run of a range: (entry, halves, origins)
         claimed: list[tuple[int, list[PendingHalf], list[int]]] = []
         n_claimed = 0  # (how many halves ``claimed`` holds)
-        unpacked = 0  # (messages in ``msgs`` past the first of each packed half's commit)
         op_offsets: list[int] = []
         size = 0
         appended: list[tuple[PutResult, Iterable[int]]] = []
@@ -353,7 +360,7 @@ class TransactionalMessageService:
                     tally[1], tally[2] = code, remark
 
         def flush() -> None:
-            nonlocal msgs, claimed, op_offsets, size, n_claimed, unpacked
+            nonlocal msgs, claimed, op_offsets, size, n_claimed
             if not claimed:
                 return
             msgs.append(tm.op_record(op_offsets, self.clock()))
@@ -361,8 +368,8 @@ class TransactionalMessageService:
             if result.ok:
                 # What _resolved does for each: the outcomes are remembered since the claims (none forgotten since:
                 # a request names at most MAX_END_ENTRIES <= RESOLVED_MEMORY halves), the metrics count the commits
-                # (a message each, a packed half's its messages) and the rollbacks.
-                commits = len(msgs) - 1 - unpacked
+                # (a message each: a packed half's is one, its batch_items) and the rollbacks.
+                commits = len(msgs) - 1
                 self.metrics.committed += commits
                 self.metrics.rolled_back += n_claimed - commits
                 appended.append((result, dict.fromkeys(i for i, _, _ in claimed)))
@@ -372,15 +379,15 @@ class TransactionalMessageService:
                         self.table.add(half)  # nothing was written: still unresolved
                         self._outcomes.forget(origin)
                         refuse(i, ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
-            msgs, claimed, op_offsets, size, n_claimed, unpacked = [], [], [], 0, 0, 0
+            msgs, claimed, op_offsets, size, n_claimed = [], [], [], 0, 0
 
         def decide(i: int, stored: tm.StoredHalf, commit_log_offset: int, state: int, msg_id: str) -> None:
-            nonlocal size, n_claimed, unpacked
-            commits: list[MessageInner] = []
+            nonlocal size, n_claimed
+            commit: MessageInner | None = None
             cost = 64  # its share of the op record
             try:
                 if state == TRANSACTION_COMMIT_TYPE:
-                    commits, size_of = tm.commit_messages(stored, commit_log_offset)
+                    commit, size_of = tm.commit_messages(stored, commit_log_offset)
                     cost += size_of
                 got = self._decide(group, stored, state, msg_id, "producer (batch)")
             except ValueError as exc:  # (a packed half that does not unpack: nothing claimed)
@@ -402,8 +409,8 @@ class TransactionalMessageService:
             loose[:] = [origin], [half], 0  # (until it is in ``claimed``)
             if size + cost > limit:  # rollbacks count too: their offsets make the op record grow
                 flush()
-            msgs.extend(commits)
-            unpacked += max(len(commits) - 1, 0)
+            if commit is not None:
+                msgs.append(commit)
             size += cost
             claimed.append((i, [half], [origin]))
             n_claimed += 1

@@ -58,7 +58,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def versions(systems: list[str]) -> dict[str, str]:
-    out = {s: SERVERS[s].version() for s in systems if s != "cometmq-sync"}
+    out = {s: SERVERS[s].version() for s in systems if s not in ("cometmq-sync", "nats-sync")}
     out["python"] = platform.python_version()
     for pkg in CLIENT_PACKAGES:
         try:
@@ -71,7 +71,7 @@ def versions(systems: list[str]) -> dict[str, str]:
 def client_settings(systems: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for s in systems:
-        key = "cometmq" if s.startswith("cometmq") else s
+        key = s.split("-")[0]  # (cometmq-sync: cometmq's client, nats-sync: NATS's)
         if key in out:
             continue
         mod, cls = CLIENT_MODULES[key]

@@ -12,10 +12,12 @@ END = "<!-- compare:end -->"
 SECTION = "## Comparison with Redis, NATS and RabbitMQ"
 DASH = "\u2013"  # en dash, for ranges and empty cells
 
-SYSTEMS = ("cometmq", "cometmq-sync", "redis", "nats", "rabbitmq")
+SYSTEMS = ("cometmq", "cometmq-sync", "redis", "nats", "nats-sync", "rabbitmq")
 PEERS = ("redis", "nats", "rabbitmq")
 LABEL = {"cometmq": "cometmq ASYNC", "cometmq-sync": "cometmq SYNC", "redis": "Redis", "nats": "NATS",
-         "rabbitmq": "RabbitMQ"}
+         "nats-sync": "NATS sync always", "rabbitmq": "RabbitMQ"}
+#: the peer variant that stands for a peer in the fsync-per-ack rows (its server started so)
+SYNC_PEERS = {"nats": "nats-sync"}
 
 Summary = dict[str, dict[str, dict[str, dict[str, float]]]]  # workload -> system -> metric -> stat -> value
 
@@ -49,9 +51,15 @@ class Row:
     higher_is_better: bool
     comet: str = "cometmq"  # which cometmq variant stands for cometmq in this row
     redis_workload: str | None = None  # Redis's figure for this row comes from another workload
+    fsync: bool = False  # a peer's figure comes from its SYNC_PEERS variant where it has one
 
     def peer_workload(self, peer: str) -> str:
         return self.redis_workload if peer == "redis" and self.redis_workload else self.workload
+
+    def peer_system(self, peer: str) -> str:
+        """The system whose figure stands for ``peer`` here: in an fsync row its fsync variant where it has one
+        (no figure when that did not run: never the peer's figure without fsync under an fsync label)."""
+        return SYNC_PEERS.get(peer, peer) if self.fsync else peer
 
 
 def table_rows(backlog: int) -> list[Row]:
@@ -63,10 +71,10 @@ def table_rows(backlog: int) -> list[Row]:
         Row("latency, idle consumer, 1 msg / 2 ms: median (ms)", "latency", "median_ms", False),
         Row("latency p99 (ms)", "latency", "p99_ms", False),
         Row("latency p999 (ms)", "latency", "p999_ms", False),
-        Row("acked sends, 1 producer, fsync per ack: cometmq SYNC, Redis always (msg/s)", "acked_1", "msgs_per_s",
-            True, "cometmq-sync"),
-        Row("acked sends, 64 producers, fsync per ack: cometmq SYNC, Redis always (msg/s)", "acked_64",
-            "msgs_per_s", True, "cometmq-sync"),
+        Row("acked sends, 1 producer, fsync per ack: cometmq SYNC, Redis always, NATS sync always (msg/s)",
+            "acked_1", "msgs_per_s", True, "cometmq-sync", fsync=True),
+        Row("acked sends, 64 producers, fsync per ack: cometmq SYNC, Redis always, NATS sync always (msg/s)",
+            "acked_64", "msgs_per_s", True, "cometmq-sync", fsync=True),
         Row("acked sends, 1 producer, no fsync per ack: cometmq ASYNC, Redis everysec (msg/s)", "acked_1",
             "msgs_per_s", True, redis_workload="acked_1_nofsync"),
         Row("acked sends, 64 producers, no fsync per ack: cometmq ASYNC, Redis everysec (msg/s)", "acked_64",
@@ -115,11 +123,11 @@ def ratio_table(summary: Summary, backlog: int, peers: tuple[str, ...] = PEERS) 
     lines = [head, sep]
     for row in table_rows(backlog):
         c = stat(summary, row.workload, row.comet, row.metric)
-        if c is None and all(stat(summary, row.peer_workload(p), p, row.metric) is None for p in peers):
+        figures = [stat(summary, row.peer_workload(p), row.peer_system(p), row.metric) for p in peers]
+        if c is None and all(f is None for f in figures):
             continue
         cells = [row.label, cell(c)]
-        for p in peers:
-            ps = stat(summary, row.peer_workload(p), p, row.metric)
+        for ps in figures:
             cells += [cell(ps), ratio(c, ps, row.higher_is_better)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -158,8 +166,10 @@ def markdown_block(result: dict[str, Any], img_prefix: str | None) -> str:
            f"raw results: `{meta['json']}`. Cells: median (min{DASH}max) over the repeats; ratio = cometmq / peer "
            "of the medians, **bold** where cometmq is better (higher msg/s, lower ms and MiB).", "",
            ratio_table(summary, mode["backlog"]), "",
-           "NATS 2.9 and RabbitMQ streams have no fsync-per-acknowledgement setting on one node (see their "
-           "configuration below), so both acked-send rows show the same NATS and RabbitMQ figures.", ""]
+           "In the fsync-per-ack rows NATS is a second NATS server with JetStream's `sync_interval: always` (NATS "
+           "2.10+; a dash where only an older nats-server was found); RabbitMQ streams have no fsync-per-"
+           "acknowledgement setting on one node (see its configuration below), so both acked-send rows show the "
+           "same RabbitMQ figures.", ""]
     extra = [s for s in ("cometmq-sync",) if stat(summary, "produce_100b", s, "msgs_per_s")]
     if extra:
         s = stat(summary, "produce_100b", "cometmq-sync", "msgs_per_s")
@@ -209,7 +219,7 @@ def plots(summary: Summary, img_dir: Path, title_suffix: str = "") -> list[Path]
 
     img_dir.mkdir(parents=True, exist_ok=True)
     colors = {"cometmq": "#d9480f", "cometmq-sync": "#f59f00", "redis": "#c92a2a", "nats": "#1971c2",
-              "rabbitmq": "#5f3dc4"}
+              "nats-sync": "#74c0fc", "rabbitmq": "#5f3dc4"}
     written: list[Path] = []
 
     def grouped(ax: Any, groups: list[tuple[str, str, str]], systems: tuple[str, ...], ylabel: str) -> None:

@@ -49,12 +49,14 @@ FULL = Mode("full", repeats=3, produce_seconds=8.0, produce_max=2_000_000, backl
 #: the order of workloads in a session; cometmq-sync runs only the durable-acknowledgement ones + one produce
 WORKLOADS = ("backlog", "produce_100b", "produce_1k", "latency", "acked_1", "acked_64", "acked_1_nofsync",
              "acked_64_nofsync", "acked_64_autobatch")
-# acked_N: fsync before each acknowledgement where the system can (cometmq-sync; Redis appendfsync always);
+# acked_N: fsync before each acknowledgement where the system can (cometmq-sync; Redis appendfsync always;
+# nats-sync: JetStream with sync_interval always, NATS 2.10+; plain "nats" runs them without, its default);
 # acked_N_nofsync only where that is a runtime switch (Redis everysec; cometmq ASYNC is the "cometmq" system);
 # acked_64_autobatch: acked_64 with the SDK's producer auto-batching on (cometmq only: Producer(auto_batch=True))
 DEFAULT = WORKLOADS[:6]
 PER_SYSTEM = {"cometmq": (*DEFAULT, "acked_64_autobatch"),
               "cometmq-sync": ("produce_100b", "acked_1", "acked_64", "acked_64_autobatch"),
+              "nats-sync": ("acked_1", "acked_64"),
               "redis": WORKLOADS[:8]}
 
 Log = Callable[[str], None]

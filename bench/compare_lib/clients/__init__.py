@@ -16,7 +16,7 @@ def client_for(system: str, cfg: dict[str, Any]) -> BenchClient:
         from compare_lib.clients.redis_streams import RedisClient
 
         return RedisClient(cfg)
-    if system == "nats":
+    if system in ("nats", "nats-sync"):
         from compare_lib.clients.nats_js import NatsClient
 
         return NatsClient(cfg)

@@ -58,7 +58,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def versions(systems: list[str]) -> dict[str, str]:
-    out = {s: SERVERS[s].version() for s in systems if s not in ("cometmq-sync", "nats-sync")}
+    # (a variant's version is its system's: listed under the variant only when that ran alone)
+    variant_of = {"cometmq-sync": "cometmq", "nats-sync": "nats"}
+    out = {s: SERVERS[s].version() for s in systems if variant_of.get(s) not in systems}
     out["python"] = platform.python_version()
     for pkg in CLIENT_PACKAGES:
         try:

@@ -7,6 +7,7 @@ epmd this module started for it), waits, and SIGKILLs what is left of the proces
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -269,12 +270,9 @@ _VENV_NATS = Path(sys.executable).with_name("nats-server")
 
 
 def _nats_version(binary: str) -> tuple[int, ...]:
-    """(2, 10, 7) of ``nats-server: v2.10.7``; () when unknown."""
-    words = _version([binary, "--version"]).split()
-    try:
-        return tuple(int(x) for x in words[-1].lstrip("v").split(".")[:3])
-    except (IndexError, ValueError):
-        return ()
+    """(2, 10, 7) of ``nats-server: v2.10.7`` (and of ``v2.10.7-RC.1``); () when unknown."""
+    found = re.search(r"v(\d+)\.(\d+)\.(\d+)", _version([binary, "--version"]))
+    return tuple(int(x) for x in found.groups()) if found else ()
 
 
 class NatsServer(Server):

@@ -99,25 +99,28 @@ async def test_batched_ends_commit_and_roll_back_packed_halves(start_broker: Sta
 
 async def test_a_large_batched_end_defers_the_key_index_and_keys_still_find_its_messages(
         start_broker: StartBroker, producer_factory: list[Producer]) -> None:
-    """A batched END naming many halves leaves the key index to after its appends (the index builder is deferred,
-    as during the timer's bursts); a lookup by key right after it still finds every committed message."""
+    """A batched END whose commits append many records leaves the key index to after its appends (the index builder
+    is deferred, as during the timer's bursts); a lookup by key right after it still finds every committed message.
+    A rollback of as many appends no record: nothing deferred."""
     b = await start_broker()
     p = make_producer(producer_factory, b)
-    n = service_module._DEFER_INDEX_HALVES
-    sent = [clo_qo(await p.half("TxPackedIdx", encode_batch(items(2, f"k{k}-")), **{PACKED_PROPERTY: "2"}))
-            for k in range(n)]
-    assert [qo for _, qo in sent] == list(range(sent[0][1], sent[0][1] + n))
+    per = service_module._DEFER_INDEX_RECORDS // 4
+    sent = [clo_qo(await p.half("TxPackedIdx", encode_batch(items(per, f"k{k}-")), **{PACKED_PROPERTY: str(per)}))
+            for k in range(6)]
     builder = b.store.index_builder
     assert builder is not None
     before = time.monotonic()
-    out = await end_ranges(p.client, b, [EndEntry(sent[0][0], sent[0][1], COMMIT, "r", n)])
+    out = await end_ranges(p.client, b, [EndEntry(sent[4][0], sent[4][1], ROLLBACK, "r", 2)])
+    assert codes(out) == [0], out
+    assert builder._defer_since < before  # a rollback appends only its op record
+    out = await end_ranges(p.client, b, [EndEntry(sent[0][0], sent[0][1], COMMIT, "c", 4)])
     assert codes(out) == [0], out
     assert builder._defer_since >= before  # deferred by this request
-    for k in (0, n // 2, n - 1):
-        for i in (0, 1):
+    for k in range(4):
+        for i in (0, per - 1):
             [view] = b.store.query_by_key("TxPackedIdx", f"K{k}-{i}")
             assert decode_record(view)[0].body == f"k{k}-{i}".encode()  # type: ignore[arg-type]
-    assert b.store.max_offset("TxPackedIdx", 0) == 2 * n
+    assert b.store.max_offset("TxPackedIdx", 0) == 4 * per
 
 
 def encode_end_entries_of(decisions: list[tuple[tuple[int, int], int]]) -> bytes:

@@ -307,6 +307,24 @@ def test_measure_hands_back_what_it_does_not_take(tmp_path: Path) -> None:
     assert C.measure([], 1024, 0) is None
 
 
+def test_pack_writes_no_byte_past_what_measure_gave() -> None:
+    """A message changed between ``measure`` and ``pack`` (a bug of the caller's): an error, and nothing written
+    past the room measured (the next append's, or a segment's blank end)."""
+    items = [(b"a" * 10, b"", 0), (b"b" * 10, b"", 0)]
+    m = MessageInner("T", encode_batch_raw(items), 0, {}, b"", 0, 0, 0, BORN, 0, batch_items=2)
+    total = C.measure([m], 1024, 0)
+    assert total is not None
+    m.body = encode_batch_raw([(b"c" * 300, b"", 0), (b"d" * 300, b"", 0)])  # still 2 items, larger
+    buf = bytearray(4096)
+    with pytest.raises(ValueError, match="changed since measure"):
+        C.pack([m], buf, 100, 100, 1, b"\x7f\x00\x00\x01\x00\x00\x00\x00", {}, total)
+    assert not any(buf[100 + total:])
+    # smaller: the records end before the room does, also an error
+    m.body = encode_batch_raw([(b"e", b"", 0), (b"f", b"", 0)])
+    with pytest.raises(ValueError, match="changed since measure"):
+        C.pack([m], bytearray(4096), 0, 0, 1, b"\x7f\x00\x00\x01\x00\x00\x00\x00", {}, total)
+
+
 def test_a_plain_batch_takes_the_native_path(tmp_path: Path) -> None:
     """What the send path hands the store (decode_plain's messages) is appended by the helper, not Python."""
     store = MessageStore(small_config(tmp_path), clock=FakeClock(1_700_000_000_000))

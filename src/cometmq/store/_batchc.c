@@ -12,14 +12,21 @@
  *       (batch_codec.plain_batch_messages_py). None when the body is malformed in any way the reference
  *       rejects: the caller then runs the reference, which raises its own error. False when an item's
  *       properties hold one of ``markers`` (a tuple of bytes): the batch is not plain.
+ *   count_plain(body, markers) -> int | None | False
+ *       decode_plain's checks without its objects: how many items the body holds (batch_codec.plain_batch_count_py).
  *   measure(msgs, max_body, store_flags) -> int | None
  *       The bytes CommitLog.append would write for ``msgs``, or None when any message needs the Python append
  *       (a refusal, a record encoded ahead, properties not encoded yet or not a RawProperties without a tag
- *       code, a field of another type or out of its struct's range): nothing is checked twice.
- *   pack(msgs, buf, pos, phy, now, store_host, queue_table) -> list[DispatchRequest]
+ *       code, a field of another type or out of its struct's range): nothing is checked twice. A message of
+ *       ``batch_items`` n counts as the n records its body holds (checked as decode_plain checks a body, and n
+ *       itself).
+ *   pack(msgs, buf, pos, phy, now, store_host, queue_table[, total]) -> list[DispatchRequest]
  *       After ``measure``: the records, written into ``buf`` from ``pos`` (the segment's mapping), with queue
  *       offsets from ``queue_table`` (updated), the body CRCs, and the sys flags' host bits set (on the
- *       messages too), exactly as CommitLog.append's Python loop writes them; their dispatch requests.
+ *       messages too), exactly as CommitLog.append's Python loop writes them; their dispatch requests (a
+ *       message of ``batch_items``: one per item, its properties a RawProperties of the item's). With ``total``
+ *       (measure's answer) no byte past ``pos + total`` is written, and records that do not end there are an
+ *       error.
  *   put_units(buf, pos, end, requests, i, topic, queue_id, next_qoff) -> (j, written, first_phy)
  *       The consume-queue units of requests[i:] that follow on in one queue (MessageStore's dispatch):
  *       written from ``pos`` while they fit before ``end``; skips transaction halves; stops at the first
@@ -238,7 +245,7 @@ static int int_in(PyObject *v, long long lo, long long hi, long long *out) {
 
 /* What pack needs of one message, read from its slots; 0 when it needs the Python append. */
 typedef struct {
-    PyObject *m, *topic, *body, *props, *raw;
+    PyObject *m, *topic, *body, *props, *raw, *born;
     const char *topic_p;
     Py_ssize_t topic_len, body_len, raw_len, born_len, size;
     long long queue_id, flag, sys_flag, born_ts, reconsume, prepared, tags_code, items;
@@ -291,6 +298,7 @@ static int read_item(PyObject *m, long long max_body, int store_flags, item_t *i
         || !PyBytes_CheckExact(born))
         return 0;
     it->m = m;
+    it->born = born;
     it->topic = topic;
     it->body = body;
     it->props = props;
@@ -404,7 +412,7 @@ static void write_record(unsigned char *r, const item_t *it, long long flag, lon
     put_be32(r + 36, (uint32_t)sys);
     put_be64(r + 40, (uint64_t)it->born_ts);
     unsigned char *p = r + BORN_HOST_POS;
-    memcpy(p, PyBytes_AS_STRING(SLOT(it->m, MSG, M_BORN_HOST)), it->born_len);
+    memcpy(p, PyBytes_AS_STRING(it->born), it->born_len);
     p += it->born_len;
     put_be64(p, (uint64_t)now);
     memcpy(p + 8, store_host, store_len);
@@ -476,6 +484,10 @@ static PyObject *item_props(run_t *run, const unsigned char *raw, Py_ssize_t n) 
     return props;
 }
 
+static void release4(PyObject **held) {
+    for (int k = 0; k < 4; k++) Py_DECREF(held[k]);
+}
+
 static PyObject *pack(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *msgs, *now_obj, *table;
@@ -484,11 +496,14 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     long long phy, now;
     const char *store_host;
     Py_ssize_t store_len;
-    if (!PyArg_ParseTuple(args, "O!w*nLOy#O!", &PyList_Type, &msgs, &buf, &pos, &phy, &now_obj, &store_host,
-                          &store_len, &PyDict_Type, &table))
+    Py_ssize_t total = -1;
+    if (!PyArg_ParseTuple(args, "O!w*nLOy#O!|n", &PyList_Type, &msgs, &buf, &pos, &phy, &now_obj, &store_host,
+                          &store_len, &PyDict_Type, &table, &total))
         return NULL;
     PyObject *out = NULL;
     run_t run = {table, NULL, NULL, NULL, NULL, NULL, 0, 0};
+    /* the records end at ``pos + total`` (what measure gave: the room the caller reserved), else at the buffer's */
+    Py_ssize_t end = total >= 0 && pos >= 0 && total <= buf.len - pos ? pos + total : buf.len;
     if (!bound()) goto done;
     if (store_len != IPV4_HOST_SIZE && store_len != IPV6_HOST_SIZE) {
         PyErr_SetString(PyExc_ValueError, "a store host is 8 or 20 bytes");
@@ -504,7 +519,7 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     item_t it;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *m = PyList_GET_ITEM(msgs, i);
-        if (!read_item(m, INT64_MAX, store_flags, &it) || pos < 0 || it.size > buf.len - pos) {
+        if (!read_item(m, INT64_MAX, store_flags, &it) || pos < 0 || it.size > end - pos) {
             PyErr_SetString(PyExc_ValueError, "pack: a message changed since measure, or the buffer is short");
             goto fail;
         }
@@ -519,12 +534,16 @@ static PyObject *pack(PyObject *self, PyObject *args) {
             /* (on a message of batch_items its records have them: it is not appended itself) */
             if (!it.items) Py_SETREF(SLOT(m, MSG, M_SYS_FLAG), Py_NewRef(sys_obj));
         }
+        /* (held for the message's records: each record's objects may start a collection, whose finalizers run
+         * Python code) */
+        PyObject *held[4] = {Py_NewRef(it.body), Py_NewRef(it.topic), Py_NewRef(it.born), Py_NewRef(it.raw)};
         const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(it.body);
         Py_ssize_t records = it.items ? it.items : 1, at = 0;
         for (Py_ssize_t j = 0; j < records; j++, k++) {
             long long qoff = 0;
             if (!(sys & HALVES_BIT) && (qoff = take_qoff(&run, &it)) < 0) {
                 Py_DECREF(sys_obj);
+                release4(held);
                 goto fail;
             }
             PyObject *tags_o, *props, *req;
@@ -543,9 +562,10 @@ static PyObject *pack(PyObject *self, PyObject *args) {
                 item_at(body + at, &p);
                 at += p.total;
                 size = BODY_POS(it.born_len, store_len) + p.body_len + 1 + it.topic_len + 2 + p.props_len;
-                if (size > buf.len - pos) {
+                if (size > end - pos) {
                     PyErr_SetString(PyExc_ValueError, "pack: a message changed since measure");
                     Py_DECREF(sys_obj);
+                    release4(held);
                     goto fail;
                 }
                 write_record(base + pos, &it, p.flag, qoff, phy, sys, now, store_host, store_len, size, p.body,
@@ -560,6 +580,7 @@ static PyObject *pack(PyObject *self, PyObject *args) {
             if (req == NULL || PyList_Append(out, req) < 0) {
                 Py_XDECREF(req);
                 Py_DECREF(sys_obj);
+                release4(held);
                 goto fail;
             }
             Py_DECREF(req);
@@ -567,6 +588,11 @@ static PyObject *pack(PyObject *self, PyObject *args) {
             phy += size;
         }
         Py_DECREF(sys_obj);
+        release4(held);
+    }
+    if (total >= 0 && pos != end) {
+        PyErr_SetString(PyExc_ValueError, "pack: the messages changed since measure");
+        goto fail;
     }
     if (run.key != NULL && table_put(table, run.key, run.next_qoff) < 0) goto fail;
     goto done;

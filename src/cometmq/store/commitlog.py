@@ -278,7 +278,7 @@ class CommitLog:
             pos = mf.wrote_position
             phy = mf.file_from_offset + pos
             records: list[DispatchRequest] = C_BATCH.pack(msgs, mf.mm, pos, phy, self.clock(), self._store_host,
-                                                          self.queue_table)
+                                                          self.queue_table, total)
             mf.wrote_position = pos + total
         return PutResult(PutStatus.PUT_OK, records, end_offset=phy + total)
 

@@ -101,10 +101,10 @@ assert RESOLVED_MEMORY >= MAX_END_ENTRIES  # a batched END's claims are all reme
 _OUTCOME = {TRANSACTION_COMMIT_TYPE: "committed", TRANSACTION_ROLLBACK_TYPE: "rolled back"}
 #: bytes a packed half's commit leaves in its segment for the op record and the blank end marker
 _OP_ROOM = 4096
-#: a batched END naming this many halves or more defers the store's key index (rolling) for _DEFER_INDEX_S: its
+#: a commit's append of this many records or more defers the store's key index (rolling) for _DEFER_INDEX_S: the
 #: appends get the GIL instead of sharing it with the index builder (as the timer's bursts do; lookups by key still
-#: drain the builder's queue themselves)
-_DEFER_INDEX_HALVES = 64
+#: drain the builder's queue themselves, and the builder drains anyway after IndexBuilder's MAX_DEFER_S)
+_DEFER_INDEX_RECORDS = 1024
 _DEFER_INDEX_S = 0.25
 
 
@@ -314,6 +314,7 @@ class TransactionalMessageService:
             self.table.add(half)  # nothing was written: still unresolved
             self._outcomes.forget(origin)
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"the half cannot be committed: {exc}") from None
+        self._defer_index(msgs)
         result = self.appender.append(msgs)
         if not result.ok:
             self.table.add(half)  # nothing was written: still unresolved
@@ -333,9 +334,6 @@ class TransactionalMessageService:
         if self.config.broker_id != 0:
             raise RemotingError(ResponseCode.SLAVE_NOT_AVAILABLE, "END_TRANSACTION_BATCH goes to the master broker")
         entries = decode_end_entry_fields(cmd.body)  # a bad body: answered at the dispatch, nothing decided
-        builder = self.store.index_builder
-        if builder is not None and sum(e[4] for e in entries) >= _DEFER_INDEX_HALVES:
-            builder.defer(_DEFER_INDEX_S)
         outcomes: list[EndOutcome | None] = [None] * len(entries)
         #: of each range entry: [halves refused, the first refusal's code and remark, halves already resolved]
         ranges: dict[int, list[Any]] = {}
@@ -364,6 +362,7 @@ class TransactionalMessageService:
             if not claimed:
                 return
             msgs.append(tm.op_record(op_offsets, self.clock()))
+            self._defer_index(msgs)
             result = self.appender.append(msgs)
             if result.ok:
                 # What _resolved does for each: the outcomes are remembered since the claims (none forgotten since:
@@ -537,6 +536,12 @@ class TransactionalMessageService:
                                          "state unknown: the broker will check back", already)
         return make_response(cmd, ResponseCode.SUCCESS, None, None,
                              encode_end_outcomes([o or EndOutcome(ResponseCode.SYSTEM_ERROR) for o in outcomes]))
+
+    def _defer_index(self, msgs: list[MessageInner]) -> None:
+        """Before an append of commits: a large one (a packed half's items count each) defers the key index."""
+        builder = self.store.index_builder
+        if builder is not None and sum(m.batch_items or 1 for m in msgs) >= _DEFER_INDEX_RECORDS:
+            builder.defer(_DEFER_INDEX_S)
 
     def _unknown(self, group: str, msg_id: str | None, source: str) -> str:
         self.metrics.unknown += 1

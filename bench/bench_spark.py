@@ -15,15 +15,15 @@ Starts ``cometmq serve`` on free 127.0.0.1 ports with a temporary data folder, p
 
 Rows/s are rows over wall time; the ratio is cometmq / ceiling of the best round each. Then the writes: the
 ceiling's rows (body, tags, keys) into a topic with ``df.write.format("cometmq")`` (the batch write rate, best of
-two), and ``--stream-runs`` streaming queries (availableNow), each reading ``--stream-messages`` of a topic and
-writing them to a second topic with ``writeStream.format("cometmq")`` (the stream write rate: the best query, whole
-query included), and as many availableNow queries writing the batch write's rows from Parquet files into a topic (the
-sink alone in a stream: ``stream_parquet_write_*``). With ``--eos`` (or ``--eos-only``, which skips the reads), the
-same batch write and stream write again with ``transactional=true`` (exactly-once: the rows as packed halves,
-committed by the driver with batched END_TRANSACTIONs: cometmq extensions, docs/transactions.md), interleaved with
-the at-least-once ones, and the ratio of their times (``eos_batch_write_ratio``,
-``eos_stream_write_ratio``: exactly-once time / at-least-once time, best run each). One JSON object on stdout
-(and in bench/results/).
+four, the first of which warms the workers up), and ``--stream-runs`` streaming queries (availableNow), each reading
+``--stream-messages`` of a topic and writing them to a second topic with ``writeStream.format("cometmq")`` (the
+stream write rate: the best query, whole query included), and as many availableNow queries writing the batch write's
+rows from Parquet files into a topic (the sink alone in a stream: ``stream_parquet_write_*``). With ``--eos`` (or
+``--eos-only``, which skips the reads), the same batch write and stream write again with ``transactional=true``
+(exactly-once: the rows as packed halves, committed by the driver with batched END_TRANSACTIONs: cometmq extensions,
+docs/transactions.md), interleaved with the at-least-once ones, and the ratio of their times
+(``eos_batch_write_ratio``, ``eos_stream_write_ratio``: exactly-once time / at-least-once time, best run each). One
+JSON object on stdout (and in bench/results/).
 
 The write rates against the SDK: after each at-least-once write, ``cometmq bench produce`` (the batched producer as
 the CLI runs it: 64 per request, 4 in flight; bodies of ``--body-size``, ``--produce-messages`` of them) against the
@@ -228,14 +228,15 @@ def main() -> None:
                 res[f"{what}_ratio"] = round(c / ceil, 3)
 
             # Batch write: the ceiling's rows (body, tags, keys) into a topic with df.write.format("cometmq"), best of
-            # two (the first also starts the workers' write path).
+            # four (the first also starts the workers' write path: three that count), `cometmq bench produce` beside
+            # each.
             write_topic = "BenchSparkWrite"
             server.create_topic(write_topic, args.queues)
             rows = ceiling.select("body", "tags", "keys")
             produce_topic = "BenchSparkProduce"
             server.create_topic(produce_topic, args.queues)
             batch_s, produce_batch = [], []
-            for _ in range(2):
+            for _ in range(4):
                 dt, _ = timed(lambda: rows.write.format("cometmq").option("namesrv", server.namesrv)
                               .option("topic", write_topic).mode("append").save())
                 batch_s.append(dt)

@@ -323,6 +323,20 @@ def test_pack_writes_no_byte_past_what_measure_gave() -> None:
     m.body = encode_batch_raw([(b"e", b"", 0), (b"f", b"", 0)])
     with pytest.raises(ValueError, match="changed since measure"):
         C.pack([m], bytearray(4096), 0, 0, 1, b"\x7f\x00\x00\x01\x00\x00\x00\x00", {}, total)
+    # a pack that fails leaves the queue table as it was, the runs it had ended included
+    first, second = (MessageInner("T", b"x", q, RawProperties(b""), b"", 0, 0, 0, BORN, 0) for q in (0, 1))
+    m.body = encode_batch_raw(items)
+    m.queue_id = 1
+    total = C.measure([first, second, m], 1024, 0)
+    m.body = encode_batch_raw([(b"g" * 300, b"", 0), (b"h", b"", 0)])
+    table = {("T", 0): 5}
+    with pytest.raises(ValueError, match="changed since measure"):
+        C.pack([first, second, m], bytearray(4096), 0, 0, 1, b"\x7f\x00\x00\x01\x00\x00\x00\x00", table, total)
+    assert table == {("T", 0): 5}
+    m.body = encode_batch_raw(items)
+    assert len(C.pack([first, second, m], bytearray(4096), 0, 0, 1, b"\x7f\x00\x00\x01\x00\x00\x00\x00", table,
+                      total)) == 4
+    assert table == {("T", 0): 6, ("T", 1): 3}
 
 
 def test_a_plain_batch_takes_the_native_path(tmp_path: Path) -> None:

@@ -433,7 +433,9 @@ static void write_record(unsigned char *r, const item_t *it, long long flag, lon
 /* The state of one pack call: the run of one (topic, queue) whose next queue offset is held here (a batch is one
  * run: the table is read and written once), and the ints its requests share. */
 typedef struct {
-    PyObject *table, *key, *last_size, *last_tags, *last_raw, *last_props;
+    /* ``staged``: the next queue offsets of the runs ended so far, written into ``table`` only once every record
+     * is written (a pack that fails leaves the table as it was) */
+    PyObject *table, *staged, *key, *last_size, *last_tags, *last_raw, *last_props;
     long long next_qoff, key_qid;
 } run_t;
 
@@ -441,10 +443,12 @@ typedef struct {
 static long long take_qoff(run_t *run, const item_t *it) {
     if (run->key == NULL || it->queue_id != run->key_qid
         || (PyTuple_GET_ITEM(run->key, 0) != it->topic && PyUnicode_Compare(PyTuple_GET_ITEM(run->key, 0), it->topic) != 0)) {
-        if (run->key != NULL && table_put(run->table, run->key, run->next_qoff) < 0) return -1;
+        if (run->key != NULL && table_put(run->staged, run->key, run->next_qoff) < 0) return -1;
         Py_XSETREF(run->key, PyTuple_Pack(2, it->topic, SLOT(it->m, MSG, M_QUEUE_ID)));
         run->key_qid = it->queue_id;
-        if (run->key == NULL || (run->next_qoff = table_get(run->table, run->key)) < 0) return -1;
+        if (run->key == NULL) return -1;
+        int staged = PyDict_Contains(run->staged, run->key);
+        if (staged < 0 || (run->next_qoff = table_get(staged ? run->staged : run->table, run->key)) < 0) return -1;
     }
     return run->next_qoff++;
 }
@@ -501,7 +505,11 @@ static PyObject *pack(PyObject *self, PyObject *args) {
                           &store_len, &PyDict_Type, &table, &total))
         return NULL;
     PyObject *out = NULL;
-    run_t run = {table, NULL, NULL, NULL, NULL, NULL, 0, 0};
+    run_t run = {table, PyDict_New(), NULL, NULL, NULL, NULL, NULL, 0, 0};
+    if (run.staged == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     /* the records end at ``pos + total`` (what measure gave: the room the caller reserved), else at the buffer's */
     Py_ssize_t end = total >= 0 && pos >= 0 && total <= buf.len - pos ? pos + total : buf.len;
     if (!bound()) goto done;
@@ -594,12 +602,14 @@ static PyObject *pack(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "pack: the messages changed since measure");
         goto fail;
     }
-    if (run.key != NULL && table_put(table, run.key, run.next_qoff) < 0) goto fail;
+    if ((run.key != NULL && table_put(run.staged, run.key, run.next_qoff) < 0) || PyDict_Update(table, run.staged) < 0)
+        goto fail;
     goto done;
 fail:
     Py_CLEAR(out);
 done:
     Py_XDECREF(run.key);
+    Py_XDECREF(run.staged);
     Py_XDECREF(run.last_size);
     Py_XDECREF(run.last_tags);
     Py_XDECREF(run.last_raw);

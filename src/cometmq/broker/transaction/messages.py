@@ -321,8 +321,8 @@ def commit_records(records: list[memoryview] | memoryview, limit: int, first: in
     got: _Read | None = C_TX.commit_records(
         records, limit, first, first_phy, group.encode(), _HALF_TOPIC_PART, _PGROUP_B, _PREPARED_B, _BOOKKEEPING_B,
         _REAL_TOPIC_B, _REAL_QID_B, commit, RECORD_OVERHEAD)
-    # A packed half among them is unpacked by commit_messages: the caller reads them one by one. Only the records
-    # read are searched, where they lie (no copy).
+    # A packed half among them commits as a message of batch_items (commit_messages), which the C helper does not
+    # make: the caller reads them one by one. Only the records read are searched, where they lie (no copy).
     if got is not None and (any(_PACKED_FIND(v) for v in records[:len(got[0])]) if isinstance(records, list)
                             else _PACKED_FIND(records, 0, sum(got[4]))):
         return None

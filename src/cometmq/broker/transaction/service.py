@@ -540,7 +540,9 @@ class TransactionalMessageService:
     def _defer_index(self, msgs: list[MessageInner]) -> None:
         """Before an append of commits: a large one (a packed half's items count each) defers the key index."""
         builder = self.store.index_builder
-        if builder is not None and sum(m.batch_items or 1 for m in msgs) >= _DEFER_INDEX_RECORDS:
+        # (counted only when the messages alone are too few to decide: a packed half's commit is one of them)
+        if builder is not None and (len(msgs) >= _DEFER_INDEX_RECORDS
+                                    or sum(m.batch_items or 1 for m in msgs) >= _DEFER_INDEX_RECORDS):
             builder.defer(_DEFER_INDEX_S)
 
     def _unknown(self, group: str, msg_id: str | None, source: str) -> str:

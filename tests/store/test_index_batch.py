@@ -151,3 +151,39 @@ def test_put_many_survives_a_restart(tmp_path: Path) -> None:
         assert again.query("T#k3", 1000, 0, 2**62) == [100 + i for i in range(299, -1, -1) if i % 10 == 3]
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4096])
+def test_a_drain_of_many_batches_writes_what_one_drain_per_batch_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        chunk: int) -> None:
+    """The builder applies the batches queued together (up to DRAIN_CHUNK_RECORDS records at a time): the same
+    index bytes as a drain after every batch, every key found, and the applied offset at the last record's end."""
+    monkeypatch.setattr(index_builder, "DRAIN_CHUNK_RECORDS", chunk)
+    batches = []
+    phy = 100
+    for b in range(40):
+        batch = []
+        for r in range(1 + b % 3):
+            raw = f"UNIQ_KEY\x01U{b}-{r}\x02KEYS\x01k{b} k{r}\x02".encode()
+            batch.append(DispatchRequest("T", 0, phy, 50, 0, T0 + b, 0, 0, RawProperties(raw)))
+            phy += 50
+        batches.append(batch)
+    one = IndexService(tmp_path / "one", 8, 64)  # small files: the drains roll several
+    together = IndexService(tmp_path / "together", 8, 64)
+    one.load()
+    together.load()
+    each, queued = index_builder.IndexBuilder(one), index_builder.IndexBuilder(together)
+    queued._running = True  # (a started builder only queues what it is handed; nothing runs its thread here)
+    try:
+        for batch in batches:
+            each.submit(batch)  # not started: applied at once
+            queued.submit(batch)
+        assert not queued.caught_up()
+        queued.drain()
+        assert queued.caught_up() and queued.applied_offset == phy == each.applied_offset
+        assert contents(one) == contents(together)
+        for b in range(40):
+            assert together.query(f"T#U{b}-0", 10, 0, 2**62) == [100 + 50 * sum(1 + i % 3 for i in range(b))]
+    finally:
+        one.close()
+        together.close()

@@ -9,6 +9,11 @@ for both processes, so each event is placed against the send it follows: the tab
 median time after the send started (``c:`` this client, ``b:`` the broker; ``#2`` a second call in the same
 window, e.g. the next pull's write). Each wrapper adds ~0.5 us, so the total runs a little above
 ``cometmq bench latency``. Needs SIGUSR1 (Linux, macOS).
+
+``--tails N`` also logs each background pass of the broker (``run_once`` of its service threads, ``pass:Name``)
+and prints the N slowest sends event by event, from 1 ms before the send to the listener, then which passes
+overlapped the slowest 1.5 %: what a slow send waited behind. ``--conf FILE``: broker keys for the served broker
+(e.g. ``messageIndexEnable=false`` as ``bench/compare`` runs it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +71,19 @@ def _wrap_common() -> None:
     connection.encode_parts = remoting.encode_parts  # type: ignore[attr-defined]
 
 
+def _wrap_passes() -> None:
+    """Every background service thread's pass, as ``pass:<class>``."""
+    import cometmq.broker.controller  # noqa: F401  (imports the store's services)
+    from cometmq.common.service import ServiceThread
+
+    todo = list(ServiceThread.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if "run_once" in vars(cls):
+            _wrap(cls, "run_once", "pass:" + cls.__name__)
+
+
 def broker_main(out: str, argv: list[str]) -> None:
     """The traced broker: ``cometmq serve`` with the send, dispatch and pull steps wrapped."""
     _wrap_common()
@@ -81,6 +100,8 @@ def broker_main(out: str, argv: list[str]) -> None:
     _wrap(pull.PullProcessor, "replay", "replay")
     _wrap(PullFastPath, "__call__", "pullfast")  # a woken pull answered from a template (replay not run)
     _wrap(MessageStore, "get_messages", "get")
+    if os.environ.get("TRACE_PASSES"):
+        _wrap_passes()
 
     def dump(*_: Any) -> None:
         Path(out).write_text(json.dumps(EVENTS))
@@ -169,6 +190,38 @@ def steps(client_events: list[tuple[str, int]], broker_events: list[tuple[str, i
     return sorted(rows)
 
 
+def tails(client_events: list[tuple[str, int]], broker_events: list[tuple[str, int]], show: int,
+          lead_ns: int = 1_000_000, window_ns: int = 3_000_000, share: float = 0.015
+          ) -> tuple[list[tuple[float, list[tuple[str, float]]]], Counter[str], int]:
+    """The ``show`` slowest sends (send -> listener), each as (µs, [(event, µs after the send)]) from ``lead_ns``
+    before it to its listener; and, over the slowest ``share`` of the sends, how many of them each background
+    pass (``pass:`` events) overlapped, with how many sends that share is."""
+    events = sorted([("c:" + label, t) for label, t in client_events] +
+                    [("b:" + label, t) for label, t in broker_events], key=lambda e: e[1])
+    times = [t for _, t in events]
+    done: list[tuple[int, int, int]] = []  # (latency ns, index of the send, index of its listener)
+    for i, (label, t0) in enumerate(events):
+        if label != "c:T0":
+            continue
+        j = i + 1
+        while j < len(events) and events[j][0] != "c:listener" and events[j][1] < t0 + window_ns:
+            j += 1
+        if j < len(events) and events[j][0] == "c:listener":
+            done.append((events[j][1] - t0, i, j))
+    done.sort()
+
+    def around(i: int, j: int) -> list[tuple[str, int]]:
+        return events[bisect.bisect_left(times, events[i][1] - lead_ns): j + 1]
+
+    slowest = [(ns / 1000, [(label, (t - events[i][1]) / 1000) for label, t in around(i, j)])
+               for ns, i, j in done[len(done) - show:][::-1]] if show > 0 else []
+    worst = done[int(len(done) * (1 - share)):]
+    passes: Counter[str] = Counter()
+    for _, i, j in worst:
+        passes.update({label[len("b:pass:"):].rstrip("<>") for label, _ in around(i, j) if label.startswith("b:pass:")})
+    return slowest, passes, len(worst)
+
+
 def _free_port() -> int:
     import socket
 
@@ -183,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--interval-ms", type=float, default=2.0)
     ap.add_argument("--show", type=int, default=40, help="rows of the table")
+    ap.add_argument("--tails", type=int, default=0, metavar="N",
+                    help="log the broker's background passes; print the N slowest sends event by event")
+    ap.add_argument("--conf", type=Path, default=None, help="a broker config file for the served broker")
     args = ap.parse_args(argv)
     from cometmq.net.loop import run
 
@@ -190,10 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         out = os.path.join(tmp, "broker.json")
         ns_port, broker_port = _free_port(), _free_port()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        if args.tails:
+            env["TRACE_PASSES"] = "1"
+        conf = ["-c", str(args.conf)] if args.conf is not None else []
         server = subprocess.Popen(
             [sys.executable, __file__, "--broker", out, "serve", "--data", os.path.join(tmp, "data"),
              "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--grpc-port", "0",
-             "--log-level", "WARNING"], env=env)
+             "--log-level", "WARNING", *conf], env=env)
         try:
             time.sleep(3)
             samples = run(client(f"127.0.0.1:{ns_port}", args.count, args.interval_ms))
@@ -212,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
           f"({len(s)} messages)")
     for median_us, step, n in steps(EVENTS, broker_events, int(args.interval_ms * 0.95e6))[: args.show]:
         print(f"{median_us:8.1f} us  {step:18s} n={n}")
+    if args.tails:
+        slowest, passes, worst = tails(EVENTS, broker_events, args.tails)
+        for us, seen in slowest:
+            print(f"# {us:7.1f} us: " + " ".join(f"{label}@{at:.0f}" for label, at in seen))
+        print(f"# background passes overlapping the slowest {worst} sends: "
+              + (", ".join(f"{name} {n}" for name, n in passes.most_common()) or "none"))
     return 0
 
 

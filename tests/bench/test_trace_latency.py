@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from trace_latency import steps
+from trace_latency import steps, tails
 
 
 def test_steps_places_each_event_after_its_send_and_numbers_repeats() -> None:
@@ -25,3 +25,21 @@ def test_steps_places_each_event_after_its_send_and_numbers_repeats() -> None:
 def test_steps_drops_what_most_sends_did_not_see() -> None:
     client = [("T0", 0), ("T0", 2_000_000), ("T0", 4_000_000), ("rare", 4_000_010)]
     assert [step for _, step, _ in steps(client, [], 1_900_000)] == ["c:T0"]
+
+
+def test_tails_lists_the_slowest_sends_and_the_passes_they_waited_behind() -> None:
+    client, broker = [], []
+    for k in range(200):
+        t0 = 10_000_000 + k * 2_000_000
+        slow = 300_000 if k == 7 else 0
+        client += [("T0", t0), ("listener", t0 + 100_000 + slow + k)]
+        broker += [("recv>", t0 + 40_000 + slow)]
+    broker += [("pass:IndexBuilder>", 10_000_000 + 7 * 2_000_000 + 30_000),
+               ("pass:IndexBuilder<", 10_000_000 + 7 * 2_000_000 + 330_000),
+               ("pass:WarmService>", 10_000_000 + 199 * 2_000_000 - 1_500_000)]  # before the 1 ms lead: not counted
+    slowest, passes, worst = tails(client, broker, show=2)
+    assert [round(us) for us, _ in slowest] == [400, 100]
+    assert [label for label, _ in slowest[0][1]] == ["c:T0", "b:pass:IndexBuilder>", "b:pass:IndexBuilder<",
+                                                    "b:recv>", "c:listener"]
+    assert worst == 3 and passes == {"IndexBuilder": 1}
+    assert tails(client, broker, show=0)[0] == []

@@ -52,11 +52,9 @@ class WarmService(ServiceThread):
             mf.unwarm()
             self._idle = True
             return
-        # Refilled once the writer has used half the window: a slow writer costs one call (and one thread
-        # switch with the event loop) per half window, not one per page it crosses.
-        if mf.warmed_position >= min(mf.wrote_position + self.ahead_bytes // 2, mf.size):
-            return
         target = mf.wrote_position + self.ahead_bytes
+        if mf.warmed_position >= min(target, mf.size):
+            return
         if not mf.warm(target):
             log.info("this system cannot prefault mapped pages (madvise MADV_POPULATE_WRITE); not warming")
             self.disabled = True

@@ -214,7 +214,7 @@ def tails(client_events: list[tuple[str, int]], broker_events: list[tuple[str, i
         return events[bisect.bisect_left(times, events[i][1] - lead_ns): j + 1]
 
     slowest = [(ns / 1000, [(label, (t - events[i][1]) / 1000) for label, t in around(i, j)])
-               for ns, i, j in done[len(done) - show:][::-1]] if show > 0 else []
+               for ns, i, j in done[max(0, len(done) - show):][::-1]] if show > 0 else []
     worst = done[int(len(done) * (1 - share)):]
     passes: Counter[str] = Counter()
     for _, i, j in worst:

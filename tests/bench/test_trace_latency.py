@@ -43,3 +43,4 @@ def test_tails_lists_the_slowest_sends_and_the_passes_they_waited_behind() -> No
                                                     "b:recv>", "c:listener"]
     assert worst == 3 and passes == {"IndexBuilder": 1}
     assert tails(client, broker, show=0)[0] == []
+    assert len(tails(client, broker, show=500)[0]) == 200  # more asked for than there are: every send

@@ -65,6 +65,8 @@ def test_serve_starts_and_stops_cleanly(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         assert "cometmq serving" in line and f"127.0.0.1:{bp}" in line
         assert (data / "abort").exists()
+        # no TLS in its settings: OpenSSL is not loaded (cometmq.net.no_openssl)
+        assert "/_ssl." not in Path(f"/proc/{proc.pid}/maps").read_text()
         with socket.create_connection(("127.0.0.1", ns), timeout=5):
             pass
         proc.send_signal(signal.SIGTERM)

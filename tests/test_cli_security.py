@@ -15,7 +15,8 @@ from cometmq.broker.controller import BrokerController
 from cometmq.client import Admin, ClientInstance
 from cometmq.client.errors import MQClientError
 from cometmq.net.client import RemotingClient
-from cometmq.net.tls import TlsConfig, client_context
+from cometmq.net.tls import client_context
+from cometmq.net.tls_settings import TlsConfig
 from cometmq.protocol.acl import Credentials, sign_request
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
@@ -104,6 +105,24 @@ def test_controller_with_acl_and_tls_from_its_properties(tmp_path: Path, certs: 
             assert r.code == ResponseCode.SUCCESS
             with pytest.raises(Exception):  # noqa: B017 - plaintext: the connection is closed, whatever the error
                 await _call(addr, make_request(RequestCode.CONTROLLER_GET_METADATA_INFO), tls=False)
+
+        asyncio.run(main())
+
+
+def test_serve_with_tls_in_its_broker_conf_loads_openssl_and_serves_both(tmp_path: Path, certs: Certs) -> None:
+    """TLS settings keep the real ssl module (cometmq.net.no_openssl stays out): permissive, from broker.conf."""
+    ns, bp = free_port(), free_port()
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"tls.server.mode=permissive\ntls.server.certPath={certs.cert}\ntls.server.keyPath={certs.key}\n")
+    with running("serve", "--data", str(tmp_path / "d"), "-c", str(conf), "--namesrv-port", str(ns),
+                 "--broker-port", str(bp), "--grpc-port", "0") as (proc, line):
+        assert "cometmq serving" in line, line
+        assert "/_ssl." in Path(f"/proc/{proc.pid}/maps").read_text()
+
+        async def main() -> None:
+            for tls in (True, False):
+                r = await _call(f"127.0.0.1:{bp}", make_request(RequestCode.GET_BROKER_RUNTIME_INFO), tls=tls)
+                assert r.code == ResponseCode.SUCCESS, (tls, r.code, r.remark)
 
         asyncio.run(main())
 

@@ -12,7 +12,6 @@ bad parameter, exit code 2.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -27,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 from cometmq.logsetup import LogSpec, configure
 
 if TYPE_CHECKING:
+    import asyncio
+
     from cometmq.broker.config import BrokerConfig
     from cometmq.broker.controller import BrokerController
-    from cometmq.net.tls import TlsConfig
+    from cometmq.net.tls_settings import TlsConfig
     from cometmq.protocol.acl import Credentials
 
 #: the environment variable carrying the command, its options and the log options from ``cometmq.cli``
@@ -72,6 +73,8 @@ def print_usage_error(prog: str, exc: UsageError) -> None:
 def _stop_event() -> asyncio.Event:
     """An event set by SIGINT or SIGTERM. Installed before anything starts, so a signal that arrives while
     the servers start (or just after the ready line) still stops them cleanly."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -206,7 +209,7 @@ def _tls_config(conf: Path | None, mode: str | None, cert: Path | None, key: Pat
                 tls_file: Path | None = None):
     """TLS settings: RocketMQ's tls.* keys of broker.conf (or of ``tls_file``, a tls.properties), then the
     --tls-* options; checked (the certificate and key load) before anything starts."""
-    from cometmq.net.tls import TlsConfig, TlsError, tls_config_from_properties
+    from cometmq.net.tls_settings import TlsConfig, TlsError, tls_config_from_properties
 
     try:
         if conf is not None:
@@ -270,6 +273,19 @@ def _check_metrics(cfg: BrokerConfig) -> None:
         except ImportError:
             raise UsageError("metricsExporterType=PROM needs the metrics extra "
                              "(pip install 'cometmq[metrics]')", param_hint="-c/--config") from None
+
+
+def _openssl_only_if_used(cfg: BrokerConfig, dashboard_port: int | None) -> None:
+    """A broker whose settings use no TLS runs without OpenSSL (:mod:`cometmq.net.no_openssl`, 3.4 MiB): called
+    once its settings are read and checked, before anything imports asyncio. TLS on either side keeps it, and so
+    does the dashboard (aiohttp builds TLS contexts when it loads)."""
+    dashboard = dashboard_port if dashboard_port is not None else cfg.dashboard_port
+    if cfg.tls.enabled or cfg.tls.client_enable or dashboard:
+        return
+    from cometmq.net.no_openssl import keep_out
+
+    if not keep_out():
+        log.debug("ssl or asyncio was imported before the settings were read: OpenSSL stays loaded")
 
 
 async def _start_metrics(ctl: BrokerController) -> object | None:
@@ -351,7 +367,7 @@ def _check_acl_file(path: str, hint: str, *, must_exist: bool = False) -> None:
 
 def _server_tls(base: TlsConfig, mode: str | None, cert: Path | None, key: Path | None) -> TlsConfig:
     """The --tls-* options over ``base`` (from a config file); checked (the files load) before anything starts."""
-    from cometmq.net.tls import TlsError, tls_config_from_properties
+    from cometmq.net.tls_settings import TlsError, tls_config_from_properties
 
     props = {k: str(v) for k, v in (("tls.server.mode", mode), ("tls.server.certPath", cert),
                                      ("tls.server.keyPath", key)) if v is not None}
@@ -464,6 +480,8 @@ def controller(data: Path, port: int | None, host: str | None, config: Path | No
         raise UsageError(str(exc)) from None
 
     async def main() -> None:
+        import asyncio
+
         stop = _stop_event()
         config = ControllerConfig(host=listen_host, port=listen_port, group=group, node_id=node_id,
                                   peers=tuple(f"{p.name}={p.address}" for p in nodes), advertised_addr=advertised,
@@ -509,11 +527,11 @@ def broker(config: Path | None, data: Path | None, port: int | None, host: str, 
            broker_ip: str | None, grpc_port: int | None, access_keys: str | None, tls_mode: str | None,
            tls_cert: Path | None, tls_key: Path | None, dashboard_port: int | None) -> None:
     """Run a broker that registers with the given nameservers."""
-    from cometmq.broker.controller import BrokerController
-
     cfg = _broker_config(config, data, host, port, namesrv, broker_ip)
     cfg = cfg.replace(tls=_tls_config(config, tls_mode, tls_cert, tls_key))
     _check_metrics(cfg)
+    _openssl_only_if_used(cfg, dashboard_port)
+    from cometmq.broker.controller import BrokerController
 
     async def main() -> None:
         stop = _stop_event()
@@ -536,24 +554,22 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
           broker_ip: str | None, grpc_port: int | None, access_keys: str | None, tls_mode: str | None,
           tls_cert: Path | None, tls_key: Path | None, dashboard_port: int | None) -> None:
     """Run a nameserver and a broker in one process."""
+    tls_cfg = _tls_config(config, tls_mode, tls_cert, tls_key)
+    # enforcing: the broker and the gRPC endpoint reach this nameserver with TLS too
+    tls = tls_cfg.replace(client_enable=True) if tls_cfg.mode.value == "enforcing" else tls_cfg
+    # the broker's settings, checked before anything starts (its nameserver address is set once that one listens)
+    base = _broker_config(config, data, host, broker_port, None, broker_ip).replace(tls=tls)
+    _check_metrics(base)
+    _openssl_only_if_used(base, dashboard_port)
     from cometmq.broker.controller import BrokerController
     from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 
-    tls_cfg = _tls_config(config, tls_mode, tls_cert, tls_key)
-
     async def main() -> None:
         stop = _stop_event()
-        # enforcing: the broker and the gRPC endpoint reach this nameserver with TLS too
-        tls = tls_cfg.replace(client_enable=True) if tls_cfg.mode.value == "enforcing" else tls_cfg
         kv_path = (data or Path("data")).resolve() / "namesrv" / "kvConfig.json"  # KV configs outlive a restart
         ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls, kv_config_path=kv_path))
         await ns.start()
-        try:
-            cfg = _broker_config(config, data, host, broker_port, f"{host}:{ns.port}", broker_ip).replace(tls=tls)
-            _check_metrics(cfg)
-        except BaseException:
-            await ns.stop()
-            raise
+        cfg = base.replace(namesrv_addr=f"{host}:{ns.port}")
         ctl = BrokerController(cfg)
         try:
             await ctl.start()

@@ -14,7 +14,7 @@ from cometmq.broker.controller import BrokerController
 from cometmq.client import Admin, ClientInstance, LitePullConsumer, Message, MessageQueue, Producer
 from cometmq.client.errors import InvalidArgumentError, MQClientError
 from cometmq.namesrv.server import NamesrvConfig, NamesrvController
-from cometmq.net.tls import TlsConfig, TlsMode
+from cometmq.net.tls_settings import TlsConfig, TlsMode
 from tests.net.tlskit import Certs, make_certs
 
 pytestmark = pytest.mark.timeout(60)

@@ -22,7 +22,7 @@ from cometmq.grpc.tls import RelayPeers
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
 from cometmq.grpc.v2 import service_pb2_grpc
-from cometmq.net.tls import TlsConfig, TlsMode
+from cometmq.net.tls_settings import TlsConfig, TlsMode
 from tests.net.tlskit import Certs, make_certs
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ import pytest
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.server import GrpcProxy
 from cometmq.grpc.v2 import service_pb2, service_pb2_grpc
-from cometmq.net.tls import TlsConfig, TlsMode
+from cometmq.net.tls_settings import TlsConfig, TlsMode
 from tests.net.tlskit import Certs, make_certs
 
 pytestmark = pytest.mark.timeout(60)

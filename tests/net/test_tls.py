@@ -16,15 +16,8 @@ from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnectError, RemotingConnection
 from cometmq.net.loop import run, uvloop_factory
 from cometmq.net.server import RemotingServer
-from cometmq.net.tls import (
-    ServerTls,
-    TlsConfig,
-    TlsError,
-    TlsMode,
-    client_context,
-    sdk_client_context,
-    tls_config_from_properties,
-)
+from cometmq.net.tls import ServerTls, client_context, sdk_client_context
+from cometmq.net.tls_settings import TlsConfig, TlsError, TlsMode, tls_config_from_properties
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
 from tests.net.tlskit import Certs, make_certs
 

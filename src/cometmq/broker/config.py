@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cometmq.net.limits import ConnectionLimits
-from cometmq.net.tls import ALL_TLS_KEYS, TlsConfig, TlsError, tls_config_from_properties
+from cometmq.net.tls_settings import ALL_TLS_KEYS, TlsConfig, TlsError, tls_config_from_properties
 from cometmq.store.config import (
     STORE_KEYS,
     ConfigError,

@@ -36,7 +36,8 @@ from cometmq.client.wire import SdkRemotingClient
 from cometmq.common.periodic import Periodic
 from cometmq.net.client import RemotingClient, split_address
 from cometmq.net.connection import RemotingConnection, RequestTimeoutError
-from cometmq.net.tls import TlsError, sdk_client_context
+from cometmq.net.tls import sdk_client_context
+from cometmq.net.tls_settings import TlsError
 from cometmq.protocol.acl import Credentials, sign_request
 from cometmq.protocol.client_bodies import (
     IS_SUB_CHANGE,

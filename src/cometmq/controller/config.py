@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..acl.remoting import parse_credentials
-from ..net.tls import ALL_TLS_KEYS, TlsConfig, TlsError, tls_config_from_properties
+from ..net.tls_settings import ALL_TLS_KEYS, TlsConfig, TlsError, tls_config_from_properties
 from ..protocol.acl import Credentials
 from ..store.config import ConfigError, convert_keys, parse_properties, property_bool, property_port
 

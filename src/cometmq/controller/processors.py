@@ -26,7 +26,7 @@ from ..common import failpoints
 from ..common.periodic import Periodic
 from ..net.client import RemotingClient
 from ..net.connection import Handler, RemotingConnection
-from ..net.tls import TlsConfig
+from ..net.tls_settings import TlsConfig
 from ..protocol.acl import Credentials
 from ..protocol.codes import RemotingError, RequestCode, ResponseCode
 from ..protocol.remoting import RemotingCommand, make_request, make_response

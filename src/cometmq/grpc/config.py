@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cometmq.net.tls import TlsConfig
+from cometmq.net.tls_settings import TlsConfig
 
 DEFAULT_GRPC_PORT = 8081
 

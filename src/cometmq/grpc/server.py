@@ -19,7 +19,8 @@ from cometmq.grpc.producer_rpcs import ProducerRpcs
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.v2 import service_pb2_grpc
 from cometmq.net.client import LocalConnector
-from cometmq.net.tls import ServerTls, TlsListener, TlsMode
+from cometmq.net.tls import ServerTls, TlsListener
+from cometmq.net.tls_settings import TlsMode
 
 log = logging.getLogger("cometmq.grpc")
 

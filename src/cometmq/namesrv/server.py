@@ -16,7 +16,8 @@ from cometmq.namesrv.processors import NamesrvProcessors
 from cometmq.namesrv.route_info import DEFAULT_BROKER_EXPIRY_S, ExpiredBroker, RouteInfoManager
 from cometmq.net.connection import Dispatcher, Handler, RemotingConnection
 from cometmq.net.server import RemotingServer
-from cometmq.net.tls import ServerTls, TlsConfig
+from cometmq.net.tls import ServerTls
+from cometmq.net.tls_settings import TlsConfig
 
 if TYPE_CHECKING:
     from cometmq.acl.control import AccessControl

@@ -14,7 +14,6 @@ Every refusal or close is logged at WARNING, but at most once per peer IP and re
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -22,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import asyncio
+
     from cometmq.net.connection import RemotingConnection
 
 log = logging.getLogger("cometmq.net.limits")
@@ -185,12 +186,17 @@ class ConnectionGuard:
         if limits.max_write_buffer_bytes:
             timeouts.append(4.0)  # the write budget is checked at least every second
         if timeouts:
+            import asyncio  # here, not at the top: ConnectionLimits is read with a server's settings, before asyncio
+            # is imported (cometmq.net.no_openssl)
+
             interval = min(5.0, max(0.05, min(timeouts) / 4))
             self._task = asyncio.get_running_loop().create_task(self._sweep_loop(connections, interval))
 
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
+            import asyncio
+
             task.cancel()
             try:
                 await task
@@ -198,6 +204,8 @@ class ConnectionGuard:
                 pass
 
     async def _sweep_loop(self, connections: set[RemotingConnection], interval: float) -> None:
+        import asyncio
+
         while True:
             await asyncio.sleep(interval)
             try:
@@ -207,6 +215,8 @@ class ConnectionGuard:
 
     def sweep(self, connections: set[RemotingConnection]) -> None:
         """Close the connections past a timeout (the sweep runs every quarter of the shorter one, at most 5 s)."""
+        import asyncio
+
         limits = self.limits
         now = asyncio.get_running_loop().time()
         read_timeout, idle_timeout = limits.read_timeout_s, limits.idle_timeout_s

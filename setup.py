@@ -3,8 +3,9 @@
 (cometmq.broker.transaction._txc), the SDK's batch encoder (cometmq.protocol._batchenc),
 the broker's reader of a lone SEND_MESSAGE_V2 or SEND_MESSAGE frame (cometmq.protocol._sendv2c),
 the SDK connection's reply decoder (cometmq.client._sendfast), the Spark source's record decoder
-(cometmq.spark._decodec) and the Spark sink's batch encoder
-(cometmq.spark._encodec). Everything else is in pyproject.toml.
+(cometmq.spark._decodec), the Spark sink's batch encoder (cometmq.spark._encodec) and the servers' madvise and
+malloc_trim without ctypes (cometmq.common._osc).
+Everything else is in pyproject.toml.
 
 ``optional=True``: without a compiler or Python headers the install still succeeds and each of them runs in pure
 Python (same results, more CPU)."""
@@ -25,6 +26,8 @@ setup(ext_modules=[Extension("cometmq.store._indexc", ["src/cometmq/store/_index
                              extra_compile_args=["-O2"], libraries=["z"], **_SHARED),
                    Extension("cometmq.broker.transaction._txc", ["src/cometmq/broker/transaction/_txc.c"],
                              optional=True, extra_compile_args=["-O2"], **_SHARED),
+                   Extension("cometmq.common._osc", ["src/cometmq/common/_osc.c"], optional=True,
+                             extra_compile_args=["-O2"]),
                    Extension("cometmq.protocol._sendv2c", ["src/cometmq/protocol/_sendv2c.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    Extension("cometmq.protocol._batchenc", ["src/cometmq/protocol/_batchenc.c"], optional=True,

@@ -92,6 +92,7 @@ def test_a_server_command_becomes_the_server_process(tmp_path: Path) -> None:
         at = cmdline.index(b"-m")  # after the interpreter's own flags (-B, -X…), handed on
         assert cmdline[at:at + 4] == [b"-m", b"cometmq.server_main", b"namesrv", b"--port"], cmdline
         assert b"notOnTheCommandLine" not in b" ".join(cmdline)
+        assert b"MALLOC_ARENA_MAX=1" in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")  # one arena
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

@@ -189,3 +189,21 @@ def test_a_server_process_imports_no_command_line_library() -> None:
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+def test_a_server_process_holds_no_admin_tool_code_or_ctypes_until_asked() -> None:
+    """The Java tools' requests are answered by modules imported at the first of them (issue [16]): the broker's
+    and nameserver's processors import neither those nor the bodies they write; nor ctypes (cometmq.common._osc
+    makes the two system calls it was for)."""
+    code = ("import sys\n"
+            "import cometmq.server_main, cometmq.broker.controller, cometmq.namesrv.server\n"
+            "from cometmq.common.gc_tuning import trim_heap\n"
+            "from cometmq.common.native import load_c_helper\n"
+            "trim_heap()\n"
+            "skip = {'ctypes'} if load_c_helper('cometmq.common._osc') is None else set()  # the fallback\n"
+            "print(' '.join(sorted(m for m in sys.modules if m in {'cometmq.broker.admin_tools', "
+            "'cometmq.protocol.admin_bodies', 'cometmq.protocol.fastjson', 'ctypes'} - skip)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

@@ -54,3 +54,17 @@ def test_the_checks_see_a_violation(tmp_path: Path) -> None:
     tree = ast.parse("from cometmq.broker.controller import BrokerController\nstore.put_messages([])\n")
     assert "cometmq.broker.controller.BrokerController" in _imports(tree)
     assert any(isinstance(n, ast.Attribute) and n.attr in STORE_WRITES for n in ast.walk(tree))
+
+
+def test_every_tool_request_names_an_admin_tools_coroutine() -> None:
+    """broker/admin.py routes the tools' requests by name (TOOL_REQUESTS) to a module it imports at the first one:
+    a name that is not an AdminTools coroutine method would fail only when that request arrives."""
+    import inspect
+
+    from cometmq.broker.admin import NOT_SUPPORTED, TOOL_REQUESTS
+    from cometmq.broker.admin_tools import AdminTools
+
+    assert len(TOOL_REQUESTS) == 26 and set(NOT_SUPPORTED) <= set(TOOL_REQUESTS)
+    bad = {code: name for code, name in TOOL_REQUESTS.items()
+           if not inspect.iscoroutinefunction(getattr(AdminTools, name, None))}
+    assert not bad

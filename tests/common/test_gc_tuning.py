@@ -44,10 +44,15 @@ def test_bad_values_name_the_variable(bad: str) -> None:
         thresholds_from_env(bad)
 
 
-def test_trim_heap_returns_the_freed_heap_where_glibc_can() -> None:
-    """Called once the servers are up (server_main._server_gc); a no-op answering False without glibc."""
+@pytest.mark.parametrize("pure", [False, True])
+def test_trim_heap_returns_the_freed_heap_where_glibc_can(pure: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Called once the servers are up (server_main._server_gc); a no-op answering False without glibc. Through the
+    C helper (cometmq.common._osc) when built, through ctypes otherwise (COMETMQ_PURE_PYTHON turns the helpers off)."""
     import platform
 
     from cometmq.common.gc_tuning import trim_heap
+    from cometmq.common.native import PURE_PYTHON_ENV
 
+    if pure:
+        monkeypatch.setenv(PURE_PYTHON_ENV, "1")
     assert trim_heap() is (sys.platform == "linux" and platform.libc_ver()[0] == "glibc")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cometmq.store import warm
+from cometmq.common.native import load_c_helper
+from cometmq.store import mapped_file, warm
 from cometmq.store.mapped_file import MappedFile, MappedFileQueue
 from cometmq.store.message_store import MessageStore
 from cometmq.store.warm import WarmService
@@ -45,6 +46,38 @@ def test_warm_makes_pages_resident_without_changing_them(tmp_path: Path) -> None
     finally:
         mf.close()
     assert mf.warm(32 * MiB)  # after close: nothing to do, no crash
+
+
+@pytest.mark.parametrize("impl", ["c", "ctypes"])
+def test_the_c_helper_and_the_ctypes_fallback_warm_alike(impl: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """cometmq.common._osc's populate_write (no ctypes in a server) and the ctypes fallback (no compiler)."""
+    osc = load_c_helper("cometmq.common._osc")
+    if impl == "c":
+        if osc is None:
+            pytest.skip("the C helpers are not built")
+        populate = osc.populate_write
+    else:
+        populate = mapped_file._ctypes_populate_write()
+        assert populate is not None
+    monkeypatch.setattr(mapped_file, "_populate", lambda: populate)
+    mf = MappedFile(tmp_path / f"{0:020d}", 8 * MiB)
+    try:
+        mf.append(b"kept" * 1000)
+        before = resident_kib(mf.path)
+        if not mf.warm(4 * MiB, step=1 * MiB):
+            pytest.skip("this kernel cannot prefault mapped pages (MADV_POPULATE_WRITE)")
+        assert mf.warmed_position == 4 * MiB
+        assert resident_kib(mf.path) >= before + 3 * 1024
+        assert bytes(mf.view(0, 4000)) == b"kept" * 1000
+        assert bytes(mf.view(4000, 4 * MiB - 4000)) == bytes(4 * MiB - 4000)
+        if impl == "c":  # a range outside the mapping, or not page-aligned, is refused before any call
+            for start, length in ((0, 8 * MiB + 1), (-4096, 4096), (100, 4096), (8 * MiB, 1)):
+                with pytest.raises(ValueError, match="populate_write"):
+                    populate(mf.mm, start, length)
+            assert populate(mf.mm, 8 * MiB, 0) == 0
+    finally:
+        mf.close()
 
 
 def test_store_keeps_the_window_ahead_of_the_writer(make_store: Callable[..., MessageStore]) -> None:

@@ -6,10 +6,9 @@ import logging
 import math
 import os
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cometmq import __version__
-from cometmq.broker.admin_tools import AdminTools
 from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
@@ -19,14 +18,6 @@ from cometmq.broker.stats import BrokerStats
 from cometmq.broker.stats_windows import StatsWindows
 from cometmq.broker.topics import TopicConfigManager, retry_topic
 from cometmq.net.connection import RemotingConnection
-from cometmq.protocol.admin_bodies import (
-    ConsumeStats,
-    KVTable,
-    TopicOffset,
-    TopicStatsTable,
-    bean,
-    fastjson_dumps,
-)
 from cometmq.protocol.client_bodies import (
     CLUSTERING,
     IS_SUB_CHANGE,
@@ -56,12 +47,51 @@ from cometmq.protocol.remoting import DEFAULT_VERSION, RemotingCommand, make_res
 from cometmq.protocol.route import TopicConfig
 from cometmq.store.message_store import MessageStore
 
+if TYPE_CHECKING:
+    from cometmq.broker.admin_tools import AdminTools
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
 H = TypeVar("H", bound=Header)
+
+#: The Java tools' requests (mqadmin, rocketmq-dashboard, rocketmq-exporter): request code -> the method of
+#: :class:`cometmq.broker.admin_tools.AdminTools` that answers it. That module (and the bodies it writes,
+#: cometmq.protocol.admin_bodies) is imported at the first of them: an idle broker does not hold it (issue [16]).
+TOOL_REQUESTS: dict[int, str] = {
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: "consumer_connection",
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: "producer_connection",
+    RequestCode.GET_ALL_PRODUCER_INFO: "all_producer_info",
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: "topic_consume_by_who",
+    RequestCode.QUERY_TOPICS_BY_CONSUMER: "topics_by_consumer",
+    RequestCode.QUERY_SUBSCRIPTION_BY_CONSUMER: "subscription_by_consumer",
+    RequestCode.QUERY_CONSUME_TIME_SPAN: "consume_time_span",
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: "system_topics",
+    RequestCode.GET_BROKER_CONSUME_STATS: "broker_consume_stats",
+    RequestCode.VIEW_BROKER_STATS_DATA: "view_stats",
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: "reset_offset",
+    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: "consumer_status",
+    RequestCode.GET_CONSUMER_RUNNING_INFO: "consumer_running_info",
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: "consume_message_directly",
+    RequestCode.QUERY_CORRECTION_OFFSET: "correction_offset",
+    RequestCode.CLONE_GROUP_OFFSET: "clone_group_offset",
+    RequestCode.GET_BROKER_CONFIG: "broker_config",
+    RequestCode.UPDATE_BROKER_CONFIG: "update_broker_config",
+    RequestCode.GET_TOPIC_CONFIG: "topic_config",
+    RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: "group_config",
+    RequestCode.UPDATE_AND_CREATE_TOPIC_LIST: "create_topic_list",
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: "create_group_list",
+}
+#: requests cometmq cannot honour, with the remark its answer gives (AdminTools.not_supported)
+NOT_SUPPORTED: dict[int, str] = {
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: "cometmq removes expired consume-queue files on its own schedule",
+    RequestCode.DELETE_EXPIRED_COMMITLOG: "cometmq deletes expired commit-log files on its own schedule",
+    RequestCode.CLEAN_UNUSED_TOPIC: "cometmq removes a topic's queues when the topic is deleted",
+    RequestCode.QUERY_CONSUME_QUEUE: "cometmq does not serve raw consume-queue entries",
+}
+TOOL_REQUESTS.update((code, "not_supported") for code in NOT_SUPPORTED)
 
 
 def parse(cls: type[H], cmd: RemotingCommand) -> H:
@@ -96,7 +126,24 @@ class AdminProcessor:
         self.boot_ms = clock()
         #: GET_BROKER_CONFIG's data version: bumped by every UPDATE_BROKER_CONFIG
         self.config_version = 0
-        self.tools = AdminTools(self)
+        self._tools: AdminTools | None = None
+
+    @property
+    def tools(self) -> AdminTools:
+        """The tools' requests (TOOL_REQUESTS), built at the first."""
+        if self._tools is None:
+            from cometmq.broker.admin_tools import AdminTools
+
+            self._tools = AdminTools(self)
+        return self._tools
+
+    def _tool(self, name: str) -> Handler:
+        async def handle(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
+            answer: Handler = getattr(self.tools, name)
+            return await answer(conn, cmd)
+
+        handle.__name__ = handle.__qualname__ = name
+        return handle
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -122,7 +169,7 @@ class AdminProcessor:
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
-            **self.tools.handlers(),
+            **{code: self._tool(name) for code, name in TOOL_REQUESTS.items()},
         }
 
     # -- clients ----------------------------------------------------------------------------------------------
@@ -263,6 +310,8 @@ class AdminProcessor:
 
     async def all_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         # TopicConfigSerializeWrapper
+        from cometmq.protocol.admin_bodies import bean, fastjson_dumps
+
         table = {c.topic_name: bean(**c.to_json()) for c in sorted(self.topics.all(), key=lambda c: c.topic_name)}
         return ok(cmd, body=fastjson_dumps(bean(
             dataVersion=bean(counter=self.topics.data_version, stateVersion=0, timestamp=0), topicConfigTable=table)))
@@ -280,6 +329,8 @@ class AdminProcessor:
     async def all_groups(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         # SubscriptionGroupWrapper
         from dataclasses import asdict
+
+        from cometmq.protocol.admin_bodies import bean, fastjson_dumps
 
         table = {n: bean(**asdict(c)) for n, c in sorted(self.groups.groups.items())}
         return ok(cmd, body=fastjson_dumps(bean(dataVersion=bean(counter=0, stateVersion=0, timestamp=0),
@@ -304,6 +355,8 @@ class AdminProcessor:
 
     async def topic_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         """TopicStatsTable: per queue its min and max offset and when its last message was stored."""
+        from cometmq.protocol.admin_bodies import TopicOffset, TopicStatsTable
+
         topic = cmd.ext_fields.get("topic", "")
         store = self.store
         table: dict[MessageQueue, TopicOffset] = {}
@@ -325,6 +378,8 @@ class AdminProcessor:
         the group pulled and when the last consumed message was stored. As RocketMQ: ``topicList`` (comma
         separated) names the topics outright; otherwise ``topic`` or every topic the group committed offsets
         for, less those the group's online consumers do not subscribe to."""
+        from cometmq.protocol.admin_bodies import ConsumeStats
+
         group = cmd.ext_fields.get("consumerGroup", "")
         listed = [t for t in cmd.ext_fields.get("topicList", "").split(",") if t]
         if listed:
@@ -348,6 +403,8 @@ class AdminProcessor:
     async def runtime_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         """KVTable of the keys RocketMQ's broker answers (mqadmin brokerStatus, the dashboard and the exporter read
         them, the exporter every one), plus cometmq's own (heldPullRequests, topicCount, consumerGroupsOnline)."""
+        from cometmq.protocol.admin_bodies import KVTable
+
         return ok(cmd, body=KVTable(runtime_table(self)).encode())
 
 

@@ -4,16 +4,18 @@ the shapes the Java classes serialize (``cometmq.protocol.admin_bodies``).
 ``AdminProcessor`` (broker/admin.py) keeps the requests clients need; this module holds the tools' own:
 connections, who consumes what, consume time spans, broker-wide consume stats, stats items, offset resets and
 clones, the broker's config, and the requests forwarded to a consumer (running info, consume directly, status).
-Requests cometmq cannot honour are answered with an error whose remark says why, never left unanswered.
+Requests cometmq cannot honour are answered with an error whose remark says why, never left unanswered. Which
+request goes to which method is ``TOOL_REQUESTS`` in broker/admin.py: this module is imported at the first of them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from cometmq.broker.admin import NOT_SUPPORTED
 from cometmq.broker.clients import ClientChannel
 from cometmq.broker.config import BROKER_KEYS, BrokerConfig, parse_properties
 from cometmq.broker.groups import SubscriptionGroupConfig
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 #: How long the broker waits for a consumer it forwards a request to (RocketMQ: 5 s).
 CALL_CLIENT_TIMEOUT_S = 5.0
@@ -73,14 +74,6 @@ STATS_NAMES = frozenset({"TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS", "
 
 #: UPDATE_BROKER_CONFIG: the keys a running broker can take, and how each is applied.
 RUNTIME_KEYS = ("channelExpiredTimeout", "lockMaxLiveTime")
-
-_NOT_SUPPORTED = {
-    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: "cometmq removes expired consume-queue files on its own schedule",
-    RequestCode.DELETE_EXPIRED_COMMITLOG: "cometmq deletes expired commit-log files on its own schedule",
-    RequestCode.CLEAN_UNUSED_TOPIC: "cometmq removes a topic's queues when the topic is deleted",
-    RequestCode.QUERY_CONSUME_QUEUE: "cometmq does not serve raw consume-queue entries",
-}
-
 
 def _ok(cmd: RemotingCommand, body: bytes = b"", ext: dict[str, str] | None = None) -> RemotingCommand:
     return make_response(cmd, ResponseCode.SUCCESS, None, ext or {}, body)
@@ -138,35 +131,6 @@ class AdminTools:
 
     def __init__(self, admin: AdminProcessor) -> None:
         self.admin = admin
-
-    def handlers(self) -> dict[int, Handler]:
-        handlers: dict[int, Handler] = {
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connection,
-            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connection,
-            RequestCode.GET_ALL_PRODUCER_INFO: self.all_producer_info,
-            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consume_by_who,
-            RequestCode.QUERY_TOPICS_BY_CONSUMER: self.topics_by_consumer,
-            RequestCode.QUERY_SUBSCRIPTION_BY_CONSUMER: self.subscription_by_consumer,
-            RequestCode.QUERY_CONSUME_TIME_SPAN: self.consume_time_span,
-            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.system_topics,
-            RequestCode.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
-            RequestCode.VIEW_BROKER_STATS_DATA: self.view_stats,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
-            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: self.consumer_status,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
-            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
-            RequestCode.QUERY_CORRECTION_OFFSET: self.correction_offset,
-            RequestCode.CLONE_GROUP_OFFSET: self.clone_group_offset,
-            RequestCode.GET_BROKER_CONFIG: self.broker_config,
-            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
-            RequestCode.GET_TOPIC_CONFIG: self.topic_config,
-            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
-            RequestCode.UPDATE_AND_CREATE_TOPIC_LIST: self.create_topic_list,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: self.create_group_list,
-        }
-        for code in _NOT_SUPPORTED:
-            handlers[code] = self.not_supported
-        return handlers
 
     # -- helpers --------------------------------------------------------------------------------------------
     @property
@@ -550,4 +514,4 @@ class AdminTools:
 
     async def not_supported(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         name = RequestCode(cmd.code).name
-        return make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{name}: {_NOT_SUPPORTED[RequestCode(cmd.code)]}")
+        return make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{name}: {NOT_SUPPORTED[RequestCode(cmd.code)]}")

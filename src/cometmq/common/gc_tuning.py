@@ -53,8 +53,14 @@ def trim_heap() -> bool:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``), once the server is up:
     start-up frees much of what it allocated (import-time work, configuration parsing, store recovery) and glibc
     keeps those pages otherwise, ~0.7 MiB of an idle ``cometmq serve`` (docs/benchmarks.md, [16] idle memory).
-    False where the C library has no ``malloc_trim`` (musl, macOS): nothing done."""
-    import ctypes  # a broker has it loaded already (cometmq.store.mapped_file)
+    False where the C library has no ``malloc_trim`` (musl, macOS): nothing done. The C helper
+    (cometmq.common._osc) makes the call; ctypes where it was not built."""
+    from cometmq.common.native import load_c_helper
+
+    osc = load_c_helper("cometmq.common._osc")
+    if osc is not None:
+        return bool(osc.malloc_trim())
+    import ctypes
 
     try:
         trim = ctypes.CDLL(None).malloc_trim

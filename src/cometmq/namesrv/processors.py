@@ -19,7 +19,6 @@ from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from cometmq.namesrv.route_info import RouteInfoManager
 from cometmq.net.client import split_address
 from cometmq.net.connection import Handler, RemotingConnection
-from cometmq.protocol.admin_bodies import KVTable, encode_topic_list
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import RemotingCommand, make_response
@@ -225,8 +224,11 @@ class NamesrvProcessors:
         topics = self.route_info.topics_by_cluster(_text(cmd, "cluster"))
         return make_response(cmd, body=TopicList(tuple(topics)).encode())
 
-    # -- the Java tools' requests (mqadmin, rocketmq-dashboard), in RocketMQ's shapes (protocol/admin_bodies.py)
+    # -- the Java tools' requests (mqadmin, rocketmq-dashboard), in RocketMQ's shapes (protocol/admin_bodies.py,
+    # imported at the first of them: an idle nameserver does not hold it)
     async def get_system_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        from cometmq.protocol.admin_bodies import encode_topic_list
+
         names, addr = self.route_info.system_topics()
         return make_response(cmd, body=encode_topic_list(names, addr))
 
@@ -239,6 +241,8 @@ class NamesrvProcessors:
             RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: lambda f: bool(f & unit_sub),
             RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: lambda f: bool(f & unit_sub) and not f & unit}
         test = want.get(cmd.code, lambda f: False)
+        from cometmq.protocol.admin_bodies import encode_topic_list
+
         return make_response(cmd, body=encode_topic_list(self.route_info.topics_with_sys_flag(test)))
 
     async def wipe_write_perm(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -262,6 +266,8 @@ class NamesrvProcessors:
         table = self.kv.namespace(namespace)
         if table is None:
             return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        from cometmq.protocol.admin_bodies import KVTable
+
         return make_response(cmd, body=KVTable(table).encode())
 
     async def put_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -8,15 +8,17 @@ reaches the disk like fsync does.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import errno
+import functools
 import logging
 import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from cometmq.common.native import load_c_helper
 from cometmq.store.epoch_file import EpochFileCorrupt
 
 log = logging.getLogger(__name__)
@@ -32,18 +34,36 @@ PAGE_SIZE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23
 
 
-def _load_madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """libc's madvise through ctypes, which releases the GIL for the call (``mmap.madvise`` holds it)."""
+@functools.cache
+def _ctypes_populate_write() -> Callable[[mmap.mmap, int, int], int] | None:
+    """``populate_write`` through ctypes (libc's madvise; ctypes releases the GIL for the call), where the C helper
+    was not built; None where libc cannot be reached."""
+    import ctypes
+
     try:
         fn = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     fn.restype = ctypes.c_int
-    return fn
+
+    def populate_write(mm: mmap.mmap, start: int, length: int) -> int:
+        probe = (ctypes.c_char * 1).from_buffer(mm)
+        base = ctypes.addressof(probe)
+        del probe  # no export may outlive this call: close() must be able to unmap
+        return ctypes.get_errno() if fn(base + start, length, MADV_POPULATE_WRITE) != 0 else 0
+
+    return populate_write
 
 
-_madvise = _load_madvise()
+#: the C helpers (cometmq.common._osc), when built
+_osc = load_c_helper("cometmq.common._osc")
+
+
+def _populate() -> Callable[[mmap.mmap, int, int], int] | None:
+    """madvise(MADV_POPULATE_WRITE) over part of a mapping, without the GIL (``mmap.madvise`` holds it): returns 0 or
+    the errno. The C helper's, else ctypes' (loaded at the first warm, not at import)."""
+    return _osc.populate_write if _osc is not None else _ctypes_populate_write()
 
 
 def segment_name(offset: int) -> str:
@@ -57,7 +77,7 @@ _sendfile = getattr(os, "sendfile", None)
 class MappedFile:
     """One fixed-size segment file mapped into memory."""
 
-    __slots__ = ("_addr", "_fd", "_view", "_warm_lock", "file_from_offset", "flushed_position", "mm", "path",
+    __slots__ = ("_fd", "_view", "_warm_lock", "file_from_offset", "flushed_position", "mm", "path",
                  "released_position", "size", "warmed_position", "wrote_position")
 
     def __init__(self, path: Path, size: int, *, preallocate: bool = True) -> None:
@@ -90,7 +110,6 @@ class MappedFile:
         #: pages before this were faulted in ahead of the writer (``warm``); the lock keeps close() out
         self.warmed_position = 0
         self._warm_lock = threading.Lock()
-        self._addr = 0
         self.wrote_position = 0
         self.flushed_position = 0
         self.released_position = 0
@@ -256,22 +275,20 @@ class MappedFile:
         GIL: on this kind of VM a 300 KiB append sometimes took 30 ms instead of 50 µs. The kernel does the work
         here with the GIL released. False when the system cannot (an old kernel: the caller stops trying);
         other failures (no memory, a sparse file on a full disk) end this pass only."""
-        if _madvise is None:
+        populate = _populate()
+        if populate is None:
             return False
         target = min(target, self.size)
         with self._warm_lock:
             if self._fd < 0:
                 return True
-            if not self._addr:
-                probe = (ctypes.c_char * 1).from_buffer(self.mm)
-                self._addr = ctypes.addressof(probe)
-                del probe  # no export may outlive this call: close() must be able to unmap
             start = max(self.warmed_position, self.wrote_position)
             start -= start % PAGE_SIZE
             while start < target:
                 n = min(step, target - start)
-                if _madvise(self._addr + start, n, MADV_POPULATE_WRITE) != 0:
-                    return ctypes.get_errno() != errno.EINVAL
+                err = populate(self.mm, start, n)
+                if err:
+                    return err != errno.EINVAL
                 start += n
                 self.warmed_position = start
         return True

@@ -37,6 +37,8 @@ def test_json_lines_carry_time_level_logger_message_exc() -> None:
     out = json.loads(fmt.format(record))
     assert out["level"] == "WARNING" and out["logger"] == "cometmq.x" and out["message"] == "a two\nline"
     assert out["exc"] is None and out["time"].endswith("Z")
+    record.created, record.msecs = 1732700000.1239, 123.0  # as LogRecord sets them
+    assert json.loads(fmt.format(record))["time"] == "2024-11-27T09:33:20.123Z"  # ISO 8601, UTC, milliseconds
     try:
         raise RuntimeError("boom")
     except RuntimeError:

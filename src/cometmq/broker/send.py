@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -123,8 +122,10 @@ class SendProcessor:
         if not perm_writable(topic_cfg.perm):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {header.topic} is not writable")
         queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = random.randrange(topic_cfg.write_queue_nums)
+        if queue_id < 0:  # (clients pick a queue; random is imported for the rare request that does not)
+            from random import randrange
+
+            queue_id = randrange(topic_cfg.write_queue_nums)
         elif queue_id >= topic_cfg.write_queue_nums:
             raise RemotingError(ResponseCode.SYSTEM_ERROR,
                                 f"queueId {queue_id} is out of range: {header.topic} has {topic_cfg.write_queue_nums}"
@@ -293,7 +294,9 @@ class SendProcessor:
         else:
             topic = retry_topic(header.group)
             retry_cfg = self.topics.create_system_topic(topic, cfg.retryQueueNums)
-            queue_id = random.randrange(retry_cfg.write_queue_nums)
+            from random import randrange  # (imported at the first send-back: an idle broker does not hold it)
+
+            queue_id = randrange(retry_cfg.write_queue_nums)
             if delay_level == 0:
                 delay_level = 3 + rec.reconsume_times
             props[DELAY] = str(min(delay_level, len(self.config.message_delay_level)))

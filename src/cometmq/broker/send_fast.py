@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import struct
 import time
 
@@ -108,8 +107,10 @@ class SendFastPath:
             return False
         observer = conn.observer
         start = time.perf_counter_ns() if observer is not None else 0
-        if queue_id < 0:
-            queue_id = random.randrange(cfg.write_queue_nums)
+        if queue_id < 0:  # (clients pick a queue; random is imported for the rare request that does not)
+            from random import randrange
+
+            queue_id = randrange(cfg.write_queue_nums)
         born_host = conn.attributes.get("born_host")
         if born_host is None:
             born_host = born_host_of(conn)

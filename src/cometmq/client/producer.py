@@ -486,11 +486,9 @@ class Producer:
         uniq = self._uniq.new_key()
         if not msg.properties and not msg.tags and not msg.keys and not msg.delay_level and msg.deliver_at is None \
                 and msg.delay is None:  # msg.plain: UNIQ_KEY and WAIT only
-            properties: bytes | None = PLAIN_HEAD + uniq.encode() + PLAIN_TAIL
+            properties = PLAIN_HEAD + uniq.encode() + PLAIN_TAIL
         else:
             properties = properties_json(properties_text(msg, uniq))
-        if properties is None:
-            return None
         opaque = next_opaque()
         head = template.frame_head(opaque, q.queue_id, time.time_ns() // 1_000_000, flag, properties, len(body))
         if head is None:

@@ -5,9 +5,9 @@ places only: the opaque, the queue id, the born timestamp, the message's flag an
 :class:`SendFrameTemplate` is the JSON header the codec (``protocol.remoting.encode_parts``) writes for a probe
 request of the producer's group and topic, cut at those five values and kept as a bytes ``%`` format, so a send
 costs one format and one pack instead of a header dict copy, a ``RemotingCommand`` and its encoding. The probe
-goes through the codec itself, so the fragments are its bytes; a header the template cannot reproduce exactly
-(a group or topic that is not ASCII, properties the codec would escape differently or that orjson cannot
-encode, a header or frame over the codec's limits) is not made here: the caller encodes that request the usual
+goes through the codec itself, so the fragments are its bytes; the properties are written as the codec writes a
+string (the json module's ASCII escaping). A header the template cannot reproduce exactly (a group or topic that is
+not ASCII, a header or frame over the codec's limits) is not made here: the caller encodes that request the usual
 way. tests/client/test_send_frame.py compares both encodings byte for byte.
 """
 
@@ -16,17 +16,13 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from cometmq.protocol import msgid
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.msgid import UniqKeyGenerator
 from cometmq.protocol.remoting import MAX_HEADER_LENGTH, RemotingCommand, encode_parts
-
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - orjson is a core dependency
-    _orjson = None  # type: ignore[assignment]
 
 __all__ = ["PLAIN_HEAD", "PLAIN_TAIL", "ProducerKeys", "SendFrameTemplate", "properties_json"]
 
@@ -44,16 +40,10 @@ PLAIN_HEAD = b'"UNIQ_KEY\\u0001'
 PLAIN_TAIL = b'\\u0002WAIT\\u0001true\\u0002"'
 
 
-def properties_json(text: str) -> bytes | None:
-    """``text`` as the codec writes it in a header, or None when the codec would not use orjson's bytes (the
-    result would not be ASCII, or orjson cannot encode it): such a request is encoded the usual way."""
-    if _orjson is None:
-        return None  # pragma: no cover
-    try:
-        raw: bytes = _orjson.dumps(text)
-    except (TypeError, ValueError):
-        return None
-    return raw if raw.isascii() else None
+def properties_json(text: str) -> bytes:
+    """``text`` as the codec writes it in a header (``protocol.remoting``: the json module's ASCII escaping, which
+    its C writer matches byte for byte)."""
+    return encode_basestring_ascii(text).encode("ascii")
 
 
 class SendFrameTemplate:
@@ -71,7 +61,7 @@ class SendFrameTemplate:
     def build(cls, topic: str, fields: Callable[[str, int, int, int, int, str], dict[str, str]]
               ) -> SendFrameTemplate | None:
         """The template for ``topic``, or None when the codec's header for it cannot be templated."""
-        if _orjson is None or not topic.isascii():
+        if not topic.isascii():
             return None
         o, q, b, f = (value for _, value in _PROBES)
         ext = fields(topic, q, 0, b, f, _PROBE_PROPERTIES)
@@ -82,7 +72,7 @@ class SendFrameTemplate:
         if not header.isascii():
             return None  # pragma: no cover - checked above
         probes = [(name, b"d", str(value).encode()) for name, value in _PROBES]
-        probes.append((b"p", b"b", _orjson.dumps(_PROBE_PROPERTIES)))
+        probes.append((b"p", b"b", properties_json(_PROBE_PROPERTIES)))
         header = header.replace(b"%", b"%%")
         if any(header.count(text) != 1 for _, _, text in probes) \
                 or sorted(probes, key=lambda p: header.index(p[2])) != probes:

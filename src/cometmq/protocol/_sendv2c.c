@@ -10,6 +10,21 @@
  *       and the caller takes the generic path, which decodes the same bytes and answers as it always did.
  *
  * send_v2.decode_send_v2_py is the reference: tests/protocol/test_send_v2.py compares both.
+ *
+ * And the JSON header of any frame, for cometmq.protocol.remoting (in place of orjson, which a broker then does not
+ * load: 0.5 MiB with the modules it imports):
+ *
+ *   loads_header(data) -> dict | None
+ *       The header object as json.loads gives it, for headers of the usual shape: an object whose values are
+ *       strings, integers (at most 18 digits), true, false, null, or an object of those (extFields). None for
+ *       anything else (a float, an array, deeper nesting, a lone surrogate, invalid UTF-8, data after the object):
+ *       the caller then runs the json module, which decides as it always did.
+ *   dumps_header(code, language, version, opaque, flag, remark, ext) -> bytes | None
+ *       The header as json.dumps(ensure_ascii=True, separators=(",", ":")) writes it (remark left out when None,
+ *       "serializeTypeCurrentRPC":"JSON" last). None unless the numbers are ints (not bools) within 64 bits and
+ *       every other value a str.
+ *
+ * The json module is the reference for both: tests/protocol/test_header_codec.py compares them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -429,6 +444,284 @@ static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long 
                          (const char *)data + body_start, n - body_start);
 }
 
+/* -- any frame's JSON header ------------------------------------------------------------------------- */
+
+/* A scalar as json.loads gives it (str, int, True, False, None): a new reference, or NULL with no exception set
+ * for anything this reader does not take. */
+static PyObject *load_scalar(parser *ps) {
+    if (ps->p >= ps->end) return NULL;
+    unsigned char c = *ps->p;
+    if (c == '"') {
+        span s;
+        Py_ssize_t used = ps->used;
+        if (parse_string(ps, &s) < 0) return NULL;
+        PyObject *out = PyUnicode_DecodeUTF8((const char *)s.s, s.n, NULL);
+        ps->used = used; /* the unescaped text is copied out: its room can be used again */
+        if (out == NULL) PyErr_Clear();
+        return out;
+    }
+    if (c == 't') return literal(ps, "true") < 0 ? NULL : Py_NewRef(Py_True);
+    if (c == 'f') return literal(ps, "false") < 0 ? NULL : Py_NewRef(Py_False);
+    if (c == 'n') return literal(ps, "null") < 0 ? NULL : Py_NewRef(Py_None);
+    long long v;
+    if (parse_int(ps, &v) < 0) return NULL;
+    PyObject *out = PyLong_FromLongLong(v);
+    if (out == NULL) PyErr_Clear();
+    return out;
+}
+
+/* Keys repeat from header to header (code, opaque, extFields, the request's field names): short ASCII ones are
+ * made once and kept, in a small table indexed by a hash of their bytes (a slot holds the last key hashed to it). */
+#define KEY_SLOTS 256
+#define KEY_MAX 32
+static PyObject *key_cache[KEY_SLOTS];
+
+static PyObject *load_key(parser *ps) {
+    span s;
+    Py_ssize_t used = ps->used;
+    if (parse_string(ps, &s) < 0) return NULL;
+    ps->used = used;
+    if (s.n > KEY_MAX) {
+        PyObject *out = PyUnicode_DecodeUTF8((const char *)s.s, s.n, NULL);
+        if (out == NULL) PyErr_Clear();
+        return out;
+    }
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = 0; i < s.n; i++) {
+        if (s.s[i] >= 0x80) {
+            PyObject *out = PyUnicode_DecodeUTF8((const char *)s.s, s.n, NULL);
+            if (out == NULL) PyErr_Clear();
+            return out;
+        }
+        h = (h ^ s.s[i]) * 16777619u;
+    }
+    PyObject **slot = &key_cache[h % KEY_SLOTS];
+    PyObject *cached = *slot;
+    if (cached != NULL && PyUnicode_GET_LENGTH(cached) == s.n && memcmp(PyUnicode_1BYTE_DATA(cached), s.s, s.n) == 0)
+        return Py_NewRef(cached);
+    PyObject *out = PyUnicode_New(s.n, 127);
+    if (out == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    memcpy(PyUnicode_1BYTE_DATA(out), s.s, s.n);
+    Py_XSETREF(*slot, Py_NewRef(out));
+    return out;
+}
+
+/* An object at ps->p into a new dict: its values scalars, or (``depth`` > 0) objects of scalars. NULL with no
+ * exception set for anything else. Duplicate keys: the last wins, as in json.loads. */
+static PyObject *load_object(parser *ps, int depth) {
+    if (ps->p >= ps->end || *ps->p != '{') return NULL;
+    ps->p++;
+    PyObject *out = PyDict_New();
+    if (out == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return out;
+    }
+    for (;;) {
+        if (ps->p >= ps->end || *ps->p != '"') goto fail;
+        PyObject *key = load_key(ps);
+        if (key == NULL) goto fail;
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') {
+            Py_DECREF(key);
+            goto fail;
+        }
+        ps->p++;
+        skip_ws(ps);
+        PyObject *value = ps->p < ps->end && *ps->p == '{' ? (depth > 0 ? load_object(ps, depth - 1) : NULL)
+                                                           : load_scalar(ps);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        int err = PyDict_SetItem(out, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (err < 0) {
+            PyErr_Clear();
+            goto fail;
+        }
+        skip_ws(ps);
+        if (ps->p >= ps->end) goto fail;
+        if (*ps->p == '}') {
+            ps->p++;
+            return out;
+        }
+        if (*ps->p != ',') goto fail;
+        ps->p++;
+        skip_ws(ps);
+    }
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *loads_header(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    const unsigned char *h = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (h[i] >= 0x80) { /* json.loads reads a str: the header must be UTF-8 as a whole */
+            PyObject *check = PyUnicode_DecodeUTF8((const char *)h, n, NULL);
+            if (check == NULL) {
+                PyErr_Clear();
+                goto done;
+            }
+            Py_DECREF(check);
+            break;
+        }
+    }
+    unsigned char small[2048];
+    unsigned char *buf = n <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc(n + 1);
+    if (buf == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    parser ps = {h, h + n, buf, 0};
+    skip_ws(&ps);
+    out = load_object(&ps, 1);
+    skip_ws(&ps);
+    if (out != NULL && ps.p != ps.end) Py_CLEAR(out);
+    if (buf != small) PyMem_Free(buf);
+done:
+    PyBuffer_Release(&view);
+    return out != NULL ? out : Py_NewRef(Py_None);
+}
+
+/* Writes ``text`` as json.dumps(ensure_ascii=True) writes it (quotes included) at ``o``; returns the end. ``o``
+ * has room for 2 + 12 * len(text) bytes. */
+static char *put_string(PyObject *text, char *o) {
+    static const char HEX[] = "0123456789abcdef";
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    *o++ = '"';
+    for (Py_ssize_t i = 0; i < len; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x20 && c <= 0x7e && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        char esc = 0;
+        switch (c) {
+        case '"': esc = '"'; break;
+        case '\\': esc = '\\'; break;
+        case '\n': esc = 'n'; break;
+        case '\r': esc = 'r'; break;
+        case '\t': esc = 't'; break;
+        case '\b': esc = 'b'; break;
+        case '\f': esc = 'f'; break;
+        }
+        if (esc) {
+            *o++ = '\\', *o++ = esc;
+            continue;
+        }
+        Py_UCS4 units[2] = {c, 0};
+        int count = 1;
+        if (c >= 0x10000) {
+            units[0] = 0xD800 | ((c - 0x10000) >> 10);
+            units[1] = 0xDC00 | ((c - 0x10000) & 0x3FF);
+            count = 2;
+        }
+        for (int k = 0; k < count; k++) {
+            Py_UCS4 u = units[k];
+            *o++ = '\\', *o++ = 'u';
+            *o++ = HEX[(u >> 12) & 0xF], *o++ = HEX[(u >> 8) & 0xF], *o++ = HEX[(u >> 4) & 0xF], *o++ = HEX[u & 0xF];
+        }
+    }
+    *o++ = '"';
+    return o;
+}
+
+static char *put_text(char *o, const char *text, size_t n) {
+    memcpy(o, text, n);
+    return o + n;
+}
+
+static char *put_int(char *o, long long v) {
+    char digits[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *o++ = '-';
+    while (n) *o++ = digits[--n];
+    return o;
+}
+
+/* An int field (not a bool) as a 64-bit value: -1 for anything else. */
+static int int_arg(PyObject *v, long long *out) {
+    if (!PyLong_Check(v) || PyBool_Check(v)) return -1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+#define LIT(o, text) put_text((o), (text), sizeof(text) - 1)
+
+/* The header at ``o`` (room for ``bound`` bytes, see dumps_header); returns the end. */
+static char *put_header(char *o, const long long *nums, PyObject *language, PyObject *remark, PyObject *ext) {
+    o = put_int(LIT(o, "{\"code\":"), nums[0]);
+    o = put_string(language, LIT(o, ",\"language\":"));
+    o = put_int(LIT(o, ",\"version\":"), nums[1]);
+    o = put_int(LIT(o, ",\"opaque\":"), nums[2]);
+    o = put_int(LIT(o, ",\"flag\":"), nums[3]);
+    if (remark != Py_None) o = put_string(remark, LIT(o, ",\"remark\":"));
+    o = LIT(o, ",\"extFields\":{");
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    int first = 1;
+    while (PyDict_Next(ext, &pos, &key, &value)) {
+        if (!first) *o++ = ',';
+        first = 0;
+        o = put_string(key, o);
+        *o++ = ':';
+        o = put_string(value, o);
+    }
+    return LIT(o, "},\"serializeTypeCurrentRPC\":\"JSON\"}");
+}
+
+static PyObject *dumps_header(PyObject *self, PyObject *args) {
+    PyObject *code, *language, *version, *opaque, *flag, *remark, *ext;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &code, &language, &version, &opaque, &flag, &remark, &ext)) return NULL;
+    long long nums[4]; /* code, version, opaque, flag */
+    if (int_arg(code, &nums[0]) < 0 || int_arg(version, &nums[1]) < 0 || int_arg(opaque, &nums[2]) < 0 ||
+        int_arg(flag, &nums[3]) < 0 || !PyUnicode_CheckExact(language) ||
+        (remark != Py_None && !PyUnicode_CheckExact(remark)) || !PyDict_CheckExact(ext))
+        Py_RETURN_NONE;
+    /* room: the fixed text, four numbers of at most 20 characters, each string at most 12 bytes a character */
+    Py_ssize_t bound = 256 + 14 * PyUnicode_GET_LENGTH(language);
+    if (remark != Py_None) bound += 14 + 12 * PyUnicode_GET_LENGTH(remark);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(ext, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(value)) Py_RETURN_NONE;
+        bound += 6 + 12 * (PyUnicode_GET_LENGTH(key) + PyUnicode_GET_LENGTH(value));
+    }
+    char small[4096];
+    char *buf = bound <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)bound);
+    if (buf == NULL) return PyErr_NoMemory();
+    char *end = put_header(buf, nums, language, remark, ext);
+    PyObject *out = PyBytes_FromStringAndSize(buf, end - buf);
+    if (buf != small) PyMem_Free(buf);
+    return out;
+}
+
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long max_frame;
@@ -455,6 +748,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "A lone SEND_MESSAGE_V2 or SEND_MESSAGE frame's code, send fields and body, or None."},
+    {"loads_header", loads_header, METH_VARARGS, "A JSON header object as json.loads reads it, or None."},
+    {"dumps_header", dumps_header, METH_VARARGS, "A JSON header as json.dumps(ensure_ascii=True) writes it, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,7 +10,7 @@ as RocketMQ's ``PlainAccessResource`` does) and compares in constant time (comet
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -53,7 +53,8 @@ def calc_signature(content: bytes, secret_key: str) -> str:
     import hashlib  # (here: a server without access control never loads OpenSSL's digests)
     import hmac
 
-    return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode("ascii")
+    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
+    return binascii.b2a_base64(digest, newline=False).decode("ascii")
 
 
 def sign_request(cmd: RemotingCommand, credentials: Credentials) -> RemotingCommand:

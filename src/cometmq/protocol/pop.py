@@ -15,7 +15,6 @@ value`` items joined by ``;``) from which a client builds the extra info of each
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 from dataclasses import dataclass
@@ -260,10 +259,10 @@ def decode_batch_ack_body(body: bytes | None) -> tuple[str | None, list[BatchAck
 
 def _bits_to_base64(bits: int) -> str:
     """A Java BitSet goes on the wire as fastjson writes ``BitSet.toByteArray()``: base64 of little-endian bytes."""
-    return base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()
+    return binascii.b2a_base64(bits.to_bytes((bits.bit_length() + 7) // 8, "little"), newline=False).decode()
 
 
 def _base64_to_bits(text: Any) -> int:
     if not isinstance(text, str):
         raise ValueError("bit set must be a base64 string")
-    return int.from_bytes(base64.b64decode(text, validate=True), "little")
+    return int.from_bytes(binascii.a2b_base64(text, strict_mode=True), "little")  # base64.b64decode(validate=True)

@@ -14,7 +14,9 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
+from typing import Any
 
+from cometmq.common.native import load_c_helper
 from cometmq.protocol.codes import LanguageCode, ResponseCode
 from cometmq.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
@@ -42,17 +44,12 @@ _LANGUAGE_BYTES = {lc.name: lc.value for lc in LanguageCode}
 _json_encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False).encode
 _json_decode = json.JSONDecoder().decode
 
-# orjson, when installed (a core dependency; optional so the codec also runs where it has no wheel), codes the
-# common header 4-6x faster than the json module, and far faster still on a cold cache: an idle broker's first
-# frame after a pause paid ~17 us to encode a header with json and ~3 us with orjson. Its output is used only
-# when it is pure ASCII (then it is the same JSON as json's but for DEL, which it leaves unescaped). A header it
-# cannot encode (lone surrogates, non-ASCII text) or decode (NaN, lone surrogate escapes), or whose fields do not
-# check out (errors are worded by the json module's path; an integer past 64 bits, which orjson reads as a
-# float), goes through the json module exactly as before: behaviour at the edges does not depend on orjson.
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - orjson is a core dependency
-    _orjson = None  # type: ignore[assignment]
+# The header codec in C (cometmq.protocol._sendv2c: loads_header, dumps_header), when built: it reads and writes
+# the usual header the way the json module does (tests/protocol/test_header_codec.py compares them), ~10x faster
+# on a cold cache (an idle broker's first frame after a pause paid ~17 us to encode a header with json), and a
+# broker does not load orjson for it (0.5 MiB with what orjson imports). A header it does not take (a float, an
+# array, a lone surrogate, a value that is not a str) goes through the json module, which decides as it always did.
+_HEADER_C: Any = load_c_helper("cometmq.protocol._sendv2c")
 
 
 class SerializeType(IntEnum):
@@ -204,6 +201,12 @@ def make_response(
 
 
 def _json_header(cmd: RemotingCommand) -> bytes:
+    ext = _wire_fields(cmd.ext_fields)  # always present: C++ dereferences it (gotcha 1)
+    if _HEADER_C is not None:
+        raw: bytes | None = _HEADER_C.dumps_header(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag,
+                                                   cmd.remark, ext)
+        if raw is not None:
+            return raw
     header: dict[str, object] = {
         "code": cmd.code,
         "language": cmd.language,
@@ -213,16 +216,8 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     }
     if cmd.remark is not None:
         header["remark"] = cmd.remark
-    header["extFields"] = _wire_fields(cmd.ext_fields)  # always present: C++ dereferences it (gotcha 1)
+    header["extFields"] = ext
     header["serializeTypeCurrentRPC"] = "JSON"
-    if _orjson is not None:
-        try:
-            raw: bytes = _orjson.dumps(header)
-        except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
-            pass
-        else:
-            if raw.isascii():
-                return raw
     return _json_encode(header).encode("ascii")
 
 
@@ -292,20 +287,19 @@ def _int_field(header: dict[str, object], key: str, default: int | None) -> int:
 def _decode_json_header(
     raw: memoryview,
 ) -> tuple[int, str, int, int, int, str | None, dict[str, str]]:
-    if _orjson is not None:
-        try:
-            return _header_fields(_orjson.loads(raw), from_orjson=True)
-        except ValueError:  # orjson.JSONDecodeError, or a ProtocolError: the json module decides, as it always did
-            pass
+    if _HEADER_C is not None:
+        parsed = _HEADER_C.loads_header(raw)
+        if parsed is not None:  # what json.loads would have read
+            return _header_fields(parsed)
     try:
         header = _json_decode(str(raw, "utf-8"))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise RemoteProtocolError(f"header is not valid JSON: {exc}") from None
-    return _header_fields(header, from_orjson=False)
+    return _header_fields(header)
 
 
 def _header_fields(
-    header: object, *, from_orjson: bool
+    header: object,
 ) -> tuple[int, str, int, int, int, str | None, dict[str, str]]:
     if type(header) is not dict:
         raise RemoteProtocolError("JSON header is not an object")
@@ -335,9 +329,6 @@ def _header_fields(
     else:
         for value in ext.values():
             if type(value) is not str:
-                # orjson reads an integer past 64 bits as a float; the json module keeps it exact
-                if from_orjson and any(type(v) is float for v in ext.values()):
-                    raise RemoteProtocolError("a number in extFields needs the json module")
                 ext = normalize_ext_fields(ext, RemoteProtocolError)
                 break
     return code, language, version, opaque, flag, remark, ext

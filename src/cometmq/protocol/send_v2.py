@@ -12,9 +12,9 @@ but the try: the caller hands the bytes to the generic decoder (``remoting.Frame
 answer as they always did. So every frame this reader takes, the generic path would have decoded to the same
 values.
 
-The optional C helper ``cometmq.protocol._sendv2c`` reads the JSON itself (one call instead of orjson, a header
-dict, a RemotingCommand and the generated header parser); ``decode_send_v2_py`` below is the reference and the
-fallback. tests/protocol/test_send_v2.py compares them.
+The optional C helper ``cometmq.protocol._sendv2c`` reads the JSON itself (one call instead of the header codec, a
+header dict, a RemotingCommand and the generated header parser); ``decode_send_v2_py`` below is the reference and
+the fallback. tests/protocol/test_send_v2.py compares them.
 """
 
 from __future__ import annotations

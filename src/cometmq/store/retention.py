@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from collections.abc import Callable
@@ -101,7 +100,7 @@ class CleanService(ServiceThread):
         store = self.store
         cfg = store.config
         now_ms = store.clock()
-        hour = datetime.datetime.fromtimestamp(now_ms / 1000).hour
+        hour = time.localtime(now_ms / 1000).tm_hour  # (not datetime: a broker does not load it for this)
         ratio = store.disk_usage_ratio() * 100
         force = ratio >= cfg.disk_force_clean_ratio
         if force and not cfg.clean_file_forcibly_enable and not self._warned_forcible_off:

@@ -12,7 +12,6 @@ from, which lets crash recovery recognise what had already been put (no duplicat
 
 from __future__ import annotations
 
-import base64
 import binascii
 import enum
 import struct
@@ -121,6 +120,11 @@ def rewrite_for_timer(msg: MessageInner, now_ms: int, max_delay_ms: int) -> Rewr
 
 
 # -- recall handles -------------------------------------------------------------------------------------
+#: URL-safe base64 (base64.urlsafe_b64encode/decode, through binascii: a broker does not load base64 for it)
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
 @dataclass(frozen=True, slots=True)
 class RecallHandle:
     """RocketMQ's v1 recall handle: ``"v1 topic brokerName timestamp uniqKey"``, URL-safe base64."""
@@ -132,14 +136,15 @@ class RecallHandle:
 
     def encode(self) -> str:
         raw = " ".join(("v1", self.topic, self.broker_name, self.timestamp, self.message_id))
-        return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
+        return binascii.b2a_base64(raw.encode("utf-8"), newline=False).translate(_TO_URLSAFE).decode("ascii")
 
     @classmethod
     def decode(cls, handle: str) -> RecallHandle:
         if not handle:
             raise ValueError("recall handle is invalid")
         try:
-            raw = base64.urlsafe_b64decode(handle.encode("ascii") + b"=" * (-len(handle) % 4)).decode("utf-8")
+            padded = handle.encode("ascii") + b"=" * (-len(handle) % 4)
+            raw = binascii.a2b_base64(padded.translate(_FROM_URLSAFE)).decode("utf-8")
         except (binascii.Error, UnicodeError, ValueError):
             raise ValueError("recall handle is invalid") from None
         items = raw.split(" ")

@@ -25,10 +25,10 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cometmq.broker.appender import Appender
 from cometmq.broker.ha.master import HAMaster
-from cometmq.broker.ha.replica import HAReplica
 from cometmq.broker.ha.role import RoleInfo
 from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
 from cometmq.broker.offset_waiter import OffsetWaiter
@@ -37,6 +37,9 @@ from cometmq.common.periodic import Periodic
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from cometmq.broker.ha.replica import HAReplica
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,8 @@ class ReplicationService:
     def _become_replica(self) -> None:
         # What arrives from now on is visible only once the master's frames confirm it.
         self.store.set_confirm_offset(self.store.commitlog.max_offset)
+        from cometmq.broker.ha.replica import HAReplica  # (a master never loads the replica's side of the link)
+
         self.replica = HAReplica(self.config, self.store, self.appender, self.epochs, self.replica_id,
                                  self.master_ha_addr, on_truncated=self._on_truncated)
         self.replica.start()

@@ -191,10 +191,10 @@ def test_a_server_process_imports_no_command_line_library() -> None:
     assert out.stdout.split() == []
 
 
-def test_a_server_process_holds_no_admin_tool_code_or_ctypes_until_asked() -> None:
-    """The Java tools' requests are answered by modules imported at the first of them (issue [16]): the broker's
-    and nameserver's processors import neither those nor the bodies they write; nor ctypes (cometmq.common._osc
-    makes the two system calls it was for)."""
+def test_a_server_process_imports_what_it_uses_on_demand_only_then() -> None:
+    """What a broker uses only on demand is imported then (issue [16]): the Java tools' requests (and the bodies
+    they write), the transactions' engine (at the first half), the replica's side of the HA link; nor ctypes
+    (cometmq.common._osc makes the two system calls it was for) or orjson (the header codec is C, the SDK's)."""
     code = ("import sys\n"
             "import cometmq.server_main, cometmq.broker.controller, cometmq.namesrv.server\n"
             "from cometmq.common.gc_tuning import trim_heap\n"
@@ -202,7 +202,8 @@ def test_a_server_process_holds_no_admin_tool_code_or_ctypes_until_asked() -> No
             "trim_heap()\n"
             "skip = {'ctypes'} if load_c_helper('cometmq.common._osc') is None else set()  # the fallback\n"
             "print(' '.join(sorted(m for m in sys.modules if m in {'cometmq.broker.admin_tools', "
-            "'cometmq.protocol.admin_bodies', 'cometmq.protocol.fastjson', 'ctypes'} - skip)))")
+            "'cometmq.protocol.admin_bodies', 'cometmq.protocol.fastjson', 'cometmq.broker.transaction.service', "
+            "'cometmq.broker.ha.replica', 'orjson', 'ctypes'} - skip)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
     assert out.returncode == 0, out.stderr

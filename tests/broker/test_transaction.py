@@ -101,8 +101,13 @@ async def test_half_is_invisible_until_commit_then_delivered_once(start_broker: 
                                                                   producer_factory: list[Producer]) -> None:
     b = await start_broker()
     p = make_producer(producer_factory, b)
+    # the engine is built at the first half (broker/transaction/front.py); a plain send does not build it
+    assert (await p.client.invoke(b.addr, send_request("TxT", b"plain", 1))).code == ResponseCode.SUCCESS
+    assert not b.transactions.built and b.transactions.counts() == (0, 0, 0)
+    assert {HALF_TOPIC, OP_TOPIC} <= set(b.topics.topics)  # its topics exist from the start
     sent = await p.half("TxT", b"order-1", queue_id=2)
     assert sent.ext_fields["queueId"] == "2"
+    assert b.transactions.built and b.transactions.counts() == (1, 0, 0)
     assert await pull_all(p.client, b, "TxT", 2) == []
     # Nobody reads or writes the half topic directly.
     r = await p.client.invoke(b.addr, pull_request(HALF_TOPIC, 0, 0))
@@ -304,7 +309,8 @@ async def test_pending_halves_survive_a_restart_and_commits_are_not_redelivered(
     assert progress["halfOffset"] >= 1  # the committed half is behind the progress point
 
     b2 = await start_broker(data, listen_port=port, transaction_timeout_ms=300, transaction_check_interval_ms=200)
-    assert len(b2.transactions.table) == 1
+    assert b2.transactions.built  # the store holds halves: the engine is built and loaded at the start
+    assert b2.transactions.counts() == (1, 0, 0)
     p2 = make_producer(producer_factory, b2)
     await p2.heartbeat()
     conn, check = await p2.next_check()

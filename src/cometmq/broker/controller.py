@@ -33,7 +33,7 @@ from cometmq.broker.stats_log import StatsLog, Totals
 from cometmq.broker.stats_windows import StatsWindows
 from cometmq.broker.timer_bridge import TimerBridge
 from cometmq.broker.topics import TopicConfigManager
-from cometmq.broker.transaction import TransactionalMessageService
+from cometmq.broker.transaction import Transactions
 from cometmq.common.periodic import Periodic
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.client import RemotingClient
@@ -89,7 +89,7 @@ class BrokerController:
         self.schedule = ScheduleMessageService(store, appender, config.message_delay_level,
                                                cfg_dir / "delayOffset.json", clock)
         self.timer = TimerBridge(config, store, appender, topics, clock)
-        self.transactions = TransactionalMessageService(config, store, appender, topics, self.producers, clock)
+        self.transactions = Transactions(config, store, appender, topics, self.producers, clock)
         self.pop = PopService(config, store, appender, offsets=offsets, groups=groups, topics=topics, clock=clock,
                               stats=self.stats)
         # The send path's rewrites, in the order they run: a half is neither delayed nor timed; a delay level

@@ -274,16 +274,16 @@ class BrokerCollector(Collector):
         perm.add_metric(common, b.config.broker_permission)
         yield perm
 
-        tx = b.transactions
+        pending, committed, rolled_back = b.transactions.counts()  # builds nothing (this is not the loop's thread)
         half = GaugeMetricFamily("rocketmq_half_messages", "Half messages of all topics (pending transactions)",
                                  labels=list(COMMON_LABELS))
-        half.add_metric(common, len(tx.table))
+        half.add_metric(common, pending)
         commit = CounterMetricFamily("rocketmq_commit_messages", "Total number of commit messages",
                                      labels=list(COMMON_LABELS))
-        commit.add_metric(common, tx.metrics.committed)
+        commit.add_metric(common, committed)
         rollback = CounterMetricFamily("rocketmq_rollback_messages", "Total number of rollback messages",
                                        labels=list(COMMON_LABELS))
-        rollback.add_metric(common, tx.metrics.rolled_back)
+        rollback.add_metric(common, rolled_back)
         yield from (half, commit, rollback)
 
         timer = b.timer.service

@@ -1,6 +1,8 @@
-"""Transactional messages on the broker: half and op topics, END_TRANSACTION, check-back (see service.py)."""
+"""Transactional messages on the broker: half and op topics, END_TRANSACTION, check-back (see service.py).
 
-from cometmq.broker.transaction.messages import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
-from cometmq.broker.transaction.service import TransactionalMessageService, TransactionMetrics
+The broker wires ``Transactions`` (front.py), which builds the engine (service.py) on first use.
+"""
 
-__all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "TransactionMetrics", "TransactionalMessageService"]
+from cometmq.broker.transaction.front import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC, Transactions
+
+__all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "Transactions"]

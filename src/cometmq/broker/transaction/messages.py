@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from operator import methodcaller
 from typing import Any
 
+from cometmq.broker.transaction.front import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from cometmq.protocol.batch import ITEM_OVERHEAD
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import TRANSACTION_MASK, MessageRecord, decode_record, encode_record, pack_host
@@ -45,9 +46,6 @@ from cometmq.protocol.transaction_batch import PACKED_PROPERTY
 from cometmq.store.batch_codec import load_bound, plain_batch_count
 from cometmq.store.message import TRANSACTION_COMMIT_TYPE, MessageInner
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REMOVE_TAG = "d"
 #: Property keys (RocketMQ MessageConst).
 TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"

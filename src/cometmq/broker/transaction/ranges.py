@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Iterator
 
 from cometmq.broker.transaction import messages as tm
-from cometmq.broker.transaction.messages import HALF_TOPIC
+from cometmq.broker.transaction.front import HALF_TOPIC
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.store.message import MessageInner
 from cometmq.store.message_store import MessageStore

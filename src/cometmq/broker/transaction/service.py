@@ -34,7 +34,13 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.broker.send_hooks import SendContext, SendKind
 from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from cometmq.broker.transaction import messages as tm
-from cometmq.broker.transaction.messages import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from cometmq.broker.transaction.front import (
+    CHECK_MAX_TOPIC,
+    HALF_TOPIC,
+    OP_TOPIC,
+    check_transaction_config,
+    wants_transaction,
+)
 from cometmq.broker.transaction.ranges import READ_BYTES, Chunk, range_halves, unit_points_at
 from cometmq.broker.transaction.state import OutcomeMemory, PendingHalf, TransactionTable
 from cometmq.common.atomic_file import read_optional, write_atomic
@@ -42,10 +48,10 @@ from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader, parse_bool
-from cometmq.protocol.message import MessageRecord, decode_record, transaction_value
+from cometmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from cometmq.protocol.message import MessageRecord, decode_record
 from cometmq.protocol.msgid import offset_msg_id
-from cometmq.protocol.properties import PGROUP, TRAN_MSG, UNIQ_KEY
+from cometmq.protocol.properties import PGROUP, UNIQ_KEY
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
 from cometmq.protocol.route import PERM_READ_WRITE
 from cometmq.protocol.transaction_batch import (
@@ -56,11 +62,9 @@ from cometmq.protocol.transaction_batch import (
     decode_end_entry_fields,
     encode_end_outcomes,
 )
-from cometmq.store.config import ConfigError
 from cometmq.store.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     MessageInner,
 )
@@ -120,12 +124,10 @@ class TransactionalMessageService:
         self.topics = topics
         self.producers = producers
         self.clock = clock
+        check_transaction_config(cfg)
         self.timeout_ms = cfg.transaction_timeout_ms
         self.check_max = cfg.transaction_check_max
         self.check_interval_ms = cfg.transaction_check_interval_ms
-        if self.timeout_ms < 0 or self.check_max < 0 or self.check_interval_ms <= 0:
-            raise ConfigError("transactionTimeOut and transactionCheckMax must be >= 0 and transactionCheckInterval "
-                              f"> 0 (got {self.timeout_ms}, {self.check_max}, {self.check_interval_ms})")
         self.table = TransactionTable()
         self.metrics = TransactionMetrics()
         self.progress_path = cfg.store.config_dir / "transactionProgress.json"
@@ -182,7 +184,11 @@ class TransactionalMessageService:
                  "from offset %d", len(self.table), halves, half_from, ops, op_from)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="transaction-check")
+        self.start_checking()
+
+    def start_checking(self) -> None:
+        """Start the check-back loop (on the event loop's thread)."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="transaction-check")
 
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
@@ -237,7 +243,7 @@ class TransactionalMessageService:
         only as cometmq's half batch (``half_batch``: the request field cometmqHalfBatch=true), and then every
         item must be (protocol/transaction_batch.py); RocketMQ refuses transactional batches, and so do we
         without that field."""
-        wanted = [_wants_transaction(m) for m in msgs
+        wanted = [wants_transaction(m) for m in msgs
                   if not m.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))]
         if not batch:
             return any(wanted)
@@ -763,12 +769,3 @@ class TransactionalMessageService:
 
     def stats(self) -> dict[str, int]:
         return {**asdict(self.metrics), "pending": len(self.table)}
-
-
-def _wants_transaction(m: MessageInner) -> bool:
-    if transaction_value(m.sys_flag) == TRANSACTION_PREPARED_TYPE:
-        return True
-    try:
-        return parse_bool(m.properties.get(TRAN_MSG, ""))
-    except ValueError:
-        return False

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cometmq.broker.config import ConfigError, load_broker_conf, parse_properties
+from cometmq.cli import SERVER_MALLOC
 from tests.kit.ports import free_port
 from tests.kit.procs import reap
 
@@ -92,7 +93,8 @@ def test_a_server_command_becomes_the_server_process(tmp_path: Path) -> None:
         at = cmdline.index(b"-m")  # after the interpreter's own flags (-B, -X…), handed on
         assert cmdline[at:at + 4] == [b"-m", b"cometmq.server_main", b"namesrv", b"--port"], cmdline
         assert b"notOnTheCommandLine" not in b" ".join(cmdline)
-        assert b"MALLOC_ARENA_MAX=1" in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")  # one arena
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        assert {f"{k}={v}".encode() for k, v in SERVER_MALLOC.items()} <= set(environ)  # glibc's malloc settings
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

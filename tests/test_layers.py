@@ -178,6 +178,14 @@ def test_protocol_imports_no_socket_except_address_packing() -> None:
         assert "socket.socket(" not in text and "create_connection" not in text, path
 
 
+def _printed_by(code: str) -> list[str]:
+    """The words ``code`` prints, run in a fresh interpreter (this checkout's src first)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_a_server_process_imports_no_command_line_library() -> None:
     """What ``cometmq serve|broker|namesrv|controller`` runs after its exec (server_main and the servers it starts)
     leaves typer, rich, pydantic, click and the admin commands out of memory (issue [16])."""
@@ -185,10 +193,7 @@ def test_a_server_process_imports_no_command_line_library() -> None:
             "import cometmq.server_main, cometmq.broker.controller, cometmq.namesrv.server, cometmq.controller.server\n"
             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {'typer', 'rich', 'pydantic', "
             "'click', 'markdown_it', 'pygments'} or m.startswith(('cometmq.cli', 'cometmq.local_cluster')))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == []
+    assert _printed_by(code) == []
 
 
 def test_a_server_process_imports_what_it_uses_on_demand_only_then() -> None:
@@ -204,7 +209,4 @@ def test_a_server_process_imports_what_it_uses_on_demand_only_then() -> None:
             "print(' '.join(sorted(m for m in sys.modules if m in {'cometmq.broker.admin_tools', "
             "'cometmq.protocol.admin_bodies', 'cometmq.protocol.fastjson', 'cometmq.broker.transaction.service', "
             "'cometmq.broker.ha.replica', 'orjson', 'ctypes'} - skip)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == []
+    assert _printed_by(code) == []

@@ -115,20 +115,25 @@ def server_command(fn: F) -> F:
     return command  # type: ignore[return-value]
 
 
+#: glibc's malloc in a server process, unless the environment sets it (other C libraries ignore it): one arena. The
+#: threads allocate under the GIL, so per-thread arenas only held pages (0.3 MiB of an idle broker). Its mmap and
+#: trim thresholds are fixed once the server is up (cometmq.common.gc_tuning.fix_malloc_thresholds).
+SERVER_MALLOC = {"MALLOC_ARENA_MAX": "1"}
+
+
 def _exec_server(command: str, prog: str, args: dict[str, Any], log_spec: dict[str, Any]) -> None:
     """Replace this process with ``python -m cometmq.server_main COMMAND …``: the same PID (operators and tests
     signal it), stdout and stderr, and this interpreter's -X/-W/-O/… flags. The options travel as JSON in
     $COMETMQ_SERVER_ARGS, not on the command line (they may hold secrets given by environment variables); the
-    command line shows the words this one was given. glibc's malloc gets one arena (``MALLOC_ARENA_MAX=1``, unless
-    set already): a server's threads allocate under the GIL, so per-thread arenas only held pages (0.3 MiB of an
-    idle broker; batched produce measured no slower)."""
+    command line shows the words this one was given. glibc's malloc settings, unless the environment sets them
+    (:data:`SERVER_MALLOC`)."""
     payload = {"command": command, "prog": prog, "args": args, "log": log_spec}
     if not EXEC_SERVERS:
         from cometmq.server_main import run
 
         run(payload)
         return
-    env = {"MALLOC_ARENA_MAX": "1", **os.environ, "COMETMQ_SERVER_ARGS": json.dumps(payload, default=str)}
+    env = {**SERVER_MALLOC, **os.environ, "COMETMQ_SERVER_ARGS": json.dumps(payload, default=str)}
     words = sys.argv[1:] if sys.argv[1:2] == [command] else [command]
     argv = [sys.executable, *_interpreter_flags(), "-m", "cometmq.server_main", *words]
     sys.stdout.flush()

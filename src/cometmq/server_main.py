@@ -83,14 +83,16 @@ def _stop_event() -> asyncio.Event:
 
 
 def _server_gc() -> None:
-    """Once the servers are up: the collector's settings, then start-up's freed heap pages back to the system."""
-    from cometmq.common.gc_tuning import trim_heap, tune_for_server
+    """Once the servers are up: the collector's settings, start-up's freed heap pages back to the system, then
+    glibc's fixed mmap and trim thresholds."""
+    from cometmq.common.gc_tuning import fix_malloc_thresholds, trim_heap, tune_for_server
 
     try:
         tune_for_server()
     except ValueError as exc:  # the servers are up by now: say so and keep Python's collector settings
         logging.getLogger("cometmq").error("%s; the garbage collector keeps its default settings", exc)
     trim_heap()
+    fix_malloc_thresholds()
 
 
 def _run(main: object) -> None:
@@ -276,7 +278,7 @@ def _check_metrics(cfg: BrokerConfig) -> None:
 
 
 def _openssl_only_if_used(cfg: BrokerConfig, dashboard_port: int | None) -> None:
-    """A broker whose settings use no TLS runs without OpenSSL (:mod:`cometmq.net.no_openssl`, 3.4 MiB): called
+    """A broker whose settings use no TLS runs without OpenSSL (:mod:`cometmq.net.no_openssl`, 4.1 MiB): called
     once its settings are read and checked, before anything imports asyncio. TLS on either side keeps it, and so
     does the dashboard (aiohttp builds TLS contexts when it loads)."""
     dashboard = dashboard_port if dashboard_port is not None else cfg.dashboard_port

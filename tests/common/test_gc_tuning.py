@@ -56,3 +56,20 @@ def test_trim_heap_returns_the_freed_heap_where_glibc_can(pure: bool, monkeypatc
     if pure:
         monkeypatch.setenv(PURE_PYTHON_ENV, "1")
     assert trim_heap() is (sys.platform == "linux" and platform.libc_ver()[0] == "glibc")
+
+
+def test_fix_malloc_thresholds_where_glibc_and_the_helper_are_unless_the_environment_set_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Called once the servers are up (server_main._server_gc): glibc's mmap and trim thresholds fixed, unless the
+    operator set either; nothing done without glibc or the C helper (cometmq.common._osc)."""
+    import platform
+
+    from cometmq.common.gc_tuning import fix_malloc_thresholds
+    from cometmq.common.native import load_c_helper
+
+    glibc = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    assert fix_malloc_thresholds() is (glibc and load_c_helper("cometmq.common._osc") is not None)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert fix_malloc_thresholds() is False

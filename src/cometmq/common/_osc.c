@@ -11,6 +11,10 @@
  *   malloc_trim() -> bool
  *       glibc's malloc_trim(0): the C heap's free pages back to the system. False where the C library has none.
  *
+ *   malloc_thresholds(mmap_threshold, trim_threshold) -> bool
+ *       glibc's mallopt(M_MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD) (which also end their dynamic adjustment).
+ *       False where the C library has no mallopt or refuses a value.
+ *
  * The fallback, without a compiler, is ctypes (cometmq.store.mapped_file, cometmq.common.gc_tuning).
  */
 #define PY_SSIZE_T_CLEAN
@@ -59,9 +63,20 @@ static PyObject *trim(PyObject *self, PyObject *unused) {
 #endif
 }
 
+static PyObject *thresholds(PyObject *self, PyObject *args) {
+    int mmap_threshold, trim_threshold;
+    if (!PyArg_ParseTuple(args, "ii", &mmap_threshold, &trim_threshold)) return NULL;
+#ifdef __GLIBC__
+    if (mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 && mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1)
+        Py_RETURN_TRUE;
+#endif
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"populate_write", populate_write, METH_VARARGS, "madvise(MADV_POPULATE_WRITE) without the GIL; 0 or errno"},
     {"malloc_trim", trim, METH_NOARGS, "glibc's malloc_trim(0); False without it"},
+    {"malloc_thresholds", thresholds, METH_VARARGS, "glibc's mallopt of the mmap and trim thresholds; False without it"},
     {NULL, NULL, 0, NULL},
 };
 

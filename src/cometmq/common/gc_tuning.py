@@ -68,3 +68,23 @@ def trim_heap() -> bool:
         return False
     trim(0)
     return True
+
+
+#: glibc's mmap and trim thresholds once a server is up (fix_malloc_thresholds)
+MALLOC_MMAP_THRESHOLD = 1 << 20
+MALLOC_TRIM_THRESHOLD = 2 << 20
+
+
+def fix_malloc_thresholds() -> bool:
+    """Fix glibc's mmap threshold at 1 MiB and its trim threshold at 2 MiB, once the server is up (after
+    :func:`trim_heap`: start-up allocates as before). glibc's own thresholds are dynamic: whether a batch frame's
+    receive buffer (140 KB for 128 messages of 1 KiB) came from the heap or from a fresh mmap per frame depended on
+    what start-up happened to free, and batched 1 KiB produce ran 20 % slower in the unlucky case
+    (docs/benchmarks.md, session 19). False (nothing done) without glibc or the C helper, or when the environment
+    sets either threshold (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``): the operator's choice stands."""
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") or os.environ.get("MALLOC_TRIM_THRESHOLD_"):
+        return False
+    from cometmq.common.native import load_c_helper
+
+    osc = load_c_helper("cometmq.common._osc")
+    return bool(osc.malloc_thresholds(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD)) if osc is not None else False

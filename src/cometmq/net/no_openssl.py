@@ -1,7 +1,7 @@
 """Keep OpenSSL out of a server process whose settings turn TLS off (issue [16]: an idle broker imports only what
 its configuration uses).
 
-Python's ``ssl`` module loads OpenSSL: libssl, libcrypto and the tables they build, 3.4 MiB of an idle
+Python's ``ssl`` module loads OpenSSL: libssl, libcrypto and the tables they build, 4.1 MiB of an idle
 ``cometmq serve`` (31.1 MiB with it). asyncio and uvloop import ``ssl`` whether or not anything uses TLS; uvloop
 reads eleven of its names when it loads. So a server command reads its settings first, without asyncio
 (:mod:`cometmq.net.tls_settings`, ``cometmq.broker.config``), and when they need no TLS on any side (the server

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cometmq.net.tls_settings import TlsConfig, TlsError, TlsMode, parse_bool
+from cometmq.net.tls_settings import CLIENT_AUTH_VALUES, TlsConfig, TlsError, TlsMode, parse_bool
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ RELOAD_CHECK_S = 1.0
 PEEK_TIMEOUT_S = 60.0
 HANDSHAKE_TIMEOUT_S = 10.0
 
-_CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require": ssl.CERT_REQUIRED}
+#: tls.server.need.client.auth's values, in CLIENT_AUTH_VALUES' order
+_CLIENT_AUTH = dict(zip(CLIENT_AUTH_VALUES, (ssl.CERT_NONE, ssl.CERT_OPTIONAL, ssl.CERT_REQUIRED), strict=True))
 
 
 # -- contexts ------------------------------------------------------------------------------------------------

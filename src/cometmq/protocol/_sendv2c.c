@@ -332,6 +332,29 @@ static PyObject *make_str(const span *f, const char *dflt) {
     return PyUnicode_DecodeUTF8((const char *)f->s, f->n, NULL);
 }
 
+/* 1 when ``h`` is UTF-8 as a whole (the generic decoder and json.loads refuse a header that is not), else 0. */
+static int utf8_ok(const unsigned char *h, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (h[i] >= 0x80) {
+            PyObject *check = PyUnicode_DecodeUTF8((const char *)h, n, NULL);
+            if (check == NULL) {
+                PyErr_Clear();
+                return 0;
+            }
+            Py_DECREF(check);
+            return 1;
+        }
+    }
+    return 1;
+}
+
+/* A new str of a span's UTF-8, or NULL with no exception set. */
+static PyObject *span_str(const span *s) {
+    PyObject *out = PyUnicode_DecodeUTF8((const char *)s->s, s->n, NULL);
+    if (out == NULL) PyErr_Clear();
+    return out;
+}
+
 static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long max_frame, unsigned char *buf) {
     uint32_t length = ((uint32_t)data[0] << 24) | ((uint32_t)data[1] << 16) | ((uint32_t)data[2] << 8) | data[3];
     uint32_t word = ((uint32_t)data[4] << 24) | ((uint32_t)data[5] << 16) | ((uint32_t)data[6] << 8) | data[7];
@@ -340,17 +363,7 @@ static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long 
         hlen > (Py_ssize_t)length - 4)
         Py_RETURN_NONE;
     const unsigned char *h = data + 8;
-    for (Py_ssize_t i = 0; i < hlen; i++) {
-        if (h[i] >= 0x80) { /* the generic decoder refuses a header that is not UTF-8: so do we, then */
-            PyObject *check = PyUnicode_DecodeUTF8((const char *)h, hlen, NULL);
-            if (check == NULL) {
-                PyErr_Clear();
-                Py_RETURN_NONE;
-            }
-            Py_DECREF(check);
-            break;
-        }
-    }
+    if (!utf8_ok(h, hlen)) Py_RETURN_NONE;
     parser ps = {h, h + hlen, buf, 0};
     span fields[13];
     memset(fields, 0, sizeof(fields));
@@ -455,10 +468,8 @@ static PyObject *load_scalar(parser *ps) {
         span s;
         Py_ssize_t used = ps->used;
         if (parse_string(ps, &s) < 0) return NULL;
-        PyObject *out = PyUnicode_DecodeUTF8((const char *)s.s, s.n, NULL);
-        ps->used = used; /* the unescaped text is copied out: its room can be used again */
-        if (out == NULL) PyErr_Clear();
-        return out;
+        ps->used = used; /* the unescaped text is copied out below: its room can be used again */
+        return span_str(&s);
     }
     if (c == 't') return literal(ps, "true") < 0 ? NULL : Py_NewRef(Py_True);
     if (c == 'f') return literal(ps, "false") < 0 ? NULL : Py_NewRef(Py_False);
@@ -481,18 +492,10 @@ static PyObject *load_key(parser *ps) {
     Py_ssize_t used = ps->used;
     if (parse_string(ps, &s) < 0) return NULL;
     ps->used = used;
-    if (s.n > KEY_MAX) {
-        PyObject *out = PyUnicode_DecodeUTF8((const char *)s.s, s.n, NULL);
-        if (out == NULL) PyErr_Clear();
-        return out;
-    }
+    if (s.n > KEY_MAX) return span_str(&s);
     uint32_t h = 2166136261u;
     for (Py_ssize_t i = 0; i < s.n; i++) {
-        if (s.s[i] >= 0x80) {
-            PyObject *out = PyUnicode_DecodeUTF8((const char *)s.s, s.n, NULL);
-            if (out == NULL) PyErr_Clear();
-            return out;
-        }
+        if (s.s[i] >= 0x80) return span_str(&s);
         h = (h ^ s.s[i]) * 16777619u;
     }
     PyObject **slot = &key_cache[h % KEY_SLOTS];
@@ -569,17 +572,7 @@ static PyObject *loads_header(PyObject *self, PyObject *args) {
     const unsigned char *h = (const unsigned char *)view.buf;
     Py_ssize_t n = view.len;
     PyObject *out = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (h[i] >= 0x80) { /* json.loads reads a str: the header must be UTF-8 as a whole */
-            PyObject *check = PyUnicode_DecodeUTF8((const char *)h, n, NULL);
-            if (check == NULL) {
-                PyErr_Clear();
-                goto done;
-            }
-            Py_DECREF(check);
-            break;
-        }
-    }
+    if (!utf8_ok(h, n)) goto done; /* json.loads reads a str */
     unsigned char small[2048];
     unsigned char *buf = n <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc(n + 1);
     if (buf == NULL) {

@@ -83,15 +83,16 @@ class Transactions:
     @property
     def engine(self) -> TransactionalMessageService:
         """The engine, built (on the event loop's thread) at the first call."""
-        engine = self._engine
-        if engine is None:
-            from cometmq.broker.transaction.service import TransactionalMessageService
+        return self._engine if self._engine is not None else self._build()
 
-            engine = self._engine = TransactionalMessageService(*self._args)
-            if self._loaded:
-                engine.load()
-            if self._started:
-                engine.start_checking()
+    def _build(self) -> TransactionalMessageService:
+        from cometmq.broker.transaction.service import TransactionalMessageService
+
+        engine = self._engine = TransactionalMessageService(*self._args)
+        if self._loaded:
+            engine.load()
+        if self._started:
+            engine.start_checking()
         return engine
 
     def __getattr__(self, name: str) -> Any:
@@ -124,7 +125,7 @@ class Transactions:
         if self._engine is not None:
             self._engine.load()
         elif self.store.max_offset(HALF_TOPIC, 0) > 0:
-            self.engine  # noqa: B018 - built and loaded
+            self._build()  # (and loaded)
 
     async def start(self) -> None:
         self._started = True

@@ -5,6 +5,11 @@
 This process writes 100 bytes to a relay process over loopback TCP (uvloop on both sides) and waits for them
 to come back, once every ``interval`` ms, as the idle-push latency bench does with a broker in between.
 Prints one JSON line: median and p99 round trip. Compare with ``cometmq bench latency``.
+
+``--cpus C,R`` pins this process to processor C and the relay to R (Linux): ``0,0`` keeps both on one, ``0,1``
+puts them on two, so that every hop wakes a process on the other processor. Unpinned, the scheduler here places a
+woken process on its waker's processor (a synchronous socket wake-up): both then share one, and each hop costs
+what ``0,0`` costs.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -51,8 +57,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=1500)
     ap.add_argument("--interval-ms", type=float, default=2.0)
+    ap.add_argument("--cpus", default=None, metavar="C,R", help="pin this process to C and the relay to R")
     args = ap.parse_args()
-    proc = subprocess.Popen([sys.executable, __file__, "relay"], stdout=subprocess.PIPE, text=True)
+    pins: tuple[int, int] | None = None
+    if args.cpus:
+        c, r = (int(x) for x in args.cpus.split(","))
+        pins = (c, r)
+        os.sched_setaffinity(0, {c})
+    proc = subprocess.Popen([sys.executable, __file__, "relay"], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, {pins[1]})) if pins else None)
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
@@ -61,6 +74,7 @@ def main() -> None:
         proc.kill()
         proc.wait()
     print(json.dumps({"bench": "echo_floor", "round_trips": len(lat), "interval_ms": args.interval_ms,
+                      "cpus": args.cpus or "unpinned",
                       "median_ms": round(lat[len(lat) // 2] * 1e3, 3),
                       "p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3)}))
 

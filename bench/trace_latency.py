@@ -10,10 +10,11 @@ median time after the send started (``c:`` this client, ``b:`` the broker; ``#2`
 window, e.g. the next pull's write). Each wrapper adds ~0.5 us, so the total runs a little above
 ``cometmq bench latency``. Needs SIGUSR1 (Linux, macOS).
 
-``--tails N`` also logs each background pass of the broker (``run_once`` of its service threads, ``pass:Name``)
-and prints the N slowest sends event by event, from 1 ms before the send to the listener, then which passes
-overlapped the slowest 1.5 %: what a slow send waited behind. ``--conf FILE``: broker keys for the served broker
-(e.g. ``messageIndexEnable=false`` as ``bench/compare`` runs it).
+The last line splits the median path by who runs it (``sides``). ``--tails N`` also logs each background pass of
+the broker (``run_once`` of its service threads, ``pass:Name``) and prints the N slowest sends event by event,
+from 1 ms before the send to the listener, then which passes overlapped the slowest 1.5 %: what a slow send
+waited behind. ``--conf FILE``: broker keys for the served broker (e.g. ``messageIndexEnable=false`` as
+``bench/compare`` runs it). ``--wrap-broker`` / ``--wrap-client SPEC`` log more steps (``module:attr=label``).
 """
 
 from __future__ import annotations
@@ -84,12 +85,28 @@ def _wrap_passes() -> None:
             _wrap(cls, "run_once", "pass:" + cls.__name__)
 
 
+def _wrap_extra(spec: str) -> None:
+    """Wrap more steps: ``spec`` is space-separated ``module:attr[.method]=label`` (``--wrap-broker``,
+    ``--wrap-client``)."""
+    import importlib
+
+    for item in spec.split():
+        target, _, label = item.partition("=")
+        module_name, _, path = target.partition(":")
+        owner: Any = importlib.import_module(module_name)
+        *parents, name = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        _wrap(owner, name, label or name)
+
+
 def broker_main(out: str, argv: list[str]) -> None:
     """The traced broker: ``cometmq serve`` with the send, dispatch and pull steps wrapped."""
     _wrap_common()
     from cometmq.broker import long_polling, pull, send
     from cometmq.broker.append_batcher import AppendBatcher
     from cometmq.broker.pull_fast import PullFastPath
+    from cometmq.net import connection
     from cometmq.store.message_store import MessageStore
 
     _wrap(send.SendProcessor, "send", "send")
@@ -100,8 +117,10 @@ def broker_main(out: str, argv: list[str]) -> None:
     _wrap(pull.PullProcessor, "replay", "replay")
     _wrap(PullFastPath, "__call__", "pullfast")  # a woken pull answered from a template (replay not run)
     _wrap(MessageStore, "get_messages", "get")
+    _wrap(connection.RemotingConnection, "send_frame", "sframe")  # an answer written from bytes (both fast paths)
     if os.environ.get("TRACE_PASSES"):
         _wrap_passes()
+    _wrap_extra(os.environ.get("TRACE_WRAP_BROKER", ""))
 
     def dump(*_: Any) -> None:
         Path(out).write_text(json.dumps(EVENTS))
@@ -125,13 +144,17 @@ async def client(namesrv: str, count: int, interval_ms: float) -> list[float]:
         producer,
         pulled,
         push_consumer,
+        wire,
     )
 
     _wrap_common()
     _wrap(producer.Producer, "_request", "request")
     _wrap(push_consumer.PushConsumer, "_on_pull_answer", "answer")
     _wrap(pulled, "decode_pulled", "records")
+    _wrap(wire.SdkConnection, "start_request", "startreq")  # the send's frame is ready: written in this call
+    _wrap(wire.SdkConnection, "data_received", "crecv")
     push_consumer.decode_pulled = pulled.decode_pulled  # type: ignore[attr-defined]
+    _wrap_extra(os.environ.get("TRACE_WRAP_CLIENT", ""))
     samples: list[float] = []
     got_all = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -190,6 +213,24 @@ def steps(client_events: list[tuple[str, int]], broker_events: list[tuple[str, i
     return sorted(rows)
 
 
+def sides(rows: list[tuple[float, str, int]]) -> str:
+    """The send's path split by who runs it, from the steps' medians: the client until its write, the broker from
+    reading the send to writing the pull's answer, the client from reading that answer to its listener, and the
+    rest (the two writes, wake-ups and reads in the kernel, and the event loops around them)."""
+    at: dict[str, float] = {}
+    for us, step, _ in rows:
+        at.setdefault(step, us)
+    need = ("c:startreq>", "b:recv>", "b:sframe>", "c:crecv>", "c:listener")
+    if any(k not in at for k in need):
+        return "# sides: a step is missing (" + ", ".join(k for k in need if k not in at) + ")"
+    client_send = at["c:startreq>"]
+    broker = at["b:sframe>"] - at["b:recv>"]
+    client_recv = at["c:listener"] - at["c:crecv>"]
+    rest = at["c:listener"] - client_send - broker - client_recv
+    return (f"# sides (us): client until its write {client_send:.1f}, broker read -> answer written {broker:.1f}, "
+            f"client answer read -> listener {client_recv:.1f}, kernel and wake-ups {rest:.1f}")
+
+
 def tails(client_events: list[tuple[str, int]], broker_events: list[tuple[str, int]], show: int,
           lead_ns: int = 1_000_000, window_ns: int = 3_000_000, share: float = 0.015
           ) -> tuple[list[tuple[float, list[tuple[str, float]]]], Counter[str], int]:
@@ -239,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tails", type=int, default=0, metavar="N",
                     help="log the broker's background passes; print the N slowest sends event by event")
     ap.add_argument("--conf", type=Path, default=None, help="a broker config file for the served broker")
+    ap.add_argument("--wrap-broker", default="", metavar="SPEC",
+                    help="more broker steps to log: space-separated module:attr[.method]=label")
+    ap.add_argument("--wrap-client", default="", metavar="SPEC", help="more client steps to log, the same way")
     args = ap.parse_args(argv)
     from cometmq.net.loop import run
 
@@ -248,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         if args.tails:
             env["TRACE_PASSES"] = "1"
+        env["TRACE_WRAP_BROKER"] = args.wrap_broker
+        os.environ["TRACE_WRAP_CLIENT"] = args.wrap_client
         conf = ["-c", str(args.conf)] if args.conf is not None else []
         server = subprocess.Popen(
             [sys.executable, __file__, "--broker", out, "serve", "--data", os.path.join(tmp, "data"),
@@ -269,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     s = sorted(samples)
     print(f"# send -> listener: median {s[len(s) // 2]:.3f} ms, p90 {s[int(len(s) * 0.9)]:.3f} ms "
           f"({len(s)} messages)")
-    for median_us, step, n in steps(EVENTS, broker_events, int(args.interval_ms * 0.95e6))[: args.show]:
+    rows = steps(EVENTS, broker_events, int(args.interval_ms * 0.95e6))
+    for median_us, step, n in rows[: args.show]:
         print(f"{median_us:8.1f} us  {step:18s} n={n}")
+    print(sides(rows))
     if args.tails:
         slowest, passes, worst = tails(EVENTS, broker_events, args.tails)
         for us, seen in slowest:

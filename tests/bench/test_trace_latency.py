@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from trace_latency import steps, tails
+from trace_latency import sides, steps, tails
 
 
 def test_steps_places_each_event_after_its_send_and_numbers_repeats() -> None:
@@ -44,3 +44,11 @@ def test_tails_lists_the_slowest_sends_and_the_passes_they_waited_behind() -> No
     assert worst == 3 and passes == {"IndexBuilder": 1}
     assert tails(client, broker, show=0)[0] == []
     assert len(tails(client, broker, show=500)[0]) == 200  # more asked for than there are: every send
+
+
+def test_sides_split_the_path_by_who_runs_it() -> None:
+    rows = [(0.0, "c:T0", 9), (10.0, "c:startreq>", 9), (30.0, "b:recv>", 9), (55.0, "b:sframe>", 9),
+            (70.0, "c:crecv>", 9), (90.0, "c:listener", 9), (95.0, "b:sframe>#2", 9)]
+    assert sides(rows) == ("# sides (us): client until its write 10.0, broker read -> answer written 25.0, "
+                           "client answer read -> listener 20.0, kernel and wake-ups 35.0")
+    assert sides(rows[:3]) == "# sides: a step is missing (b:sframe>, c:crecv>, c:listener)"

@@ -236,3 +236,29 @@ def test_a_failing_fast_answer_leaves_the_pull_to_the_generic_replay(tmp_path: P
         assert b"boom" in fast.consumer.written[-1]  # the generic replay's SYSTEM_ERROR, as on the other side
 
     run_pair(tmp_path, check)
+
+
+def test_the_answer_leaves_before_the_held_pull_is_forgotten(tmp_path: Path) -> None:
+    """The consumer waits for the answer, not for the hold service's bookkeeping: when the fast answer takes a
+    woken pull, the answer is written first, then the pull's timer is cancelled and its table entries go."""
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        hold = fast.broker.hold
+        unlink = hold._unlink
+        seen: list[tuple[bool, bool, bool]] = []
+
+        def spy(held: HeldPull) -> None:
+            last = fast.consumer.written[-1] if fast.consumer.written else b""
+            answered = held.request.opaque == 41 and b'"nextBeginOffset"' in last
+            unlink(held)
+            assert held.timer is not None
+            seen.append((held.done, answered, held.timer.cancelled()))
+
+        hold._unlink = spy  # type: ignore[method-assign]
+        ext = {"consumerGroup": "cg", "topic": "T", "queueId": 0, "maxMsgNums": 32, "sysFlag": 6,
+               "commitOffset": "0", "subVersion": "0", "suspendTimeoutMillis": "600000", "subscription": "*"}
+        assert compare(fast, generic, loop, ext, 41, SerializeType.JSON, _no_change,
+                       [encode(send_request("T", b"m", 0))], 0)
+        assert seen == [(True, True, True)]
+        assert hold.held_count == 0
+
+    run_pair(tmp_path, check)

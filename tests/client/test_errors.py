@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from cometmq.client.errors import BrokerError, reading_reply
+from cometmq.client.consume_types import Subscription
+from cometmq.client.errors import BrokerError, raise_unreadable, reading_reply
+from cometmq.client.message import MessageQueue
+from cometmq.client.process_queue import ProcessQueue, PullRequest
+from cometmq.client.push_consumer import PushConsumer
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.errors import LocalProtocolError, ProtocolError
+from cometmq.protocol.remoting import RemotingCommand
 from cometmq.protocol.route import TopicRouteData
 
 
@@ -32,3 +37,28 @@ def test_nothing_happens_when_the_reply_reads() -> None:
     with reading_reply("fine"):
         value = 1
     assert value == 1
+
+
+def test_raise_unreadable_is_what_the_block_raises() -> None:
+    """``raise_unreadable`` (for a caller catching the error itself) maps as ``reading_reply`` does."""
+    with pytest.raises(BrokerError) as info:
+        raise_unreadable("undecodable pull body", ProtocolError("truncated"), addr="b:1", context="T/0")
+    err = info.value
+    assert err.code == ResponseCode.SYSTEM_ERROR and err.retriable
+    assert (err.remark, err.addr, err.context) == ("undecodable pull body: truncated", "b:1", "T/0")
+    with pytest.raises(LocalProtocolError, match="ours"):
+        raise_unreadable("x", LocalProtocolError("ours"))
+
+
+async def test_a_pull_answer_with_an_unreadable_body_is_the_brokers_error() -> None:
+    """A SUCCESS pull answer whose records do not parse: a BrokerError naming the broker; nothing is queued and the
+    pull position stays."""
+    consumer = PushConsumer("g-unreadable", namesrv="127.0.0.1:1", listener=lambda msgs: None)
+    mq = MessageQueue("T", "broker-a", 0)
+    req = PullRequest(mq, ProcessQueue(5), 5)
+    answer = RemotingCommand(ResponseCode.SUCCESS, flag=1, body=b"\x00\x00\x00\x10garbage",
+                             ext_fields={"nextBeginOffset": "6", "minOffset": "0", "maxOffset": "6"})
+    with pytest.raises(BrokerError, match="undecodable pull body: truncated") as info:
+        await consumer._on_pull_answer(req, Subscription("T", "*"), answer, "10.0.0.1:10911")
+    assert info.value.addr == "10.0.0.1:10911"
+    assert req.next_offset == 5 and req.pq.count == 0

@@ -388,3 +388,21 @@ def test_a_queue_offset_far_past_the_end_is_not_filled_with_files(tmp_path: Path
     assert cq.max_offset == 4 and len(cq.files.files) == 1
     assert cq.put(4, 400, 10, 0)
     cq.destroy()
+
+
+def test_bounds_is_min_and_max_offset_in_one_call(tmp_path: Path) -> None:
+    """``bounds()`` (the woken pull's fast answer reads both in one call) is ``(min_offset, max_offset)``: empty, as
+    units are put across files, once the oldest file is deleted (its min moves), and once truncated back."""
+    from cometmq.store.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue("T", 0, tmp_path / "T" / "0", 4)
+    seen = [cq.bounds() == (cq.min_offset, cq.max_offset) == (0, 0)]
+    for i in range(10):
+        assert cq.put(i, 100 * (i + 1), 10, 0)
+        seen.append(cq.bounds() == (cq.min_offset, cq.max_offset) == (0, i + 1))
+    assert all(seen)
+    assert cq.delete_before_phy(500) >= 1  # units below commit-log offset 500 are gone with their file
+    assert cq.bounds() == (cq.min_offset, cq.max_offset) and cq.min_offset > 0 and cq.max_offset == 10
+    cq.truncate_to(6)
+    assert cq.bounds() == (cq.min_offset, cq.max_offset) == (cq.min_offset, 6)
+    cq.destroy()

@@ -112,6 +112,10 @@ class PullRequestHoldService:
         if held.done:
             return
         held.done = True
+        self._unlink(held)
+
+    def _unlink(self, held: HeldPull) -> None:
+        """Forget a pull marked done: its timer, and its places in the tables."""
         if held.timer is not None:
             held.timer.cancel()
         by_conn = self._by_conn.get(held.conn)
@@ -129,11 +133,16 @@ class PullRequestHoldService:
     def _wake(self, held: HeldPull, arrival: DispatchRequest | None = None) -> None:
         if held.done:
             return
-        self._drop(held)
+        held.done = True  # (answered once, whatever happens below)
         if held.conn.closed:
+            self._unlink(held)
             return
         if arrival is not None and self.fast_replay is not None and self.fast_replay(held, arrival):
+            # the answer first, the bookkeeping after: the consumer's process runs as soon as the answer is
+            # written (on this core, its wake-up preempts this process), and waits for nothing else
+            self._unlink(held)
             return
+        self._unlink(held)
         # A synchronous replay answers now, inside the arrival's dispatch (the store's reads take no lock):
         # the answer leaves in the same loop turn as the append, with no task to create and schedule.
         if held.header is None:

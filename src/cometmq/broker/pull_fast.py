@@ -110,14 +110,11 @@ class PullFastPath:
         cq = store.queues.get((topic, h.queue_id))
         if cq is None:
             return None
-        max_off = cq.max_offset
-        min_off = cq.min_offset
+        min_off, max_off = cq.bounds()
         size = req.size
-        phy = req.phy_offset
-        commitlog = store.commitlog
-        if max_off != offset + 1 or offset < min_off or phy < commitlog.min_offset or size >= SENDFILE_THRESHOLD:
+        if max_off != offset + 1 or offset < min_off or size >= SENDFILE_THRESHOLD:
             return None
-        view = commitlog.read(phy, size)
+        view = store.commitlog.read(req.phy_offset, size)  # (None below the log's start, or past its end)
         if view is None or _SIZE_MAGIC(view, 0) != (size, MAGIC_CODE):
             return None
         header = _ANSWER % (held.request.opaque, max_off, min_off, max_off)

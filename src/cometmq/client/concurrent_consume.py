@@ -79,7 +79,7 @@ class ConcurrentConsumeService:
     def run_here(self, creq: ConsumeRequest) -> Coroutine[Any, Any, None]:
         """Run ``creq`` (its slot taken) and then the backlog in the current task, which closing waits for: the
         coroutine to await at once (``_run`` itself, no coroutine around it)."""
-        task = asyncio.current_task()
+        task = asyncio.current_task(self.consumer._loop)  # (the loop named: no get_running_loop, no getpid call)
         assert task is not None
         self._tasks.add(task)
         return self._run(creq, task)

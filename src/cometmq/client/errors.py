@@ -7,6 +7,7 @@ mapped here too, by ``reading_reply``: callers see a ``BrokerError`` with SYSTEM
 from __future__ import annotations
 
 from types import TracebackType
+from typing import NoReturn
 
 from cometmq.protocol.codes import RemotingError, ResponseCode, response_code_name
 from cometmq.protocol.errors import LocalProtocolError, ProtocolError
@@ -91,9 +92,17 @@ class ReadingReply:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if isinstance(exc, ProtocolError) and not isinstance(exc, LocalProtocolError):
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{self.what}: {exc}", addr=self.addr,
-                              context=self.context) from None
+        if isinstance(exc, ProtocolError):
+            raise_unreadable(self.what, exc, addr=self.addr, context=self.context)
 
 
 reading_reply = ReadingReply
+
+
+def raise_unreadable(what: str, exc: ProtocolError, *, addr: str = "", context: str = "") -> NoReturn:
+    """What ``reading_reply`` does with a ``ProtocolError`` raised in its block, for a caller that catches it itself
+    (``except ProtocolError``: free when nothing is raised, where the block's calls are not): a
+    ``LocalProtocolError`` again as it is, any other as the server's ``BrokerError``."""
+    if isinstance(exc, LocalProtocolError):
+        raise exc
+    raise BrokerError(ResponseCode.SYSTEM_ERROR, f"{what}: {exc}", addr=addr, context=context) from None

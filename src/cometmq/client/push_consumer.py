@@ -45,7 +45,13 @@ from typing import Any
 
 from cometmq.client.concurrent_consume import ConcurrentConsumeService, ConsumeRequest
 from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, Subscription
-from cometmq.client.errors import BrokerError, ClientStateError, InvalidArgumentError, NoRouteError, reading_reply
+from cometmq.client.errors import (
+    BrokerError,
+    ClientStateError,
+    InvalidArgumentError,
+    NoRouteError,
+    raise_unreadable,
+)
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
@@ -63,6 +69,7 @@ from cometmq.protocol.client_bodies import (
     ConsumerData,
 )
 from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
@@ -653,8 +660,10 @@ class PushConsumer:
         if pq.dropped:
             return consume
         if code == ResponseCode.SUCCESS:
-            with reading_reply("undecodable pull body", addr=addr):
+            try:
                 msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
+            except ProtocolError as exc:  # (as ``with reading_reply(...)``, without its calls on the latency path)
+                raise_unreadable("undecodable pull body", exc, addr=addr)
             self.stats.pulled += len(msgs)
             kept = msgs if sub.tags is None else [m for m in msgs if sub.matches(m)]
             self.stats.filtered += len(msgs) - len(kept)

@@ -137,6 +137,15 @@ class ConsumeQueue:
     def min_offset(self) -> int:
         return min(self._min_offset, self.max_offset)
 
+    def bounds(self) -> tuple[int, int]:
+        """(``min_offset``, ``max_offset``) in one call, for the woken pull's fast answer (broker/pull_fast.py)."""
+        files = self.files.files
+        if not files:
+            return min(self._min_offset, 0), 0
+        last = files[-1]
+        mx = (last.file_from_offset + last.wrote_position) // CQ_UNIT_SIZE
+        return min(self._min_offset, mx), mx
+
     def last_unit(self) -> tuple[int, int, int] | None:
         mx = self.max_offset
         if mx <= self.min_offset:

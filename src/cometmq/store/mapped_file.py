@@ -446,7 +446,8 @@ class MappedFileQueue:
         except IndexError:  # retention removed a segment under us
             return None
         # The range check also catches a list that shifted between the bisect and the lookup.
-        return mf if mf.file_from_offset <= offset < mf.end_offset else None
+        start = mf.file_from_offset
+        return mf if start <= offset < start + mf.size else None  # (end_offset, inlined: reads call this often)
 
     def last_for_append(self, start_offset: int = 0) -> MappedFile:
         """The segment to append to: a new one when there is none or the last is full."""

@@ -318,6 +318,7 @@ async def test_acked_stay_acked_and_inflight_survive_a_clean_restart(pop_cluster
         unacked = {m.msg_id for m in got[:10]}
         await sc.ack_many(got[10:])
     await pop_cluster.restart()
+    assert pop_cluster.broker.pop.built  # the broker holds POP state: the service is built and loaded at the start
     async with consumer(pop_cluster) as sc:
         assert await sc.receive(32, wait=0.2) == []  # still invisible after the restart
         pop_cluster.clock.advance(31_000)
@@ -362,3 +363,30 @@ async def test_peek_and_notification(pop_cluster: PopCluster) -> None:
         assert len(await sc.receive(10, wait=1)) == 3  # peeking took nothing
         r = await sc.instance.invoke(addr, make_request(RequestCode.NOTIFICATION, {**note, "pollTime": "200"}))
         assert r.ext_fields["hasMsg"] == "false"
+
+
+async def test_the_service_is_built_by_the_first_pop_request_only(pop_cluster: PopCluster) -> None:
+    """An idle broker does not build the POP service (broker/pop/front.py): sends, pulls and a metrics scrape leave
+    it unbuilt; the first POP-family request builds it, started (its revive tick runs) and answering as ever."""
+    from cometmq.client import ConsumeStatus, PushConsumer
+    from cometmq.metrics.collector import BrokerCollector
+
+    b = pop_cluster.broker
+    await pop_cluster.create_topic(TOPIC, 2)
+    await send(pop_cluster, 3)
+    got = asyncio.Event()
+
+    async def listener(msgs: list[object]) -> ConsumeStatus:
+        got.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    push = PushConsumer("plain-pull", namesrv=pop_cluster.namesrv_addr, listener=listener, consume_from="first")
+    push.subscribe(TOPIC)
+    async with push:
+        await asyncio.wait_for(got.wait(), 10)
+    assert [m.name for m in BrokerCollector(b).collect()]  # a scrape reads the POP counters...
+    assert not b.pop.built and b.pop.waiting() == 0 and b.pop.states == {}  # ...without building anything
+    async with consumer(pop_cluster) as sc:
+        msgs = await drain(sc, wait=0.5)
+    assert len(msgs) == 3 and b.pop.built and b.pop.metrics.popped == 3
+    assert b.pop._revive.running  # started: the broker's master services were running when it was built

@@ -19,8 +19,7 @@ from cometmq.broker.ha.processor import HAProcessor
 from cometmq.broker.ha.service import HAConfig, ReplicationService, Role
 from cometmq.broker.locks import RebalanceLockManager
 from cometmq.broker.offsets import ConsumerOffsetManager
-from cometmq.broker.pop.processor import PopProcessor
-from cometmq.broker.pop.service import PopService
+from cometmq.broker.pop.front import Pop
 from cometmq.broker.pull import PullProcessor
 from cometmq.broker.pull_fast import PullFastPath
 from cometmq.broker.registration import NamesrvRegistrar
@@ -90,8 +89,8 @@ class BrokerController:
                                                cfg_dir / "delayOffset.json", clock)
         self.timer = TimerBridge(config, store, appender, topics, clock)
         self.transactions = Transactions(config, store, appender, topics, self.producers, clock)
-        self.pop = PopService(config, store, appender, offsets=offsets, groups=groups, topics=topics, clock=clock,
-                              stats=self.stats)
+        self.pop = Pop(config, store, appender, offsets=offsets, groups=groups, topics=topics, clock=clock,
+                       stats=self.stats)  # (its service built on first use)
         # The send path's rewrites, in the order they run: a half is neither delayed nor timed; a delay level
         # wins over a timer request.
         self.send_hooks = SendHooks()
@@ -109,7 +108,6 @@ class BrokerController:
                                     consumers=self.consumers, producers=self.producers, locks=self.locks,
                                     held_pulls=lambda: self.hold.held_count, clock=clock, stats=self.stats,
                                     windows=self.stats_windows)
-        self.pop_processor = PopProcessor(config, store, groups, topics, self.pop)
         # Controller mode (off by default): the controller names the id, the role and the SyncStateSet.
         self.controller_mode: ControllerModeConfig | None = None
         if config.enable_controller_mode:  # its client module is imported only in controller mode
@@ -154,7 +152,7 @@ class BrokerController:
             RequestCode.PULL_MESSAGE: self.pull_processor.pull,
             **self.admin.handlers(),
             **self.timer.handlers(),
-            **self.pop_processor.handlers(),
+            **self.pop.handlers(),
             **self.transactions.handlers(),
             **self.ha_processor.handlers(),
             **self.metadata.handlers(),

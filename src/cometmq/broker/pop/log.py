@@ -24,10 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cometmq.broker.pop.front import POP_LOG_TOPIC
 from cometmq.broker.pop.state import Delivery, QueueState
 from cometmq.common.atomic_file import write_atomic
-
-POP_LOG_TOPIC = "rmq_sys_POP_LOG"
 
 KIND_CK = 1
 KIND_ACK = 2

@@ -30,7 +30,8 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.pop import log as poplog
-from cometmq.broker.pop.log import POP_LOG_TOPIC, QueueKey
+from cometmq.broker.pop.front import POP_LOG_TOPIC, POP_STATE_FILE, PopMetrics
+from cometmq.broker.pop.log import QueueKey
 from cometmq.broker.pop.state import QueueState
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.topics import TopicConfigManager, dlq_topic
@@ -58,19 +59,6 @@ class Waiter:
     future: asyncio.Future[None] = field(repr=False)
 
 
-@dataclass
-class PopMetrics:
-    popped: int = 0
-    redelivered: int = 0
-    acked: int = 0
-    stale_refused: int = 0
-    changed: int = 0
-    dlq: int = 0
-    woken_by_arrival: int = 0
-    woken_by_revive: int = 0
-    woken_by_ack: int = 0
-
-
 class PopService:
     def __init__(self, config: BrokerConfig, store: MessageStore, appender: Appender, *,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, topics: TopicConfigManager,
@@ -85,7 +73,7 @@ class PopService:
         self.topics = topics
         self.clock = clock
         self.states: dict[QueueKey, QueueState] = {}
-        self.snapshot_path = config.store.config_dir / "popState.json"
+        self.snapshot_path = config.store.config_dir / POP_STATE_FILE
         self.metrics = PopMetrics()
         self._waiters: dict[str, set[Waiter]] = {}
         #: (visible_at, key): when to look at a queue for expired deliveries; lazily pruned
@@ -138,6 +126,11 @@ class PopService:
                      len(states), inflight, replayed, now)
 
     async def start(self) -> None:
+        self.start_ticks()
+
+    def start_ticks(self) -> None:
+        """``start`` from the event loop's thread, without awaiting: the revive and snapshot ticks (the broker's
+        front starts a service it builds while the master's services run)."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._revive.start()

@@ -43,7 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cometmq.client.concurrent_consume import ConcurrentConsumeService, ConsumeRequest
+from cometmq.client.concurrent_consume import ConcurrentConsumeService
 from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, Subscription
 from cometmq.client.errors import (
     BrokerError,
@@ -609,9 +609,9 @@ class PushConsumer:
             # PullMessageService hands the messages to the consume service and pulls again. Here the first
             # batch is consumed in this very task, now that its pull is done, when a listener slot is free:
             # no hand-off to another task, so the listener runs in the loop turn the answer arrived in.
-            first = self._concurrent.take_slot(consume)
+            first = self._concurrent.run_first(req, consume)
             if first is not None:
-                await self._concurrent.run_here(first)
+                await first
 
     async def _follow_route(self, req: PullRequest) -> bool:
         """After a pull failed on a broker that may be gone: back to the master (a suggested replica may be the
@@ -623,8 +623,9 @@ class PushConsumer:
         after = self.instance.broker_addr(mq.broker_name, 0)
         return after is not None and after != before
 
-    async def _pull_once(self, req: PullRequest, sub: Subscription) -> list[ConsumeRequest]:
-        """One pull and its answer; returns the listener calls it makes (to start or queue)."""
+    async def _pull_once(self, req: PullRequest, sub: Subscription) -> list[MessageExt]:
+        """One pull and its answer; returns the messages the concurrent listener calls are to take (none for an
+        orderly consumer, whose queue task takes them)."""
         mq = req.mq
         addr = await self._addr(mq, req.broker_id)
         commit_offset = -1
@@ -643,7 +644,7 @@ class PushConsumer:
         return await self._on_pull_answer(req, sub, response, addr)
 
     async def _on_pull_answer(self, req: PullRequest, sub: Subscription, response: RemotingCommand,
-                              addr: str) -> list[ConsumeRequest]:
+                              addr: str) -> list[MessageExt]:
         mq, pq = req.mq, req.pq
         code = response.code
         if code not in _PULL_ANSWERS:
@@ -656,7 +657,7 @@ class PushConsumer:
             raise BrokerError(ResponseCode.SYSTEM_ERROR, "pull answer without a usable nextBeginOffset",
                               addr=addr) from None
         req.broker_id = suggested if suggested and self.instance.broker_addr(mq.broker_name, suggested) else 0
-        consume: list[ConsumeRequest] = []
+        consume: list[MessageExt] = []
         if pq.dropped:
             return consume
         if code == ResponseCode.SUCCESS:
@@ -673,7 +674,7 @@ class PushConsumer:
                 if self._orderly is not None:
                     self._orderly.submit(req)  # the queue's own consume task takes them, in order
                 else:
-                    consume = self._concurrent.requests_of(req, added)
+                    consume = added
         elif code == ResponseCode.PULL_OFFSET_MOVED:
             log.warning("offset of %s in %s/%s/%d moved from %d to %d", self.group, mq.topic, mq.broker_name,
                         mq.queue_id, req.next_offset, next_offset)

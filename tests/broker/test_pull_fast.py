@@ -262,3 +262,27 @@ def test_the_answer_leaves_before_the_held_pull_is_forgotten(tmp_path: Path) -> 
         assert hold.held_count == 0
 
     run_pair(tmp_path, check)
+
+
+def test_a_fast_answer_that_raises_still_lets_go_of_the_pull(tmp_path: Path) -> None:
+    """A bug in the fast answer (it raises past its own guard): the store logs the failing arrival listener, and the
+    pull is forgotten all the same (its timer cancelled, nothing left held), not kept until its connection closes."""
+    def check(fast: Side, generic: Side, loop: asyncio.AbstractEventLoop) -> None:
+        hold = fast.broker.hold
+        woken: list[HeldPull] = []
+
+        def broken(held: HeldPull, req: DispatchRequest) -> bool:
+            woken.append(held)
+            raise RuntimeError("a bug")
+
+        hold.fast_replay = broken
+        ext = {"consumerGroup": "cg", "topic": "T", "queueId": 0, "maxMsgNums": 32, "sysFlag": 6,
+               "commitOffset": "0", "subVersion": "0", "suspendTimeoutMillis": "600000", "subscription": "*",
+               "queueOffset": str(fast.broker.store.max_offset("T", 0))}
+        pull = RemotingCommand(RequestCode.PULL_MESSAGE, opaque=9, ext_fields=ext)
+        loop.run_until_complete(fast.run(encode(pull), _no_change, [encode(send_request("T", b"m", 0))]))
+        assert len(woken) == 1 and woken[0].done
+        assert woken[0].timer is not None and woken[0].timer.cancelled()
+        assert hold.held_count == 0 and not hold._by_conn.get(fast.cconn)
+
+    run_pair(tmp_path, check)

@@ -137,12 +137,14 @@ class PullRequestHoldService:
         if held.conn.closed:
             self._unlink(held)
             return
-        if arrival is not None and self.fast_replay is not None and self.fast_replay(held, arrival):
-            # the answer first, the bookkeeping after: the consumer's process runs as soon as the answer is
-            # written (on this core, its wake-up preempts this process), and waits for nothing else
+        # The answer first, the bookkeeping after: the consumer's process runs as soon as the answer is written
+        # (on this core, its wake-up preempts this process), and waits for nothing else.
+        try:
+            answered = arrival is not None and self.fast_replay is not None and self.fast_replay(held, arrival)
+        finally:
             self._unlink(held)
+        if answered:
             return
-        self._unlink(held)
         # A synchronous replay answers now, inside the arrival's dispatch (the store's reads take no lock):
         # the answer leaves in the same loop turn as the append, with no task to create and schedule.
         if held.header is None:

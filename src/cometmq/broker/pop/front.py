@@ -68,7 +68,6 @@ class Pop:
     def __init__(self, config: BrokerConfig, store: MessageStore, appender: Appender, *,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, topics: TopicConfigManager,
                  clock: Callable[[], int], stats: BrokerStats | None = None) -> None:
-        self._config = config
         self._args = (config, store, appender)
         self._kwargs: dict[str, Any] = {"offsets": offsets, "groups": groups, "topics": topics, "clock": clock,
                                         "stats": stats}

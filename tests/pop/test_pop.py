@@ -389,4 +389,4 @@ async def test_the_service_is_built_by_the_first_pop_request_only(pop_cluster: P
     async with consumer(pop_cluster) as sc:
         msgs = await drain(sc, wait=0.5)
     assert len(msgs) == 3 and b.pop.built and b.pop.metrics.popped == 3
-    assert b.pop._revive.running  # started: the broker's master services were running when it was built
+    assert b.pop.service._revive.running  # started: the broker's master services were running when it was built

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cometmq.broker.first_use import BuiltOnFirstUse
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import RemotingCommand
@@ -60,7 +61,7 @@ class PopMetrics:
     woken_by_ack: int = 0
 
 
-class Pop:
+class Pop(BuiltOnFirstUse["PopService"]):
     """The broker's POP consumption; see the module docstring. Attributes it does not have are the service's (built
     then): ``snapshot``, ``append``, ``revive``... A metrics scrape reads ``states``, ``metrics`` and ``waiting()``,
     which build nothing (it runs on another thread)."""
@@ -68,64 +69,61 @@ class Pop:
     def __init__(self, config: BrokerConfig, store: MessageStore, appender: Appender, *,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, topics: TopicConfigManager,
                  clock: Callable[[], int], stats: BrokerStats | None = None) -> None:
+        super().__init__()
         self._args = (config, store, appender)
         self._kwargs: dict[str, Any] = {"offsets": offsets, "groups": groups, "topics": topics, "clock": clock,
                                         "stats": stats}
         self.store = store
         self.snapshot_path = config.store.config_dir / POP_STATE_FILE
-        self._service: PopService | None = None
         self._processor: PopProcessor | None = None
-        #: the master's services run: a service built now loads, and starts its revive and snapshot ticks
-        self._loaded = False
-        self._started = False
         self._idle_metrics = PopMetrics()
 
     @property
-    def built(self) -> bool:
-        return self._service is not None
-
-    @property
     def service(self) -> PopService:
-        """The service, built (on the event loop's thread) at the first call."""
-        return self._service if self._service is not None else self._build()[0]
+        return self._get()
 
     @property
     def processor(self) -> PopProcessor:
         """The requests' processor, built with the service."""
-        return self._processor if self._processor is not None else self._build()[1]
+        self._get()
+        assert self._processor is not None
+        return self._processor
 
-    def _build(self) -> tuple[PopService, PopProcessor]:
+    # -- the service on first use (broker/first_use.py) -----------------------------------------------------------
+    def _make(self) -> PopService:
         from cometmq.broker.pop.processor import PopProcessor
         from cometmq.broker.pop.service import PopService
 
         config, store, _ = self._args
-        service = self._service = PopService(*self._args, **self._kwargs)
-        processor = self._processor = PopProcessor(config, store, self._kwargs["groups"], self._kwargs["topics"],
-                                                   service)
-        if self._loaded:
-            service.load()
-        if self._started:
-            service.start_ticks()
-        return service, processor
+        service = PopService(*self._args, **self._kwargs)
+        self._processor = PopProcessor(config, store, self._kwargs["groups"], self._kwargs["topics"], service)
+        return service
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.service, name)
+    def _holds_state(self) -> bool:
+        return self.snapshot_path.exists() or self.store.max_offset(POP_LOG_TOPIC, 0) > 0
+
+    def _load_part(self, part: PopService) -> None:
+        part.load()
+
+    def _start_part(self, part: PopService) -> None:
+        part.start_ticks()
+
+    async def _stop_part(self, part: PopService) -> None:
+        await part.stop()
 
     # -- read by a metrics scrape (another thread): nothing is built ----------------------------------------------
     @property
     def states(self) -> dict[Any, Any]:
-        service = self._service
+        service = self._part
         return service.states if service is not None else {}
 
     @property
     def metrics(self) -> PopMetrics:
-        service = self._service
+        service = self._part
         return service.metrics if service is not None else self._idle_metrics
 
     def waiting(self) -> int:
-        service = self._service
+        service = self._part
         return service.waiting() if service is not None else 0
 
     # -- requests and arrivals --------------------------------------------------------------------------------
@@ -142,28 +140,9 @@ class Pop:
 
     def on_arrivals(self, reqs: list[DispatchRequest]) -> None:
         """The store's batch arrival listener: POP requests wait only on a built service."""
-        service = self._service
+        service = self._part
         if service is not None:
             service.on_arrivals(reqs)
-
-    # -- the master's services ----------------------------------------------------------------------------------
-    def load(self) -> None:
-        """The service's state, when it is built or the broker holds POP state to load."""
-        self._loaded = True
-        if self._service is not None:
-            self._service.load()
-        elif self.snapshot_path.exists() or self.store.max_offset(POP_LOG_TOPIC, 0) > 0:
-            self._build()  # (and loaded)
-
-    async def start(self) -> None:
-        self._started = True
-        if self._service is not None:
-            self._service.start_ticks()
-
-    async def stop(self) -> None:
-        self._loaded = self._started = False
-        if self._service is not None:
-            await self._service.stop()
 
 
 __all__ = ["POP_LOG_TOPIC", "POP_STATE_FILE", "Pop", "PopMetrics"]

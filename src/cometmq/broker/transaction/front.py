@@ -12,8 +12,9 @@ transaction's half from any other send, so neither needs the engine.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cometmq.broker.first_use import BuiltOnFirstUse
 from cometmq.broker.send_hooks import SendContext, SendKind
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.protocol.codes import RequestCode
@@ -57,7 +58,7 @@ def check_transaction_config(cfg: BrokerConfig) -> None:
                           f"> 0 (got {timeout}, {check_max}, {interval})")
 
 
-class Transactions:
+class Transactions(BuiltOnFirstUse["TransactionalMessageService"]):
     """The broker's transactions; see the module docstring. Attributes it does not have are the engine's (built
     then): ``table``, ``metrics``, ``end_transaction``... A metrics scrape reads :meth:`counts`, which builds
     nothing (it runs on another thread)."""
@@ -68,41 +69,36 @@ class Transactions:
     def __init__(self, cfg: BrokerConfig, store: MessageStore, appender: Appender, topics: TopicConfigManager,
                  producers: ProducerManager, clock: Callable[[], int]) -> None:
         check_transaction_config(cfg)
+        super().__init__()
         self._args = (cfg, store, appender, topics, producers, clock)
         self.store = store
         self.topics = topics
-        self._engine: TransactionalMessageService | None = None
-        #: the master's services run: an engine built now loads, and starts its check loop
-        self._loaded = False
-        self._started = False
-
-    @property
-    def built(self) -> bool:
-        return self._engine is not None
 
     @property
     def engine(self) -> TransactionalMessageService:
-        """The engine, built (on the event loop's thread) at the first call."""
-        return self._engine if self._engine is not None else self._build()
+        return self._get()
 
-    def _build(self) -> TransactionalMessageService:
+    # -- the engine on first use (broker/first_use.py) ------------------------------------------------------------
+    def _make(self) -> TransactionalMessageService:
         from cometmq.broker.transaction.service import TransactionalMessageService
 
-        engine = self._engine = TransactionalMessageService(*self._args)
-        if self._loaded:
-            engine.load()
-        if self._started:
-            engine.start_checking()
-        return engine
+        return TransactionalMessageService(*self._args)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.engine, name)
+    def _holds_state(self) -> bool:
+        return self.store.max_offset(HALF_TOPIC, 0) > 0
+
+    def _load_part(self, part: TransactionalMessageService) -> None:
+        part.load()
+
+    def _start_part(self, part: TransactionalMessageService) -> None:
+        part.start_checking()
+
+    async def _stop_part(self, part: TransactionalMessageService) -> None:
+        await part.stop()
 
     def counts(self) -> tuple[int, int, int]:
         """(pending halves, committed, rolled back), zeros while the engine is not built."""
-        engine = self._engine
+        engine = self._part
         if engine is None:
             return 0, 0, 0
         return len(engine.table), engine.metrics.committed, engine.metrics.rolled_back
@@ -119,33 +115,19 @@ class Transactions:
     # -- the master's services ----------------------------------------------------------------------------------
     def load(self) -> None:
         """The system topics; the engine too when it is built or the store holds halves to rebuild from."""
-        self._loaded = True
         self.topics.create_system_topic(HALF_TOPIC, 1, perm=0)
         self.topics.create_system_topic(OP_TOPIC, 1, perm=0)
-        if self._engine is not None:
-            self._engine.load()
-        elif self.store.max_offset(HALF_TOPIC, 0) > 0:
-            self._build()  # (and loaded)
-
-    async def start(self) -> None:
-        self._started = True
-        if self._engine is not None:
-            self._engine.start_checking()
-
-    async def stop(self) -> None:
-        self._loaded = self._started = False
-        if self._engine is not None:
-            await self._engine.stop()
+        super().load()
 
     # -- the send path (a send hook, broker/send_hooks.py) -------------------------------------------------------
     def before_put(self, msgs: list[MessageInner], ctx: SendContext) -> bool:
-        if self._engine is None and not ctx.half_batch and not any(wants_transaction(m) for m in msgs):
+        if self._part is None and not ctx.half_batch and not any(wants_transaction(m) for m in msgs):
             return False
         return self.engine.before_put(msgs, ctx)
 
     def after_put(self, msgs: list[MessageInner], result: PutResult, ctx: SendContext) -> None:
-        if self._engine is not None:
-            self._engine.after_put(msgs, result, ctx)
+        if self._part is not None:
+            self._part.after_put(msgs, result, ctx)
 
 
 __all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "Transactions", "check_transaction_config", "wants_transaction"]

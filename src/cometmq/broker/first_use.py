@@ -1,0 +1,85 @@
+"""A part of the broker built on first use (issue [16]: an idle broker imports only what it uses), with the one rule
+its load, start and stop follow.
+
+The front (a subclass) is what ``BrokerController`` wires: handlers, hooks, listeners and the master's load, start
+and stop. The part behind it (``_make``: an engine, a service) is built at its first use, or at load when the
+broker holds state of it (``_holds_state``: a restart with work to resume). Built while the master's services run,
+it is loaded and started then; built on a replica, it is neither, as when it was built at start. Attributes the front
+does not have are the part's (built then); private names are not handed on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class BuiltOnFirstUse(ABC, Generic[T]):
+    def __init__(self) -> None:
+        self._part: T | None = None
+        #: the master's services run: a part built now is loaded, and started
+        self._loaded = False
+        self._started = False
+
+    # -- what a front says ------------------------------------------------------------------------------------
+    @abstractmethod
+    def _make(self) -> T:
+        """The part, new."""
+
+    @abstractmethod
+    def _holds_state(self) -> bool:
+        """Whether the broker holds state of the part (read at load, when it is not built yet)."""
+
+    @abstractmethod
+    def _load_part(self, part: T) -> None:
+        """Load the part's state (the master's services start)."""
+
+    @abstractmethod
+    def _start_part(self, part: T) -> None:
+        """Start the part's loops, on the event loop's thread, without awaiting."""
+
+    @abstractmethod
+    async def _stop_part(self, part: T) -> None:
+        """Stop the part (the master's services stop)."""
+
+    # -- the rule ---------------------------------------------------------------------------------------------
+    @property
+    def built(self) -> bool:
+        return self._part is not None
+
+    def _get(self) -> T:
+        """The part, built (on the event loop's thread) at the first call."""
+        part = self._part
+        return part if part is not None else self._build()
+
+    def _build(self) -> T:
+        part = self._part = self._make()
+        if self._loaded:
+            self._load_part(part)
+        if self._started:
+            self._start_part(part)
+        return part
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._get(), name)
+
+    def load(self) -> None:
+        self._loaded = True
+        if self._part is not None:
+            self._load_part(self._part)
+        elif self._holds_state():
+            self._build()  # (and loaded)
+
+    async def start(self) -> None:
+        self._started = True
+        if self._part is not None:
+            self._start_part(self._part)
+
+    async def stop(self) -> None:
+        self._loaded = self._started = False
+        if self._part is not None:
+            await self._stop_part(self._part)

@@ -92,7 +92,7 @@ class ReadingReply:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if isinstance(exc, ProtocolError):
+        if isinstance(exc, ProtocolError) and not isinstance(exc, LocalProtocolError):  # (ours passes unchanged)
             raise_unreadable(self.what, exc, addr=self.addr, context=self.context)
 
 

@@ -62,10 +62,7 @@ class ConcurrentConsumeService:
     def run_first(self, req: PullRequest, msgs: list[MessageExt]) -> Coroutine[Any, Any, None] | None:
         """``msgs`` just pulled: their listener calls (``requests_of``) started or queued as ``take_slot`` does them,
         and the first, when it got a slot, as the coroutine the pulling task awaits at once (``run_here``); None when
-        no slot was free. The usual answer (one call's worth, a slot free) builds no list of calls."""
-        if len(msgs) <= self.consumer.batch_max_size and self._inflight < self.consumer.max_concurrency:
-            self._inflight += 1
-            return self.run_here(ConsumeRequest(req, msgs))
+        no slot was free."""
         first = self.take_slot(self.requests_of(req, msgs))
         return None if first is None else self.run_here(first)
 
@@ -139,18 +136,7 @@ class ConcurrentConsumeService:
         pq = req.pq
         if pq.dropped:
             return  # the queue went to another consumer, which starts from the committed offset
-        if c._listener_is_async:  # awaited here, not in a coroutine of its own: one frame less per call
-            listener = c._listener
-            assert listener is not None
-            try:
-                result = await listener(list(msgs))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                result = self._listener_failed(msgs)
-            status = self._status(result)
-        else:
-            status = await self._call_listener(msgs)
+        status = await self._call_listener(msgs)
         if status is ConsumeStatus.CONSUME_SUCCESS:
             c.stats.consumed += len(msgs)
             done = msgs
@@ -175,33 +161,27 @@ class ConcurrentConsumeService:
             c.offset_store.update(req.mq, pq.remove(done))
 
     async def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        """A plain ``def`` listener's call, in the consumer's thread pool (an ``async def`` one is awaited in
-        ``_consume``)."""
         c = self.consumer
         listener = c._listener
         assert listener is not None
         try:
-            result = await asyncio.get_running_loop().run_in_executor(c._executor, listener, list(msgs))
-            if inspect.isawaitable(result):
-                result = await result
+            if c._listener_is_async:
+                result = await listener(list(msgs))
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(c._executor, listener, list(msgs))
+                if inspect.isawaitable(result):
+                    result = await result
         except asyncio.CancelledError:
             raise
         except Exception:
-            result = self._listener_failed(msgs)
-        return self._status(result)
-
-    def _listener_failed(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        log.exception("the listener of %s raised on %d messages (first %s); they will be consumed again",
-                      self.consumer.group, len(msgs), msgs[0].msg_id if msgs else "-")
-        return ConsumeStatus.RECONSUME_LATER
-
-    def _status(self, result: object) -> ConsumeStatus:
-        """What the listener returned, as a status: None counts as success, anything else as RECONSUME_LATER."""
+            log.exception("the listener of %s raised on %d messages (first %s); they will be consumed again",
+                          c.group, len(msgs), msgs[0].msg_id if msgs else "-")
+            return ConsumeStatus.RECONSUME_LATER
         if result is None or result is ConsumeStatus.CONSUME_SUCCESS:
             return ConsumeStatus.CONSUME_SUCCESS
         if result is not ConsumeStatus.RECONSUME_LATER:
-            log.warning("the listener of %s returned %r, not a ConsumeStatus: taken as RECONSUME_LATER",
-                        self.consumer.group, result)
+            log.warning("the listener of %s returned %r, not a ConsumeStatus: taken as RECONSUME_LATER", c.group,
+                        result)
         return ConsumeStatus.RECONSUME_LATER
 
     def _consume_later(self, req: PullRequest, msgs: list[MessageExt]) -> None:

@@ -70,9 +70,8 @@ class Pop(BuiltOnFirstUse["PopService"]):
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, topics: TopicConfigManager,
                  clock: Callable[[], int], stats: BrokerStats | None = None) -> None:
         super().__init__()
-        self._args = (config, store, appender)
-        self._kwargs: dict[str, Any] = {"offsets": offsets, "groups": groups, "topics": topics, "clock": clock,
-                                        "stats": stats}
+        self._config, self._appender, self._offsets = config, appender, offsets
+        self._groups, self._topics, self._clock, self._stats = groups, topics, clock, stats
         self.store = store
         self.snapshot_path = config.store.config_dir / POP_STATE_FILE
         self._processor: PopProcessor | None = None
@@ -94,9 +93,9 @@ class Pop(BuiltOnFirstUse["PopService"]):
         from cometmq.broker.pop.processor import PopProcessor
         from cometmq.broker.pop.service import PopService
 
-        config, store, _ = self._args
-        service = PopService(*self._args, **self._kwargs)
-        self._processor = PopProcessor(config, store, self._kwargs["groups"], self._kwargs["topics"], service)
+        service = PopService(self._config, self.store, self._appender, offsets=self._offsets, groups=self._groups,
+                             topics=self._topics, clock=self._clock, stats=self._stats)
+        self._processor = PopProcessor(self._config, self.store, self._groups, self._topics, service)
         return service
 
     def _holds_state(self) -> bool:

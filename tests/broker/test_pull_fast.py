@@ -16,16 +16,18 @@ from hypothesis import strategies as st
 
 from cometmq.broker.controller import BrokerController
 from cometmq.broker.long_polling import HeldPull
+from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnection
+from cometmq.net.local import connect_local
 from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.message import pack_host
+from cometmq.protocol.message import iter_records, pack_host
 from cometmq.protocol.remoting import RemotingCommand, SerializeType, encode
 from cometmq.protocol.route import PERM_WRITE, TopicConfig
 from cometmq.store.message import DispatchRequest
 from tests.kit import FakeClock
 from tests.kit.transport import MemoryTransport
 
-from .conftest import broker_config, props, send_request
+from .conftest import StartBroker, broker_config, props, pull_request, send_request
 
 STORE_HOST = pack_host("10.1.2.3", 10911)
 
@@ -286,3 +288,25 @@ def test_a_fast_answer_that_raises_still_lets_go_of_the_pull(tmp_path: Path) -> 
         assert hold.held_count == 0 and not hold._by_conn.get(fast.cconn)
 
     run_pair(tmp_path, check)
+
+
+async def test_a_pull_held_on_an_in_process_connection_is_answered(start_broker: StartBroker,
+                                                                   client: RemotingClient) -> None:
+    """The gRPC endpoint embedded in ``cometmq serve`` pulls over an in-process connection (net/local.py): a fast
+    answer reaches it as the command it encodes. (It was dropped as if the peer had gone, and the pull forgotten:
+    the consumer's request timed out.)"""
+    b = await start_broker()
+    assert (await client.invoke(b.addr, send_request("T", b"first"), 5)).code == ResponseCode.SUCCESS
+    inner = b.hold.fast_replay
+    assert inner is not None
+    taken: list[bool] = []
+    b.hold.fast_replay = lambda held, req: taken.append(inner(held, req)) or taken[-1]
+    conn = connect_local(b.server, None)  # type: ignore[arg-type]
+    pull = asyncio.ensure_future(conn.request(pull_request("T", b.store.max_offset("T", 0), suspend_ms=3000), 5))
+    while b.hold.held_count == 0:
+        await asyncio.sleep(0.01)
+    assert (await client.invoke(b.addr, send_request("T", b"second"), 5)).code == ResponseCode.SUCCESS
+    answer = await pull
+    assert answer.code == ResponseCode.SUCCESS and [r.body for r in iter_records(answer.body)] == [b"second"]
+    assert taken == [True] and b.hold.held_count == 0
+    conn.close()

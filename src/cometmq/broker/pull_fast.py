@@ -66,11 +66,12 @@ class PullFastPath:
             return False
         if frame is None:
             return False
-        # written (unless the peer has gone), counted and observed, as the generic path does, in one call: the
-        # write first, as it is what the consumer waits for
+        # written, counted and observed, as the generic path does, in one call: the write first, as it is what the
+        # consumer waits for; a write refused (the peer has gone) is left to the generic replay, which drops it too
         conn = held.conn
         opaque = cmd.opaque
-        conn.send_frame(frame, _SUCCESS, opaque)
+        if not conn.send_frame(frame, _SUCCESS, opaque):
+            return False
         stats = self._proc.stats
         if stats is not None:
             stats.got(h.topic, h.consumer_group, h.queue_id, 1, req.size, req.queue_offset + 1)

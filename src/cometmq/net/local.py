@@ -28,7 +28,7 @@ from cometmq.net.connection import (
     RemotingConnection,
 )
 from cometmq.net.server import RemotingServer
-from cometmq.protocol.remoting import RESPONSE_FLAG, RemotingCommand, normalize_ext_fields
+from cometmq.protocol.remoting import RESPONSE_FLAG, RemotingCommand, decode, normalize_ext_fields
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,15 @@ class LocalConnection(RemotingConnection):
                 self._loop.call_soon(peer._shutdown, "closed by the peer")
             except RuntimeError:  # the loop is closing
                 peer._shutdown("closed by the peer")
+
+    def send_frame(self, frame: bytes, code: int, opaque: int) -> bool:
+        """A reply already encoded (the broker's fast answers) reaches the peer as the command it encodes: False
+        (nothing sent) if the peer has gone, as from a socket."""
+        if not self._can_write():
+            log.debug("dropping reply code %d opaque %d: %s is closed", code, opaque, self.remote_address)
+            return False
+        self._write(decode(frame))
+        return True
 
     def _write(self, cmd: RemotingCommand, file_region: FileSource | None = None) -> None:
         # file_region is ignored: the body crosses as bytes

@@ -199,7 +199,7 @@ def test_a_server_process_imports_no_command_line_library() -> None:
 def test_a_server_process_imports_what_it_uses_on_demand_only_then() -> None:
     """What a broker uses only on demand is imported then (issue [16]): the Java tools' requests (and the bodies
     they write), the transactions' engine (at the first half), the POP service (at the first POP request), the
-    replica's side of the HA link; nor ctypes
+    timer service (at the first timer message), the replica's side of the HA link; nor ctypes
     (cometmq.common._osc makes the two system calls it was for) or orjson (the header codec is C, the SDK's)."""
     code = ("import sys\n"
             "import cometmq.server_main, cometmq.broker.controller, cometmq.namesrv.server\n"
@@ -210,5 +210,6 @@ def test_a_server_process_imports_what_it_uses_on_demand_only_then() -> None:
             "print(' '.join(sorted(m for m in sys.modules if m in {'cometmq.broker.admin_tools', "
             "'cometmq.protocol.admin_bodies', 'cometmq.protocol.fastjson', 'cometmq.broker.transaction.service', "
             "'cometmq.broker.ha.replica', 'cometmq.broker.pop.service', 'cometmq.broker.pop.processor', "
-            "'cometmq.broker.pop.log', 'cometmq.protocol.pop', 'orjson', 'ctypes'} - skip)))")
+            "'cometmq.broker.pop.log', 'cometmq.protocol.pop', 'cometmq.timer.service', 'cometmq.timer.wheel', "
+            "'cometmq.timer.timerlog', 'orjson', 'ctypes'} - skip)))")
     assert _printed_by(code) == []

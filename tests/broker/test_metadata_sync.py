@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(30)
 
 def serve_metadata(broker: BrokerController) -> None:
     """Every broker serves the metadata codes (broker/controller.py wires MetadataProcessor)."""
-    served = MetadataProcessor(offsets=broker.offsets, schedule=broker.schedule, timer=broker.timer.service)
+    served = MetadataProcessor(offsets=broker.offsets, schedule=broker.schedule, timer=broker.timer)
     assert set(served.handlers()) <= set(broker.dispatcher)
 
 
@@ -37,7 +37,16 @@ def forget_metadata(broker: BrokerController) -> None:
 
 def sync_for(replica: BrokerController, client: RemotingClient, master: list[str | None]) -> SlaveMetadataSync:
     return SlaveMetadataSync(client, lambda: master[0], topics=replica.topics, groups=replica.groups,
-                             offsets=replica.offsets, schedule=replica.schedule, timer=replica.timer.service)
+                             offsets=replica.offsets, schedule=replica.schedule, timer=replica.timer)
+
+
+async def follow_timer(client: RemotingClient, master: BrokerController, replica: BrokerController) -> None:
+    """Both timers built (an operator's GET_TIMER_METRICS is a first use), the replica's delivering nothing: the
+    replica then copies the master's timer checkpoint too."""
+    replica.timer.set_deliver(False)
+    for broker in (master, replica):
+        await ok(client, broker.addr, make_request(RequestCode.GET_TIMER_METRICS, {}))
+    assert master.timer.loaded and replica.timer.loaded
 
 
 async def ok(client: RemotingClient, addr: str, cmd: RemotingCommand) -> RemotingCommand:
@@ -83,13 +92,21 @@ async def test_replica_copies_the_masters_tables(start_broker: StartBroker, clie
     assert "billing" in json.loads((cfg / "subscriptionGroup.json").read_bytes())["subscriptionGroupTable"]
     assert json.loads((cfg / "delayOffset.json").read_bytes()) == {"offsetTable": {"1": 5, "3": 9}}
     assert replica.offsets.dirty
-    # The timer: the master's checkpoint is served; a replica whose timer delivers (a master) keeps its own.
-    assert master.timer.service is not None and replica.timer.service is not None
+    # The timer, built on first use: unbuilt, the master answers as RocketMQ does without a checkpoint, and a
+    # replica whose timer is not built does not ask for one.
+    assert master.timer.service is None and replica.timer.service is None
+    reply = await client.invoke(master.addr, make_request(RequestCode.GET_TIMER_CHECK_POINT, {}))
+    assert (reply.code, reply.remark) == (ResponseCode.SYSTEM_ERROR, "The checkpoint is null")
+    replica.timer.set_deliver(False)
+    assert await sync.sync_once() == [] and replica.timer.service is None
+    # Built (an operator's GET_TIMER_METRICS is a first use), the master's checkpoint is served and the replica,
+    # which delivers nothing, takes it.
+    await follow_timer(client, master, replica)
     reply = await ok(client, master.addr, make_request(RequestCode.GET_TIMER_CHECK_POINT, {}))
     assert {"readSlot", "commitOffset", "enqueueOffset"} <= set(json.loads(reply.body))
-    replica.timer.service.deliver = False
     assert await sync.sync_once() == []
-    assert replica.timer.service.master_commit_offset is not None
+    service = replica.timer.service
+    assert service is not None and service.master_commit_offset is not None
 
     # A second pass with nothing new changes nothing; a new group on the master arrives on the next one.
     await ok(client, master.addr, make_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
@@ -104,6 +121,7 @@ async def test_a_failing_master_leaves_the_replicas_tables(start_broker: StartBr
     replica = await start_broker(tmp_path / "replica")
     serve_metadata(master)
     await fill_master(client, master.addr)
+    await follow_timer(client, master, replica)
     addr: list[str | None] = [master.addr]
     sync = sync_for(replica, client, addr)
     assert await sync.sync_once() == []
@@ -123,6 +141,7 @@ async def test_one_failing_fetch_does_not_stop_the_others(start_broker: StartBro
     replica = await start_broker(tmp_path / "replica")
     forget_metadata(master)
     await fill_master(client, master.addr)  # codes 43, 45 and 60 are not served: those fetches fail
+    await follow_timer(client, master, replica)
     sync = sync_for(replica, client, [master.addr])
     failed = await sync.sync_once()
     assert set(failed) == {"consumer offsets", "delay offsets", "timer checkpoint"}

@@ -8,7 +8,8 @@ from pathlib import Path
 from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.codes import ResponseCode
-from tests.broker.conftest import StartBroker, send_request
+from cometmq.timer.message import TIMER_TOPIC
+from tests.broker.conftest import StartBroker, props, send_request
 from tests.kit import eventually
 
 
@@ -41,3 +42,23 @@ async def test_a_replica_copies_the_log_and_sends_are_acked_by_both(start_broker
     refused = await client.invoke(replica.addr, send_request("T", b"x"), 5)
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
     await asyncio.sleep(0)
+
+
+async def test_a_replica_builds_its_timer_from_the_first_replicated_timer_record(
+        start_broker: StartBroker, client: RemotingClient, tmp_path: Path) -> None:
+    """The timer service is built on first use (broker/timer_bridge.py): on a replica, the first timer record copied
+    from the master builds it, indexing it and delivering nothing."""
+    master = await start_broker(tmp_path / "m")
+    replica = await start_broker(tmp_path / "r", broker_id=1)
+    await link(replica, master)
+    await eventually(lambda: master.replication.sync.members == {0, 1}, 10, what="the replica in the set")
+    assert not master.timer.built and not replica.timer.built
+    reply = await client.invoke(master.addr, send_request("TR", b"later", 0, props(UNIQ_KEY="R1",
+                                                                                    TIMER_DELAY_MS="60000")), 5)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    await eventually(lambda: replica.store.max_offset(TIMER_TOPIC, 0) == 1, 10, what="the timer record copied")
+    await eventually(lambda: replica.timer.built and master.timer.built, 10, what="both timers built")
+    service = replica.timer.service
+    assert service is not None and not service.deliver
+    await eventually(lambda: service.enqueue_offset == 1, 10, what="the replica's timer indexed the record")
+    assert service.metrics()["scheduled"] == 1 and replica.store.max_offset("TR", 0) == 0

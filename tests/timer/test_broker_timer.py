@@ -1,5 +1,6 @@
 """Timer messages through the broker: every send path, the recall handle, RECALL_MESSAGE (370),
-GET_TIMER_METRICS, long polling woken by a delivery, a restart, and broker.conf keys."""
+GET_TIMER_METRICS, long polling woken by a delivery, a restart, the service built on first use, and broker.conf
+keys."""
 
 from __future__ import annotations
 
@@ -145,6 +146,36 @@ async def test_recall_disabled_and_timer_disabled(start_broker: StartBroker, cli
     assert r.code == ResponseCode.SUCCESS
     m = await client.invoke(b2.addr, make_request(RequestCode.GET_TIMER_METRICS))
     assert json.loads(m.body) == {"enabled": False}
+    assert not b2.timer.built  # (disabled, it is never built)
+
+
+async def test_the_service_is_built_by_the_first_timer_message_only(start_broker: StartBroker,
+                                                                    client: RemotingClient, tmp_path: Path) -> None:
+    """An idle broker does not build the timer service (broker/timer_bridge.py): plain sends, pulls and a metrics
+    scrape leave it unbuilt, and so does a restart without timer state. The first timer message is answered, then
+    builds it, loaded and started; it indexes that message from the timer topic's queue and delivers it once."""
+    from cometmq.metrics.collector import BrokerCollector
+
+    path = tmp_path / "first-use"
+    b = await start_broker(path)
+    assert (await client.invoke(b.addr, send_request("TF", b"plain", 0))).code == ResponseCode.SUCCESS
+    assert [x.body for x in await pull_all(client, b.addr, "TF")] == [b"plain"]
+    timing = {m.name: m.samples[0].value for m in BrokerCollector(b).collect() if "tim" in m.name}
+    assert timing == dict.fromkeys(("rocketmq_timing_messages", "rocketmq_timer_enqueue", "rocketmq_timer_dequeue",
+                                    "rocketmq_timer_enqueue_lag"), 0)  # a scrape reads zeros...
+    assert not b.timer.built and b.timer.service is None  # ...and builds nothing
+    await b.stop()
+    b = await start_broker(path)
+    assert not b.timer.built  # (no timer state: still not built)
+    r = await client.invoke(b.addr, send_request("TF", b"later", 0, props(UNIQ_KEY="F1", TIMER_DELAY_MS="300")))
+    assert r.code == ResponseCode.SUCCESS and "recallHandle" in r.ext_fields
+    await eventually(lambda: b.timer.built, 5, what="the timer service built")
+    assert b.timer.loaded and b.timer.service is not None and b.timer.service.deliver
+    await eventually(lambda: b.store.max_offset("TF", 0) == 2, 5, what="the timer message delivered")
+    await asyncio.sleep(0.3)
+    assert [x.uniq_key for x in await pull_all(client, b.addr, "TF")][1:] == ["F1"]  # once
+    timing = {m.name: m.samples[0].value for m in BrokerCollector(b).collect() if "tim" in m.name}
+    assert timing["rocketmq_timer_enqueue"] == timing["rocketmq_timer_dequeue"] == 1  # the scrape reads it now
 
 
 async def test_pending_timers_survive_a_broker_restart_once(start_broker: StartBroker, client: RemotingClient,
@@ -159,6 +190,7 @@ async def test_pending_timers_survive_a_broker_restart_once(start_broker: StartB
                      what="3 messages in TS before the restart", step=0.001)
     await b.stop()
     b2 = await start_broker(path)
+    assert b2.timer.loaded  # the broker holds timer state: the service is built and loaded at the start
     await eventually(lambda: b2.store.max_offset("TS", 0) >= 20, 5, what="20 messages in TS after the restart")
     await asyncio.sleep(0.3)
     keys = [x.uniq_key for x in await pull_all(client, b2.addr, "TS")]

@@ -135,7 +135,7 @@ class BrokerController:
             broker_id=config.broker_id,
             clock=clock, register=self._register_as, master_ha_addr=self._master_ha_addr,
             master_addr=lambda: self.registrar.master_addr if self.registrar is not None else None,
-            on_truncated=self.timer.service.on_log_truncated if self.timer.service is not None else None,
+            on_truncated=self.timer.on_log_truncated,
             admit=self._is_group_member,
             start_master_services=self._start_master_services, stop_master_services=self._stop_master_services,
             controller_mode=self.controller_mode is not None,
@@ -143,7 +143,8 @@ class BrokerController:
             propose_sync_state_set=self._propose_sync_state_set)
         self.ha_processor = HAProcessor(self.replication, cluster=config.broker_cluster_name,
                                         broker_name=config.broker_name)
-        self.metadata = MetadataProcessor(offsets=offsets, schedule=self.schedule, timer=self.timer.service)
+        self.metadata = MetadataProcessor(offsets=offsets, schedule=self.schedule,
+                                          timer=self.timer if self.timer.config.enable else None)
         self.dispatcher: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: self.send_processor.send,
             RequestCode.SEND_MESSAGE_V2: self.send_processor.send,
@@ -200,9 +201,10 @@ class BrokerController:
         self.store.add_arrival_batch_listener(self.pop.on_arrivals)
         await self.hold.start()
         master = self.replication.role is Role.MASTER
-        if self.timer.service is not None:
-            # A replica's timer indexes the master's timer records and delivers nothing (timer/replica.py).
-            self.timer.service.deliver = master
+        # A replica's timer indexes the master's timer records and delivers nothing (timer/replica.py); the service
+        # is built at load only when the broker holds timer state (broker/timer_bridge.py).
+        self.timer.deliver = master
+        await asyncio.to_thread(self.timer.load)
         await self.timer.start()
         if master:
             await self._start_master_services()
@@ -218,7 +220,7 @@ class BrokerController:
             self.client = RemotingClient(ssl=self.config.tls.client_context())  # tls.enable: TLS to namesrv, peers
         self.metadata_sync = SlaveMetadataSync(
             self.client, self.replication.master_broker_addr, topics=self.topics, groups=self.groups,
-            offsets=self.offsets, schedule=self.schedule, timer=self.timer.service)
+            offsets=self.offsets, schedule=self.schedule, timer=self.timer if self.timer.config.enable else None)
         self.metadata_sync.start()
         if self.acl is not None:
             self.acl.start()  # reloads the file when it changes
@@ -327,16 +329,14 @@ class BrokerController:
         self.pop.load()
         self.transactions.load()
         await self.schedule.start()
-        if self.timer.service is not None:
-            self.timer.service.set_deliver(True)
+        self.timer.set_deliver(True)
         await self.pop.start()
         await self.transactions.start()
 
     async def _stop_master_services(self) -> None:
         await self.transactions.stop()
         await self.pop.stop()
-        if self.timer.service is not None:
-            self.timer.service.set_deliver(False)
+        self.timer.set_deliver(False)
         await self.schedule.stop()
 
     async def _register_as(self, broker_id: int, state_version: int) -> None:

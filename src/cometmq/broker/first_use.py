@@ -1,11 +1,12 @@
 """A part of the broker built on first use (issue [16]: an idle broker imports only what it uses), with the one rule
 its load, start and stop follow.
 
-The front (a subclass) is what ``BrokerController`` wires: handlers, hooks, listeners and the master's load, start
-and stop. The part behind it (``_make``: an engine, a service) is built at its first use, or at load when the
-broker holds state of it (``_holds_state``: a restart with work to resume). Built while the master's services run,
-it is loaded and started then; built on a replica, it is neither, as when it was built at start. Attributes the front
-does not have are the part's (built then); private names are not handed on.
+The front (a subclass) is what ``BrokerController`` wires: handlers, hooks, listeners, and the load, start and stop
+the broker calls (with the master's services for POP and transactions, with the broker's own for the timer, which a
+replica runs too). The part behind it (``_make``: an engine, a service) is built at its first use, or at load when
+the broker holds state of it (``_holds_state``: a restart with work to resume). Built after load, it is loaded; after
+start, started, as when it was built at start; built while neither is in force (a replica's POP), it is neither.
+Attributes the front does not have are the part's (built then); private names are not handed on.
 """
 
 from __future__ import annotations

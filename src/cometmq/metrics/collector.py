@@ -286,9 +286,10 @@ class BrokerCollector(Collector):
         rollback.add_metric(common, rolled_back)
         yield from (half, commit, rollback)
 
-        timer = b.timer.service
-        if timer is not None:
-            m = timer.metrics()
+        if b.timer.config.enable:
+            timer = b.timer.service  # (not built yet: nothing scheduled, enqueued or delivered; it stays unbuilt)
+            m = timer.metrics() if timer is not None else {"scheduled": 0, "enqueued": 0, "delivered": 0,
+                                                            "enqueueLag": 0}
             timing = GaugeMetricFamily("rocketmq_timing_messages", "Current message number in timing",
                                        labels=list(COMMON_LABELS))
             timing.add_metric(common, int(m["scheduled"]))

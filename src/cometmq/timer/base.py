@@ -16,7 +16,7 @@ from pathlib import Path
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult
-from cometmq.timer.config import TimerConfig
+from cometmq.timer.config import TimerConfig, timer_files
 from cometmq.timer.slotwork import BurstGcPause, ClosedSlot, SlotWork
 from cometmq.timer.stats import TimerStats
 from cometmq.timer.timerlog import TimerLog
@@ -54,9 +54,7 @@ class TimerServiceBase:
         self._put = put
         self.clock = clock
         root = Path(store.config.store_path) if root is None else root
-        self.timerlog_dir = root / "timerlog"
-        self.wheel_path = root / "timerwheel"
-        self.checkpoint_path = root / "config" / "timercheck"
+        self.timerlog_dir, self.wheel_path, self.checkpoint_path = timer_files(root)
         self.geometry = Geometry(config.precision_ms, config.wheel_slots, config.roll_slots,
                                  config.timerlog_file_size)
         self.timerlog: TimerLog | None = None

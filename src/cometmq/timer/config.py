@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 DAY_MS = 86_400_000
+
+
+def timer_files(root: Path) -> tuple[Path, Path, Path]:
+    """The timer's files in a store folder: the TimerLog's folder, the wheel, the checkpoint."""
+    return root / "timerlog", root / "timerwheel", root / "config" / "timercheck"
 
 
 class TimerConfigError(ValueError):

@@ -100,6 +100,10 @@ class TimerMessageService(TimerReplica, TimerRecovery, TimerEnqueue, TimerDequeu
     async def start(self) -> None:
         if not self.loaded:
             await asyncio.to_thread(self.load)
+        self.start_tasks()
+
+    def start_tasks(self) -> None:
+        """Start the enqueue, dequeue and checkpoint loops of a loaded service, on the event loop's thread."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._enq_event = asyncio.Event()

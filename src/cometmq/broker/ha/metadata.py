@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from cometmq.broker.offsets import ConsumerOffsetManager
@@ -30,13 +30,26 @@ from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import RemoteProtocolError
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
 from cometmq.protocol.route import TopicConfig, decode_json
-from cometmq.timer.service import TimerMessageService
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 DEFAULT_SYNC_INTERVAL_S = 10.0
+
+
+class TimerCheckpoints(Protocol):
+    """What the tables' copy needs of the timer (broker/timer_bridge.py, timer/replica.py)."""
+
+    @property
+    def loaded(self) -> bool: ...
+
+    @property
+    def deliver(self) -> bool: ...
+
+    def checkpoint_info(self) -> dict[str, Any]: ...
+
+    def apply_master_checkpoint(self, info: Mapping[str, Any]) -> bool: ...
 
 
 def _ok(cmd: RemotingCommand, body: object) -> RemotingCommand:
@@ -47,7 +60,7 @@ class MetadataProcessor:
     """The master's side: the tables a replica copies, as RocketMQ serves them."""
 
     def __init__(self, *, offsets: ConsumerOffsetManager, schedule: ScheduleMessageService,
-                 timer: TimerMessageService | None) -> None:
+                 timer: TimerCheckpoints | None) -> None:
         self.offsets = offsets
         self.schedule = schedule
         self.timer = timer
@@ -134,7 +147,7 @@ class SlaveMetadataSync:
 
     def __init__(self, client: RemotingClient, master_addr: Callable[[], str | None], *,
                  topics: TopicConfigManager, groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager,
-                 schedule: ScheduleMessageService, timer: TimerMessageService | None,
+                 schedule: ScheduleMessageService, timer: TimerCheckpoints | None,
                  interval_s: float = DEFAULT_SYNC_INTERVAL_S, timeout_s: float = 3.0) -> None:
         self.client = client
         self.master_addr = master_addr
@@ -174,7 +187,8 @@ class SlaveMetadataSync:
             ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, self._apply_delay_offsets),
             ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._apply_groups),
         ]
-        if self.timer is not None:
+        timer = self.timer
+        if timer is not None and timer.loaded and not timer.deliver:  # (a timer built, following its master)
             steps.append(("timer checkpoint", RequestCode.GET_TIMER_CHECK_POINT, self._apply_timer))
         failed: list[str] = []
         for name, code, apply in steps:

@@ -10,6 +10,9 @@ Prints one JSON line: median and p99 round trip. Compare with ``cometmq bench la
 puts them on two, so that every hop wakes a process on the other processor. Unpinned, the scheduler here places a
 woken process on its waker's processor (a synchronous socket wake-up): both then share one, and each hop costs
 what ``0,0`` costs.
+
+``--relay c`` relays with a small C program instead (epoll, read, write; built with the system's ``cc`` into a
+temporary folder): a server's floor without an interpreter, as Redis's is, against Python's event loop's.
 """
 
 from __future__ import annotations
@@ -21,9 +24,53 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from cometmq.net.loop import run
+
+#: the C relay: one connection, each read written back at once
+C_RELAY = r"""
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(void) {
+    int one = 1, s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1)) { perror("relay"); return 1; }
+    socklen_t len = sizeof a;
+    getsockname(s, (struct sockaddr *)&a, &len);
+    printf("%d\n", ntohs(a.sin_port));
+    fflush(stdout);
+    int c = accept(s, NULL, NULL), ep = epoll_create1(0);
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = c};
+    epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+    static char buf[65536];
+    for (;;) {
+        if (epoll_wait(ep, &ev, 1, -1) < 1) continue;
+        ssize_t n = read(c, buf, sizeof buf);
+        if (n <= 0) return 0;
+        if (write(c, buf, (size_t)n) != n) return 1;
+    }
+}
+"""
+
+
+def c_relay(folder: Path) -> list[str]:
+    """The C relay's command, built in ``folder``."""
+    (folder / "relay.c").write_text(C_RELAY)
+    subprocess.run(["cc", "-O2", "-o", str(folder / "relay"), str(folder / "relay.c")], check=True)
+    return [str(folder / "relay")]
 
 
 async def relay() -> None:
@@ -58,13 +105,17 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=1500)
     ap.add_argument("--interval-ms", type=float, default=2.0)
     ap.add_argument("--cpus", default=None, metavar="C,R", help="pin this process to C and the relay to R")
+    ap.add_argument("--relay", choices=("python", "c"), default="python",
+                    help="the relay: Python on uvloop (default) or a C program")
     args = ap.parse_args()
+    tmp = tempfile.TemporaryDirectory(prefix="echo-floor-")
+    command = c_relay(Path(tmp.name)) if args.relay == "c" else [sys.executable, __file__, "relay"]
     pins: tuple[int, int] | None = None
     if args.cpus:
         c, r = (int(x) for x in args.cpus.split(","))
         pins = (c, r)
         os.sched_setaffinity(0, {c})
-    proc = subprocess.Popen([sys.executable, __file__, "relay"], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
                             preexec_fn=(lambda: os.sched_setaffinity(0, {pins[1]})) if pins else None)
     try:
         assert proc.stdout is not None
@@ -73,8 +124,9 @@ def main() -> None:
     finally:
         proc.kill()
         proc.wait()
-    print(json.dumps({"bench": "echo_floor", "round_trips": len(lat), "interval_ms": args.interval_ms,
-                      "cpus": args.cpus or "unpinned",
+        tmp.cleanup()
+    print(json.dumps({"bench": "echo_floor", "relay": args.relay, "round_trips": len(lat),
+                      "interval_ms": args.interval_ms, "cpus": args.cpus or "unpinned",
                       "median_ms": round(lat[len(lat) // 2] * 1e3, 3),
                       "p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3)}))
 

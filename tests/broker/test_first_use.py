@@ -1,4 +1,4 @@
-"""broker/first_use.py: the one rule the broker's parts built on first use follow (POP, transactions)."""
+"""broker/first_use.py: the one rule the broker's parts built on first use follow (POP, transactions, the timer)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ class Front(BuiltOnFirstUse[Part]):
         super().__init__()
         self.state = state
         self.made = 0
+        #: loads that fail before one succeeds (a full disk, say)
+        self.failing_loads = 0
 
     def _make(self) -> Part:
         self.made += 1
@@ -27,6 +29,9 @@ class Front(BuiltOnFirstUse[Part]):
         return self.state
 
     def _load_part(self, part: Part) -> None:
+        if self.failing_loads:
+            self.failing_loads -= 1
+            raise OSError("no space left on device")
         part.events.append("load")
 
     def _start_part(self, part: Part) -> None:
@@ -73,3 +78,14 @@ def test_private_names_are_not_handed_on() -> None:
     with pytest.raises(AttributeError):
         f._missing  # noqa: B018
     assert not f.built
+
+
+async def test_a_part_whose_load_fails_is_not_kept_half_built() -> None:
+    f = Front()
+    f.load()
+    await f.start()
+    f.failing_loads = 1
+    with pytest.raises(OSError, match="no space"):
+        f._get()
+    assert not f.built  # the next use tries again
+    assert f._get().events == ["load", "start"] and f.made == 2

@@ -197,6 +197,26 @@ async def test_pending_timers_survive_a_broker_restart_once(start_broker: StartB
     assert sorted(keys) == sorted(f"S{i}" for i in range(20))
 
 
+async def test_a_first_build_that_fails_is_tried_again_and_loses_nothing(start_broker: StartBroker,
+                                                                          client: RemotingClient) -> None:
+    """The wheel's file cannot be opened when the first timer message arrives (a directory in its place): the build
+    fails and is logged, the service is not kept half built; the next timer message builds it, and both messages
+    are delivered (the first from the timer topic's queue)."""
+    b = await start_broker()
+    blocker = Path(b.config.store.store_path) / "timerwheel"
+    blocker.mkdir()
+    r = await client.invoke(b.addr, send_request("TG", b"a", 0, props(UNIQ_KEY="G1", TIMER_DELAY_MS="200")))
+    assert r.code == ResponseCode.SUCCESS
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    assert not b.timer.built
+    blocker.rmdir()
+    r = await client.invoke(b.addr, send_request("TG", b"b", 0, props(UNIQ_KEY="G2", TIMER_DELAY_MS="200")))
+    assert r.code == ResponseCode.SUCCESS
+    await eventually(lambda: b.store.max_offset("TG", 0) == 2, 5, what="both timer messages delivered")
+    assert sorted(x.uniq_key or "" for x in await pull_all(client, b.addr, "TG")) == ["G1", "G2"]
+
+
 def test_broker_conf_timer_keys() -> None:
     cfg = broker_config_from_properties({"timerPrecisionMs": "50", "timerMaxDelaySec": "3456000",
                                          "timerRollWindowSlot": "345600", "timerWheelEnable": "false",

@@ -57,10 +57,14 @@ class BuiltOnFirstUse(ABC, Generic[T]):
 
     def _build(self) -> T:
         part = self._part = self._make()
-        if self._loaded:
-            self._load_part(part)
-        if self._started:
-            self._start_part(part)
+        try:
+            if self._loaded:
+                self._load_part(part)
+            if self._started:
+                self._start_part(part)
+        except BaseException:
+            self._part = None  # (not half built: the next use tries again, and meets the error again if it lasts)
+            raise
         return part
 
     def __getattr__(self, name: str) -> Any:

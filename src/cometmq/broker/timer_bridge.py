@@ -121,7 +121,10 @@ class TimerBridge(BuiltOnFirstUse["TimerMessageService"]):
     def _build_now(self) -> None:
         self._build_soon = None
         if self._started and self._part is None:
-            self._get()
+            try:
+                self._get()
+            except Exception:  # (the next timer record tries again: its messages wait in the timer topic)
+                log.exception("the timer service could not be built; timer messages wait until it is")
 
     # -- the store's arrivals, the role, the replicas' checkpoint ---------------------------------------------
     def on_arrivals(self, reqs: list[DispatchRequest]) -> None:

@@ -62,3 +62,27 @@ async def test_a_replica_builds_its_timer_from_the_first_replicated_timer_record
     assert service is not None and not service.deliver
     await eventually(lambda: service.enqueue_offset == 1, 10, what="the replica's timer indexed the record")
     assert service.metrics()["scheduled"] == 1 and replica.store.max_offset("TR", 0) == 0
+
+
+async def test_a_replica_timer_built_after_the_masters_copies_delivers_nothing_twice_once_promoted(
+        start_broker: StartBroker, client: RemotingClient, tmp_path: Path) -> None:
+    """A replica whose timer is built on first use after its catch-up copied both a timer record and the master's
+    delivered copy of it: the build reads the copies from the log (no checkpoint to start from), so the replica
+    follows past that message and, promoted, does not deliver it again."""
+    master = await start_broker(tmp_path / "m")
+    reply = await client.invoke(master.addr, send_request("TD", b"soon", 0, props(UNIQ_KEY="D1",
+                                                                                   TIMER_DELAY_MS="200")), 5)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    await eventually(lambda: master.store.max_offset("TD", 0) == 1, 10, what="the master delivered it")
+    replica = await start_broker(tmp_path / "r", broker_id=1)
+    await link(replica, master)
+    await eventually(lambda: replica.store.max_offset("TD", 0) == 1, 10, what="the copy replicated")
+    await eventually(lambda: replica.timer.built, 10, what="the replica's timer built")
+    service = replica.timer.service
+    assert service is not None
+    await eventually(lambda: service.metrics()["scheduled"] == 0, 10, what="the replica followed past it")
+    epoch = master.replication.epoch
+    await master.stop()
+    await replica.replication.promote(epoch + 1)
+    await asyncio.sleep(0.5)  # (its due time is long past: a second delivery would come at once)
+    assert replica.store.max_offset("TD", 0) == 1

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cometmq.protocol.properties import REAL_QID, REAL_TOPIC
 from cometmq.store.message import MessageInner
 from cometmq.timer.message import (
@@ -314,3 +316,17 @@ async def test_read_ahead_is_not_skipped_when_the_clock_moves_between_step_and_d
     assert deadline is not None and deadline <= clock.now  # read ahead now, not when the slot opens
     await settle(t)
     assert svc.metrics()["prefetched"] == 10
+
+
+def test_a_load_that_fails_closes_what_it_opened(tmp_path: Path) -> None:
+    """The wheel's file cannot be opened (a directory in its place): the load raises, and the TimerLog it had opened
+    is closed again (the broker tries the build again later, tests/timer/test_broker_timer.py)."""
+    timer = Timer(tmp_path / "store")
+    timer.store.start()
+    try:
+        timer.service.wheel_path.mkdir(parents=True)
+        with pytest.raises(IsADirectoryError):
+            timer.service.load()
+        assert timer.service.timerlog is None and timer.service.wheel is None and not timer.service.loaded
+    finally:
+        timer.store.shutdown()

@@ -115,6 +115,11 @@ class TimerRecovery(TimerServiceBase):
                 tl.set_end(0)
                 cq = self.store.queues.get((TIMER_TOPIC, 0))
                 self.enqueue_offset = cq.min_offset if cq is not None else 0
+                first = cq.get_unit(cq.min_offset) if cq is not None else None
+                if first is not None:
+                    # Built after timer records were stored (the broker builds it on first use): copies a master
+                    # has put of them since are in the log; a replica's follow and a promotion must know them.
+                    self._find_delivered(first[0])
         else:
             self.read_slot = int(ck["read_slot"])
             self.enqueue_offset = int(ck["enqueue_offset"])

@@ -60,7 +60,15 @@ class TimerMessageService(TimerReplica, TimerRecovery, TimerEnqueue, TimerDequeu
 
     # == lifecycle =================================================================================
     def load(self) -> None:
-        """Open the TimerLog and the wheel and recover them (blocking: run it in a thread)."""
+        """Open the TimerLog and the wheel and recover them (blocking: run it in a thread). A load that fails closes
+        what it opened."""
+        try:
+            self._load()
+        except BaseException:
+            self._close_files()
+            raise
+
+    def _load(self) -> None:
         started = time.monotonic()
         ck = self._read_checkpoint()
         if ck is not None:

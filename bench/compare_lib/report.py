@@ -84,7 +84,8 @@ def table_rows(backlog: int) -> list[Row]:
             "acked_64_autobatch", "msgs_per_s", True, "cometmq-sync"),
         Row("acked sends, 64 producers, SDK auto-batching on, no fsync per ack: cometmq ASYNC (msg/s)",
             "acked_64_autobatch", "msgs_per_s", True),
-        Row(f"broker RSS at a {n} backlog (MiB)", "rss", "backlog_mib", False),
+        Row(f"broker RSS at a {n} backlog, 1 s after the fill (MiB)", "rss", "backlog_mib", False),
+        Row(f"broker RSS at a {n} backlog, 3 s after the fill (MiB)", "rss", "backlog_settled_mib", False),
         Row("broker RSS idle (MiB)", "rss", "idle_mib", False),
     ]
 
@@ -266,7 +267,8 @@ def plots(summary: Summary, img_dir: Path, title_suffix: str = "") -> list[Path]
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    grouped(ax, [("rss", "idle_mib", "idle"), ("rss", "backlog_mib", "at the backlog")],
+    grouped(ax, [("rss", "idle_mib", "idle"), ("rss", "backlog_mib", "backlog, +1 s"),
+                 ("rss", "backlog_settled_mib", "backlog, +3 s")],
             ("cometmq", "redis", "nats", "rabbitmq"), "MiB")
     ax.set_title("Broker resident memory" + title_suffix)
     fig.tight_layout()

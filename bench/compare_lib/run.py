@@ -39,10 +39,12 @@ class Mode:
     acked_max: int
     reuse_servers: bool = False  # one server per system for all repeats (its memory then carries earlier runs)
     settle_s: float = 1.0  # pause between building the backlog and reading the broker's memory
+    settled_s: float = 3.0  # ... and its second reading, this long after the fill (what a broker holds once idle)
 
 
 QUICK = Mode("quick", repeats=3, produce_seconds=0.6, produce_max=200_000, backlog=20_000, latency_count=150,
-             latency_interval_ms=2.0, acked_seconds=0.5, acked_max=20_000, reuse_servers=True, settle_s=0.3)
+             latency_interval_ms=2.0, acked_seconds=0.5, acked_max=20_000, reuse_servers=True, settle_s=0.3,
+             settled_s=0.6)
 FULL = Mode("full", repeats=3, produce_seconds=8.0, produce_max=2_000_000, backlog=1_000_000, latency_count=2500,
             latency_interval_ms=2.0, acked_seconds=6.0, acked_max=300_000)
 
@@ -127,10 +129,13 @@ def _workload(name: str, server: Server, driver: Driver, mode: Mode, tag: str) -
     if name == "backlog":
         idle = server.rss_bytes()
         fill = _measure(server, driver, "fill", 3600, stream=stream, size=100, count=mode.backlog)
+        filled = time.monotonic()
         time.sleep(mode.settle_s)  # let the broker settle (flushes, dispatch) before reading its memory
+        backlog = server.rss_bytes()
+        time.sleep(max(0.0, filled + mode.settled_s - time.monotonic()))
         rss = {"workload": "rss", "idle_mib": round(idle / MIB, 1),
-               "backlog_mib": round(server.rss_bytes() / MIB, 1), "backlog": mode.backlog,
-               "fill_msgs_per_s": fill["msgs_per_s"]}
+               "backlog_mib": round(backlog / MIB, 1), "backlog_settled_mib": round(server.rss_bytes() / MIB, 1),
+               "backlog": mode.backlog, "fill_msgs_per_s": fill["msgs_per_s"]}
         consume = _measure(server, driver, "consume", 1800, stream=stream, count=mode.backlog)
         driver.call("delete", 120, stream=stream)
         return [rss, {"workload": "consume", **consume}]

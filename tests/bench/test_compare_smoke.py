@@ -116,7 +116,7 @@ def test_one_tiny_cometmq_session(tmp_path: Path) -> None:
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     mode = Mode("tiny", repeats=1, produce_seconds=0.3, produce_max=2000, backlog=500, latency_count=20,
-                latency_interval_ms=2.0, acked_seconds=0.2, acked_max=50)
+                latency_interval_ms=2.0, acked_seconds=0.2, acked_max=50, settle_s=0.2, settled_s=0.4)
     lines: list[str] = []
     rows = run_all(["cometmq"], mode, tmp_path, lines.append, ("backlog", "produce_100b", "latency"))
     by = {r["workload"]: r for r in rows}
@@ -124,6 +124,6 @@ def test_one_tiny_cometmq_session(tmp_path: Path) -> None:
     assert by["produce_100b"]["messages"] > 0 and by["produce_100b"]["msgs_per_s"] > 0
     assert by["consume"]["messages"] >= 500
     assert by["latency"]["received"] == 20 and by["latency"]["median_ms"] is not None
-    assert by["rss"]["backlog_mib"] > 0
+    assert by["rss"]["backlog_mib"] > 0 and by["rss"]["backlog_settled_mib"] > 0
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before  # nothing left running
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # data folders removed, logs kept

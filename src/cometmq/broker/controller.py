@@ -143,8 +143,7 @@ class BrokerController:
             propose_sync_state_set=self._propose_sync_state_set)
         self.ha_processor = HAProcessor(self.replication, cluster=config.broker_cluster_name,
                                         broker_name=config.broker_name)
-        self.metadata = MetadataProcessor(offsets=offsets, schedule=self.schedule,
-                                          timer=self.timer if self.timer.config.enable else None)
+        self.metadata = MetadataProcessor(offsets=offsets, schedule=self.schedule, timer=self.timer)
         self.dispatcher: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: self.send_processor.send,
             RequestCode.SEND_MESSAGE_V2: self.send_processor.send,
@@ -220,7 +219,7 @@ class BrokerController:
             self.client = RemotingClient(ssl=self.config.tls.client_context())  # tls.enable: TLS to namesrv, peers
         self.metadata_sync = SlaveMetadataSync(
             self.client, self.replication.master_broker_addr, topics=self.topics, groups=self.groups,
-            offsets=self.offsets, schedule=self.schedule, timer=self.timer if self.timer.config.enable else None)
+            offsets=self.offsets, schedule=self.schedule, timer=self.timer)  # (unbuilt or disabled: not loaded)
         self.metadata_sync.start()
         if self.acl is not None:
             self.acl.start()  # reloads the file when it changes

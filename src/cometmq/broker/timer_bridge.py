@@ -2,7 +2,7 @@
 RECALL_MESSAGE (370, RocketMQ 5) and GET_TIMER_METRICS (61), and the service built on first use (issue [16]: an idle
 broker imports only what it uses).
 
-The service (``timer.service`` and the nine modules behind it: 0.3 MiB of an idle broker) is built, loaded and
+The service (``timer.service`` and the nine modules behind it: 0.4 MiB of an idle broker) is built, loaded and
 started when the first timer-topic record is dispatched (a timer message, a recall's delete marker, or a replica
 copying its master's), at the first GET_TIMER_METRICS, or at load when the broker holds timer state (its files,
 or timer-topic records). It runs on a master and on a replica alike (a replica indexes and delivers nothing), so

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: seconds before a first build that failed is tried again: the first wait, doubled after each failure up to the last
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
+
 
 def timer_config_of(c: BrokerConfig) -> TimerConfig:
     return TimerConfig(enable=c.timer_wheel_enable, precision_ms=c.timer_precision_ms,
@@ -75,9 +78,10 @@ class TimerBridge(BuiltOnFirstUse["TimerMessageService"]):
         self.config = timer_config_of(broker_config)
         #: whether the service delivers (a master) or only indexes (a replica); handed to it when it is built
         self.deliver = True
-        #: a first use asked for from an arrival, to run once the arrival's send is answered, on this loop
-        self._build_soon: asyncio.Handle | None = None
+        #: a first use asked for from an arrival (to run once the arrival's send is answered) or a retry, on this loop
+        self._build_soon: asyncio.Handle | asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._retry_s = RETRY_FIRST_S
 
     @property
     def service(self) -> TimerMessageService | None:
@@ -120,11 +124,18 @@ class TimerBridge(BuiltOnFirstUse["TimerMessageService"]):
 
     def _build_now(self) -> None:
         self._build_soon = None
-        if self._started and self._part is None:
-            try:
-                self._get()
-            except Exception:  # (the next timer record tries again: its messages wait in the timer topic)
-                log.exception("the timer service could not be built; timer messages wait until it is")
+        if not self._started or self._part is not None:
+            return
+        try:
+            self._get()
+        except Exception:  # (its messages wait in the timer topic, which it indexes once built)
+            log.exception("the timer service could not be built; timer messages wait until it is (again in %g s)",
+                          self._retry_s)
+            if self._loop is not None:
+                self._build_soon = self._loop.call_later(self._retry_s, self._build_now)
+            self._retry_s = min(2 * self._retry_s, RETRY_MAX_S)
+        else:
+            self._retry_s = RETRY_FIRST_S
 
     # -- the store's arrivals, the role, the replicas' checkpoint ---------------------------------------------
     def on_arrivals(self, reqs: list[DispatchRequest]) -> None:

@@ -12,9 +12,18 @@ Attributes the front does not have are the part's (built then); private names ar
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-T = TypeVar("T")
+
+class Part(Protocol):
+    """What a part built on first use has: its state loaded (blocking), and a stop."""
+
+    def load(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+T = TypeVar("T", bound=Part)
 
 
 class BuiltOnFirstUse(ABC, Generic[T]):
@@ -33,17 +42,17 @@ class BuiltOnFirstUse(ABC, Generic[T]):
     def _holds_state(self) -> bool:
         """Whether the broker holds state of the part (read at load, when it is not built yet)."""
 
-    @abstractmethod
     def _load_part(self, part: T) -> None:
         """Load the part's state (the master's services start)."""
+        part.load()
 
     @abstractmethod
     def _start_part(self, part: T) -> None:
         """Start the part's loops, on the event loop's thread, without awaiting."""
 
-    @abstractmethod
     async def _stop_part(self, part: T) -> None:
         """Stop the part (the master's services stop)."""
+        await part.stop()
 
     # -- the rule ---------------------------------------------------------------------------------------------
     @property

@@ -103,14 +103,8 @@ class TimerBridge(BuiltOnFirstUse["TimerMessageService"]):
         return (checkpoint.exists() or wheel.exists() or timerlog.exists()
                 or any(topic == TIMER_TOPIC for topic, _ in self.store.queues))
 
-    def _load_part(self, part: TimerMessageService) -> None:
-        part.load()
-
     def _start_part(self, part: TimerMessageService) -> None:
         part.start_tasks()
-
-    async def _stop_part(self, part: TimerMessageService) -> None:
-        await part.stop()
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -101,14 +101,8 @@ class Pop(BuiltOnFirstUse["PopService"]):
     def _holds_state(self) -> bool:
         return self.snapshot_path.exists() or self.store.max_offset(POP_LOG_TOPIC, 0) > 0
 
-    def _load_part(self, part: PopService) -> None:
-        part.load()
-
     def _start_part(self, part: PopService) -> None:
         part.start_ticks()
-
-    async def _stop_part(self, part: PopService) -> None:
-        await part.stop()
 
     # -- read by a metrics scrape (another thread): nothing is built ----------------------------------------------
     @property

@@ -87,14 +87,8 @@ class Transactions(BuiltOnFirstUse["TransactionalMessageService"]):
     def _holds_state(self) -> bool:
         return self.store.max_offset(HALF_TOPIC, 0) > 0
 
-    def _load_part(self, part: TransactionalMessageService) -> None:
-        part.load()
-
     def _start_part(self, part: TransactionalMessageService) -> None:
         part.start_checking()
-
-    async def _stop_part(self, part: TransactionalMessageService) -> None:
-        await part.stop()
 
     def counts(self) -> tuple[int, int, int]:
         """(pending halves, committed, rolled back), zeros while the engine is not built."""

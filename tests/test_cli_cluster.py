@@ -253,3 +253,31 @@ def test_three_controllers_on_etcd_survive_the_master_and_their_leader_killed_to
                                    for pid in etcd_pids), 20, "every etcd member gone")
     finally:
         cluster.close()
+
+
+_SIGNAL_WHILE_LOCKED = """
+import os, signal, sys, threading
+from pathlib import Path
+from cometmq.local_cluster import LocalCluster
+
+group = LocalCluster(Path(sys.argv[1]), 0, base_port=int(sys.argv[2]), namesrv_port=int(sys.argv[3]))
+signal.signal(signal.SIGTERM, group._on_signal)
+lock_types = (type(threading.Lock()), type(threading.RLock()), threading.Condition)
+held = [v._cond if isinstance(v, threading.Event) else v for v in vars(group).values()
+        if isinstance(v, (threading.Event, *lock_types))]
+for lock in held:
+    lock.acquire()
+os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, on this thread, while it holds every lock
+print(group.stop_signal == signal.SIGTERM, len(held))
+"""
+
+
+def test_the_supervisors_signal_handler_runs_while_its_main_thread_holds_a_lock(tmp_path: Path) -> None:
+    """The handler once set a threading.Event. A SIGTERM that landed while the main thread was inside that Event's
+    wait, holding its lock, left the handler waiting for the lock on its own thread: the supervisor hung and never
+    stopped its children (seen once in CI). Here the signal lands while the main thread holds every lock the
+    supervisor has; the handler must still record it."""
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_WHILE_LOCKED, str(tmp_path), str(free_port()),
+                           str(free_port())], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "True"

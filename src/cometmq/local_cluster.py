@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -129,8 +128,10 @@ class LocalCluster:
         #: (broker id, folder index, remoting port); fixed ids follow the order: 0 = master, then 1, 2, …
         self.brokers = [(bid, i, base_port + PORT_STEP * i) for bid, i in enumerate(order)]
         self.children: list[Child] = []
-        #: set by SIGINT/SIGTERM while ``run`` runs: stop waiting and stop everything
-        self.stopping = threading.Event()
+        #: the SIGINT/SIGTERM received while ``run`` runs: stop waiting and stop everything. A plain attribute, not a
+        #: threading.Event: a handler that takes a lock (Event.set does) deadlocks when the signal lands while the
+        #: main thread holds that lock, and the supervisor then never stops its children.
+        self.stop_signal: int | None = None
 
     # -- starting -----------------------------------------------------------------------------------------------
     def _spawn(self, child: Child, args: Sequence[str]) -> None:
@@ -155,7 +156,7 @@ class LocalCluster:
                     waiting.remove(child)
                 elif not child.running():
                     raise ClusterError(f"{child.name} exited before it was ready:\n{_tail(child.log_path)}")
-            if self.stopping.is_set():
+            if self.stop_signal is not None:
                 raise ClusterError("stopped (SIGINT/SIGTERM) while starting")
             if waiting and time.monotonic() > deadline:
                 names = ", ".join(c.name for c in waiting)
@@ -229,7 +230,7 @@ class LocalCluster:
                             c.broker_id = ids[c.addr]
                             c.role = "master" if c.broker_id == master else "replica"
                     return
-            if self.stopping.is_set():
+            if self.stop_signal is not None:
                 raise ClusterError("stopped (SIGINT/SIGTERM) while waiting for an election")
             if time.monotonic() > deadline:
                 brokers = [c for c in self.children if c.role == "broker"]
@@ -281,10 +282,12 @@ class LocalCluster:
                     c.proc.kill()
                     c.proc.wait(10)
 
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stop_signal = signum
+
     def run(self) -> None:
         """Start, print the processes, then wait for SIGINT/SIGTERM (or every child gone) and stop them."""
-        stop = self.stopping
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.start()
             for line in self.describe():
@@ -300,7 +303,8 @@ class LocalCluster:
                          f"{self.controller_addrs[0]} --broker-name {BROKER_NAME}")
             elif replica is not None:
                 self.out(f"try a failover: kill -9 {master.pid}; cometmq admin promote -b {replica.addr}")
-            while not stop.wait(0.2):
+            while self.stop_signal is None:
+                time.sleep(0.2)  # a signal's handler runs at once; the sleep then ends early or resumes its 0.2 s
                 self.report_exits()
                 if not self.alive():
                     self.out("every process has exited")

@@ -1,8 +1,12 @@
-"""Sessions and repeats: one fresh broker (and one client process) per (repeat, system), systems alternating.
+"""Sessions and repeats: one fresh broker (and one client process) per (repeat, system, workload) in full mode,
+systems alternating.
 
-A session starts the broker on free 127.0.0.1 ports in a temp folder, runs the workloads in a fixed order
+A session starts the broker on free 127.0.0.1 ports in a temp folder, runs its workloads in a fixed order
 (the backlog first, so its RSS reading is not inflated by earlier workloads), and stops everything it
-started by PID, also on errors and Ctrl-C.
+started by PID, also on errors and Ctrl-C; the folder is deleted. In full mode a session runs one workload, so
+no row runs on what an earlier row left: a broker that keeps its log after a topic is deleted (cometmq, as
+RocketMQ) would otherwise write each row into a page cache grown by the rows before it, which on a virtual machine
+costs ~8 µs per new page (bench/bench_page_touch.py), while the peers' deleted streams free theirs.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class Mode:
     acked_seconds: float
     acked_max: int
     reuse_servers: bool = False  # one server per system for all repeats (its memory then carries earlier runs)
+    server_per_workload: bool = False  # a fresh server (and data folder) for each workload, not one per session
     settle_s: float = 1.0  # pause between building the backlog and reading the broker's memory
     settled_s: float = 3.0  # ... and its second reading, this long after the fill (what a broker holds once idle)
 
@@ -46,7 +51,7 @@ QUICK = Mode("quick", repeats=3, produce_seconds=0.6, produce_max=200_000, backl
              latency_interval_ms=2.0, acked_seconds=0.5, acked_max=20_000, reuse_servers=True, settle_s=0.3,
              settled_s=0.6)
 FULL = Mode("full", repeats=3, produce_seconds=8.0, produce_max=2_000_000, backlog=1_000_000, latency_count=2500,
-            latency_interval_ms=2.0, acked_seconds=6.0, acked_max=300_000)
+            latency_interval_ms=2.0, acked_seconds=6.0, acked_max=300_000, server_per_workload=True)
 
 #: the order of workloads in a session; cometmq-sync runs only the durable-acknowledgement ones + one produce
 WORKLOADS = ("backlog", "produce_100b", "produce_1k", "latency", "acked_1", "acked_64", "acked_1_nofsync",
@@ -192,7 +197,7 @@ def session(server: Server, repeat: int, mode: Mode, scratch: Path, log: Log,
     system = server.system
     base = {"system": system, "repeat": repeat}
     rows: list[dict[str, Any]] = []
-    wanted = [w for w in PER_SYSTEM.get(system, DEFAULT) if workloads is None or w in workloads]
+    wanted = workloads_of(system, workloads)
     driver = Driver(system, server.client_config(), scratch / f"{server.workdir.name}-client-r{repeat}.log")
     try:
         for name in wanted:
@@ -213,6 +218,11 @@ def session(server: Server, repeat: int, mode: Mode, scratch: Path, log: Log,
     return rows
 
 
+def workloads_of(system: str, workloads: tuple[str, ...] | None) -> list[str]:
+    """``system``'s workloads, in session order, of those asked for (None: all)."""
+    return [w for w in PER_SYSTEM.get(system, DEFAULT) if workloads is None or w in workloads]
+
+
 def _brief(row: dict[str, Any]) -> str:
     keys = ("msgs_per_s", "median_ms", "p99_ms", "p999_ms", "idle_mib", "backlog_mib", "server_cpu_us_per_msg")
     return ", ".join(f"{k}={row[k]}" for k in keys if k in row)
@@ -229,32 +239,37 @@ def plan(systems: list[str], repeats: int) -> list[tuple[int, str]]:
 
 def run_all(systems: list[str], mode: Mode, scratch: Path, log: Log,
             workloads: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """Every (repeat, system) of the plan. A fresh server per session, or with ``mode.reuse_servers`` one
-    server per system for the whole run (quick mode: RabbitMQ alone takes ~10 s to start)."""
+    """Every (repeat, system) of the plan. A fresh server per session (with ``mode.server_per_workload``, per
+    workload of it), or with ``mode.reuse_servers`` one server per system for the whole run (quick mode:
+    RabbitMQ alone takes ~10 s to start)."""
     rows: list[dict[str, Any]] = []
     running: dict[str, Server] = {}
     failed: set[str] = set()
     try:
         for repeat, system in plan(systems, mode.repeats):
-            server = running.get(system)
-            if server is None:
-                if system in failed:
-                    continue
-                started = start_server(system, repeat, scratch, log)
-                if isinstance(started, dict):
-                    rows.append(started)
-                    if mode.reuse_servers:
-                        failed.add(system)
-                    continue
-                server = running[system] = started
-                rows.append({"system": system, "repeat": repeat, "workload": "startup",
-                             "seconds": round(server.started_s, 2)})
-            try:
-                rows.extend(session(server, repeat, mode, scratch, log, workloads))
-            finally:
-                if not mode.reuse_servers:
-                    del running[system]
-                    stop_server(server, scratch)
+            parts: list[tuple[str, ...] | None] = [workloads]
+            if mode.server_per_workload and not mode.reuse_servers:
+                parts = [(w,) for w in workloads_of(system, workloads)]
+            for part in parts:
+                server = running.get(system)
+                if server is None:
+                    if system in failed:
+                        break
+                    started = start_server(system, repeat, scratch, log)
+                    if isinstance(started, dict):
+                        rows.append(started)
+                        if mode.reuse_servers:
+                            failed.add(system)
+                        break
+                    server = running[system] = started
+                    rows.append({"system": system, "repeat": repeat, "workload": "startup",
+                                 "seconds": round(server.started_s, 2)})
+                try:
+                    rows.extend(session(server, repeat, mode, scratch, log, part))
+                finally:
+                    if not mode.reuse_servers:
+                        del running[system]
+                        stop_server(server, scratch)
     finally:
         for server in running.values():
             stop_server(server, scratch)

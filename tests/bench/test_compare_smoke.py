@@ -111,16 +111,21 @@ def test_bad_arguments_are_refused(args: list[str], capsys: pytest.CaptureFixtur
 
 
 def test_one_tiny_cometmq_session(tmp_path: Path) -> None:
-    """A real ``cometmq serve`` and a real client process: produce and latency, then everything stopped."""
+    """Real ``cometmq serve`` processes and real client processes: produce and latency, a fresh server for each
+    workload (as full mode runs them), then everything stopped."""
     import psutil
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     mode = Mode("tiny", repeats=1, produce_seconds=0.3, produce_max=2000, backlog=500, latency_count=20,
-                latency_interval_ms=2.0, acked_seconds=0.2, acked_max=50, settle_s=0.2, settled_s=0.4)
+                latency_interval_ms=2.0, acked_seconds=0.2, acked_max=50, settle_s=0.2, settled_s=0.4,
+                server_per_workload=True)
     lines: list[str] = []
     rows = run_all(["cometmq"], mode, tmp_path, lines.append, ("backlog", "produce_100b", "latency"))
     by = {r["workload"]: r for r in rows}
     assert not [r for r in rows if "error" in r], rows
+    assert [r["workload"] for r in rows] == ["startup", "rss", "consume", "startup", "produce_100b", "startup",
+                                             "latency"]
+    assert len([p for p in tmp_path.glob("cometmq-r1-*.log") if "-client-" not in p.name]) == 3  # 3 servers' logs
     assert by["produce_100b"]["messages"] > 0 and by["produce_100b"]["msgs_per_s"] > 0
     assert by["consume"]["messages"] >= 500
     assert by["latency"]["received"] == 20 and by["latency"]["median_ms"] is not None

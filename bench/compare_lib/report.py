@@ -162,7 +162,8 @@ def markdown_block(result: dict[str, Any], img_prefix: str | None) -> str:
     meta, summary = result["meta"], result["summary"]
     mode = meta["mode"]
     out = [BEGIN, "",
-           f"Run {meta['started']} ({mode['name']} mode, {mode['repeats']} repeats, systems alternating; "
+           f"Run {meta['started']} ({mode['name']} mode, {mode['repeats']} repeats, systems alternating"
+           f"{', a fresh server and data folder per workload' if mode.get('server_per_workload') else ''}; "
            f"{meta['duration_s']:.0f} s), `bench/compare{' --quick' if mode['name'] == 'quick' else ''}`; "
            f"raw results: `{meta['json']}`. Cells: median (min{DASH}max) over the repeats; ratio = cometmq / peer "
            "of the medians, **bold** where cometmq is better (higher msg/s, lower ms and MiB).", "",

@@ -44,8 +44,11 @@ def group_need(group: str | None) -> list[Need]:
 
 
 def _send(cmd: RemotingCommand) -> list[Need]:
+    # The long-form ``topic`` and the V2 letter ``b`` both: the send handler reads ``b`` on every V2 send and
+    # ``topic`` otherwise, so a request carrying both must be allowed each
     ext = cmd.ext_fields
-    return topic_need(ext.get("topic") or ext.get("b"), PUB)
+    topic, letter = ext.get("topic"), ext.get("b")
+    return topic_need(topic, PUB) + (topic_need(letter, PUB) if letter != topic else [])
 
 
 def _sub(topic_key: str, group_key: str) -> Callable[[RemotingCommand], list[Need]]:

@@ -72,3 +72,14 @@ async def test_a_v2_send_cannot_name_one_topic_to_the_check_and_another_to_the_h
     r = await _call(broker.addr, make_request(RequestCode.SEND_MESSAGE_V2, ext, b"x"), USER)
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert _max_offset(broker, "allowed") == 1 and _max_offset(broker, "denied") == 0
+
+
+async def test_the_broker_config_does_not_hand_out_the_brokers_own_secret(broker: BrokerController) -> None:
+    # GET_BROKER_CONFIG is open to any account that signs (mqadmin getBrokerConfig); the broker signs its own
+    # requests with an admin account's keys, which must not be in the answer
+    for creds in (USER, ADMIN):
+        r = await _call(broker.addr, make_request(RequestCode.GET_BROKER_CONFIG, {}), creds)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        text = r.body.decode()
+        assert ADMIN[1] not in text, text
+    assert "aclEnable=true\n" in text

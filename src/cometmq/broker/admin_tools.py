@@ -10,6 +10,7 @@ request goes to which method is ``TOOL_REQUESTS`` in broker/admin.py: this modul
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -428,6 +429,11 @@ class AdminTools:
             if key == "brokerElectionPriority":
                 continue
             value = getattr(cfg, attr)
+            if key == "innerClientAuthenticationCredentials":
+                # the broker's own (admin) keys: the access key only, never the secret (any account may ask this)
+                if value:
+                    out[key] = json.dumps({"accessKey": value[0]})
+                continue
             out[key] = _format_delay_levels(value) if key == "messageDelayLevel" else _prop_value(value)
         port = conn.local_address.rpartition(":")[2]
         if port.isdigit():

@@ -4,6 +4,7 @@ handler, or that must not hand a user what only the broker should know. A real b
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from cometmq.net.client import RemotingClient
 from cometmq.protocol.acl import Credentials, sign_request
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
+from cometmq.protocol.message import iter_records
+from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import RemotingCommand, make_request
-from tests.broker.conftest import broker_config
+from tests.broker.conftest import broker_config, pull_request, send_request
 from tests.kit.acl import admin_and_user
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,3 +86,45 @@ async def test_the_broker_config_does_not_hand_out_the_brokers_own_secret(broker
         text = r.body.decode()
         assert ADMIN[1] not in text, text
     assert "aclEnable=true\n" in text
+
+
+async def _pull_all(addr: str, topic: str, group: str, creds: tuple[str, str]) -> tuple[int, bytes]:
+    r = await _call(addr, pull_request(topic, 0, group=group, suspend_ms=0), creds)
+    return r.code, bytes(r.body or b"")
+
+
+@pytest.mark.parametrize("origin", ["allowed", None])
+async def test_a_send_back_cannot_copy_a_denied_topics_message_into_the_users_retry_topic(
+        broker: BrokerController, origin: str | None) -> None:
+    secret = b"the payload of a topic the user may not read"
+    r = await _call(broker.addr, send_request("denied", secret), ADMIN)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    offset = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+    code, body = await _pull_all(broker.addr, "denied", "G", USER)
+    assert code == ResponseCode.NO_PERMISSION and secret not in body
+    # the user names the message's commit-log offset in a send-back of its own group (which it may consume as),
+    # with a topic it may read as the origin, or none at all
+    ext: dict[str, object] = {"group": "G", "offset": offset, "delayLevel": 0}
+    if origin is not None:
+        ext["originTopic"] = origin
+    r = await _call(broker.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, ext), USER)
+    assert r.code != ResponseCode.SUCCESS, "the broker copied a message of a denied topic for the user"
+    await asyncio.sleep(1.5)  # (the retry delay of the test broker's level 3: 900 ms)
+    code, body = await _pull_all(broker.addr, "%RETRY%G", "G", USER)
+    assert secret not in body
+
+
+async def test_a_send_back_of_a_message_the_user_consumed_still_works(broker: BrokerController) -> None:
+    r = await _call(broker.addr, send_request("allowed", b"retry me"), USER)
+    offset = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+    r = await _call(broker.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "group": "G", "offset": offset, "delayLevel": 0, "originTopic": "allowed"}), USER)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    await asyncio.sleep(1.5)
+    code, body = await _pull_all(broker.addr, "%RETRY%G", "G", USER)
+    assert code == ResponseCode.SUCCESS and b"retry me" in body
+    # ... and again from the retry topic, whose record names the origin in RETRY_TOPIC
+    retry = next(iter_records(body))
+    r = await _call(broker.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "group": "G", "offset": retry.physical_offset, "delayLevel": 0, "originTopic": "allowed"}), USER)
+    assert r.code == ResponseCode.SUCCESS, r.remark

@@ -66,6 +66,8 @@ def _group(key: str) -> Callable[[RemotingCommand], list[Need]]:
 def _send_back(cmd: RemotingCommand) -> list[Need]:
     # RocketMQ asks PUB on the origin topic; a send-back is part of consuming, so SUB on it here
     ext = cmd.ext_fields
+    if not ext.get("originTopic"):  # (the broker copies the message only when it is of this topic)
+        raise ValueError("a send-back must name its originTopic")
     return group_need(ext.get("group")) + topic_need(ext.get("originTopic"), SUB)
 
 

@@ -280,6 +280,11 @@ class SendProcessor:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")
         rec, _ = decode_record(view)
         props = dict(rec.properties)
+        if self.config.acl_enable and header.origin_topic not in (rec.topic, props.get(RETRY_TOPIC)):
+            # the ACL checked the request's originTopic: the offset must name a message of that topic, else any
+            # message of the log could be copied into the caller's own retry or dead-letter topic and read there
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the message at commit-log offset {header.offset} is "
+                                                            f"not one of topic {header.origin_topic}")
         props.setdefault(RETRY_TOPIC, rec.topic)
         origin = header.origin_msg_id or props.get(ORIGIN_MESSAGE_ID) or props.get(UNIQ_KEY) or offset_msg_id(
             self._store_host(), header.offset)

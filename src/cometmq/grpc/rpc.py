@@ -17,6 +17,7 @@ from cometmq.acl.policy import Need, group_need, topic_need
 from cometmq.grpc.auth import AuthError, parse_authorization
 from cometmq.grpc.backend import Backend
 from cometmq.grpc.config import ProxyConfig
+from cometmq.grpc.handles import ReceiptHandle
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.status import GrpcError, status
 from cometmq.grpc.tls import RelayPeers
@@ -122,12 +123,33 @@ def grpc_needs(rpc: str, request: Any) -> list[Need]:
         return topic_need(_name(queue, "topic"), SUB) + group_need(_name(request, "group"))
     if rpc in ("QueryAssignment", "AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue",
                "SyncLiteSubscription"):
-        return topic_need(_name(request, "topic"), SUB) + group_need(_name(request, "group"))
+        return (topic_need(_name(request, "topic"), SUB) + group_need(_name(request, "group"))
+                + _handle_needs(rpc, request))
     if rpc in ("Heartbeat", "NotifyClientTermination"):
         return group_need(_name(request, "group"))
     if rpc == "Telemetry":
         return settings_needs(request) if isinstance(request, pb.Settings) else []
     return []
+
+
+def _handle_needs(rpc: str, request: Any) -> list[Need]:
+    """SUB on the topic of each receipt handle the request carries: the handle is the client's to write, and the
+    broker acts on the topic it names, not on the request's ``topic`` (a handle that does not decode is refused
+    by the RPC itself, INVALID_RECEIPT_HANDLE)."""
+    if rpc == "AckMessage":
+        texts = [entry.receipt_handle for entry in request.entries]
+    elif rpc in ("ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"):
+        texts = [request.receipt_handle]
+    else:
+        return []
+    out: list[Need] = []
+    for text in texts:
+        try:
+            topic = ReceiptHandle.decode(text).topic
+        except ProtocolError:
+            continue
+        out += topic_need(topic, SUB)
+    return out
 
 
 def settings_needs(settings: pb.Settings) -> list[Need]:

@@ -89,3 +89,35 @@ async def test_the_handles_of_an_allowed_topic_still_work(secured: Endpoint) -> 
     assert changed.status.code == pb.Code.OK, changed.status
     msgs[0].system_properties.receipt_handle = changed.receipt_handle
     assert (await secured.ack("HOk", "HGroup", msgs[0])).status.code == pb.Code.OK
+
+
+TX_ADMIN = ("handleAdmin1", "handleAdminSecret1")
+
+
+async def test_a_transaction_id_cannot_end_a_half_of_a_denied_topic(tmp_path: Path) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL + f"  - accessKey: {TX_ADMIN[0]}\n    secretKey: {TX_ADMIN[1]}\n    admin: true\n")
+    ep = await start_endpoint(tmp_path, acl_file=str(acl))
+    try:
+        for topic in ("HOk", "HDenied"):
+            await ep.create_topic(topic, queues=1)
+        ep.credentials = TX_ADMIN  # a producer allowed the denied topic leaves a half there
+        half = (await ep.send("HDenied", b"undecided", mtype=pb.TRANSACTION)).entries[0]
+        assert half.status.code == pb.Code.OK and half.transaction_id
+        # the user, allowed to publish to HOk only, ends it by naming HOk beside the transaction id (which it can
+        # write itself: it is plain base64 of the broker's address and the half's offsets)
+        ep.credentials = USER
+        r = await ep.call("EndTransaction", spb.EndTransactionRequest(
+            topic=pb.Resource(name="HOk"), message_id=half.message_id, transaction_id=half.transaction_id,
+            resolution=pb.ROLLBACK, source=pb.SOURCE_CLIENT))
+        assert r.status.code != pb.Code.OK, "the user rolled back a transaction of a topic it may not publish to"
+        # the half is still the producer's to commit
+        ep.credentials = TX_ADMIN
+        r = await ep.call("EndTransaction", spb.EndTransactionRequest(
+            topic=pb.Resource(name="HDenied"), message_id=half.message_id, transaction_id=half.transaction_id,
+            resolution=pb.COMMIT, source=pb.SOURCE_CLIENT))
+        assert r.status.code == pb.Code.OK, r.status
+        code, msgs = await ep.receive("HDenied", "HGroup", poll_ms=3000)
+        assert code == pb.Code.OK and [m.body for m in msgs] == [b"undecided"]
+    finally:
+        await stop_endpoint(ep)

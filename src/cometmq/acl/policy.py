@@ -105,6 +105,8 @@ BROKER_NEEDS: dict[int, NeedsFn] = {
     C.SEND_REPLY_MESSAGE: _send,
     C.SEND_REPLY_MESSAGE_V2: _send,
     C.RECALL_MESSAGE: lambda cmd: topic_need(cmd.ext_fields.get("topic"), PUB),
+    # RocketMQ 5's field (the broker then ends only a half of that topic); 4.x clients send none
+    C.END_TRANSACTION: lambda cmd: topic_need(cmd.ext_fields.get("topic"), PUB),
     C.CONSUMER_SEND_MSG_BACK: _send_back,
     C.PULL_MESSAGE: _sub("topic", "consumerGroup"),
     C.LITE_PULL_MESSAGE: _sub("topic", "consumerGroup"),

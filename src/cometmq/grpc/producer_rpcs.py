@@ -279,8 +279,12 @@ class ProducerRpcs(RpcBase):
             commit_log_offset=ref.commit_log_offset, commit_or_rollback=decision, msg_id=ref.offset_msg_id,
             transaction_id=ref.broker_transaction_id,
             from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK)
-        response = await self.backend.invoke(ref.broker_addr, make_request(RequestCode.END_TRANSACTION,
-                                                                          header.to_ext()))
+        ext = header.to_ext()
+        if self.acl is not None or request.topic.name:
+            # the topic the ACL checked goes along: the broker ends the half only if it is of that topic (the id
+            # is the client's to write)
+            ext["topic"] = request.topic.name
+        response = await self.backend.invoke(ref.broker_addr, make_request(RequestCode.END_TRANSACTION, ext))
         if response.code != ResponseCode.SUCCESS:
             raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
         return spb.EndTransactionResponse(status=OK_STATUS)

@@ -307,7 +307,7 @@ class TransactionalMessageService:
             self.metrics.refused += 1
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} is not 0, 8 or 12")
         claimed = self._claim(h.producer_group, h.commit_log_offset, h.tran_state_table_offset, state, h.msg_id,
-                              source)
+                              source, cmd.ext_fields.get("topic"))
         if isinstance(claimed, str):
             return make_response(cmd, ResponseCode.SUCCESS, claimed)
         half, stored, origin = claimed
@@ -557,7 +557,7 @@ class TransactionalMessageService:
         return "state unknown: the broker will check back"
 
     def _claim(self, group: str, commit_log_offset: int, table_offset: int, state: int, msg_id: str | None,
-               source: str) -> tuple[PendingHalf, tm.StoredHalf, int] | str:
+               source: str, topic: str | None = None) -> tuple[PendingHalf, tm.StoredHalf, int] | str:
         """Take one END decision's transaction off the table: ``(half, stored half, origin)`` of the pending half it
         resolves (the caller appends its records, or puts ``half`` back), or the remark of an answer that
         writes nothing (state unknown, already resolved). RemotingError when it is refused: no such half, another
@@ -565,6 +565,12 @@ class TransactionalMessageService:
         if state == TRANSACTION_NOT_TYPE:
             return self._unknown(group, msg_id, source)
         stored = self._half_at(group, commit_log_offset, table_offset)
+        if topic is not None:  # (RocketMQ 5's field, what the ACL checked: the half must be of that topic)
+            rec = stored.record if stored.record is not None else decode_record(stored.data)[0]
+            if tm.real_destination(rec)[0] != topic:
+                self.metrics.refused += 1
+                raise RemotingError(ResponseCode.NO_PERMISSION, f"the half message at commit-log offset "
+                                                                f"{commit_log_offset} is not of topic {topic}")
         got = self._decide(group, stored, state, msg_id, source)
         return got if isinstance(got, str) else (got[0], stored, got[1])
 

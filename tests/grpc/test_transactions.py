@@ -68,3 +68,34 @@ async def test_unresolved_half_is_checked_through_telemetry(tx_endpoint: Endpoin
     call.cancel()
     code, msgs = await ep.receive("TxCheck", "G", poll_ms=3000)
     assert code == pb.Code.OK and [m.body for m in msgs] == [b"decide-later"]
+
+
+async def test_a_transaction_id_naming_another_address_reaches_nothing(tx_endpoint: Endpoint) -> None:
+    """The id is plain base64 of the broker's address and the half's offsets, the client's to write: the endpoint
+    sent the END, signed with its own keys when ACL is on, to whatever host and port it named."""
+    ep = tx_endpoint
+    await ep.create_topic("TxT", queues=1)
+    half = (await ep.send("TxT", b"undecided", mtype=pb.TRANSACTION)).entries[0]
+    ref = TransactionRef.decode(half.transaction_id)
+    connected: list[str] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connected.append(str(writer.get_extra_info("peername")))
+        writer.close()
+
+    elsewhere = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    try:
+        port = elsewhere.sockets[0].getsockname()[1]
+        forged = TransactionRef(f"127.0.0.1:{port}", ref.commit_log_offset, ref.tran_state_table_offset,
+                                ref.offset_msg_id, ref.broker_transaction_id, ref.producer_group)
+        half.transaction_id = forged.encode()
+        r = await _end(ep, "TxT", half, pb.COMMIT)
+        assert r.status.code == pb.Code.INVALID_TRANSACTION_ID, r.status
+        assert f"127.0.0.1:{port}" in r.status.message
+        await asyncio.sleep(0.2)
+        assert connected == []
+    finally:
+        elsewhere.close()
+        await elsewhere.wait_closed()
+    half.transaction_id = ref.encode()
+    assert (await _end(ep, "TxT", half, pb.COMMIT)).status.code == pb.Code.OK  # the real id still ends it

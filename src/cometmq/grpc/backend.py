@@ -115,6 +115,21 @@ class Backend:
             raise GrpcError(pb.Code.NOT_FOUND, f"broker {broker_name} has no master in the route of {topic}")
         return addr
 
+    async def is_broker(self, addr: str, topic: str) -> bool:
+        """Whether ``addr`` is one of the cluster's brokers as the routes seen name them (``topic``'s route asked
+        for again first when it is not): where the endpoint may send what an id written by a client names."""
+        if addr in self.instance.all_broker_addrs():
+            return True
+        if topic:
+            try:
+                if topic in self.instance.routes:
+                    await self.instance.refresh_route(topic)
+                else:
+                    await self.route(topic)
+            except GrpcError:
+                return False
+        return addr in self.instance.all_broker_addrs()
+
     # -- requests ---------------------------------------------------------------------------------------------
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None, *,
                      topic: str | None = None) -> RemotingCommand:

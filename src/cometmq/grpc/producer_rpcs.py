@@ -273,6 +273,10 @@ class ProducerRpcs(RpcBase):
             ref = TransactionRef.decode(request.transaction_id)
         except ProtocolError as exc:
             raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, str(exc)) from None
+        if not await self.backend.is_broker(ref.broker_addr, request.topic.name):
+            # the id is the client's to write: the endpoint connects to no address the cluster's routes do not name
+            raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, f"the transaction id names {ref.broker_addr}, which is "
+                                                            f"not a broker of topic {request.topic.name!r}")
         decision = {pb.COMMIT: COMMIT, pb.ROLLBACK: ROLLBACK}.get(request.resolution, UNKNOWN)
         header = EndTransactionRequestHeader(
             producer_group=ref.producer_group, tran_state_table_offset=ref.tran_state_table_offset,

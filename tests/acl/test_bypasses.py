@@ -128,3 +128,27 @@ async def test_a_send_back_of_a_message_the_user_consumed_still_works(broker: Br
     r = await _call(broker.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
         "group": "G", "offset": retry.physical_offset, "delayLevel": 0, "originTopic": "allowed"}), USER)
     assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+async def test_a_message_is_read_by_its_offset_only_with_the_right_to_its_topic(broker: BrokerController) -> None:
+    """VIEW_MESSAGE_BY_ID names a commit-log offset, any message of the log: it was open to every account."""
+    offsets = {}
+    for topic in ("allowed", "denied"):
+        r = await _call(broker.addr, send_request(topic, f"in {topic}".encode()), ADMIN)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        offsets[topic] = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+
+    async def view(offset: int, creds: tuple[str, str], topic: str | None = None) -> RemotingCommand:
+        ext: dict[str, object] = {"offset": offset} if topic is None else {"offset": offset, "topic": topic}
+        return await _call(broker.addr, make_request(RequestCode.VIEW_MESSAGE_BY_ID, ext), creds)
+
+    refused = [await view(offsets["denied"], USER),  # no topic named: an admin's request
+               await view(offsets["denied"], USER, "denied"),  # the ACL denies the topic
+               await view(offsets["denied"], USER, "allowed")]  # the offset is another topic's message
+    assert [r.code for r in refused] == [ResponseCode.NO_PERMISSION] * 3, [(r.code, r.remark) for r in refused]
+    assert "admin" in (refused[0].remark or "") and "not one of topic allowed" in (refused[2].remark or "")
+    mine = await view(offsets["allowed"], USER, "allowed")
+    assert mine.code == ResponseCode.SUCCESS, mine.remark
+    assert [m.body for m in iter_records(mine.body or b"")] == [b"in allowed"]
+    admin = await view(offsets["denied"], ADMIN)
+    assert admin.code == ResponseCode.SUCCESS and [m.body for m in iter_records(admin.body or b"")] == [b"in denied"]

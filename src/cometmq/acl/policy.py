@@ -111,6 +111,9 @@ BROKER_NEEDS: dict[int, NeedsFn] = {
     C.PULL_MESSAGE: _sub("topic", "consumerGroup"),
     C.LITE_PULL_MESSAGE: _sub("topic", "consumerGroup"),
     C.QUERY_MESSAGE: lambda cmd: topic_need(cmd.ext_fields.get("topic"), SUB),
+    # RocketMQ 5's field; without it, an admin account (Policy.admin_without): the broker answers only a record of
+    # the topic named, so the offset cannot reach another topic's messages
+    C.VIEW_MESSAGE_BY_ID: lambda cmd: topic_need(cmd.ext_fields.get("topic"), SUB),
     C.HEART_BEAT: _heartbeat,
     C.UNREGISTER_CLIENT: _group("consumerGroup"),
     C.GET_CONSUMER_LIST_BY_GROUP: _group("consumerGroup"),
@@ -172,15 +175,27 @@ class Policy:
     public_codes: frozenset[int] = frozenset()
     admin_by_default: bool = False
 
+    #: codes that need an admin account when the request leaves out this field: VIEW_MESSAGE_BY_ID names a
+    #: commit-log offset, any message of the log, unless it names the topic the account must be allowed
+    admin_without: Mapping[int, str] = field(default_factory=dict)
+
     def is_admin(self, code: int) -> bool:
         return self.admin_by_default or code in self.admin_codes
+
+    def needs_admin(self, cmd: RemotingCommand) -> bool:
+        """Whether ``cmd`` needs an admin account: its code is one (``is_admin``), or it leaves out the field its
+        code needs to be checked on (``admin_without``)."""
+        if self.is_admin(cmd.code):
+            return True
+        name = self.admin_without.get(cmd.code)
+        return name is not None and not cmd.ext_fields.get(name)
 
     def needs_of(self, cmd: RemotingCommand) -> list[Need]:
         fn = self.needs.get(cmd.code)
         return fn(cmd) if fn is not None else []
 
 
-BROKER_POLICY = Policy("broker", BROKER_NEEDS, BROKER_ADMIN_CODES)
+BROKER_POLICY = Policy("broker", BROKER_NEEDS, BROKER_ADMIN_CODES, admin_without={C.VIEW_MESSAGE_BY_ID: "topic"})
 NAMESRV_POLICY = Policy("namesrv", {}, frozenset(), NAMESRV_PUBLIC_CODES, admin_by_default=True)
 #: a standalone controller's port (``cometmq controller`` with aclEnable): the embedded controller's rule
 CONTROLLER_POLICY = Policy("controller", {}, frozenset(), CONTROLLER_PUBLIC_CODES, admin_by_default=True)

@@ -40,7 +40,7 @@ def attempt_of(conn: RemotingConnection, cmd: RemotingCommand, policy: Policy) -
         needs = policy.needs_of(cmd)
     except (ProtocolError, ValueError, TypeError, KeyError) as exc:
         raise AccessDenied(f"cannot read the resources of request code={cmd.code}: {exc}") from None
-    return Attempt(host_of(conn.remote_address), ext.get(ACCESS_KEY), verify, cmd.code, policy.is_admin(cmd.code),
+    return Attempt(host_of(conn.remote_address), ext.get(ACCESS_KEY), verify, cmd.code, policy.needs_admin(cmd),
                    needs)
 
 

@@ -43,6 +43,7 @@ from cometmq.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
+from cometmq.protocol.message import decode_record
 from cometmq.protocol.remoting import DEFAULT_VERSION, RemotingCommand, make_response
 from cometmq.protocol.route import TopicConfig
 from cometmq.store.message_store import MessageStore
@@ -257,6 +258,11 @@ class AdminProcessor:
         view = self.store.read_record(h.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {h.offset}")
+        if h.topic and self.config.acl_enable and decode_record(view)[0].topic != h.topic:
+            # the ACL checked the topic named (an account that names none must be an admin): the offset must be a
+            # message of it, else any message of the log could be read by its offset
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the message at commit-log offset {h.offset} is not "
+                                                            f"one of topic {h.topic}")
         return ok(cmd, body=bytes(view))
 
     async def query_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -515,8 +515,8 @@ class SyncAdmin(_Facade[Admin]):
     def update_consumer_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
         self._run(lambda: self._aio.update_consumer_offset(group, queue, offset))
 
-    def view_message(self, offset_msg_id: str) -> MessageExt:
-        return self._run(lambda: self._aio.view_message(offset_msg_id))
+    def view_message(self, offset_msg_id: str, topic: str | None = None) -> MessageExt:
+        return self._run(lambda: self._aio.view_message(offset_msg_id, topic))
 
     def query_messages_by_key(self, topic: str, key: str, *, max_num: int = 32, begin: int | _dt.datetime = 0,
                               end: int | _dt.datetime | None = None) -> list[MessageExt]:

@@ -256,6 +256,9 @@ class SearchOffsetRequestHeader(Header):
 @dataclass(frozen=True, slots=True)
 class ViewMessageRequestHeader(Header):
     offset: int
+    #: RocketMQ 5's field: the topic the message is of (with ACL on, the account must be allowed it and the broker
+    #: answers only a record of it)
+    topic: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

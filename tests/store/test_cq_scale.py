@@ -406,3 +406,50 @@ def test_bounds_is_min_and_max_offset_in_one_call(tmp_path: Path) -> None:
     cq.truncate_to(6)
     assert cq.bounds() == (cq.min_offset, cq.max_offset) == (cq.min_offset, 6)
     cq.destroy()
+
+
+_FULL_THEN_PENDING = textwrap.dedent("""
+    import json, resource, signal, sys, time
+    from pathlib import Path
+    from tests.store.conftest import msg, small_config
+    from cometmq.store.message_store import MessageStore
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    store = MessageStore(small_config(Path(sys.argv[1]), consume_queue_units_per_file=8, message_index_enable=False,
+                                      flush_interval_consume_queue_ms=3_600_000))
+    store.start()
+    for i in range(8):
+        store.put_message(msg(body=b"m%d" % i))
+    store.make_pending_files()  # the queue's first file (full) is on disk and mapped, not flushed
+    # From here no file may grow past 150 bytes (a full disk): the next file (160 bytes) cannot be made.
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (150, hard))
+    res = store.put_message(msg(body=b"m8"))  # its unit goes to a new file, a buffer in memory
+    store.flush_and_checkpoint(0)
+    print(json.dumps([res.status.value, res.records[0].queue_offset]), flush=True)
+    time.sleep(600)
+""")
+
+
+def test_a_full_file_flushed_does_not_make_a_queue_with_a_file_in_memory_clean(tmp_path: Path) -> None:
+    """A queue whose full file is flushed while its next file is still a buffer in memory (its file could not be
+    made, or was not made yet) stays dirty from that buffer's first unit: the checkpoint must not claim it, or a
+    SIGKILL loses the unit for good (recovery re-dispatches only from the checkpoint)."""
+    path = tmp_path / "s"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    proc = subprocess.Popen([sys.executable, "-c", _FULL_THEN_PENDING, str(path)], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline()) == ["PUT_OK", 8]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+    store = MessageStore(small_config(path, consume_queue_units_per_file=8, message_index_enable=False))
+    store.start()
+    try:
+        assert store.recovered_abnormally
+        assert store.max_offset("T", 0) == 9
+        assert bodies(store, "T", 0) == [b"m%d" % i for i in range(9)]
+    finally:
+        store.shutdown()

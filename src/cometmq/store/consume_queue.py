@@ -338,10 +338,13 @@ class ConsumeQueue:
     def flush_due(self, least_pages: int) -> bool:
         """RocketMQ's rule (flushConsumeQueueLeastPages): flush when a file is full or at least ``least_pages`` pages
         are dirty; with 0, whenever anything is."""
+        files = self.files.files
+        if any(f.pending for f in files):
+            # Not on disk yet (the flush pass makes it first; it failed to, or it came after): the queue stays
+            # dirty. Checked before any file can make the flush due: ``take_flush`` counts the whole queue clean.
+            return False
         pages = 0
-        for f in self.files.files:
-            if f.pending:
-                return False  # not on disk yet (the flush pass makes it first; it failed to): it stays dirty
+        for f in files:
             if f.flushed_position < f.wrote_position:
                 if least_pages <= 0 or f.is_full:
                     return True

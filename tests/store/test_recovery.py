@@ -370,3 +370,26 @@ def test_zeroing_a_tail_skips_holes_but_clears_every_byte_past_the_end(tmp_path:
         assert mf.mm.find(b"xyz") == -1 and mf.mm.find(b"k", 4096) == -1
     finally:
         mf.close()
+
+
+def test_a_checkpoint_with_a_digit_flipped_to_an_exponent_is_ignored(tmp_path: Path, clock: FakeClock) -> None:
+    """One damaged byte can turn an offset into a JSON number too large for a float ("7e0348" reads as infinity):
+    the checkpoint is unreadable, as a missing one is (a full check of the log), not a crash at start."""
+    path = tmp_path / "s"
+    store = reopen(path, clock)
+    bodies = [f"e{i}".encode() for i in range(20)]
+    for b in bodies:
+        store.put_message(msg(body=b))
+    crash(store)
+    raw = json.loads((path / "checkpoint").read_bytes())
+    text = json.dumps(raw, sort_keys=True).replace(f'"dispatched_offset": {raw["dispatched_offset"]}',
+                                                   '"dispatched_offset": 7e0348')
+    assert "7e0348" in text
+    (path / "checkpoint").write_text(text)
+    assert Checkpoint.load(path / "checkpoint") is None
+    store = reopen(path, clock)
+    try:
+        assert store.recovered_abnormally
+        assert read_all(store) == bodies
+    finally:
+        store.shutdown()

@@ -39,5 +39,5 @@ class Checkpoint:
                 timestamp_ms=int(raw.get("timestamp_ms", 0)),
                 clean_end_offset=int(raw.get("clean_end_offset", -1)),
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):  # (a number read as infinity)
             return None

@@ -94,3 +94,20 @@ def test_disk_watermark_forces_deletion_of_young_segments(make_store: MakeStore)
     store.config = store.config.replace(delete_when=str((time.localtime().tm_hour + 12) % 24))
     store.cleaner.clean()  # young segments, below the watermark, not the delete hour: all kept
     assert len(store.commitlog.files.files) == before - 1
+
+
+def test_cutting_a_long_tail_of_one_queue_file_is_one_cut(make_store: MakeStore) -> None:
+    """An old master's unreplicated tail can be many units of one consume-queue file. They were dropped one at a
+    time, each zeroing and syncing the file's tail under the store's lock: 10,000 units took 4.7 s, 30,000 would
+    take ~40 s (quadratic). The bound below catches that, not a few per cent."""
+    store = make_store(commitlog_segment_size=64 << 20, consume_queue_units_per_file=300_000)
+    results = [store.put_message(msg(body=b"x" * 20)) for _ in range(30_000)]
+    cut = results[12_345].records[0].phy_offset
+    started = time.monotonic()
+    store.truncate(cut)
+    assert time.monotonic() - started < 10
+    assert store.max_offset("T", 0) == 12_345 and store.commitlog.max_offset == cut
+    got = store.get_messages("T", 0, 12_340, 10)
+    assert list(got.queue_offsets) == [12_340, 12_341, 12_342, 12_343, 12_344]
+    after = store.put_message(msg(body=b"after"))
+    assert after.records[0].queue_offset == 12_345

@@ -71,6 +71,10 @@ class TimerServiceBase:
         self._arrivals: deque[DispatchRequest] = deque()
         #: timer records already put again (found after a crash): replay skips them
         self._recovered_src: set[int] = set()
+        #: after a recovery that found records already put: (the checkpoint's commit-log offset they were found
+        #: from, the last slot they can belong to). Checkpoints keep that offset until that slot is durably done,
+        #: so a second crash finds those records again instead of putting them twice.
+        self._replay_floor: tuple[int, int] | None = None
         self._seg_max: dict[int, int] = {}
         #: scheduled messages minus delete markers in pending slots (not counting the open slot)
         self._pending = 0

@@ -45,6 +45,12 @@ class TimerRecovery(TimerServiceBase):
 
     def _snapshot(self, *, clean: bool) -> dict[str, Any]:
         read_slot, commit = self._durable_point()
+        floor = self._replay_floor
+        if floor is not None:
+            if read_slot > floor[1]:
+                self._replay_floor = None  # every slot replay may have skipped a record of is durably done
+            else:
+                commit = min(commit, floor[0])
         if not self.deliver:
             # A replica re-reads the master's copies from the master's bound (timer/replica.py); before the
             # first one is known, from the start of the log.
@@ -132,6 +138,8 @@ class TimerRecovery(TimerServiceBase):
                 self.recovered_abnormally = True
                 self._replay_tail(end)
             self._find_delivered(int(ck["commit_offset"]))
+            if self._recovered_src:
+                self._replay_floor = (int(ck["commit_offset"]), now_slot)
             if not ck.get("deliver", True):
                 self.master_commit_offset = int(ck["commit_offset"])
         cq = self.store.queues.get((TIMER_TOPIC, 0))

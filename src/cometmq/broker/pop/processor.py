@@ -115,7 +115,7 @@ class PopProcessor:
             else tag_filter_for(h.exp)
         record_filter = record_filter_for(prop_filter) if prop_filter is not None else None
         queues = [h.queue_id] if h.queue_id >= 0 else self._rotated(topic_cfg.read_queue_nums)
-        response = await self._long_poll(h.consumer_group, h.topic, h.queue_id, bool(h.order), h.poll_time,
+        response = await self._long_poll(conn, h.consumer_group, h.topic, h.queue_id, bool(h.order), h.poll_time,
                                          lambda: self._pop_once(cmd, h, queues, tag_filter, record_filter))
         if response is not None:
             return response
@@ -123,18 +123,21 @@ class PopProcessor:
         header = PopMessageResponseHeader(pop_time=0, invisible_time=h.invisible_time, revive_qid=0, rest_num=0)
         return make_response(cmd, code, "no new message", header.to_ext())
 
-    async def _long_poll(self, group: str, topic: str, queue_id: int, order: bool, poll_ms: int,
-                         attempt: Callable[[], Awaitable[R | None]]) -> R | None:
+    async def _long_poll(self, conn: RemotingConnection, group: str, topic: str, queue_id: int, order: bool,
+                         poll_ms: int, attempt: Callable[[], Awaitable[R | None]]) -> R | None:
         """Run ``attempt`` until it gives an answer, waiting (up to ``poll_ms``) between tries for an arrival on
-        the topic, a redelivery or an ack that unblocks an ordered queue; None when the time is up."""
+        the topic, a redelivery or an ack that unblocks an ordered queue; None when the time is up, or when the
+        connection has closed (a POP for nobody would hide its messages for their invisible time)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(poll_ms, 0) / 1000
         while True:
+            if conn.closed:
+                return None
             answer = await attempt()
             remaining = deadline - loop.time()
             if answer is not None or remaining <= 0:
                 return answer
-            w = Waiter(group, topic, queue_id, order, loop.create_future())
+            w = Waiter(group, topic, queue_id, order, loop.create_future(), conn)
             self.svc.add_waiter(w)
             try:
                 await asyncio.wait_for(w.future, remaining)
@@ -381,7 +384,8 @@ class PopProcessor:
         async def attempt() -> bool | None:
             return True if self._has_message(h.consumer_group, h.topic, queues, bool(h.order)) else None
 
-        found = await self._long_poll(h.consumer_group, h.topic, h.queue_id, bool(h.order), h.poll_time, attempt)
+        found = await self._long_poll(conn, h.consumer_group, h.topic, h.queue_id, bool(h.order), h.poll_time,
+                                      attempt)
         header = NotificationResponseHeader(has_msg=bool(found))
         return make_response(cmd, ResponseCode.SUCCESS, None, header.to_ext())
 

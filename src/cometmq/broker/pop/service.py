@@ -24,6 +24,7 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.config import BrokerConfig
@@ -45,6 +46,9 @@ from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult
 
+if TYPE_CHECKING:
+    from cometmq.net.connection import RemotingConnection
+
 log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
@@ -57,6 +61,8 @@ class Waiter:
     queue_id: int  # -1: any
     order: bool
     future: asyncio.Future[None] = field(repr=False)
+    #: the request's connection: its close ends the wait (nobody is left to answer)
+    conn: RemotingConnection | None = field(default=None, repr=False)
 
 
 class PopService:
@@ -76,6 +82,8 @@ class PopService:
         self.snapshot_path = config.store.config_dir / POP_STATE_FILE
         self.metrics = PopMetrics()
         self._waiters: dict[str, set[Waiter]] = {}
+        #: waiters per connection, so a closing connection ends its own (one close callback per connection)
+        self._by_conn: dict[RemotingConnection, set[Waiter]] = {}
         #: (visible_at, key): when to look at a queue for expired deliveries; lazily pruned
         self._expiry: list[tuple[int, QueueKey]] = []
         self._last_pop_time = 0
@@ -144,6 +152,7 @@ class PopService:
                 if not w.future.done():
                     w.future.cancel()
         self._waiters.clear()
+        self._by_conn.clear()
         self.snapshot()
 
     def snapshot(self) -> None:
@@ -292,6 +301,14 @@ class PopService:
     # -- waiting ---------------------------------------------------------------------------------------------
     def add_waiter(self, w: Waiter) -> None:
         self._waiters.setdefault(w.topic, set()).add(w)
+        conn = w.conn
+        if conn is not None:
+            by_conn = self._by_conn.get(conn)
+            if by_conn is None:
+                by_conn = self._by_conn[conn] = {w}
+                conn.add_close_callback(self._connection_closed)  # (at once if it closed already)
+            else:
+                by_conn.add(w)
 
     def remove_waiter(self, w: Waiter) -> None:
         waiters = self._waiters.get(w.topic)
@@ -299,6 +316,16 @@ class PopService:
             waiters.discard(w)
             if not waiters:
                 del self._waiters[w.topic]
+        if w.conn is not None:
+            by_conn = self._by_conn.get(w.conn)
+            if by_conn is not None:
+                by_conn.discard(w)
+
+    def _connection_closed(self, conn: RemotingConnection) -> None:
+        """The client went away: its waiters stop waiting (the poll then ends without taking anything)."""
+        for w in self._by_conn.pop(conn, ()):
+            if not w.future.done():
+                w.future.set_result(None)
 
     def wake(self, topic: str, group: str | None = None, *, reason: str, ordered_only: bool = False) -> None:
         waiters = self._waiters.get(topic)

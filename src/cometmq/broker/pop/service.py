@@ -44,7 +44,7 @@ from cometmq.protocol.pop import INIT_MODE_MIN
 from cometmq.protocol.properties import ORIGIN_MESSAGE_ID, UNIQ_KEY, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
-from cometmq.store.status import PutResult
+from cometmq.store.status import PutResult, PutStatus
 
 if TYPE_CHECKING:
     from cometmq.net.connection import RemotingConnection
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
+#: a DLQ copy the store refuses for what it is (not for a passing condition): putting it again cannot help
+_REFUSED = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 
 
 @dataclass(eq=False)
@@ -256,7 +258,7 @@ class PopService:
         group, topic, qid = key
         dlq = dlq_topic(group)
         self.topics.create_system_topic(dlq, 1)
-        msgs: list[MessageInner] = []
+        msgs: list[tuple[tuple[int, int], MessageInner]] = []
         done: list[tuple[int, int]] = []
         for off in offsets:
             d = qs.inflight.get(off)
@@ -276,25 +278,40 @@ class PopService:
             props.setdefault(ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or offset_msg_id(
                 self.store.commitlog.store_host, rec.physical_offset))
             props["RETRY_TOPIC"] = topic
-            msgs.append(MessageInner(topic=dlq, body=rec.body, queue_id=0, properties=props,
-                                     properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,
-                                     born_timestamp=rec.born_timestamp, born_host=pack_host(*rec.born_host),
-                                     reconsume_times=rec.reconsume_times + d.attempts + 1))
+            msgs.append(((off, d.pop_time), MessageInner(
+                topic=dlq, body=rec.body, queue_id=0, properties=props, properties_raw=encode_properties(props),
+                flag=rec.flag, sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,
+                born_host=pack_host(*rec.born_host), reconsume_times=rec.reconsume_times + d.attempts + 1)))
+        moved = len(msgs)
         if msgs:
-            result = await self.appender.put(msgs)
-            if not result.ok:
+            result = await self.appender.put([m for _, m in msgs])
+            if not result.ok and result.status not in _REFUSED:
                 log.error("POP %s: cannot write %d messages to %s (%s); will retry", group, len(msgs), dlq,
                           result.status.value)
                 return
+            if not result.ok:  # one of them is refused: one at a time, and one the store refuses is dropped
+                moved = 0
+                for i, (entry, m) in enumerate(msgs):
+                    r = await self.appender.put([m])
+                    if r.ok:
+                        moved += 1
+                    elif r.status in _REFUSED:
+                        log.error("POP %s: %s refuses message %s-%d@%d (%s %s); dropping it", group, dlq, topic, qid,
+                                  entry[0], r.status.value, r.remark)
+                    else:
+                        log.error("POP %s: cannot write to %s (%s); will retry", group, dlq, r.status.value)
+                        left = {e for e, _ in msgs[i:]}
+                        done = [e for e in done if e not in left]
+                        break
         if not done:
             return
         self.append([poplog.encode_done(poplog.KIND_DLQ, key, qs.cursor, done)])
         for off, pop_time in done:
             qs.done(off, pop_time)
-        self.metrics.dlq += len(msgs)
-        if self.stats is not None and msgs:
-            self.stats.to_dlq(group, topic, len(msgs))
-        log.warning("POP %s: %d messages of %s-%d passed %d retries; moved to %s", group, len(msgs), topic, qid,
+        self.metrics.dlq += moved
+        if self.stats is not None and moved:
+            self.stats.to_dlq(group, topic, moved)
+        log.warning("POP %s: %d messages of %s-%d passed %d retries; moved to %s", group, moved, topic, qid,
                     self.max_retry(group), dlq)
         self.wake(topic, group, reason="ack", ordered_only=True)
 

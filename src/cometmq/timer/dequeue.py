@@ -11,8 +11,8 @@ from cometmq.timer.message import TIMER_DEL_UNIQKEY, delivery_message, parse_tim
 from cometmq.timer.slotwork import ClosedSlot, PutItem, SlotWork, at_of, src_of
 from cometmq.timer.timerlog import TimerEntry
 
-#: put results after which the messages are in the log (a flush timeout still stored them)
-_STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+#: put results after which the messages are in the log (a flush or replica-ack timeout still stored them)
+_STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT)
 _UNPUTTABLE = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 #: while the open slot has burst_messages or more to put, the store's index builder is deferred this long
 #: (rolling)

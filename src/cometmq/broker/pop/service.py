@@ -284,16 +284,17 @@ class PopService:
                 born_host=pack_host(*rec.born_host), reconsume_times=rec.reconsume_times + d.attempts + 1)))
         moved = len(msgs)
         if msgs:
+            # (stored is enough: a flush or replica-ack timeout still wrote the copies, which must not be written again)
             result = await self.appender.put([m for _, m in msgs])
-            if not result.ok and result.status not in _REFUSED:
+            if not result.stored and result.status not in _REFUSED:
                 log.error("POP %s: cannot write %d messages to %s (%s); will retry", group, len(msgs), dlq,
                           result.status.value)
                 return
-            if not result.ok:  # one of them is refused: one at a time, and one the store refuses is dropped
+            if not result.stored:  # one of them is refused: one at a time, and one the store refuses is dropped
                 moved = 0
                 for i, (entry, m) in enumerate(msgs):
                     r = await self.appender.put([m])
-                    if r.ok:
+                    if r.stored:
                         moved += 1
                     elif r.status in _REFUSED:
                         log.error("POP %s: %s refuses message %s-%d@%d (%s %s); dropping it", group, dlq, topic, qid,

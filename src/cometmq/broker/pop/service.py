@@ -246,15 +246,17 @@ class PopService:
             limit = self.max_retry(group)
             due = qs.due(now)
             over = [o for o in due if qs.inflight[o].attempts + 1 > limit]
-            if over:
-                await self.to_dlq(key, qs, over)
+            if over and not await self.to_dlq(key, qs, over):
+                # the write failed: again in a second (as the timer does), not never
+                heapq.heappush(heap, (now + max(self.config.pop_revive_interval_ms, 1000), key))
             if len(over) < len(due):
                 self.wake(topic, group, reason="revive")
             nxt = qs.next_expiry()
             if nxt is not None and nxt > now:
                 heapq.heappush(heap, (nxt, key))
 
-    async def to_dlq(self, key: QueueKey, qs: QueueState, offsets: list[int]) -> None:
+    async def to_dlq(self, key: QueueKey, qs: QueueState, offsets: list[int]) -> bool:
+        """Move ``offsets`` to the group's DLQ; False when a failed write left some in flight (to try again)."""
         group, topic, qid = key
         dlq = dlq_topic(group)
         self.topics.create_system_topic(dlq, 1)
@@ -282,14 +284,14 @@ class PopService:
                 topic=dlq, body=rec.body, queue_id=0, properties=props, properties_raw=encode_properties(props),
                 flag=rec.flag, sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,
                 born_host=pack_host(*rec.born_host), reconsume_times=rec.reconsume_times + d.attempts + 1)))
-        moved = len(msgs)
+        moved, complete = len(msgs), True
         if msgs:
             # (stored is enough: a flush or replica-ack timeout still wrote the copies, which must not be written again)
             result = await self.appender.put([m for _, m in msgs])
             if not result.stored and result.status not in _REFUSED:
                 log.error("POP %s: cannot write %d messages to %s (%s); will retry", group, len(msgs), dlq,
                           result.status.value)
-                return
+                return False
             if not result.stored:  # one of them is refused: one at a time, and one the store refuses is dropped
                 moved = 0
                 for i, (entry, m) in enumerate(msgs):
@@ -303,9 +305,10 @@ class PopService:
                         log.error("POP %s: cannot write to %s (%s); will retry", group, dlq, r.status.value)
                         left = {e for e, _ in msgs[i:]}
                         done = [e for e in done if e not in left]
+                        complete = False
                         break
         if not done:
-            return
+            return complete
         self.append([poplog.encode_done(poplog.KIND_DLQ, key, qs.cursor, done)])
         for off, pop_time in done:
             qs.done(off, pop_time)
@@ -315,6 +318,7 @@ class PopService:
         log.warning("POP %s: %d messages of %s-%d passed %d retries; moved to %s", group, moved, topic, qid,
                     self.max_retry(group), dlq)
         self.wake(topic, group, reason="ack", ordered_only=True)
+        return complete
 
     # -- waiting ---------------------------------------------------------------------------------------------
     def add_waiter(self, w: Waiter) -> None:

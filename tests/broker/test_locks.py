@@ -183,3 +183,21 @@ async def test_unregister_frees_the_clients_locks(start_broker: StartBroker) -> 
                                                  {"clientID": "id-1", "consumerGroup": "G", "producerGroup": ""}))
         assert r.code == ResponseCode.SUCCESS
         assert b.locks.owner("G", *qs(0)) is None and b.locks.owner("G", *qs(1)) is None
+
+
+async def test_locks_of_a_client_that_never_comes_back_are_dropped_once_expired(start_broker: StartBroker) -> None:
+    """A client that locks queues without ever heartbeating on that connection (or under another client id), then
+    goes away without UNREGISTER_CLIENT, left its entries in the table for good: nothing removed expired locks,
+    and a lock request naming a group and no queues left an empty group behind. Any peer could grow the table
+    without bound with made-up group, topic and client names."""
+    b = await start_broker(lock_max_live_time_ms=200, consumer_offset_persist_interval_ms=100)
+    async with RemotingClient() as c:
+        many = {MessageQueue(f"T{i}", "broker-a", q) for i in range(50) for q in range(4)}
+        assert await lock(c, b.addr, "G-ghost", "ghost", many) == many
+        assert await lock(c, b.addr, "G-empty", "ghost", set()) == set()
+    assert b.locks.table  # held while alive
+    for _ in range(200):
+        if not b.locks.table:
+            break
+        await asyncio.sleep(0.02)
+    assert b.locks.table == {}

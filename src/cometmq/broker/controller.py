@@ -389,6 +389,7 @@ class BrokerController:
         self.offsets.persist_if_dirty()
         self.consumers.scan_expired()
         self.producers.scan_expired()
+        self.locks.scan_expired()
 
     def _stats_totals(self) -> Totals:
         """For the stats line: the messages producers stored and consumers were handed (BrokerStats)."""

@@ -31,14 +31,30 @@ class RebalanceLockManager:
     def try_lock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> set[MessageQueue]:
         """Lock (or renew) what is free, expired or already ours; return the queues ``client_id`` now holds."""
         now = self.clock()
-        locks = self.table.setdefault(group, {})
+        locks = self.table.get(group)
         got: set[MessageQueue] = set()
         for mq in mqs:
+            if locks is None:
+                locks = self.table[group] = {}  # only when there is a queue to lock: no empty groups left
             entry = locks.get(mq)
             if entry is None or entry.client_id == client_id or self._expired(entry, now):
                 locks[mq] = LockEntry(client_id, now)
                 got.add(mq)
         return got
+
+    def scan_expired(self) -> int:
+        """Forget the expired locks (the broker's housekeeping): an owner that never comes back (no heartbeat on
+        its connection, no UNREGISTER_CLIENT) would otherwise keep its entries forever. Returns how many went."""
+        now = self.clock()
+        removed = 0
+        for group in list(self.table):
+            locks = self.table[group]
+            for mq in [mq for mq, e in locks.items() if self._expired(e, now)]:
+                del locks[mq]
+                removed += 1
+            if not locks:
+                del self.table[group]
+        return removed
 
     def unlock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> None:
         """Release queues, but only those ``client_id`` owns."""

@@ -265,3 +265,29 @@ def test_silent_consumers_expire() -> None:
     assert mgr.client_ids("G") == ["C"]
     assert a.closed_calls == 1 and c.closed_calls == 0
     assert c.sent and c.sent[-1].ext_fields["consumerGroup"] == "G"  # the one left was told to rebalance
+
+
+async def test_a_heartbeat_naming_many_new_groups_does_not_stall_the_broker(start_broker: StartBroker,
+                                                                               tmp_path: Path) -> None:
+    """Each auto-created subscription group rewrote (and fsynced) the whole group table on the event loop, so one
+    heartbeat naming N new groups cost O(N^2): 1000 took ~10 s, 2000 more ~85 s, every client of the broker
+    waiting meanwhile. The groups are now written by the housekeeping (and at stop), and survive a restart."""
+    b = await start_broker(consumer_offset_persist_interval_ms=100)
+    n = 1500
+    hb = HeartbeatData("many", (), tuple(ConsumerData(f"g-{i}") for i in range(n))).encode()
+    async with RemotingClient() as c:
+        t0 = time.perf_counter()
+        r = await c.invoke(b.addr, make_request(RequestCode.HEART_BEAT, {}, hb), timeout=120)
+        elapsed = time.perf_counter() - t0
+    assert r.code == ResponseCode.SUCCESS and len([g for g in b.groups.groups if g.startswith("g-")]) == n
+    assert elapsed < 5, f"a heartbeat naming {n} new groups took {elapsed:.1f} s"
+    for _ in range(100):
+        if not b.groups.dirty:
+            break
+        await asyncio.sleep(0.05)
+    assert not b.groups.dirty and b"g-1499" in b.groups.path.read_bytes()  # written by the housekeeping
+    b.groups.find("g-late")  # created just before the stop: written by the stop
+    path = b.config.store.store_path
+    await b.stop()
+    again = await start_broker(path)
+    assert "g-0" in again.groups.groups and "g-late" in again.groups.groups

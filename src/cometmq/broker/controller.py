@@ -304,6 +304,7 @@ class BrokerController:
             await self.acl.stop()
         self.appender.close()
         self.offsets.persist()
+        self.groups.persist_if_dirty()
         await asyncio.to_thread(self.store.shutdown)
 
     @property
@@ -387,6 +388,7 @@ class BrokerController:
 
     def _housekeep(self) -> None:
         self.offsets.persist_if_dirty()
+        self.groups.persist_if_dirty()
         self.consumers.scan_expired()
         self.producers.scan_expired()
         self.locks.scan_expired()

@@ -82,6 +82,8 @@ class SubscriptionGroupManager:
         self.auto_create = auto_create
         self.default_retry_max = default_retry_max
         self.groups: dict[str, SubscriptionGroupConfig] = {}
+        #: groups were auto-created since the table was last written (``persist_if_dirty`` writes it)
+        self.dirty = False
 
     def load(self) -> None:
         raw = read_optional(self.path)
@@ -97,14 +99,21 @@ class SubscriptionGroupManager:
     def persist(self) -> None:
         body = {"subscriptionGroupTable": {n: asdict(c) for n, c in sorted(self.groups.items())}}
         write_atomic(self.path, json.dumps(body, indent=1).encode())
+        self.dirty = False
+
+    def persist_if_dirty(self) -> None:
+        if self.dirty:
+            self.persist()
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config; auto-created (and persisted) when allowed."""
+        """The group's config; auto-created when allowed, and written with the next ``persist_if_dirty`` (the
+        broker's housekeeping): writing the whole table at each one made a request naming N new groups cost O(N^2)
+        on the event loop. One lost in a crash is the config the next use creates again."""
         cfg = self.groups.get(group)
         if cfg is None and self.auto_create:
             cfg = SubscriptionGroupConfig(group, retryMaxTimes=self.default_retry_max)
             self.groups[group] = cfg
-            self.persist()
+            self.dirty = True
         return cfg
 
     def with_attributes(self, cfg: SubscriptionGroupConfig, change: object) -> SubscriptionGroupConfig:

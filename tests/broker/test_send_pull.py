@@ -171,3 +171,39 @@ async def test_many_long_polls_on_one_connection_leave_nothing_behind(start_brok
     conn = next(iter(b.server.connections))  # type: ignore[union-attr]
     assert len(conn._close_callbacks) < 5  # a fixed few, not one per held pull (39 here)
     assert all(not held for held in b.hold._by_conn.values())
+
+
+async def test_one_connection_holds_at_most_its_cap_of_pulls(start_broker: StartBroker, client: RemotingClient) -> None:
+    """A held pull's handler has returned, so the connection's cap on handlers in flight did not count it, and its
+    timeout is the client's (here 31 years): one connection could pile up held pulls without bound, ~1.8 KB of the
+    broker's memory for each 315-byte request, for as long as it stayed connected. Beyond the cap a pull is
+    answered at once, as one that asked for no suspending."""
+    from cometmq.net.connection import DEFAULT_MAX_INFLIGHT
+    from cometmq.protocol.remoting import FrameDecoder, encode
+
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("H", b"first"))
+    cap = DEFAULT_MAX_INFLIGHT  # (the hold service's default cap: the connection's on handlers in flight)
+    n = cap + 200
+    host, port = b.addr.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"".join(encode(pull_request("H", 1, suspend_ms=10**12)) for _ in range(n)))
+        await writer.drain()
+        decoder, answers = FrameDecoder(), []
+        deadline = time.monotonic() + 60
+        while b.hold.held_count + len(answers) < n and time.monotonic() < deadline:
+            try:
+                chunk = await asyncio.wait_for(reader.read(1 << 16), 0.2)
+            except TimeoutError:
+                continue
+            answers.extend(decoder.feed(chunk))
+        assert b.hold.held_count == cap
+        assert len(answers) == n - cap and {a.code for a in answers} == {ResponseCode.PULL_NOT_FOUND}
+    finally:
+        writer.close()
+    for _ in range(200):  # its held pulls go with the connection
+        if b.hold.held_count == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert b.hold.held_count == 0

@@ -19,7 +19,7 @@ from typing import Any
 
 from cometmq.broker.filters import PropertyFilter, TagFilter
 from cometmq.common.periodic import Periodic
-from cometmq.net.connection import RemotingConnection
+from cometmq.net.connection import DEFAULT_MAX_INFLIGHT, RemotingConnection
 from cometmq.protocol.remoting import RemotingCommand
 from cometmq.store.message import DispatchRequest
 
@@ -52,8 +52,11 @@ class HeldPull:
 
 class PullRequestHoldService:
     def __init__(self, max_offset: Callable[[str, int], int], replay: Replay, *,
-                 check_interval_s: float = 5.0) -> None:
+                 check_interval_s: float = 5.0, max_held_per_connection: int = DEFAULT_MAX_INFLIGHT) -> None:
         self._max_offset = max_offset
+        #: pulls one connection may have held at once (``can_hold``): a held pull's handler has returned, so the
+        #: connection's cap on handlers in flight does not count it, and its timeout is the client's to choose
+        self.max_held_per_connection = max_held_per_connection
         self._replay = replay
         self._check = Periodic("pull-hold-check", check_interval_s, self._check_held, logger=log)
         self._table: dict[tuple[str, int], list[HeldPull]] = {}
@@ -89,6 +92,11 @@ class PullRequestHoldService:
             task.cancel()
 
     # -- parking ---------------------------------------------------------------------------------------
+    def can_hold(self, conn: RemotingConnection) -> bool:
+        """Whether ``conn`` may have one more pull held (below ``max_held_per_connection``)."""
+        held = self._by_conn.get(conn)
+        return held is None or len(held) < self.max_held_per_connection
+
     def suspend(self, held: HeldPull, timeout_s: float) -> None:
         assert self._loop is not None, "hold service not started"
         key = (held.topic, held.queue_id)

@@ -131,7 +131,9 @@ class PullProcessor:
         result = self.store.get_messages(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter,
                                          record_filter, coalesce=True)
         code = _code_for(result, h.queue_offset)
-        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
+        # (beyond its connection's cap of held pulls, a pull is answered now, as one that asked for no suspending)
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND \
+                and self.hold.can_hold(conn):
             long_polling = config.long_polling_enable
             timeout_ms = h.suspend_timeout_millis if long_polling else config.short_polling_time_ms
             self.hold.suspend(HeldPull(conn, cmd, h.topic, h.queue_id, h.queue_offset, tag_filter,

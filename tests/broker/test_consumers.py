@@ -291,3 +291,20 @@ async def test_a_heartbeat_naming_many_new_groups_does_not_stall_the_broker(star
     await b.stop()
     again = await start_broker(path)
     assert "g-0" in again.groups.groups and "g-late" in again.groups.groups
+
+
+async def test_a_message_query_answers_what_fits_in_a_frame(start_broker: StartBroker, client: RemotingClient) -> None:
+    """QUERY_MESSAGE joined up to 64 records whatever their size (with the default 4 MiB messages, 256 MiB in one
+    answer, copied twice): an answer past the 16 MiB frame limit that no client takes; ours closed the connection.
+    It now holds the newest records that fit in a frame."""
+    b = await start_broker(store_commitlog_segment_size=8 << 20, store_max_message_size=3 << 20)
+    body = b"x" * (5 << 19)  # 2.5 MiB: seven make 17.5 MiB
+    for i in range(7):
+        r = await client.invoke(b.addr, send_request("Big", body, 0, props(KEYS="k", UNIQ_KEY=f"U{i}")), 30)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    r = await client.invoke(b.addr, make_request(RequestCode.QUERY_MESSAGE, {"topic": "Big", "key": "k", "maxNum": 64,
+                                                                               "beginTimestamp": 0,
+                                                                               "endTimestamp": 2**62}), 30)
+    assert r.code == ResponseCode.SUCCESS
+    records = list(iter_records(r.body))
+    assert len(records) == 6 and all(x.body == body for x in records)

@@ -44,7 +44,7 @@ from cometmq.protocol.headers import (
     ViewMessageRequestHeader,
 )
 from cometmq.protocol.message import decode_record
-from cometmq.protocol.remoting import DEFAULT_VERSION, RemotingCommand, make_response
+from cometmq.protocol.remoting import DEFAULT_MAX_FRAME_SIZE, DEFAULT_VERSION, RemotingCommand, make_response
 from cometmq.protocol.route import TopicConfig
 from cometmq.store.message_store import MessageStore
 
@@ -98,6 +98,10 @@ TOOL_REQUESTS.update((code, "not_supported") for code in NOT_SUPPORTED)
 def parse(cls: type[H], cmd: RemotingCommand) -> H:
     # no longer needed (a bad header raises RemoteProtocolError, answered at the dispatch): inline as from_ext
     return cls.from_ext(cmd.ext_fields)
+
+
+#: QUERY_MESSAGE's largest body: the frame limit less room for the header
+_QUERY_BODY_MAX = DEFAULT_MAX_FRAME_SIZE - 64 * 1024
 
 
 def ok(cmd: RemotingCommand, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
@@ -273,7 +277,14 @@ class AdminProcessor:
             return make_response(cmd, ResponseCode.QUERY_NOT_FOUND, f"no message with key {h.key} in {h.topic}")
         ext = {"indexLastUpdateTimestamp": str(self.clock()),
                "indexLastUpdatePhyoffset": str(self.store.commitlog.max_offset)}
-        return ok(cmd, ext, b"".join(bytes(v) for v in found))
+        # the newest records that fit in one frame a client takes (64 large ones would not), the first always
+        room, parts = _QUERY_BODY_MAX, list[memoryview]()
+        for view in found:
+            if parts and len(view) > room:
+                break
+            parts.append(view)
+            room -= len(view)
+        return ok(cmd, ext, b"".join(parts))
 
     # -- locks ----------------------------------------------------------------------------------------------
     async def lock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -201,6 +201,48 @@ def test_a_silent_connection_does_not_block_others(certs: Certs) -> None:
     _run("asyncio", scenario)
 
 
+def test_sockets_still_being_set_up_count_against_the_connection_caps(certs: Certs) -> None:
+    """The TLS listener peeks each socket's first byte (up to 60 s) and handshakes (up to 10 s) before the server
+    admits it, and the caps were applied only then: silent sockets were held past maxConnections, each a file
+    descriptor, for a minute. The caps now count the sockets being set up: those past them are closed at once."""
+    from cometmq.net.limits import ConnectionLimits
+
+    async def closed_by_server(sock: socket.socket, within: float) -> bool:
+        try:
+            data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 1), within)
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+        return data == b""
+
+    async def scenario() -> None:
+        cfg = TlsConfig(mode=TlsMode.PERMISSIVE, cert_path=str(certs.cert), key_path=str(certs.key))
+        limits = ConnectionLimits(read_timeout_s=0, idle_timeout_s=0, max_connections=4)
+        async with RemotingServer("127.0.0.1", 0, {ECHO: echo}, tls=ServerTls(cfg), limits=limits) as server:
+            silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
+            try:
+                for sock in silent:
+                    sock.setblocking(False)
+                closed = [await closed_by_server(sock, 0.3) for sock in silent]
+                assert sum(closed) == 16 and server.guard.refused == 16
+            finally:
+                for sock in silent:
+                    sock.close()
+            for _ in range(200):  # the silent ones gone, a client gets in again
+                await asyncio.sleep(0.01)
+                async with RemotingClient() as plain:
+                    try:
+                        if (await _ask(plain, server.port)).remark == "plain":
+                            break
+                    except (TimeoutError, OSError, RemotingConnectError):
+                        continue
+            else:
+                raise AssertionError("no client got in after the silent sockets closed")
+
+    _run("asyncio", scenario)
+
+
 # -- settings --------------------------------------------------------------------------------------------------
 def test_settings_from_rocketmq_keys_aliases_and_config_file(tmp_path: Path) -> None:
     cfg = tls_config_from_properties({"tls.server.mode": "Enforcing", "tls.server.certPath": "/c.pem",

@@ -124,23 +124,34 @@ class ConnectionGuard:
     # -- admission ----------------------------------------------------------------------------------------
     def admit(self, conn: RemotingConnection) -> bool:
         """Count ``conn`` in, or close it (False) when a connection cap is reached."""
-        limits = self.limits
         ip = peer_ip(conn.remote_address)
         from_ip = self.per_ip.get(ip, 0)
-        reason = ""
-        if limits.max_connections and self.connections >= limits.max_connections:
-            reason = f"{self.connections} connections are open (maxConnections {limits.max_connections})"
-        elif limits.max_connections_per_ip and from_ip >= limits.max_connections_per_ip:
-            reason = f"{from_ip} connections from it are open (maxConnectionsPerIp {limits.max_connections_per_ip})"
-        if reason:
-            self.refused += 1
-            limited_log.warning(log, ("refused", ip), "%s refuses connections from %s: %s", self.what, ip, reason)
+        if not self._room(ip, self.connections, from_ip):
             conn.abort()
             return False
         self.connections += 1
         self.per_ip[ip] = from_ip + 1
         conn.set_buffer_observer(self.on_buffered)
         conn.add_close_callback(self._released)
+        return True
+
+    def may_open(self, ip: str, pending: int, pending_from_ip: int) -> bool:
+        """Whether a socket just accepted from ``ip`` may be set up, while ``pending`` others (``pending_from_ip``
+        from ``ip``) are being set up and not admitted yet (the TLS listener's peek and handshake, up to 70 s): the
+        caps count those too, else silent sockets held file descriptors past them. False: refused (and logged)."""
+        return self._room(ip, self.connections + pending, self.per_ip.get(ip, 0) + pending_from_ip)
+
+    def _room(self, ip: str, total: int, from_ip: int) -> bool:
+        limits = self.limits
+        reason = ""
+        if limits.max_connections and total >= limits.max_connections:
+            reason = f"{total} connections are open (maxConnections {limits.max_connections})"
+        elif limits.max_connections_per_ip and from_ip >= limits.max_connections_per_ip:
+            reason = f"{from_ip} connections from it are open (maxConnectionsPerIp {limits.max_connections_per_ip})"
+        if reason:
+            self.refused += 1
+            limited_log.warning(log, ("refused", ip), "%s refuses connections from %s: %s", self.what, ip, reason)
+            return False
         return True
 
     def _released(self, conn: RemotingConnection) -> None:

@@ -97,7 +97,7 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         if self.tls is not None:
             self._server = await start_tls_listener(self._new_connection, self.host, self._requested_port, self.tls,
-                                                    backlog=self._backlog)
+                                                    backlog=self._backlog, admit=self.guard.may_open)
         elif (sock := bound_socket(self.host, self._requested_port)) is not None:  # an IP address: no lookup
             try:
                 self._server = await loop.create_server(self._new_connection, sock=sock, backlog=self._backlog)

@@ -15,6 +15,7 @@ keep theirs. A file that fails to load is logged and the last good context stays
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -155,14 +156,23 @@ class ServerTls:
 
 
 # -- a listener that decides per connection ------------------------------------------------------------------
+Admit = Callable[[str, int, int], bool]
+"""``admit(ip, pending, pending_from_ip)``: whether a socket just accepted from ``ip`` may be set up, while
+``pending`` others (``pending_from_ip`` of them from ``ip``) are (a server's ``ConnectionGuard.may_open``)."""
+
+
 class TlsListener(asyncio.AbstractServer):
     """Accepts on ``sock`` and, per connection, peeks its first byte (never reading it): a TLS handshake record
     gets a TLS transport with the current context; anything else a plain transport in permissive mode, and is
     closed in enforcing mode. ``factory`` builds the protocol of each connection, as ``loop.create_server``'s."""
 
     def __init__(self, factory: Callable[[], asyncio.Protocol], sock: socket.socket, tls: ServerTls, *,
-                 peek_timeout: float = PEEK_TIMEOUT_S, handshake_timeout: float = HANDSHAKE_TIMEOUT_S) -> None:
+                 peek_timeout: float = PEEK_TIMEOUT_S, handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
+                 admit: Admit | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        #: asked for each socket accepted, with how many are being set up (all, and from its IP): False closes it
+        self._admit = admit
+        self._pending_from: dict[str, int] = {}
         self._factory = factory
         self._sock = sock
         self._tls = tls
@@ -213,7 +223,7 @@ class TlsListener(asyncio.AbstractServer):
     async def _accept_loop(self) -> None:
         while True:
             try:
-                conn, _ = await self._loop.sock_accept(self._sock)
+                conn, addr = await self._loop.sock_accept(self._sock)
             except asyncio.CancelledError:
                 raise
             except OSError as exc:  # EMFILE and the like: keep listening
@@ -221,9 +231,23 @@ class TlsListener(asyncio.AbstractServer):
                 await asyncio.sleep(0.1)
                 continue
             conn.setblocking(False)
+            ip = str(addr[0]) if isinstance(addr, tuple) and addr else "?"
+            from_ip = self._pending_from.get(ip, 0)
+            if self._admit is not None and not self._admit(ip, len(self._pending), from_ip):
+                conn.close()
+                continue
+            self._pending_from[ip] = from_ip + 1
             task = self._loop.create_task(self._open(conn))
             self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            task.add_done_callback(functools.partial(self._done, ip=ip))
+
+    def _done(self, task: asyncio.Task[None], ip: str) -> None:
+        self._pending.discard(task)
+        left = self._pending_from.get(ip, 1) - 1
+        if left > 0:
+            self._pending_from[ip] = left
+        else:
+            self._pending_from.pop(ip, None)
 
     async def _first_byte(self, conn: socket.socket) -> bytes:
         fd = conn.fileno()
@@ -285,7 +309,7 @@ def _set_once(future: asyncio.Future[None]) -> None:
 
 
 async def start_tls_listener(factory: Callable[[], asyncio.Protocol], host: str, port: int, tls: ServerTls, *,
-                             backlog: int = 1024) -> TlsListener:
+                             backlog: int = 1024, admit: Admit | None = None) -> TlsListener:
     """Bind ``host:port`` and serve it with a :class:`TlsListener`."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -296,7 +320,7 @@ async def start_tls_listener(factory: Callable[[], asyncio.Protocol], host: str,
     except OSError:
         sock.close()
         raise
-    listener = TlsListener(factory, sock, tls)
+    listener = TlsListener(factory, sock, tls, admit=admit)
     await listener.start_serving()
     return listener
 

@@ -257,3 +257,27 @@ def test_heartbeat_v2_fields_as_rocketmq_5_writes_them() -> None:
     c = HeartbeatData("a", ("pg",), (ConsumerData("cg", subscriptions=(SubscriptionData("T", "y", 1),)),))
     assert a.compute_fingerprint() == b.compute_fingerprint() != c.compute_fingerprint()
     assert a.compute_fingerprint() != 0 and -(1 << 31) <= a.compute_fingerprint() < 1 << 31
+
+
+async def test_unregister_takes_out_only_the_callers_own_registration(start_broker: StartBroker) -> None:
+    """UNREGISTER_CLIENT removed every channel of the named client id, whichever connection it came on: any peer
+    could take a live consumer (its id is in GET_CONSUMER_LIST_BY_GROUP's answer) or producer out of its group,
+    the group rebalancing its queues away while it still consumed them. As RocketMQ, a request now leaves only
+    for the connection it came on."""
+    b = await start_broker()
+    victim = RemotingClient()
+    try:
+        r = await victim.invoke(b.addr, make_request(RequestCode.HEART_BEAT, {}, HeartbeatData(
+            "victim", ("pg",), (consumer("cg"),)).encode()))
+        assert r.code == ResponseCode.SUCCESS
+        async with RemotingClient() as other:
+            r = await other.invoke(b.addr, make_request(RequestCode.UNREGISTER_CLIENT, {
+                "clientID": "victim", "consumerGroup": "cg", "producerGroup": "pg"}))
+            assert r.code == ResponseCode.SUCCESS
+        assert b.consumers.client_ids("cg") == ["victim"] and b.producers.any_channel("pg") is not None
+        r = await victim.invoke(b.addr, make_request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": "victim", "consumerGroup": "cg", "producerGroup": "pg"}))
+        assert r.code == ResponseCode.SUCCESS
+        assert b.consumers.client_ids("cg") == [] and b.producers.any_channel("pg") is None
+    finally:
+        await victim.close()

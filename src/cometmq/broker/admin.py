@@ -206,10 +206,12 @@ class AdminProcessor:
 
     async def unregister_client(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(UnregisterClientRequestHeader, cmd)
+        # only this connection's registration: another peer naming a client id (GET_CONSUMER_LIST_BY_GROUP tells
+        # them) must not take a live consumer out of its group (its queues rebalanced away while it consumes them)
         if h.producer_group:
-            self.producers.unregister(h.producer_group, h.client_id)
+            self.producers.unregister(h.producer_group, h.client_id, conn)
         if h.consumer_group:
-            self.consumers.unregister(h.consumer_group, h.client_id)
+            self.consumers.unregister(h.consumer_group, h.client_id, conn)
             self.locks.unlock_client(h.client_id)
         return ok(cmd)
 

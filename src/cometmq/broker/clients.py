@@ -167,11 +167,13 @@ class ConsumerManager:
         info.version += 1
         return channel
 
-    def unregister(self, group: str, client_id: str) -> None:
+    def unregister(self, group: str, client_id: str, conn: RemotingConnection | None = None) -> None:
+        """``client_id`` leaves ``group``: its channel on ``conn`` (as RocketMQ: a request leaves only for the
+        connection it came on, not another's), or every channel of it when ``conn`` is None."""
         info = self.groups.get(group)
         if info is None:
             return
-        gone = [c for c, ch in info.channels.items() if ch.client_id == client_id]
+        gone = [c for c, ch in info.channels.items() if ch.client_id == client_id and (conn is None or c is conn)]
         for conn in gone:
             self._drop(info, conn)
         if gone:
@@ -295,10 +297,11 @@ class ProducerManager:
         else:
             ch.last_update_ms = self.clock()
 
-    def unregister(self, group: str, client_id: str) -> None:
+    def unregister(self, group: str, client_id: str, conn: RemotingConnection | None = None) -> None:
+        """As ``ConsumerManager.unregister``: only the channel on ``conn`` when given."""
         channels = self.groups.get(group, {})
-        for conn in [c for c, ch in channels.items() if ch.client_id == client_id]:
-            del channels[conn]
+        for gone in [c for c, ch in channels.items() if ch.client_id == client_id and (conn is None or c is conn)]:
+            del channels[gone]
         if not channels:
             self.groups.pop(group, None)
 

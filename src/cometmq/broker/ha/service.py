@@ -202,7 +202,7 @@ class ReplicationService:
             if not resume and epoch <= self.epoch:
                 raise FencedError(f"epoch {epoch} is not above this broker's epoch {self.epoch}")
             await self._stop_link()
-            end = self.store.commitlog.max_offset
+            end = self._cut_torn_tail()
             if not resume:
                 self.epochs.append(epoch, end)
             failpoints.hit("ha.promote.epoch_written")
@@ -215,6 +215,21 @@ class ReplicationService:
                 self._master_services_running = True
             log.warning("promoted to master at epoch %d (log end %d)", epoch, end)
         await self._register(MASTER_ID, epoch)
+
+    def _cut_torn_tail(self) -> int:
+        """Cut a torn last record (a replica's log may end inside one: the master's frames need not end at record
+        boundaries) before this broker writes as master (RocketMQ's truncateInvalidMsg); returns the log end.
+        The dispatch never passes a torn record, so the whole records end at or after the reput offset."""
+        store = self.store
+        end = store.commitlog.max_offset
+        valid_end = store.commitlog.recover_end(min(store.reput.reput_offset, end)).end_offset
+        if valid_end < end:
+            log.warning("cutting the log from %d to %d, the end of its last whole record, before taking writes",
+                        end, valid_end)
+            store.truncate(valid_end)  # durable on return
+            if self._on_truncated is not None:
+                self._on_truncated()
+        return valid_end
 
     async def demote(self, epoch: int, master_ha_addr: str | None = None, replica_id: int | None = None,
                      master_addr: str | None = None) -> None:

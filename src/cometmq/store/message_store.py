@@ -424,15 +424,16 @@ class MessageStore:
         self.flush_service.request(end)
         return True
 
-    def truncate(self, offset: int) -> None:
-        """Cut the log back to ``offset`` and drop consume-queue units and index files past it.
+    def truncate(self, offset: int, *, keep_log: bool = False) -> None:
+        """Cut the log back to ``offset`` and drop consume-queue units and index files past it (keep_log: those only).
 
         Durable on return (RocketMQ #10666 resurrected a truncated tail after a crash): the zeroed tail is
         fdatasync'd (``MappedFiles.set_write_end``), removed segments' directory entries are synced, and the flushed
         offset drops to ``offset``, so a recovery after a crash finds the log ending here."""
         with self.lock:
-            self.commitlog.truncate(offset)
-            fsync_dir(self.config.commitlog_dir)
+            if not keep_log:
+                self.commitlog.truncate(offset)
+                fsync_dir(self.config.commitlog_dir)
             service = self.flush_service
             service.flushed_offset = min(service.flushed_offset, offset)
             for cq in self.queues.values():

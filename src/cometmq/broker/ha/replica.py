@@ -33,7 +33,8 @@ _RETRY_S = (0.2, 0.5, 1.0, 2.0)
 class HAReplica:
     def __init__(self, config: HAConfig, store: MessageStore, appender: Appender, epochs: EpochFile,
                  replica_id: int, master_addr: Callable[[], str | None], *,
-                 on_truncated: Callable[[], None] | None = None) -> None:
+                 on_truncated: Callable[[], None] | None = None,
+                 on_cut: Callable[[int], None] | None = None) -> None:
         self.config = config
         self.store = store
         self.appender = appender
@@ -41,6 +42,7 @@ class HAReplica:
         self.replica_id = replica_id
         self._master_addr = master_addr
         self._on_truncated = on_truncated
+        self._on_cut = on_cut
         self.master_addr: str | None = None
         self.connected = False
         self._task: asyncio.Task[None] | None = None
@@ -132,6 +134,8 @@ class HAReplica:
         if point < local_end:
             log.warning("truncating the log from %d to %d, the last point in common with the master", local_end,
                         point)
+            if self._on_cut is not None:
+                self._on_cut(point)
             self.store.truncate(point)  # durable on return
             failpoints.hit("ha.truncate.log_cut")
             if self._on_truncated is not None:

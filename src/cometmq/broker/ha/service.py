@@ -33,6 +33,7 @@ from cometmq.broker.ha.role import RoleInfo
 from cometmq.broker.ha.sync_state import MASTER_ID, SyncState
 from cometmq.broker.offset_waiter import OffsetWaiter
 from cometmq.common import failpoints
+from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.common.periodic import Periodic
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
@@ -122,6 +123,10 @@ class ReplicationService:
                                       self._housekeep, logger=log)
         self._lock = asyncio.Lock()
         self._master_services_running = False
+        #: below this offset every record was confirmed (dispatched) when it was saved: a broker restarted as a
+        #: replica shows nothing above it until a master confirms more (its log may hold a tail that is cut later)
+        self._dispatched_path = epochs.path.with_name("haDispatchedOffset")
+        self._dispatched_saved = self._load_dispatched()
 
     @property
     def broker_id(self) -> int:
@@ -140,16 +145,19 @@ class ReplicationService:
                 self.epochs.append(1, self.store.commitlog.min_offset)
             self._master_services_running = True
             await self._become_master()
-        elif self.controller_mode:
-            # Nothing is visible above the log end until a master confirms it; no link until one is named.
-            self.store.set_confirm_offset(self.store.commitlog.max_offset)
         else:
-            self._become_replica()
+            # Nothing is visible above what was confirmed before the restart until a master confirms it (in
+            # controller mode no link until one is named). No record of it (a broker of an older version): the log.
+            saved = self._dispatched_saved
+            self._hold_back(self.store.commitlog.max_offset if saved is None else saved)
+            if not self.controller_mode:
+                self._become_replica()
         self._housekeeping.start()
 
     async def stop(self) -> None:
         await self._housekeeping.stop()
         await self._stop_link()
+        self._save_dispatched(self.store.reput.reput_offset)
         if self._acks is not None:
             self._acks.close()
 
@@ -171,13 +179,48 @@ class ReplicationService:
         await self.master.start()
 
     def _become_replica(self) -> None:
-        # What arrives from now on is visible only once the master's frames confirm it.
-        self.store.set_confirm_offset(self.store.commitlog.max_offset)
+        # What is not dispatched yet (a former master's unconfirmed tail, which the new master may cut) and what
+        # arrives from now on is visible only once the master's frames confirm it.
+        self.store.set_confirm_offset(self.store.reput.reput_offset)
         from cometmq.broker.ha.replica import HAReplica  # (a master never loads the replica's side of the link)
 
         self.replica = HAReplica(self.config, self.store, self.appender, self.epochs, self.replica_id,
-                                 self.master_ha_addr, on_truncated=self._on_truncated)
+                                 self.master_ha_addr, on_truncated=self._on_truncated, on_cut=self._on_cut)
         self.replica.start()
+
+    def _on_cut(self, offset: int) -> None:
+        """The replica's log is about to be cut at ``offset``: nothing above it is confirmed, durably so first (a
+        crash after the cut must not take the new master's later bytes there as confirmed)."""
+        held = min(offset, self.store.reput.reput_offset)
+        self._save_dispatched(held)
+        self.store.set_confirm_offset(held)
+
+    def _hold_back(self, offset: int) -> None:
+        """Show nothing at or above ``offset`` until a master confirms it: the units the recovery dispatched there
+        are dropped (the log is kept)."""
+        store = self.store
+        offset = min(offset, store.commitlog.max_offset)
+        if store.reput.reput_offset > offset:
+            log.warning("holding back the records from %d to %d until a master confirms them", offset,
+                        store.commitlog.max_offset)
+            store.truncate(offset, keep_log=True)
+            if self._on_truncated is not None:
+                self._on_truncated()
+        store.set_confirm_offset(offset)
+
+    def _load_dispatched(self) -> int | None:
+        raw = read_optional(self._dispatched_path)
+        try:
+            return None if raw is None else max(0, int(raw))
+        except ValueError:
+            log.warning("%s does not hold an offset: ignored", self._dispatched_path)
+            return None
+
+    def _save_dispatched(self, offset: int) -> None:
+        """Record durably that the records below ``offset`` are confirmed (a record boundary: the dispatch point)."""
+        if offset != self._dispatched_saved:
+            write_atomic(self._dispatched_path, str(offset).encode())
+            self._dispatched_saved = offset
 
     def master_ha_addr(self) -> str | None:
         """Where this replica's HA link connects (None while this broker is the master)."""
@@ -395,6 +438,7 @@ class ReplicationService:
             self.master.appended()
 
     def _housekeep(self) -> None:
+        self._save_dispatched(self.store.reput.reput_offset)
         if self.role is Role.MASTER:
             gone = self.sync.shrink(self.clock())
             if gone and self.sync.propose:

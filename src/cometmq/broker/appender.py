@@ -179,8 +179,14 @@ class Appender:
 
     def append_replicated(self, offset: int, data: bytes | memoryview) -> bool:
         """A replica appends its master's log bytes at ``offset`` (its log end); False when they don't fit there.
-        Not gated: a replica refuses writes from clients, not its master's."""
-        return self._store.append_raw(offset, data)
+        Not gated: a replica refuses writes from clients, not its master's. An empty log starts at ``offset``: the
+        master's log may no longer start at 0 (retention), and the replica's copy starts where the master's does."""
+        store = self._store
+        if offset > 0 and store.commitlog.files.last is None:
+            with store.lock:
+                store.commitlog.files.last_for_append(offset)
+                store.reput.reput_offset = offset
+        return store.append_raw(offset, data)
 
     async def durable(self, result: PutResult) -> PutResult:
         """Wait until ``append``'s records are durable as configured; on timeout the status says which wait

@@ -156,8 +156,11 @@ class HAReplica:
             raise ha.HAProtocolError(f"unexpected {frame} after the handshake")
         store = self.store
         end = store.commitlog.max_offset
-        # (a heartbeat may come before the master knows where the transfer starts: offset -1, as Java's do)
-        if frame.start_offset != end and not (not frame.body and (end == 0 or frame.start_offset == -1)):
+        # (a heartbeat may come before the master knows where the transfer starts: offset -1, as Java's do; an
+        # empty log takes the master's first bytes wherever its log starts, §1.2 step 5)
+        empty = end == 0 and store.commitlog.files.last is None
+        if frame.start_offset != end and not empty and \
+                not (not frame.body and (end == 0 or frame.start_offset == -1)):
             raise ha.HAProtocolError(f"the master sent offset {frame.start_offset}; this log ends at {end}")
         last = self.epochs.last_epoch()
         if frame.body and frame.epoch < last:

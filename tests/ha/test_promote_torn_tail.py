@@ -32,7 +32,7 @@ BATCH = 1000
 
 class FrameCutter:
     """Forwards replica → master bytes as they come and master → replica frames until a data frame starts at or
-    past ``cut_at``; from then on nothing more reaches the replica (the sockets stay open)."""
+    past ``cut_at``; from then on nothing more of that link reaches the replica (the sockets stay open)."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -75,6 +75,7 @@ class FrameCutter:
                 await writer.drain()
 
     async def _down(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        cut = False  # (per link: a new link's handshake passes, its data from ``cut_at`` on does not)
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             while True:
                 head = await reader.readexactly(8)
@@ -83,8 +84,8 @@ class FrameCutter:
                 if state == 2 and size > 0 and self.cut_at is not None:
                     (start,) = struct.unpack_from(">q", rest, 0)
                     if start >= self.cut_at:
-                        self.cut = True
-                if not self.cut:
+                        cut = self.cut = True
+                if not cut:
                     writer.write(head + rest)
                     await writer.drain()
 

@@ -170,6 +170,10 @@ class ReplicationService:
             self.replica = None
 
     async def _become_master(self) -> None:
+        # A new term's acks: the offsets confirmed in an earlier one (before this log was cut, maybe) count nothing.
+        if self._acks is not None:
+            self._acks.close()
+        self._acks = OffsetWaiter(asyncio.get_running_loop(), 0, sweep_interval_s=0.05)
         self.sync = SyncState(all_ack=self.config.all_ack, max_not_catchup_ms=self.config.max_not_catchup_ms,
                               epoch_start=self.epochs.entries[-1].start_offset if self.epochs.entries else 0,
                               propose=self.controller_mode)

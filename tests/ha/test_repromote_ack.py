@@ -1,0 +1,84 @@
+"""A broker promoted again in the same process acknowledges a send only once its SyncStateSet has it.
+
+The waiter of acknowledged offsets (``OffsetWaiter``) keeps the highest confirm offset it was told. A master
+alone confirms its whole log; demoted, it may be cut back below that offset by the handshake with a new master
+(here an operator promotes a replica that lagged, §1.4: the lone master's tail is lost, as documented for
+minInSyncReplicas 1). Promoted again, a new send whose end lies below the old mark must still wait for the
+replicas now in the set: acknowledged at once, it is lost when that replica, which never got it, becomes master.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from tests.broker.conftest import send_request
+from tests.ha.cluster import Broker, Cluster
+from tests.ha.test_promote_torn_tail import FrameCutter
+
+TOPIC = "HARepromote"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, {"slaveTimeout": "6000", "haMaxTimeSlaveNotCatchup": "2000"})
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def send(cluster: Cluster, b: Broker, body: bytes) -> int:
+    cmd = send_request(TOPIC, body, queue_id=0)
+    return (await cluster.request(b.addr, cmd.code, cmd.ext_fields, body, timeout=15)).code
+
+
+async def follow_via(cluster: Cluster, b: Broker, master: Broker, proxy: FrameCutter, epoch: int) -> None:
+    reply = await cluster.request(b.addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+                                  {"masterEpoch": str(epoch), "masterAddress": master.addr,
+                                   "masterHaAddress": proxy.addr, "brokerId": "1"})
+    assert reply.code == 0, reply.remark
+
+
+async def test_a_send_below_an_old_confirm_mark_waits_for_the_new_set(cluster: Cluster) -> None:
+    b0 = (await cluster.start(1))[0]
+    b1 = cluster.add_broker(1)
+    await cluster.create_topic(b0, TOPIC, 1)
+    to_b0 = await FrameCutter(("127.0.0.1", b0.ha_port)).start()
+    try:
+        await b1.start()
+        await follow_via(cluster, b1, b0, to_b0, 1)
+        await cluster.wait_sync_set(b0, {0, 1})
+        assert await send(cluster, b0, b"shared") == ResponseCode.SUCCESS
+        shared_end = await cluster.wait_caught_up(b1, b0)
+
+        # b1 gets nothing more; once it left the set, b0 alone acknowledges (minInSyncReplicas 1) what waited.
+        to_b0.cut_at = shared_end
+        assert await send(cluster, b0, b"lagged-" * 300) == ResponseCode.SUCCESS
+        assert (await cluster.status(b0))["syncStateSet"] == [0]
+        for i in range(20):
+            assert await send(cluster, b0, f"alone-{i}".encode() * 20) == ResponseCode.SUCCESS
+        await cluster.try_status(b0)
+
+        # The operator promotes the lagging b1; b0 follows it and its tail is cut.
+        assert (await cluster.promote(b1, 2)).code == 0
+        assert (await cluster.follow(b0, b1, 2, 2)).code == 0
+        await cluster.wait_sync_set(b1, {0, 2})
+        assert await cluster.wait_caught_up(b0, b1) == shared_end
+
+        # b0 is master again; b1 follows it through a proxy that lets it join the set, then copies nothing more.
+        assert (await cluster.promote(b0, 3)).code == 0
+        await follow_via(cluster, b1, b0, to_b0, 3)
+        await cluster.wait_sync_set(b0, {0, 1})
+        code = await send(cluster, b0, b"after-repromote")
+        st0, st1 = await cluster.status(b0), await cluster.status(b1)
+        assert st1["maxOffset"] < st0["maxOffset"]  # b1 never got it
+        # Acknowledged only by b0 alone: once b1 left the set (minInSyncReplicas 1), never while b1 was in it.
+        assert code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT), code
+        assert code != ResponseCode.SUCCESS or st0["syncStateSet"] == [0], \
+            f"acknowledged while replica b1 of the set {st0['syncStateSet']} has the log to {st1['maxOffset']} only"
+    finally:
+        await to_b0.stop()

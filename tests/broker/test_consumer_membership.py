@@ -281,3 +281,28 @@ async def test_unregister_takes_out_only_the_callers_own_registration(start_brok
         assert b.consumers.client_ids("cg") == [] and b.producers.any_channel("pg") is None
     finally:
         await victim.close()
+
+
+async def test_a_member_whose_transport_is_closing_does_not_stop_the_others_being_told(
+        start_broker: StartBroker, tmp_path: Path) -> None:
+    """A transport the event loop has begun to close (a failed write) is closing until connection_lost runs in a
+    later turn, and its member is still in the group meanwhile: the notice to it raised, which failed whatever had
+    changed the group (a heartbeat answered SYSTEM_ERROR, a closing connection's cleanup cut short) and left the
+    members after it untold."""
+    b = await start_broker(tmp_path / "b", notify_consumer_ids_changed_window_ms=0)
+    a, c, d = Member("a"), Member("c"), Member("d")
+    try:
+        for m in (a, c, d):
+            await m.join(b.addr)
+        conns = {ch.client_id: conn for conn, ch in b.consumers.groups["cg"].channels.items()}
+        transport = conns["a"]._transport
+        assert transport is not None
+        d.noticed.clear()
+        # in one loop turn, as it happens: the loop closes a's transport, then c leaves (its UNREGISTER_CLIENT)
+        transport.close()
+        assert not conns["a"].closed
+        b.consumers.unregister("cg", "c", conns["c"])
+        await asyncio.wait_for(d.noticed.wait(), 5)
+    finally:
+        for m in (a, c, d):
+            await m.client.close()

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cometmq.net.connection import RemotingConnection
+from cometmq.net.connection import ConnectionClosedError, RemotingConnection
 from cometmq.protocol.client_bodies import CLUSTERING, ConsumerData, SubscriptionData, encode_consumer_list
 from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.remoting import make_request
@@ -250,7 +250,12 @@ class ConsumerManager:
         cmd = make_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True)
         for channel in list(info.channels.values()):
             if not channel.conn.closed:
-                channel.conn.send_oneway(cmd)
+                try:
+                    channel.conn.send_oneway(cmd)
+                except ConnectionClosedError:
+                    # its transport is closing (connection_lost is yet to run): it leaves the group then; the
+                    # other members are still told, and the heartbeat or close that changed the group goes on
+                    continue
                 self.notices_sent += 1
 
     def close(self) -> None:

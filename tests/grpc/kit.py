@@ -129,6 +129,18 @@ class Endpoint:
 TRANSPORTS = ("local", "tcp")
 
 
+async def start_secured(tmp: Path, acl_text: str, user: tuple[str, str], topics: tuple[str, ...]) -> Endpoint:
+    """An endpoint whose broker has ACL on with ``acl_text`` (plain_acl.yml), calling as ``user``, with ``topics``
+    created (one queue each)."""
+    acl = tmp / "plain_acl.yml"
+    acl.write_text(acl_text)
+    ep = await start_endpoint(tmp, acl_file=str(acl))
+    ep.credentials = user
+    for topic in topics:
+        await ep.create_topic(topic, queues=1)
+    return ep
+
+
 async def start_endpoint(tmp: Path, broker_changes: dict[str, Any] | None = None, *, transport: str = "local",
                          **proxy_changes: Any) -> Endpoint:
     ns = NamesrvController(NamesrvConfig(port=0))

@@ -17,33 +17,19 @@ from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.pop import ExtraInfo
 from tests.broker.conftest import send_request
-from tests.grpc.kit import Endpoint, start_endpoint, stop_endpoint
+from tests.grpc.kit import Endpoint, start_endpoint, start_secured, stop_endpoint
+from tests.kit.acl import one_user
 
 pytestmark = pytest.mark.timeout(60)
 
 USER = ("handleUser1", "handleSecret1")
-ACL = f"""\
-accounts:
-  - accessKey: {USER[0]}
-    secretKey: {USER[1]}
-    defaultTopicPerm: DENY
-    defaultGroupPerm: DENY
-    topicPerms:
-      - HOk=PUB|SUB
-      - HDenied=DENY
-    groupPerms:
-      - HGroup=SUB
-"""
+ACL = one_user(USER, topic_perms={"HOk": "PUB|SUB", "HDenied": "DENY"},
+               group_perms={"HGroup": "SUB"})
 
 
 @pytest.fixture
 async def secured(tmp_path: Path) -> AsyncIterator[Endpoint]:
-    acl = tmp_path / "plain_acl.yml"
-    acl.write_text(ACL)
-    ep = await start_endpoint(tmp_path, acl_file=str(acl))
-    ep.credentials = USER
-    for topic in ("HOk", "HDenied"):
-        await ep.create_topic(topic, queues=1)
+    ep = await start_secured(tmp_path, ACL, USER, ("HOk", "HDenied"))
     yield ep
     await stop_endpoint(ep)
 

@@ -13,33 +13,19 @@ import pytest
 
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
-from tests.grpc.kit import Endpoint, start_endpoint, stop_endpoint
+from tests.grpc.kit import Endpoint, start_secured, stop_endpoint
+from tests.kit.acl import one_user
 
 pytestmark = pytest.mark.timeout(60)
 
 USER = ("teleUser01", "teleSecret01")
-ACL = f"""\
-accounts:
-  - accessKey: {USER[0]}
-    secretKey: {USER[1]}
-    defaultTopicPerm: DENY
-    defaultGroupPerm: DENY
-    topicPerms:
-      - TeleOk=PUB|SUB
-      - TeleSubOnly=SUB
-    groupPerms:
-      - TeleGroup=SUB
-"""
+ACL = one_user(USER, topic_perms={"TeleOk": "PUB|SUB", "TeleSubOnly": "SUB"},
+               group_perms={"TeleGroup": "SUB"})
 
 
 @pytest.fixture
 async def secured(tmp_path: Path) -> AsyncIterator[Endpoint]:
-    acl = tmp_path / "plain_acl.yml"
-    acl.write_text(ACL)
-    ep = await start_endpoint(tmp_path, acl_file=str(acl))
-    ep.credentials = USER
-    for topic in ("TeleOk", "TeleSubOnly"):
-        await ep.create_topic(topic, queues=1)
+    ep = await start_secured(tmp_path, ACL, USER, ("TeleOk", "TeleSubOnly"))
     yield ep
     await stop_endpoint(ep)
 

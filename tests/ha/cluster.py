@@ -14,6 +14,7 @@ consume queues). ``read_log`` reads a stopped (or killed) broker's commit log an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import BLANK_MAGIC_CODE, MAGIC_CODE, MessageRecord, decode_record, iter_records
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.store.epoch_file import EpochEntry, decode
+from tests.broker.conftest import send_request
 from tests.interop.cometmq_server import free_port
 from tests.kit import eventually
+from tests.kit.faultproxy import FaultProxy
 
 BROKER_NAME = "broker-ha"
 CLUSTER_NAME = "HACluster"
@@ -295,6 +298,11 @@ class Cluster:
                       timeout: float = 5.0) -> RemotingCommand:
         return await self.client.invoke(addr, make_request(code, dict(ext or {}), body), timeout)
 
+    async def send(self, b: Broker, topic: str, body: bytes, queue_id: int = 0, timeout: float = 15.0) -> int:
+        """One SEND_MESSAGE of ``body`` to ``topic``/``queue_id`` on ``b``; the answer's code."""
+        cmd = send_request(topic, body, queue_id=queue_id)
+        return (await self.request(b.addr, cmd.code, cmd.ext_fields, body, timeout=timeout)).code
+
     async def status(self, b: Broker) -> dict[str, Any]:
         reply = await self.request(b.addr, RequestCode.GET_BROKER_HA_STATUS)
         assert reply.code == ResponseCode.SUCCESS, (reply.code, reply.remark)
@@ -311,10 +319,27 @@ class Cluster:
         return await self.request(b.addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
                                   {"masterEpoch": str(epoch), "toThisBroker": "true"}, timeout=35)
 
-    async def follow(self, b: Broker, master: Broker, epoch: int, replica_id: int) -> RemotingCommand:
+    async def follow(self, b: Broker, master: Broker, epoch: int, replica_id: int,
+                     ha_addr: str | None = None) -> RemotingCommand:
+        """``b`` follows ``master`` as replica ``replica_id`` of ``epoch``; through ``ha_addr`` (a proxy in front of
+        the master's HA port) when given."""
         return await self.request(b.addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
                                   {"masterEpoch": str(epoch), "masterAddress": master.addr,
-                                   "masterHaAddress": master.ha_addr, "brokerId": str(replica_id)})
+                                   "masterHaAddress": ha_addr or master.ha_addr, "brokerId": str(replica_id)})
+
+    @contextlib.asynccontextmanager
+    async def replica_behind_proxy(self, topic: str) -> AsyncIterator[tuple[Broker, Broker, FaultProxy]]:
+        """A master (id 0) with ``topic`` (one queue) and a replica (id 1) that follows it through a FaultProxy in
+        front of its HA port, both in the SyncStateSet: ``(master, replica, proxy)``. Both are stopped at the end."""
+        b0, b1 = await self.start(1) + [self.add_broker(1)]
+        async with FaultProxy(("127.0.0.1", b0.ha_port)) as proxy:
+            await self.create_topic(b0, topic, 1)
+            await b1.start()
+            assert (await self.follow(b1, b0, 1, 1, proxy.addr)).code == 0
+            await self.wait_sync_set(b0, {0, 1})
+            yield b0, b1, proxy
+            await b1.stop()
+        await b0.stop()
 
     async def create_topic(self, master: Broker, topic: str, queues: int = 4) -> None:
         reply = await self.request(master.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from cometmq.protocol.codes import RequestCode, ResponseCode
-from tests.broker.conftest import send_request
 from tests.ha.cluster import SEGMENT_SIZE, Broker, Cluster
 from tests.kit import eventually
 
@@ -24,16 +23,12 @@ HOURS = ";".join(str(h) for h in range(24))
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path, {"fileReservedTime": "0", "deleteWhen": HOURS, "cleanResourceInterval": "200"})
-    try:
+    async with Cluster(tmp_path, {"fileReservedTime": "0", "deleteWhen": HOURS, "cleanResourceInterval": "200"}) as c:
         yield c
-    finally:
-        await c.close()
 
 
 async def send(cluster: Cluster, b: Broker, body: bytes) -> int:
-    cmd = send_request(TOPIC, body, queue_id=0)
-    return (await cluster.request(b.addr, cmd.code, cmd.ext_fields, body, timeout=15)).code
+    return await cluster.send(b, TOPIC, body)
 
 
 async def test_an_empty_replica_joins_a_master_whose_log_no_longer_starts_at_zero(cluster: Cluster) -> None:

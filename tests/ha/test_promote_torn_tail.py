@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cometmq.protocol.codes import RequestCode, ResponseCode
-from tests.broker.conftest import send_request
+from cometmq.protocol.codes import ResponseCode
 from tests.ha.cluster import Broker, Cluster
 from tests.kit import eventually
 
@@ -92,17 +91,13 @@ class FrameCutter:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path, {"haTransferBatchSize": str(BATCH), "slaveTimeout": "1000",
-                           "haMaxTimeSlaveNotCatchup": "30000"})
-    try:
+    async with Cluster(tmp_path, {"haTransferBatchSize": str(BATCH), "slaveTimeout": "1000",
+                           "haMaxTimeSlaveNotCatchup": "30000"}) as c:
         yield c
-    finally:
-        await c.close()
 
 
 async def send(cluster: Cluster, b: Broker, body: bytes) -> int:
-    cmd = send_request(TOPIC, body, queue_id=0)
-    return (await cluster.request(b.addr, cmd.code, cmd.ext_fields, body, timeout=15)).code
+    return await cluster.send(b, TOPIC, body)
 
 
 async def test_a_replica_promoted_with_a_torn_last_record_cuts_it(cluster: Cluster) -> None:
@@ -112,10 +107,7 @@ async def test_a_replica_promoted_with_a_torn_last_record_cuts_it(cluster: Clust
     proxy = await FrameCutter(("127.0.0.1", b0.ha_port)).start()
     try:
         await b1.start()
-        reply = await cluster.request(b1.addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
-                                      {"masterEpoch": "1", "masterAddress": b0.addr, "masterHaAddress": proxy.addr,
-                                       "brokerId": "1"})
-        assert reply.code == 0, reply.remark
+        assert (await cluster.follow(b1, b0, 1, 1, proxy.addr)).code == 0
         await cluster.wait_sync_set(b0, {0, 1})
         assert await send(cluster, b0, b"acked-0") == ResponseCode.SUCCESS
         shared_end = await cluster.wait_caught_up(b1, b0)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cometmq.protocol.codes import RequestCode, ResponseCode
-from tests.broker.conftest import send_request
+from cometmq.protocol.codes import ResponseCode
 from tests.ha.cluster import Broker, Cluster
 from tests.ha.test_promote_torn_tail import FrameCutter
 
@@ -24,23 +23,12 @@ TOPIC = "HARepromote"
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path, {"slaveTimeout": "6000", "haMaxTimeSlaveNotCatchup": "2000"})
-    try:
+    async with Cluster(tmp_path, {"slaveTimeout": "6000", "haMaxTimeSlaveNotCatchup": "2000"}) as c:
         yield c
-    finally:
-        await c.close()
 
 
 async def send(cluster: Cluster, b: Broker, body: bytes) -> int:
-    cmd = send_request(TOPIC, body, queue_id=0)
-    return (await cluster.request(b.addr, cmd.code, cmd.ext_fields, body, timeout=15)).code
-
-
-async def follow_via(cluster: Cluster, b: Broker, master: Broker, proxy: FrameCutter, epoch: int) -> None:
-    reply = await cluster.request(b.addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
-                                  {"masterEpoch": str(epoch), "masterAddress": master.addr,
-                                   "masterHaAddress": proxy.addr, "brokerId": "1"})
-    assert reply.code == 0, reply.remark
+    return await cluster.send(b, TOPIC, body)
 
 
 async def test_a_send_below_an_old_confirm_mark_waits_for_the_new_set(cluster: Cluster) -> None:
@@ -50,7 +38,7 @@ async def test_a_send_below_an_old_confirm_mark_waits_for_the_new_set(cluster: C
     to_b0 = await FrameCutter(("127.0.0.1", b0.ha_port)).start()
     try:
         await b1.start()
-        await follow_via(cluster, b1, b0, to_b0, 1)
+        assert (await cluster.follow(b1, b0, 1, 1, to_b0.addr)).code == 0
         await cluster.wait_sync_set(b0, {0, 1})
         assert await send(cluster, b0, b"shared") == ResponseCode.SUCCESS
         shared_end = await cluster.wait_caught_up(b1, b0)
@@ -71,7 +59,7 @@ async def test_a_send_below_an_old_confirm_mark_waits_for_the_new_set(cluster: C
 
         # b0 is master again; b1 follows it through a proxy that lets it join the set, then copies nothing more.
         assert (await cluster.promote(b0, 3)).code == 0
-        await follow_via(cluster, b1, b0, to_b0, 3)
+        assert (await cluster.follow(b1, b0, 3, 1, to_b0.addr)).code == 0
         await cluster.wait_sync_set(b0, {0, 1})
         code = await send(cluster, b0, b"after-repromote")
         st0, st1 = await cluster.status(b0), await cluster.status(b1)

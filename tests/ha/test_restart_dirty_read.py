@@ -9,22 +9,11 @@ past queue offsets the new master fills with other messages).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
+from tests.ha import test_rejoin
 from tests.ha.cluster import Cluster
 from tests.ha.test_rejoin import TOPIC, bodies, diverge
 
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path, {"haMaxTimeSlaveNotCatchup": "30000", "slaveTimeout": "500", "syncFlushTimeout": "2000"})
-    try:
-        yield c
-    finally:
-        await c.close()
+cluster = test_rejoin.cluster  # the same fixture: a group whose replica stays in the set while it is away
 
 
 async def test_a_restarted_old_master_does_not_serve_its_unacknowledged_tail(cluster: Cluster) -> None:

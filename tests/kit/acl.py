@@ -15,3 +15,13 @@ def admin_and_user(admin: tuple[str, str], user: tuple[str, str], *, topic_perms
         lines.append("    topicPerms:")
         lines += [f"      - {topic}={perm}" for topic, perm in topic_perms.items()]
     return "\n".join(lines) + "\n"
+
+
+def one_user(user: tuple[str, str], *, topic_perms: dict[str, str], group_perms: dict[str, str]) -> str:
+    """A plain_acl.yml text of one account that is not an admin, denied every topic and group but these."""
+    lines = ["accounts:", f"  - accessKey: {user[0]}", f"    secretKey: {user[1]}", "    defaultTopicPerm: DENY",
+             "    defaultGroupPerm: DENY", "    topicPerms:"]
+    lines += [f"      - {topic}={perm}" for topic, perm in topic_perms.items()]
+    lines.append("    groupPerms:")
+    lines += [f"      - {group}={perm}" for group, perm in group_perms.items()]
+    return "\n".join(lines) + "\n"

@@ -139,7 +139,6 @@ class ReplicationService:
     # -- lifecycle --------------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Take the configured role (the master services are started by the broker for a master)."""
-        self._acks = OffsetWaiter(asyncio.get_running_loop(), 0, sweep_interval_s=0.05)
         if self.role is Role.MASTER:
             if self.epochs.last_epoch() == 0:
                 self.epochs.append(1, self.store.commitlog.min_offset)

@@ -54,8 +54,14 @@ class PutResult:
         """In the log, whether or not it became durable in time (a timeout is not a refusal)."""
         return self.status in _STORED
 
+    @property
+    def unputtable(self) -> bool:
+        """Refused for what the messages are (putting them again cannot help), not for a passing condition."""
+        return self.status in _UNPUTTABLE
+
 
 _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT})
+_UNPUTTABLE = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
 
 
 @dataclass(slots=True)

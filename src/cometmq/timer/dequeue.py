@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from cometmq.store.status import PutResult, PutStatus
+from cometmq.store.status import PutResult
 from cometmq.timer.base import TimerServiceBase, log
 from cometmq.timer.message import TIMER_DEL_UNIQKEY, delivery_message, parse_timer_record, roll_message
 from cometmq.timer.slotwork import ClosedSlot, PutItem, SlotWork, at_of, src_of
 from cometmq.timer.timerlog import TimerEntry
 
-#: put results after which the messages are in the log (a flush or replica-ack timeout still stored them)
-_STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT)
-_UNPUTTABLE = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 #: while the open slot has burst_messages or more to put, the store's index builder is deferred this long
 #: (rolling)
 _BURST_DEFER_S = 0.25
@@ -292,9 +289,9 @@ class TimerDequeue(TimerServiceBase):
         if not batch:
             return
         result = await self._put([i.msg for i in batch])
-        if result.status in _STORED:
+        if result.stored:
             self._delivered(cur, batch, result)
-        elif result.status in _UNPUTTABLE:
+        elif result.unputtable:
             await self._put_one_by_one(cur, batch)
         else:
             self.stats.put_failures += 1
@@ -306,9 +303,9 @@ class TimerDequeue(TimerServiceBase):
     async def _put_one_by_one(self, cur: SlotWork, batch: list[PutItem]) -> None:
         for item in batch:
             result = await self._put([item.msg])
-            if result.status in _STORED:
+            if result.stored:
                 self._delivered(cur, [item], result)
-            elif result.status in _UNPUTTABLE:
+            elif result.unputtable:
                 log.error("timer: message from %d cannot be put (%s %s); dropped", item.src,
                           result.status.value, result.remark)
                 self.stats.illegal += 1

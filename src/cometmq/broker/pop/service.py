@@ -44,7 +44,7 @@ from cometmq.protocol.pop import INIT_MODE_MIN
 from cometmq.protocol.properties import ORIGIN_MESSAGE_ID, UNIQ_KEY, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
-from cometmq.store.status import PutResult, PutStatus
+from cometmq.store.status import PutResult
 
 if TYPE_CHECKING:
     from cometmq.net.connection import RemotingConnection
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
-#: a DLQ copy the store refuses for what it is (not for a passing condition): putting it again cannot help
-_REFUSED = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 
 
 @dataclass(eq=False)
@@ -288,7 +286,7 @@ class PopService:
         if msgs:
             # (stored is enough: a flush or replica-ack timeout still wrote the copies, which must not be written again)
             result = await self.appender.put([m for _, m in msgs])
-            if not result.stored and result.status not in _REFUSED:
+            if not result.stored and not result.unputtable:
                 log.error("POP %s: cannot write %d messages to %s (%s); will retry", group, len(msgs), dlq,
                           result.status.value)
                 return False
@@ -298,7 +296,7 @@ class PopService:
                     r = await self.appender.put([m])
                     if r.stored:
                         moved += 1
-                    elif r.status in _REFUSED:
+                    elif r.unputtable:
                         log.error("POP %s: %s refuses message %s-%d@%d (%s %s); dropping it", group, dlq, topic, qid,
                                   entry[0], r.status.value, r.remark)
                     else:

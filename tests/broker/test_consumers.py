@@ -66,6 +66,41 @@ async def test_consumer_offsets_persist(start_broker: StartBroker, client: Remot
     assert r.ext_fields["offset"] == "0"
 
 
+async def test_an_offset_commit_for_a_topic_or_queue_the_broker_lacks_is_refused(
+        start_broker: StartBroker, client: RemotingClient) -> None:
+    """As RocketMQ 5: UPDATE_CONSUMER_OFFSET names a topic that exists and one of its queues (and a group, made
+    when groups are auto-created). Before, any client could add entries for made-up topics and queue ids, each kept
+    and written to consumerOffset.json for good."""
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("O", b"x"))
+    nums = b.topics.topics["O"].read_queue_nums
+
+    async def commit(topic: str, queue_id: int) -> RemotingCommand:
+        return await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": "g", "topic": topic, "queueId": str(queue_id), "commitOffset": "1"}))
+
+    r = await commit("NoSuchTopic", 0)
+    assert r.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in (r.remark or "")
+    for queue_id in (nums, 1_000_000, -1):
+        r = await commit("O", queue_id)
+        assert r.code == ResponseCode.SYSTEM_ERROR and "queue" in (r.remark or "").lower(), queue_id
+    assert b.offsets.table == {}  # nothing kept
+    r = await commit("O", nums - 1)
+    assert r.code == ResponseCode.SUCCESS
+    assert b.offsets.query("g", "O", nums - 1) == 1
+    assert "g" in b.groups.groups  # a group the commit made (groups are auto-created by default)
+
+
+async def test_an_offset_commit_for_an_unknown_group_is_refused_when_groups_are_not_auto_created(
+        start_broker: StartBroker, client: RemotingClient) -> None:
+    b = await start_broker(auto_create_subscription_group=False)
+    await client.invoke(b.addr, send_request("O", b"x"))
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "made-up", "topic": "O", "queueId": "0", "commitOffset": "1"}))
+    assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "made-up" in (r.remark or "")
+    assert b.offsets.table == {} and "made-up" not in b.groups.groups
+
+
 async def test_heartbeat_membership_and_notify(start_broker: StartBroker) -> None:
     b = await start_broker()
     notified: list[str] = []

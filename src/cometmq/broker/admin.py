@@ -16,7 +16,7 @@ from cometmq.broker.locks import RebalanceLockManager
 from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.stats_windows import StatsWindows
-from cometmq.broker.topics import TopicConfigManager, retry_topic
+from cometmq.broker.topics import TopicConfigManager, check_read_queue, retry_topic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.client_bodies import (
     CLUSTERING,
@@ -238,6 +238,13 @@ class AdminProcessor:
         h = parse(UpdateConsumerOffsetRequestHeader, cmd)
         if h.commit_offset < 0:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOffset {h.commit_offset} is negative")
+        # As RocketMQ 5: a topic this broker has, one of its queues, and a group it has, made here when groups
+        # are auto-created, as a pull makes it (RocketMQ makes it at the heartbeat only; an operator may set a new
+        # group's offsets before its consumers start). Else every made-up name stays in consumerOffset.json.
+        check_read_queue(self.topics.existing(h.topic), h.queue_id)
+        if self.groups.find(h.consumer_group) is None:
+            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group {h.consumer_group} does not exist")
         self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return ok(cmd)
 
@@ -367,9 +374,7 @@ class AdminProcessor:
 
     # -- stats ----------------------------------------------------------------------------------------------
     def _queues(self, topic: str) -> list[int]:
-        cfg = self.topics.get(topic)
-        if cfg is None:
-            raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")
+        cfg = self.topics.existing(topic)
         return list(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
 
     async def topic_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

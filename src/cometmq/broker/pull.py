@@ -12,7 +12,7 @@ from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.long_polling import HeldPull, PullRequestHoldService
 from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.stats import BrokerStats
-from cometmq.broker.topics import TopicConfigManager
+from cometmq.broker.topics import TopicConfigManager, check_read_queue
 from cometmq.net.connection import ConnectionClosedError, RemotingConnection, eager_start
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.headers import PullMessageRequestHeader
@@ -105,15 +105,10 @@ class PullProcessor:
                                 f"subscription group {h.consumer_group} does not exist")
         if not group_cfg.consumeEnable:
             raise RemotingError(ResponseCode.NO_PERMISSION, f"group {h.consumer_group} may not consume")
-        topic_cfg = self.topics.get(h.topic)
-        if topic_cfg is None:
-            raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist on this broker")
+        topic_cfg = self.topics.existing(h.topic)
         if not perm_readable(topic_cfg.perm):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {h.topic} is not readable")
-        if h.queue_id < 0 or h.queue_id >= topic_cfg.read_queue_nums:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR,
-                                f"queueId {h.queue_id} is out of range: {h.topic} has {topic_cfg.read_queue_nums} "
-                                "read queues")
+        check_read_queue(topic_cfg, h.queue_id)
         if h.sys_flag & FLAG_SUBSCRIPTION:
             expression, expression_type = h.subscription, h.expression_type
         else:

@@ -60,6 +60,13 @@ def check_topic_name(topic: str) -> None:
                             f"the topic name {topic!r} may only contain letters, digits, %, |, - and _")
 
 
+def check_read_queue(cfg: TopicConfig, queue_id: int) -> None:
+    """SYSTEM_ERROR (RocketMQ's answer) when ``queue_id`` is none of the topic's read queues."""
+    if queue_id < 0 or queue_id >= cfg.read_queue_nums:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"queueId {queue_id} is out of range: {cfg.topic_name} has "
+                                                       f"{cfg.read_queue_nums} read queues")
+
+
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 
@@ -177,6 +184,13 @@ class TopicConfigManager:
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
+
+    def existing(self, topic: str) -> TopicConfig:
+        """The topic's config; TOPIC_NOT_EXIST when this broker has none."""
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            raise RemotingError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")
+        return cfg
 
     def put(self, cfg: TopicConfig) -> TopicConfig:
         check_topic_name(cfg.topic_name)

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from cometmq.client import Message, MessageQueue
@@ -155,3 +156,38 @@ def test_min_offsets_per_trigger_waits_for_enough_or_the_delay(spark: SparkSessi
         assert q.exception() is None
     finally:
         q.stop()
+
+
+def test_a_topic_made_again_is_data_loss_not_a_silent_skip(spark: SparkSession, server: CometServer,
+                                                            producer: SyncProducer, topic: str,
+                                                            tmp_path: Path) -> None:
+    """A topic deleted and created again starts its queues at offset 0 again. A stream that had read up to 10
+    must not wait, skipping every message, until the queues come back to 10: the queues' ends went back, which
+    is data loss, reported (failOnDataLoss), or with failOnDataLoss=false skipped, the stream going on from the
+    queues' new ends."""
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    send(producer, topic, [f"a{i}" for i in range(40)])
+    run_available_now(stream(spark, server, topic), out, ck)
+    assert len(keys_of(spark, out)) == 40
+    with SyncAdmin(namesrv=server.namesrv) as admin:
+        admin.delete_topic(topic)
+        server.create_topic(topic, 4)
+        wait_until(lambda: server.route(topic) is not None, 10, "the route of the topic made again")
+        send(producer, topic, [f"b{i}" for i in range(8)])  # queue ends 5 and 3, below 10
+        q = (stream(spark, server, topic).select("queueId", "queueOffset", "body").writeStream.format("parquet")
+             .option("path", str(out)).option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+        with pytest.raises(Exception, match=r"went back.*from 10 to"):
+            q.awaitTermination(180)
+        run_available_now(stream(spark, server, topic, failOnDataLoss="false"), out, ck)
+        send(producer, topic, [f"c{i}" for i in range(40)])
+        ends = {i: admin.max_offset(MessageQueue(topic, "broker-a", i)) for i in range(4)}
+    assert sorted(ends.values()) == [10, 10, 13, 15]  # c's at offsets below 10, which the stream had read before
+    run_available_now(stream(spark, server, topic, failOnDataLoss="false"), out, ck)
+    got = [b for _, _, b in keys_of(spark, out)]
+    assert len(got) == len(set(got)) and {b for b in got if b.startswith(b"c")} == {f"c{i}".encode() for i in range(40)}
+    # A starting offset past a queue's end is refused at the start, naming the option (as a batch read does).
+    past = json.dumps({topic: {"broker-a:0": 99}})
+    q = (stream(spark, server, topic, startingOffsets=past).writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match=r"option startingOffsets: offset 99 .* past the queue's end"):
+        q.awaitTermination(120)

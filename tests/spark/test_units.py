@@ -88,6 +88,24 @@ def test_bad_read_options_name_the_option(options: dict[str, str], streaming: bo
     assert needle in str(info.value)
 
 
+@pytest.mark.parametrize(("options", "needle"), [
+    ({**NS, "subscribe": "T", "startingOffsets": '{"T": {"b:\u00b2": 1}}'}, "option startingOffsets: queue 'b:²'"),
+    ({**NS, "assign": '{"T": ["b:\u00b2"]}'}, "option assign: queue 'b:²'"),
+    ({**NS, "assign": '{"T": ["b0"]}'}, "option assign: queue 'b0'"),
+    ({**NS, "subscribe": "T", "startingOffsets": '{"T": {"b:0": ' + "9" * 5000 + "}}"}, "option startingOffsets"),
+    ({**NS, "subscribe": "T", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "9" * 400}, "option maxTriggerDelay"),
+    ({**NS, "subscribe": "T", "requestTimeoutMs": "1" + "0" * 20}, "option requestTimeoutMs"),
+])
+def test_out_of_range_read_values_name_the_option(options: dict[str, str], needle: str) -> None:
+    """Values that parse but cannot be used (a digit that is not 0-9, a number too large for a timeout or a
+    float) are refused up front, naming the option: not a ValueError or OverflowError from deep inside a task."""
+    with pytest.raises(OptionError) as info:
+        parse_read(options, streaming=True)
+    assert needle in str(info.value)
+    with pytest.raises(OptionError, match="option sendTimeoutMs"):
+        parse_write({**NS, "sendTimeoutMs": "1" + "0" * 20})
+
+
 def test_read_options_defaults_and_case() -> None:
     batch = parse_read({"NAMESRV": "h:1", "Subscribe": "A, B,A", "STARTINGOFFSETS": '{"A": {"b:1": 5}}',
                         "includeproperties": "false", "subexpression": "x || y"}, streaming=False)

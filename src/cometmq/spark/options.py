@@ -53,6 +53,9 @@ _READ_OPTIONS = ("namesrv", "subscribe", "subscribePattern", "assign", "starting
 _WRITE_OPTIONS = ("namesrv", "topic", "producerGroup", "batchSize", "maxInFlight", "sendTimeoutMs", "retries",
                   "requestTimeoutMs", "accessKey", "secretKey", "transactional", "commitTopic", *_TLS_OPTIONS)
 
+#: the longest request timeout (requestTimeoutMs, sendTimeoutMs): a day; sockets take no more than that anyway
+MAX_TIMEOUT_MS = 86_400_000
+
 #: where the exactly-once sink records the micro-batches it commits (see cometmq.spark.exactly_once)
 DEFAULT_COMMIT_TOPIC = "cometmq-spark-commits"
 
@@ -68,7 +71,7 @@ def queue_key(broker_name: str, queue_id: int) -> str:
 
 def split_queue_key(key: str) -> tuple[str, int]:
     broker, sep, qid = key.rpartition(":")
-    if not sep or not broker or not qid.isdigit():
+    if not sep or not broker or not (qid.isascii() and qid.isdigit()):  # (int() refuses some other digits)
         raise OptionError(f"queue {key!r} in offsets JSON is not 'brokerName:queueId'")
     return broker, int(qid)
 
@@ -204,7 +207,7 @@ def _normalize(options: Mapping[str, str], known: tuple[str, ...], what: str) ->
     return out
 
 
-def _int(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+def _int(opts: Mapping[str, str], name: str, *, minimum: int, maximum: int | None = None) -> int | None:
     raw = opts.get(name)
     if raw is None:
         return None
@@ -214,6 +217,8 @@ def _int(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
         raise OptionError(f"option {name}={raw!r} is not an integer") from None
     if value < minimum:
         raise OptionError(f"option {name}={raw!r} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise OptionError(f"option {name}={raw!r} must be at most {maximum}")
     return value
 
 
@@ -294,7 +299,7 @@ def _topic(name: str, topic: str) -> str:
 def _json(name: str, raw: str, what: str = "neither earliest, latest nor") -> object:
     try:
         return json.loads(raw)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or a number of more digits than int() takes
         raise OptionError(f"option {name} is {what} valid JSON: {exc}") from None
 
 
@@ -376,7 +381,10 @@ def _duration(opts: Mapping[str, str], name: str) -> float | None:
     m = _DURATION.fullmatch(raw.strip().lower())
     if m is None:
         raise OptionError(f"option {name}={raw!r} is not a duration (e.g. 500ms, 30s, 15m, 1h)")
-    return int(m.group(1)) * _DURATION_MS[m.group(2)] / 1000
+    try:
+        return int(m.group(1)) * _DURATION_MS[m.group(2)] / 1000
+    except (OverflowError, ValueError):  # past a float, or more digits than int() takes
+        raise OptionError(f"option {name}={raw!r} is too long a duration") from None
 
 
 def _assign(raw: str) -> dict[str, tuple[int | str, ...]]:
@@ -398,7 +406,10 @@ def _assign(raw: str) -> dict[str, tuple[int | str, ...]]:
                     raise OptionError(f"option assign: queue id {q} of {topic} is negative")
                 sel.append(q)
             else:
-                broker, qid = split_queue_key(q)
+                try:
+                    broker, qid = split_queue_key(q)
+                except OptionError as exc:
+                    raise OptionError(f"option assign: {exc}") from None
                 sel.append(queue_key(broker, qid))
         out[topic] = tuple(sel)
     return out
@@ -487,7 +498,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
                 check_group(value.strip())
             except InvalidArgumentError as exc:
                 raise OptionError(f"option {name}: {exc}") from None
-    timeout_ms = _int(opts, "requestTimeoutMs", minimum=100)
+    timeout_ms = _int(opts, "requestTimeoutMs", minimum=100, maximum=MAX_TIMEOUT_MS)
     return ReadOptions(
         namesrv=namesrv, subscribe=subscribe, pattern=pattern, assign=assign, starting=starting, ending=ending,
         timestamp_strategy="latest" if strategy == "latest" else "error",
@@ -525,7 +536,8 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         check_group(group)
     except InvalidArgumentError as exc:
         raise OptionError(f"option producerGroup: {exc}") from None
-    timeout_ms = _int(opts, "sendTimeoutMs", minimum=100) or _int(opts, "requestTimeoutMs", minimum=100)
+    timeout_ms = (_int(opts, "sendTimeoutMs", minimum=100, maximum=MAX_TIMEOUT_MS)
+                  or _int(opts, "requestTimeoutMs", minimum=100, maximum=MAX_TIMEOUT_MS))
     retries = _int(opts, "retries", minimum=0)
     transactional = _bool(opts, "transactional", False)
     commit_topic = _topic("commitTopic", opts.get("commitTopic", DEFAULT_COMMIT_TOPIC).strip())

@@ -54,7 +54,7 @@ from cometmq.protocol.remoting import (
 from cometmq.protocol.remoting import decode as decode_frame
 from cometmq.spark.decode import decode_answers
 from cometmq.spark.link import Link
-from cometmq.spark.options import ReadOptions, queue_key
+from cometmq.spark.options import OptionError, ReadOptions, queue_key
 from cometmq.spark.planning import QueueRange, from_json, limit_rows, should_wait, split_ranges, to_json
 from cometmq.spark.resolve import DataLossError, check_data_loss, discover, resolve_bound
 from cometmq.spark.schema import arrow_schema
@@ -539,6 +539,13 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queues = discover(self.link, self.opts, streaming=True)
         start = resolve_bound(self.link, self.opts.starting, queues, missing=-1,
                               strategy=self.opts.timestamp_strategy)
+        if self.opts.starting.kind == "offsets":  # (the other kinds resolve to offsets the queues have)
+            ends = self.link.max_offsets(queues)
+            past = [q for q in queues if start[q] > ends[q]]
+            if past:
+                q = past[0]
+                raise OptionError(f"option startingOffsets: offset {start[q]} of {q.topic} "
+                                  f"{queue_key(q.broker_name, q.queue_id)} is past the queue's end ({ends[q]})")
         return to_json(start)
 
     def _latest(self, known: dict[MessageQueue, int]) -> tuple[dict[MessageQueue, int], dict[MessageQueue, int]]:
@@ -556,17 +563,18 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, latest = self._latest(from_json(start, "the checkpointed start offset"))
         if self._target is not None:
             latest = {q: min(off, self._target.get(q, begin[q])) for q, off in latest.items()}
+        back = self._went_back(begin, latest)
         latest = {q: max(off, begin[q]) for q, off in latest.items()}
         if isinstance(limit, ReadAllAvailable):
-            return to_json(latest)
+            return to_json({**latest, **back})
         if not isinstance(limit, ReadMaxRows | ReadMinRows):
             log.warning("cometmq ignores the read limit %r", limit)
-            return to_json(latest)
+            return to_json({**latest, **back})
         min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_offsets_per_trigger
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_offsets_per_trigger
         # minOffsetsPerTrigger does not hold back an availableNow run: it would end it with data left unread
         # (Spark ends such a run when the source returns its start offset).
-        if min_rows is not None and self._target is None:
+        if min_rows is not None and self._target is None and not back:
             now = time.time()
             if should_wait(begin, latest, min_rows, self.opts.max_trigger_delay, self._last_trigger, now):
                 log.debug("fewer than minOffsetsPerTrigger=%d offsets waiting: no micro-batch yet", min_rows)
@@ -574,7 +582,24 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_trigger = now
         if max_rows is not None:
             latest = limit_rows(begin, latest, max_rows)
-        return to_json(latest)
+        return to_json({**latest, **back})
+
+    def _went_back(self, begin: dict[MessageQueue, int], latest: dict[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """The queues whose end is now below the offset the stream has read up to: the topic was deleted and made
+        again (its queues start at 0 again), or the broker lost messages. Waiting for such a queue to come back to
+        the old offset would skip every message until then, unreported. That is data loss: an error with
+        failOnDataLoss, else a warning, and those queues go on from their new ends (returned)."""
+        back = {q: off for q, off in latest.items() if off < begin[q]}
+        if not back:
+            return back
+        what = "; ".join(f"{q.topic} {queue_key(q.broker_name, q.queue_id)} from {begin[q]} to {off}"
+                         for q, off in sorted(back.items(), key=lambda kv: (kv[0].topic, kv[0].broker_name,
+                                                                             kv[0].queue_id)))
+        msg = f"the end of queues went back (a topic deleted and created again, or messages the broker lost): {what}"
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{msg}. Set failOnDataLoss=false to go on from the queues' new ends.")
+        log.warning("%s; going on from the queues' new ends", msg)
+        return back
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:

@@ -238,3 +238,22 @@ async def test_the_grafana_dashboard_reads_only_metrics_the_broker_exports(setup
     assert used and used <= exported, used - exported
     assert {"rocketmq_messages_in", "rocketmq_consumer_lag_messages", "rocketmq_rpc_latency",
             "rocketmq_storage_size"} <= used
+
+
+async def test_request_codes_the_broker_does_not_serve_share_one_series(setup: Setup) -> None:
+    """rocketmq_rpc_latency had a series for every request code a client sent, served or not: a client that sent
+    codes at random grew the broker's memory and every scrape without bound. Codes the broker does not know are now
+    one series, request_code="other"."""
+    from cometmq.net.client import RemotingClient
+    from cometmq.protocol.codes import ResponseCode
+    from cometmq.protocol.remoting import make_request
+
+    async with RemotingClient() as client:
+        for code in range(50_000, 50_300):
+            reply = await client.invoke(setup.broker.addr, make_request(code, {}))
+            assert reply.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    s = await scrape(setup.exporter.port)
+    codes = {dict(ls)["request_code"] for n, ls in s if n == "rocketmq_rpc_latency_count"}
+    assert len(codes) < 20, sorted(codes)
+    assert value(s, "rocketmq_rpc_latency_count", request_code="other",
+                 response_code="request_code_not_supported") == 300

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import TRANSACTION_MASK
 from cometmq.store.status import PutResult
 
@@ -33,6 +34,12 @@ MESSAGE_TYPES = (NORMAL, FIFO, DELAY, TRANSACTION)
 SHARDING_KEY_MARKER = _SHARDING_KEY = "__SHARDINGKEY\x01"
 _DELAY_MARKERS = ("DELAY\x01", "TIMER_DELIVER_MS\x01", "TIMER_DELAY_SEC\x01", "TIMER_DELAY_MS\x01",
                   "__STARTDELIVERTIME\x01")
+
+#: the rpc key of a request or response code that is not RocketMQ's (any client may send any number): one series
+#: for them all, not one per code
+OTHER_CODE = -1
+_REQUEST_CODES = frozenset(int(c) for c in RequestCode)
+_RESPONSE_CODES = frozenset(int(c) for c in ResponseCode)
 
 # Index of the fields in a messages_in entry: count, bytes, size sum, then one count per size bucket (+Inf last).
 IN_COUNT, IN_BYTES, IN_SIZE_SUM, IN_BUCKETS = 0, 1, 2, 3
@@ -117,7 +124,8 @@ class BrokerStats:
 
     def rpc_done(self, request_code: int, response_code: int, elapsed_ns: int, held: bool) -> None:
         """A remoting request was answered (``RemotingServer``'s observer)."""
-        key = (request_code, response_code, held)
+        key = (request_code if request_code in _REQUEST_CODES else OTHER_CODE,
+               response_code if response_code in _RESPONSE_CODES else OTHER_CODE, held)
         entry = self.rpc.get(key)
         if entry is None:
             entry = self.rpc[key] = [0] * (RPC_BUCKETS + len(_RPC_BOUNDS_NS) + 1)

@@ -257,3 +257,38 @@ async def test_request_codes_the_broker_does_not_serve_share_one_series(setup: S
     assert len(codes) < 20, sorted(codes)
     assert value(s, "rocketmq_rpc_latency_count", request_code="other",
                  response_code="request_code_not_supported") == 300
+
+
+async def test_a_deleted_topic_leaves_no_series_and_the_totals_stay(setup: Setup) -> None:
+    """The broker kept the counters of every topic it ever had: a workload that creates and deletes topics grew
+    its memory and every scrape by a few series per topic, for good. A deleted topic's series now go with it (and
+    a deleted group's), while the broker's totals (GET_BROKER_RUNTIME_INFO) still count its messages."""
+    from cometmq.client import Admin
+
+    topics, group = [f"ChurnTopic{i}" for i in range(5)], "churn-cg"
+    async with Admin(namesrv=setup.namesrv_addr) as admin:
+        for t in topics:
+            await admin.create_topic(t, read_queues=1)
+        async with Producer("churn-pg", namesrv=setup.namesrv_addr) as p:
+            for t in topics:
+                await p.send(Message(t, b"x"))
+        async with LitePullConsumer(group, namesrv=setup.namesrv_addr, consume_from="first") as c:
+            for t in topics:
+                await c.subscribe(t)
+            got: list[MessageExt] = []
+            while len(got) < len(topics):
+                got += await c.poll(1.0)
+        before = await scrape(setup.exporter.port)
+        assert value(before, "rocketmq_messages_in_total", topic=topics[0]) == 1
+        assert value(before, "rocketmq_messages_out_total", topic=topics[0], consumer_group=group) == 1
+        totals = await admin.broker_runtime_info(setup.broker.addr)
+        for t in topics:
+            await admin.delete_topic(t)
+        await admin.delete_subscription_group(group)
+        after = await scrape(setup.exporter.port)
+        left = sorted({n for n, ls in after if dict(ls).get("topic") in topics or dict(ls).get("consumer_group")
+                       == group})
+        assert not left, left
+        again = await admin.broker_runtime_info(setup.broker.addr)
+        for key in ("msgPutTotalTodayNow", "msgGetTotalTodayNow"):
+            assert int(again[key]) == int(totals[key]) >= len(topics)

@@ -45,3 +45,36 @@ async def test_a_topic_sampled_once_is_forgotten_after_the_window(tmp_path: Path
     finally:
         await broker.stop()
         await ns.stop()
+
+
+# the app keys its request storage with strings (aiohttp >= 3.9; newer ones warn about it)
+@pytest.mark.filterwarnings("ignore:It is recommended to use web.RequestKey")
+async def test_pages_of_topics_and_groups_that_do_not_exist_are_not_watched(tmp_path: Path) -> None:
+    """Opening a topic's or group's page has the sampler watch it for a window. Any name in the address was
+    watched, so requests for made-up names grew the watch list at the rate they came. Only names that exist are
+    watched now."""
+    import aiohttp
+
+    from cometmq.dashboard.app import DashboardServer
+
+    ns = NamesrvController(NamesrvConfig(port=0))
+    await ns.start()
+    broker = BrokerController(broker_config(tmp_path / "broker", namesrv_addr=ns.addr))
+    await broker.start()
+    board = DashboardServer(ns.addr, "127.0.0.1", 0, read_only=True)
+    await board.start()
+    try:
+        async with Admin(namesrv=ns.addr) as admin:
+            await admin.create_topic("WatchedTopic", read_queues=1)
+        async with aiohttp.ClientSession() as http:
+            for i in range(30):
+                for kind in ("topics", "groups"):
+                    async with http.get(f"{board.url}{kind}/MadeUp{i}") as r:
+                        assert r.status == 200
+            async with http.get(f"{board.url}topics/WatchedTopic") as r:
+                assert r.status == 200
+        assert list(board.sampler.watched) == ["topic:WatchedTopic"]
+    finally:
+        await board.stop()
+        await broker.stop()
+        await ns.stop()

@@ -269,8 +269,9 @@ async def topics_page(request: web.Request) -> web.Response:
 
 async def topic_page(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
-    request.app[SAMPLER].watch("topic", topic)
     detail = await request.app[DATA].topic_detail(topic)
+    if detail["exists"]:  # any name may be asked for: only real ones are watched
+        request.app[SAMPLER].watch("topic", topic)
     return render(request, "topic.html", nav="topics", **detail)
 
 
@@ -283,9 +284,10 @@ async def groups_page(request: web.Request) -> web.Response:
 
 async def group_page(request: web.Request) -> web.Response:
     group = request.match_info["group"]
-    request.app[SAMPLER].watch("group", group)
     data = request.app[DATA]
     detail = await data.group_detail(group)
+    if detail["exists"]:
+        request.app[SAMPLER].watch("group", group)
     dlq = await data.dlq_messages(group) if detail.get("dlq_held") else []
     return render(request, "group.html", nav="groups", dlq=dlq,
                   pop_inflight=request.app[SAMPLER].pop_by_group.get(group), **detail)

@@ -292,3 +292,41 @@ async def test_a_deleted_topic_leaves_no_series_and_the_totals_stay(setup: Setup
         again = await admin.broker_runtime_info(setup.broker.addr)
         for key in ("msgPutTotalTodayNow", "msgGetTotalTodayNow"):
             assert int(again[key]) == int(totals[key]) >= len(topics)
+
+
+async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
+    """The endpoint waited for a scraper to read the whole answer with no time limit: a client that asked for
+    /metrics and never read held the answer (megabytes on a large broker) and its connection for good, and many
+    such clients held as many. A scraper that has not read the answer within the time limit is now cut off."""
+    import socket
+
+    from cometmq.net.client import RemotingClient
+    from cometmq.protocol.codes import RequestCode
+    from cometmq.protocol.remoting import make_request
+
+    async with RemotingClient() as client:  # the offsets of 10000 groups: their lag series, ~10 MB of text
+        for start in range(0, 10_000, 500):
+            await asyncio.gather(*(client.invoke(setup.broker.addr, make_request(
+                RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": f"idle-reader-cg-{i}", "topic": "IdleReader",
+                                                     "queueId": 0, "commitOffset": 0}))
+                for i in range(start, start + 500)))
+    size = len(setup.exporter.render())
+    assert size > 8 << 20, size  # more than the kernel's buffers take
+    setup.exporter.write_timeout = 1.0
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", setup.exporter.port))
+        await loop.sock_sendall(sock, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await asyncio.sleep(3.0)  # not reading, past the time limit
+        got = 0
+        try:
+            while chunk := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 10.0):
+                got += len(chunk)
+        except ConnectionError:
+            pass
+        assert got < size // 2  # cut off: the rest was not kept for it
+    finally:
+        sock.close()

@@ -182,6 +182,8 @@ async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_k
     options = _auth_options(access_keys)
     if tls is not None:
         options["tls"] = tls
+    if broker is not None:  # the broker's serverMaxConnections / serverMaxConnectionsPerIp on its gRPC port too
+        options["connection_limits"] = broker.config.connection_limits
     if broker is not None and broker.config.acl_enable:  # the broker's ACL (docs/security.md) on its gRPC port too
         options.update(acl_file=str(broker.config.acl_path), inner_credentials=broker.config.inner_credentials)
     proxy = GrpcProxy(ProxyConfig(namesrv=namesrv, host=host, port=DEFAULT_GRPC_PORT if port is None else port,

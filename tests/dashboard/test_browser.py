@@ -286,15 +286,19 @@ def test_resend_dead_lettered_message(browser: Any, cluster: dict[str, Any], tra
 
 
 # -- the guards and the broker's own dashboard ------------------------------------------------------------------
-def _post(url: str, data: bytes, origin: str | None) -> int:
+def _post(url: str, data: bytes, origin: str | None,
+          content_type: str = "application/x-www-form-urlencoded") -> int:
+    return _post_read(url, data, origin, content_type)[0]
+
+
+def _post_read(url: str, data: bytes, origin: str | None, content_type: str) -> tuple[int, str]:
     req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/x-www-form-urlencoded",
-                                          **({"Origin": origin} if origin else {})})
+                                 headers={"Content-Type": content_type, **({"Origin": origin} if origin else {})})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
-            return int(r.status)
+            return int(r.status), r.read().decode()
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return int(exc.code), exc.read().decode()
 
 
 def test_actions_need_confirmation_and_same_origin(cluster: dict[str, Any], traffic: dict[str, Any]) -> None:
@@ -302,6 +306,20 @@ def test_actions_need_confirmation_and_same_origin(cluster: dict[str, Any], traf
     assert _post(url, b"confirm=yes", "http://evil.example") == 403
     assert _post(url, b"confirm=yes", None) == 403
     assert _post(url, b"", cluster["url"]) == 400
+    assert TOPIC in sdk(cluster["namesrv"], lambda a: a.list_topics())
+
+
+#: form bodies that cannot be read (Content-Type, body): each was a 500 with a traceback in the log
+BAD_FORMS = [("multipart/form-data", b"confirm=yes"),
+             ("multipart/form-data; boundary=xx", b'--xx\r\nContent-Disposition: form-data; name="confirm"\r\n\r\n'),
+             ("application/x-www-form-urlencoded; charset=nope", b"confirm=yes")]
+
+
+@pytest.mark.parametrize(("content_type", "body"), BAD_FORMS)
+def test_a_form_that_cannot_be_read_is_a_400(cluster: dict[str, Any], traffic: dict[str, Any], content_type: str,
+                                             body: bytes) -> None:
+    status, text = _post_read(f"{cluster['url']}/topics/{TOPIC}/delete", body, cluster["url"], content_type)
+    assert status == 400 and "form" in text, (status, text)
     assert TOPIC in sdk(cluster["namesrv"], lambda a: a.list_topics())
 
 

@@ -236,6 +236,14 @@ def test_a_post_without_the_csrf_token_is_refused(browser: Any, cluster: dict[st
     logout(browser)
 
 
+def test_a_login_form_that_cannot_be_read_is_a_400(secured: str) -> None:
+    req = urllib.request.Request(f"{secured}/login", data=b"username=a&password=b", method="POST",
+                                 headers={"Content-Type": "multipart/form-data", "Origin": secured})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=10)
+    assert refused.value.code == 400 and "form" in refused.value.read().decode()
+
+
 # -- a cluster with ACL on ---------------------------------------------------------------------------------------------
 ACL_ADMIN = ("dashAdmin01", "dashAdminSecret01")
 

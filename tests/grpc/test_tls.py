@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -14,8 +16,9 @@ import pytest
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.server import GrpcProxy
 from cometmq.grpc.v2 import service_pb2, service_pb2_grpc
+from cometmq.net.limits import ConnectionLimits
 from cometmq.net.tls_settings import TlsConfig, TlsMode
-from tests.net.tlskit import Certs, make_certs
+from tests.net.tlskit import Certs, closed_by_server, make_certs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,9 +43,9 @@ async def _answers(port: int, ca: Path | None) -> bool:
     return True
 
 
-def _proxy(mode: str, cert: Path, key: Path) -> GrpcProxy:
+def _proxy(mode: str, cert: Path, key: Path, **changes: Any) -> GrpcProxy:
     tls = TlsConfig(mode=TlsMode(mode), cert_path=str(cert), key_path=str(key))
-    return GrpcProxy(ProxyConfig(namesrv="127.0.0.1:1", port=0, request_timeout_s=0.5, tls=tls))
+    return GrpcProxy(ProxyConfig(namesrv="127.0.0.1:1", port=0, request_timeout_s=0.5, tls=tls, **changes))
 
 
 async def test_enforcing_serves_tls_only_and_reloads_the_certificate(certs: Certs, tmp_path: Path) -> None:
@@ -82,5 +85,57 @@ async def test_disabled_serves_plaintext_only(certs: Certs) -> None:
     try:
         assert await _answers(proxy.port, None)
         assert not await _answers(proxy.port, certs.ca)
+    finally:
+        await proxy.stop()
+
+
+async def test_the_permissive_relay_applies_the_connection_caps(certs: Certs) -> None:
+    """The permissive relay's listener peeks each socket's first byte (up to 60 s) and handshakes (up to 10 s),
+    then relays it to grpc, and no cap counted any of these: silent sockets each held a file descriptor for a
+    minute, and relayed ones without bound. maxConnections now counts both; those past it are closed at once."""
+    proxy = _proxy("permissive", certs.cert, certs.key, connection_limits=ConnectionLimits(max_connections=4))
+    await proxy.start()
+    loop = asyncio.get_running_loop()
+
+    def dial() -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", proxy.port))
+        sock.setblocking(False)
+        return sock
+
+    try:
+        silent = [dial() for _ in range(20)]
+        try:
+            closed = [await closed_by_server(sock, 0.3) for sock in silent]
+            assert sum(closed) == 16
+        finally:
+            for sock in silent:
+                sock.close()
+        relayed: list[socket.socket] = []
+        try:
+            for _ in range(200):  # the silent ones gone, plaintext connections are relayed again
+                sock = dial()
+                await loop.sock_sendall(sock, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                if await closed_by_server(sock, 0.05):
+                    sock.close()
+                    await asyncio.sleep(0.01)
+                    continue
+                relayed.append(sock)
+                if len(relayed) == 4:
+                    break
+            assert len(relayed) == 4
+            late = dial()
+            try:
+                assert await closed_by_server(late, 2.0)  # four relayed: a fifth socket is over the cap
+            finally:
+                late.close()
+        finally:
+            for sock in relayed:
+                sock.close()
+        for _ in range(100):  # the relayed ones gone, a client gets in again
+            if await _answers(proxy.port, None):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("no client got in after the relayed connections closed")
     finally:
         await proxy.stop()

@@ -238,3 +238,95 @@ async def test_the_grafana_dashboard_reads_only_metrics_the_broker_exports(setup
     assert used and used <= exported, used - exported
     assert {"rocketmq_messages_in", "rocketmq_consumer_lag_messages", "rocketmq_rpc_latency",
             "rocketmq_storage_size"} <= used
+
+
+async def test_request_codes_the_broker_does_not_serve_share_one_series(setup: Setup) -> None:
+    """rocketmq_rpc_latency had a series for every request code a client sent, served or not: a client that sent
+    codes at random grew the broker's memory and every scrape without bound. Codes the broker does not know are now
+    one series, request_code="other"."""
+    from cometmq.net.client import RemotingClient
+    from cometmq.protocol.codes import ResponseCode
+    from cometmq.protocol.remoting import make_request
+
+    async with RemotingClient() as client:
+        for code in range(50_000, 50_300):
+            reply = await client.invoke(setup.broker.addr, make_request(code, {}))
+            assert reply.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    s = await scrape(setup.exporter.port)
+    codes = {dict(ls)["request_code"] for n, ls in s if n == "rocketmq_rpc_latency_count"}
+    assert len(codes) < 20, sorted(codes)
+    assert value(s, "rocketmq_rpc_latency_count", request_code="other",
+                 response_code="request_code_not_supported") == 300
+
+
+async def test_a_deleted_topic_leaves_no_series_and_the_totals_stay(setup: Setup) -> None:
+    """The broker kept the counters of every topic it ever had: a workload that creates and deletes topics grew
+    its memory and every scrape by a few series per topic, for good. A deleted topic's series now go with it (and
+    a deleted group's), while the broker's totals (GET_BROKER_RUNTIME_INFO) still count its messages."""
+    from cometmq.client import Admin
+
+    topics, group = [f"ChurnTopic{i}" for i in range(5)], "churn-cg"
+    async with Admin(namesrv=setup.namesrv_addr) as admin:
+        for t in topics:
+            await admin.create_topic(t, read_queues=1)
+        async with Producer("churn-pg", namesrv=setup.namesrv_addr) as p:
+            for t in topics:
+                await p.send(Message(t, b"x"))
+        async with LitePullConsumer(group, namesrv=setup.namesrv_addr, consume_from="first") as c:
+            for t in topics:
+                await c.subscribe(t)
+            got: list[MessageExt] = []
+            while len(got) < len(topics):
+                got += await c.poll(1.0)
+        before = await scrape(setup.exporter.port)
+        assert value(before, "rocketmq_messages_in_total", topic=topics[0]) == 1
+        assert value(before, "rocketmq_messages_out_total", topic=topics[0], consumer_group=group) == 1
+        totals = await admin.broker_runtime_info(setup.broker.addr)
+        for t in topics:
+            await admin.delete_topic(t)
+        await admin.delete_subscription_group(group)
+        after = await scrape(setup.exporter.port)
+        left = sorted({n for n, ls in after if dict(ls).get("topic") in topics or dict(ls).get("consumer_group")
+                       == group})
+        assert not left, left
+        again = await admin.broker_runtime_info(setup.broker.addr)
+        for key in ("msgPutTotalTodayNow", "msgGetTotalTodayNow"):
+            assert int(again[key]) == int(totals[key]) >= len(topics)
+
+
+async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
+    """The endpoint waited for a scraper to read the whole answer with no time limit: a client that asked for
+    /metrics and never read held the answer (megabytes on a large broker) and its connection for good, and many
+    such clients held as many. A scraper that has not read the answer within the time limit is now cut off."""
+    import socket
+
+    from cometmq.net.client import RemotingClient
+    from cometmq.protocol.codes import RequestCode
+    from cometmq.protocol.remoting import make_request
+
+    async with RemotingClient() as client:  # the offsets of 10000 groups: their lag series, ~10 MB of text
+        for start in range(0, 10_000, 500):
+            await asyncio.gather(*(client.invoke(setup.broker.addr, make_request(
+                RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": f"idle-reader-cg-{i}", "topic": "IdleReader",
+                                                     "queueId": 0, "commitOffset": 0}))
+                for i in range(start, start + 500)))
+    size = len(setup.exporter.render())
+    assert size > 8 << 20, size  # more than the kernel's buffers take
+    setup.exporter.write_timeout = 1.0
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", setup.exporter.port))
+        await loop.sock_sendall(sock, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await asyncio.sleep(3.0)  # not reading, past the time limit
+        got = 0
+        try:
+            while chunk := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 10.0):
+                got += len(chunk)
+        except ConnectionError:
+            pass
+        assert got < size // 2  # cut off: the rest was not kept for it
+    finally:
+        sock.close()

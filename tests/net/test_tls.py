@@ -19,7 +19,7 @@ from cometmq.net.server import RemotingServer
 from cometmq.net.tls import ServerTls, client_context, sdk_client_context
 from cometmq.net.tls_settings import TlsConfig, TlsError, TlsMode, tls_config_from_properties
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
-from tests.net.tlskit import Certs, make_certs
+from tests.net.tlskit import Certs, closed_by_server, make_certs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -206,15 +206,6 @@ def test_sockets_still_being_set_up_count_against_the_connection_caps(certs: Cer
     admits it, and the caps were applied only then: silent sockets were held past maxConnections, each a file
     descriptor, for a minute. The caps now count the sockets being set up: those past them are closed at once."""
     from cometmq.net.limits import ConnectionLimits
-
-    async def closed_by_server(sock: socket.socket, within: float) -> bool:
-        try:
-            data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 1), within)
-        except TimeoutError:
-            return False
-        except OSError:
-            return True
-        return data == b""
 
     async def scenario() -> None:
         cfg = TlsConfig(mode=TlsMode.PERMISSIVE, cert_path=str(certs.cert), key_path=str(certs.key))

@@ -3,7 +3,9 @@ localhost), unencrypted PEM files in a folder."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,3 +51,14 @@ def make_certs(folder: Path) -> Certs:
     certs = Certs(folder, folder / "ca.pem", folder / "ca.key", folder / "server.pem", folder / "server.key")
     certs.issue("server", cn="cometmq-server-1")
     return certs
+
+
+async def closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes the non-blocking ``sock`` (or resets it) within ``within`` seconds."""
+    try:
+        data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 1), within)
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return data == b""

@@ -332,6 +332,8 @@ class AdminProcessor:
         self.topics.delete(h.topic)
         self.offsets.delete_topic(h.topic)
         self.store.delete_topic(h.topic)
+        if self.stats is not None:
+            self.stats.forget_topic(h.topic)
         return ok(cmd)
 
     async def all_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -367,6 +369,8 @@ class AdminProcessor:
         if not group:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "header field 'groupName' is missing")
         self.groups.delete(group)
+        if self.stats is not None:
+            self.stats.forget_group(group)
         if cmd.ext_fields.get("cleanOffset", "false").strip().lower() in ("true", "1"):
             removed = self.offsets.delete_group(group)  # RocketMQ 5's cleanOffset (deleteSubGroup -r true)
             log.info("offsets of group %s removed (%d topics)", group, removed)
@@ -456,9 +460,8 @@ def runtime_table(admin: AdminProcessor) -> dict[str, str]:
     store = admin.store
     now = admin.clock()
     stats = admin.stats
-    put_total = sum(e[0] for e in stats.messages_in.values()) if stats is not None else 0
-    put_bytes = sum(e[1] for e in stats.messages_in.values()) if stats is not None else 0
-    get_total = sum(e[0] for e in stats.messages_out.values()) if stats is not None else 0
+    put_total, put_bytes, _ = stats.total_in() if stats is not None else (0, 0, 0)
+    get_total = stats.total_out()[0] if stats is not None else 0
     earliest = [t for t in (store.earliest_store_time(topic, q) for topic, q in list(store.queues)) if t]
     try:
         st = os.statvfs(store.config.store_path)

@@ -27,7 +27,7 @@ from cometmq.broker.schedule import ScheduleMessageService
 from cometmq.broker.send import SendProcessor
 from cometmq.broker.send_fast import SendFastPath
 from cometmq.broker.send_hooks import SendHooks
-from cometmq.broker.stats import IN_COUNT, BrokerStats
+from cometmq.broker.stats import BrokerStats
 from cometmq.broker.stats_log import StatsLog, Totals
 from cometmq.broker.stats_windows import StatsWindows
 from cometmq.broker.timer_bridge import TimerBridge
@@ -396,8 +396,7 @@ class BrokerController:
     def _stats_totals(self) -> Totals:
         """For the stats line: the messages producers stored and consumers were handed (BrokerStats)."""
         stats = self.stats
-        return Totals(sum(entry[IN_COUNT] for entry in list(stats.messages_in.values())),
-                      sum(entry[0] for entry in list(stats.messages_out.values())))
+        return Totals(stats.total_in()[0], stats.total_out()[0])
 
     def _stats_gauges(self) -> dict[str, object]:
         groups = list(self.consumers.groups.values())

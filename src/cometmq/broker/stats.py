@@ -16,7 +16,9 @@ stored records' bytes, as RocketMQ's (a record is its body plus ~100 bytes of he
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 
+from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import TRANSACTION_MASK
 from cometmq.store.status import PutResult
 
@@ -33,6 +35,12 @@ MESSAGE_TYPES = (NORMAL, FIFO, DELAY, TRANSACTION)
 SHARDING_KEY_MARKER = _SHARDING_KEY = "__SHARDINGKEY\x01"
 _DELAY_MARKERS = ("DELAY\x01", "TIMER_DELIVER_MS\x01", "TIMER_DELAY_SEC\x01", "TIMER_DELAY_MS\x01",
                   "__STARTDELIVERTIME\x01")
+
+#: the rpc key of a request or response code that is not RocketMQ's (any client may send any number): one series
+#: for them all, not one per code
+OTHER_CODE = -1
+_REQUEST_CODES = frozenset(int(c) for c in RequestCode)
+_RESPONSE_CODES = frozenset(int(c) for c in ResponseCode)
 
 # Index of the fields in a messages_in entry: count, bytes, size sum, then one count per size bucket (+Inf last).
 IN_COUNT, IN_BYTES, IN_SIZE_SUM, IN_BUCKETS = 0, 1, 2, 3
@@ -71,6 +79,53 @@ class BrokerStats:
         #: (consumer_group, topic, queue_id) -> the next offset the group's pulls asked for after their last answer
         #: (messages between the committed offset and this one are in flight at the consumer)
         self.pulled: dict[tuple[str, str, int], int] = {}
+        #: what the entries of deleted topics and groups had counted: [messages, bytes, requests] in and out; the
+        #: broker's totals (``total_in``, ``total_out``) still count them
+        self._gone_in = [0, 0, 0]
+        self._gone_out = [0, 0, 0]
+
+    def total_in(self) -> tuple[int, int, int]:
+        """Messages stored, their record bytes and the send requests, since start (deleted topics too)."""
+        count, nbytes, times = self._gone_in
+        for e in list(self.messages_in.values()):
+            count += e[IN_COUNT]
+            nbytes += e[IN_BYTES]
+            times += sum(e[IN_BUCKETS:])
+        return count, nbytes, times
+
+    def total_out(self) -> tuple[int, int, int]:
+        """Messages handed to consumers, their record bytes and the requests, since start (deleted ones too)."""
+        count, nbytes, times = self._gone_out
+        for e in list(self.messages_out.values()):
+            count += e[0]
+            nbytes += e[1]
+            times += e[2]
+        return count, nbytes, times
+
+    def forget_topic(self, topic: str) -> None:
+        """``topic`` was deleted: its entries go (a workload that creates and deletes topics would grow them, and
+        the metrics' series, without bound); the totals keep what they counted."""
+        self._forget(lambda t, g: t == topic)
+
+    def forget_group(self, group: str) -> None:
+        """``group`` was deleted: its entries go, as ``forget_topic``'s."""
+        self._forget(lambda t, g: g == group)
+
+    def _forget(self, match: Callable[[str, str | None], bool]) -> None:
+        for key in [k for k in self.messages_in if match(k[0], None)]:
+            e = self.messages_in.pop(key)
+            self._gone_in[0] += e[IN_COUNT]
+            self._gone_in[1] += e[IN_BYTES]
+            self._gone_in[2] += sum(e[IN_BUCKETS:])
+        for out_key in [k for k in self.messages_out if match(k[0], k[1])]:
+            e = self.messages_out.pop(out_key)
+            for i in range(3):
+                self._gone_out[i] += e[i]
+        for table in (self.dlq, self.retry):
+            for pair in [k for k in table if match(k[1], k[0])]:
+                del table[pair]
+        for queue in [k for k in self.pulled if match(k[1], k[0])]:
+            del self.pulled[queue]
 
     def put(self, topic: str, message_type: str, result: PutResult) -> None:
         """A send's records are in the log."""
@@ -117,7 +172,8 @@ class BrokerStats:
 
     def rpc_done(self, request_code: int, response_code: int, elapsed_ns: int, held: bool) -> None:
         """A remoting request was answered (``RemotingServer``'s observer)."""
-        key = (request_code, response_code, held)
+        key = (request_code if request_code in _REQUEST_CODES else OTHER_CODE,
+               response_code if response_code in _RESPONSE_CODES else OTHER_CODE, held)
         entry = self.rpc.get(key)
         if entry is None:
             entry = self.rpc[key] = [0] * (RPC_BUCKETS + len(_RPC_BOUNDS_NS) + 1)

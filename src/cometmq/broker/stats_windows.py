@@ -64,22 +64,18 @@ class ItemWindows:
 def read_items(stats: BrokerStats, cluster: str) -> dict[Item, Point]:
     """Every item's (value, times) now."""
     out: dict[Item, Point] = {}
-    put = put_times = 0
     for (topic, _type), entry in list(stats.messages_in.items()):
         times = sum(entry[IN_BUCKETS:])
         count, size = out.get((TOPIC_PUT_NUMS, topic), (0, 0)), out.get((TOPIC_PUT_SIZE, topic), (0, 0))
         out[(TOPIC_PUT_NUMS, topic)] = (count[0] + entry[IN_COUNT], count[1] + times)
         out[(TOPIC_PUT_SIZE, topic)] = (size[0] + entry[IN_BYTES], size[1] + times)
-        put += entry[IN_COUNT]
-        put_times += times
-    got = got_times = 0
     for (topic, group, _retry), entry in list(stats.messages_out.items()):
         key = f"{topic}@{group}"
         count, size = out.get((GROUP_GET_NUMS, key), (0, 0)), out.get((GROUP_GET_SIZE, key), (0, 0))
         out[(GROUP_GET_NUMS, key)] = (count[0] + entry[0], count[1] + entry[2])
         out[(GROUP_GET_SIZE, key)] = (size[0] + entry[1], size[1] + entry[2])
-        got += entry[0]
-        got_times += entry[2]
+    put, _, put_times = stats.total_in()
+    got, _, got_times = stats.total_out()
     for (group, topic), n in list(stats.retry.items()):
         out[(SNDBCK_PUT_NUMS, f"{topic}@{group}")] = (n, n)
     for (group, _topic), n in list(stats.dlq.items()):

@@ -14,7 +14,7 @@ import math
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -119,6 +119,14 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
+async def form_of(request: web.Request) -> Mapping[str, object]:
+    """The request's form; one that cannot be read (a bad content type, charset or multipart body) is a 400."""
+    try:
+        return await request.post()
+    except (ValueError, LookupError) as exc:  # LookupError: an unknown charset
+        raise web.HTTPBadRequest(text=f"the form cannot be read: {exc}") from None
+
+
 @web.middleware
 async def guard_actions(request: web.Request, handler: Handler) -> web.StreamResponse:
     """POSTs only from the dashboard's own pages (Origin/Referer = this host: no cross-site form posts); with a
@@ -131,7 +139,7 @@ async def guard_actions(request: web.Request, handler: Handler) -> web.StreamRes
         raise web.HTTPForbidden(text="actions are taken from the dashboard's own pages only")
     if request.path == "/login":
         return await handler(request)
-    form = await request.post()
+    form = await form_of(request)
     auth = request.app.get(AUTH)
     if auth is not None:
         given = str(form.get("csrf", "")) or request.headers.get("X-CSRF-Token", "")
@@ -186,7 +194,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     if auth is None:
         raise web.HTTPFound("/cluster")
     addr = request.remote or "?"
-    form = await request.post()
+    form = await form_of(request)
     name, password = str(form.get("username", "")).strip(), str(form.get("password", ""))
     nxt = _safe_next(str(form.get("next", "")))
 
@@ -269,8 +277,9 @@ async def topics_page(request: web.Request) -> web.Response:
 
 async def topic_page(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
-    request.app[SAMPLER].watch("topic", topic)
     detail = await request.app[DATA].topic_detail(topic)
+    if detail["exists"]:  # any name may be asked for: only real ones are watched
+        request.app[SAMPLER].watch("topic", topic)
     return render(request, "topic.html", nav="topics", **detail)
 
 
@@ -283,9 +292,10 @@ async def groups_page(request: web.Request) -> web.Response:
 
 async def group_page(request: web.Request) -> web.Response:
     group = request.match_info["group"]
-    request.app[SAMPLER].watch("group", group)
     data = request.app[DATA]
     detail = await data.group_detail(group)
+    if detail["exists"]:
+        request.app[SAMPLER].watch("group", group)
     dlq = await data.dlq_messages(group) if detail.get("dlq_held") else []
     return render(request, "group.html", nav="groups", dlq=dlq,
                   pop_inflight=request.app[SAMPLER].pop_by_group.get(group), **detail)
@@ -345,7 +355,7 @@ async def series_api(request: web.Request) -> web.Response:
 
 # -- actions ------------------------------------------------------------------------------------------------------
 async def create_topic(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    form = await form_of(request)
     topic = str(form.get("topic", "")).strip()
     try:
         queues = int(str(form.get("queues", "4")))
@@ -367,7 +377,7 @@ async def delete_topic(request: web.Request) -> web.StreamResponse:
 
 async def send_message(request: web.Request) -> web.StreamResponse:
     topic = request.match_info["topic"]
-    form = await request.post()
+    form = await form_of(request)
     try:
         result = await request.app[DATA].send(topic, str(form.get("body", "")), str(form.get("tags", "")),
                                               str(form.get("keys", "")))
@@ -379,7 +389,7 @@ async def send_message(request: web.Request) -> web.StreamResponse:
 
 async def reset_offsets(request: web.Request) -> web.StreamResponse:
     group = request.match_info["group"]
-    form = await request.post()
+    form = await form_of(request)
     topic = str(form.get("topic", "")).strip()
     try:
         when = str(form.get("when", "")).strip()
@@ -394,7 +404,7 @@ async def reset_offsets(request: web.Request) -> web.StreamResponse:
 
 async def resend(request: web.Request) -> web.StreamResponse:
     group = request.match_info["group"]
-    form = await request.post()
+    form = await form_of(request)
     msg_id = str(form.get("msg_id", "")).strip()
     try:
         topic, result = await request.app[DATA].resend(group, msg_id)

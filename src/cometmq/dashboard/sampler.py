@@ -115,6 +115,9 @@ class Sampler:
         for name in [n for n, s in self.series.items() if not s.points or s.points[-1][0] < old]:
             del self.series[name]
             self._last.pop(name, None)
+        # a counter read once (a topic deleted before its second sample) has no series: its last value goes here
+        for name in [n for n, (t, _) in self._last.items() if now - t > self.window]:
+            del self._last[name]
 
     async def _broker(self, b: dict[str, Any], at: int, now: float, pop: dict[str, float]) -> None:
         addr = b["addr"]

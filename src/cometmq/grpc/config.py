@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cometmq.net.limits import ConnectionLimits
 from cometmq.net.tls_settings import TlsConfig
 
 DEFAULT_GRPC_PORT = 8081
@@ -45,6 +46,9 @@ class ProxyConfig:
     #: TLS of the gRPC port (tls.server.*) and of the remoting connections to brokers and nameservers
     #: (tls.enable, tls.client.*): net/tls.py, grpc/tls.py
     tls: TlsConfig = field(default_factory=TlsConfig)
+    #: maxConnections and maxConnectionsPerIp of the gRPC port (the broker's, when embedded); applied by the
+    #: permissive TLS relay, which owns the port's sockets (grpc/tls.py)
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def replace(self, **changes: Any) -> ProxyConfig:
         return replace(self, **changes)

@@ -19,6 +19,7 @@ from cometmq.grpc.producer_rpcs import ProducerRpcs
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.v2 import service_pb2_grpc
 from cometmq.net.client import LocalConnector
+from cometmq.net.limits import ConnectionGuard
 from cometmq.net.tls import ServerTls, TlsListener
 from cometmq.net.tls_settings import TlsMode
 
@@ -62,6 +63,8 @@ class GrpcProxy:
         self._server: grpc.aio.Server | None = None
         #: permissive TLS: the public port, relaying to grpc's plaintext port on loopback (grpc/tls.py)
         self._front: TlsListener | None = None
+        #: the port's connection caps, applied where cometmq owns the sockets (the permissive relay)
+        self.guard = ConnectionGuard(config.connection_limits, what="gRPC endpoint")
         self.port = config.port
         #: grpc's own port: ``port``, except behind the permissive relay (an internal one on 127.0.0.1)
         self.grpc_port = 0
@@ -103,7 +106,8 @@ class GrpcProxy:
             # grpc sees the relay (127.0.0.1) as every client: the ACL looks the real one up in this table
             peers = self.service.relay_peers = RelayPeers()
             try:
-                self._front = await start_permissive_front(self.config.host, self.config.port, tls, port, peers)
+                self._front = await start_permissive_front(self.config.host, self.config.port, tls, port, peers,
+                                                           self.guard)
             except OSError as exc:
                 await server.stop(None)
                 await self.backend.close()

@@ -23,6 +23,7 @@ from typing import cast
 
 import grpc
 
+from cometmq.net.limits import ConnectionGuard
 from cometmq.net.tls import ServerTls, TlsListener, start_tls_listener
 
 log = logging.getLogger("cometmq.grpc")
@@ -106,9 +107,13 @@ class RelayPeers:
 class _Relay(asyncio.Protocol):
     """One accepted connection (plaintext, or TLS already terminated) relayed to grpc's plaintext port."""
 
-    def __init__(self, target: tuple[str, int], peers: RelayPeers | None = None) -> None:
+    def __init__(self, target: tuple[str, int], peers: RelayPeers | None = None,
+                 guard: ConnectionGuard | None = None) -> None:
         self._target = target
         self._peers = peers
+        #: the port's connection caps: this connection is counted in while open (``_counted``: its client's IP)
+        self._guard = guard
+        self._counted: str | None = None
         self._front: asyncio.Transport | None = None
         self._back: asyncio.Transport | None = None
         self._early: list[bytes] = []
@@ -122,6 +127,13 @@ class _Relay(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self._client = (str(peer[0]), int(peer[1]))
+        if self._guard is not None:
+            ip = self._client[0] if self._client is not None else "?"
+            if not self._guard.take(ip):  # over a cap (logged): closed before grpc is dialled
+                front, self._front = self._front, None
+                front.abort()
+                return
+            self._counted = ip
         asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
@@ -160,6 +172,9 @@ class _Relay(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._front = None
+        ip, self._counted = self._counted, None
+        if ip is not None and self._guard is not None:
+            self._guard.give_back(ip)
         if self._back is not None:
             self._back.close()
 
@@ -205,7 +220,9 @@ class _Back(asyncio.Protocol):
 
 
 async def start_permissive_front(host: str, port: int, tls: ServerTls, grpc_port: int,
-                                 peers: RelayPeers | None = None) -> TlsListener:
+                                 peers: RelayPeers | None = None, guard: ConnectionGuard | None = None) -> TlsListener:
     """The public port of permissive mode: TLS or plaintext per connection, relayed to 127.0.0.1:``grpc_port``;
-    ``peers`` gets the client of each relayed connection."""
-    return await start_tls_listener(lambda: _Relay((RELAY_HOST, grpc_port), peers), host, port, tls)
+    ``peers`` gets the client of each relayed connection. ``guard``'s caps count the relayed connections and the
+    sockets still in their first-byte wait or handshake (as the remoting port's): those past them are closed."""
+    return await start_tls_listener(lambda: _Relay((RELAY_HOST, grpc_port), peers, guard), host, port, tls,
+                                    admit=guard.may_open if guard is not None else None)

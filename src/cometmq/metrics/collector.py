@@ -57,11 +57,12 @@ def _bool(value: bool) -> str:
 
 
 def _code_name(enum: type[RequestCode] | type[ResponseCode], code: int) -> str:
-    """RocketMQ's label value: the code's constant name in lower case (the number when unknown)."""
+    """RocketMQ's label value: the code's constant name in lower case; "other" for the codes that are not
+    RocketMQ's (``BrokerStats`` keeps them as one, ``OTHER_CODE``)."""
     try:
         return enum(code).name.lower()
     except ValueError:
-        return str(code)
+        return "other"
 
 
 def _bucket_label(bound: float) -> str:

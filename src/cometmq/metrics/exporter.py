@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 _MAX_HEAD = 16 * 1024
 _READ_TIMEOUT_S = 10.0
+#: a scraper has this long to read the answer: past it the connection is cut (a client that never reads would hold
+#: the answer, megabytes on a large broker, for good)
+WRITE_TIMEOUT_S = 30.0
 
 
 class MetricsExporter:
@@ -34,6 +37,7 @@ class MetricsExporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker))
         self._server: asyncio.Server | None = None
+        self.write_timeout = WRITE_TIMEOUT_S
 
     @property
     def addr(self) -> str:
@@ -72,7 +76,10 @@ class MetricsExporter:
             head_out = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                         "Connection: close\r\n\r\n").encode("latin-1")
             writer.write(head_out if method == "HEAD" else head_out + body)
-            await writer.drain()
+            try:
+                await asyncio.wait_for(writer.drain(), self.write_timeout)
+            except TimeoutError:
+                writer.transport.abort()  # it does not read: the rest of the answer is not kept for it
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError,
                 ConnectionError):
             pass  # a client that went away or sent no HTTP: nothing to answer

@@ -124,16 +124,31 @@ class ConnectionGuard:
     # -- admission ----------------------------------------------------------------------------------------
     def admit(self, conn: RemotingConnection) -> bool:
         """Count ``conn`` in, or close it (False) when a connection cap is reached."""
-        ip = peer_ip(conn.remote_address)
-        from_ip = self.per_ip.get(ip, 0)
-        if not self._room(ip, self.connections, from_ip):
+        if not self.take(peer_ip(conn.remote_address)):
             conn.abort()
             return False
-        self.connections += 1
-        self.per_ip[ip] = from_ip + 1
         conn.set_buffer_observer(self.on_buffered)
         conn.add_close_callback(self._released)
         return True
+
+    def take(self, ip: str) -> bool:
+        """Count in a connection from ``ip`` (``give_back`` when it closes), or False (logged) when a cap is
+        reached. ``admit`` for a ``RemotingConnection``; the gRPC relay's connections use it directly."""
+        from_ip = self.per_ip.get(ip, 0)
+        if not self._room(ip, self.connections, from_ip):
+            return False
+        self.connections += 1
+        self.per_ip[ip] = from_ip + 1
+        return True
+
+    def give_back(self, ip: str) -> None:
+        """A connection counted in by ``take`` closed."""
+        self.connections -= 1
+        left = self.per_ip.get(ip, 1) - 1
+        if left > 0:
+            self.per_ip[ip] = left
+        else:
+            self.per_ip.pop(ip, None)
 
     def may_open(self, ip: str, pending: int, pending_from_ip: int) -> bool:
         """Whether a socket just accepted from ``ip`` may be set up, while ``pending`` others (``pending_from_ip``
@@ -155,13 +170,7 @@ class ConnectionGuard:
         return True
 
     def _released(self, conn: RemotingConnection) -> None:
-        self.connections -= 1
-        ip = peer_ip(conn.remote_address)
-        left = self.per_ip.get(ip, 1) - 1
-        if left > 0:
-            self.per_ip[ip] = left
-        else:
-            self.per_ip.pop(ip, None)
+        self.give_back(peer_ip(conn.remote_address))
         self._partial.discard(conn)
 
     # -- bytes held for incomplete frames ----------------------------------------------------------------------

@@ -304,6 +304,10 @@ async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
     from cometmq.protocol.codes import RequestCode
     from cometmq.protocol.remoting import make_request
 
+    from cometmq.client import Admin
+
+    async with Admin(namesrv=setup.namesrv_addr) as admin:
+        await admin.create_topic("IdleReader", read_queues=1)
     async with RemotingClient() as client:  # the offsets of 10000 groups: their lag series, ~10 MB of text
         for start in range(0, 10_000, 500):
             await asyncio.gather(*(client.invoke(setup.broker.addr, make_request(

@@ -151,7 +151,11 @@ class TransactionalMessageService:
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Create the system topics and rebuild the unresolved transactions from the half and op queues."""
+        """Create the system topics and rebuild the unresolved transactions from the half and op queues. What was
+        tracked before goes (a broker promoted again: its log may have been cut while it was a replica, and the
+        half-queue offsets it knew given to other halves), as a restart forgets it."""
+        self.table = TransactionTable()
+        self._outcomes = OutcomeMemory(RESOLVED_MEMORY)
         topics = self.topics
         topics.create_system_topic(HALF_TOPIC, 1, perm=0)
         topics.create_system_topic(OP_TOPIC, 1, perm=0)

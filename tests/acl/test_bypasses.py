@@ -18,6 +18,7 @@ from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from cometmq.protocol.message import iter_records
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import RemotingCommand, make_request
+from cometmq.protocol.transaction_batch import EndEntry, decode_end_outcomes, encode_end_entries
 from tests.broker.conftest import broker_config, pull_request, send_request
 from tests.kit.acl import admin_and_user
 
@@ -152,3 +153,44 @@ async def test_a_message_is_read_by_its_offset_only_with_the_right_to_its_topic(
     assert [m.body for m in iter_records(mine.body or b"")] == [b"in allowed"]
     admin = await view(offsets["denied"], ADMIN)
     assert admin.code == ResponseCode.SUCCESS and [m.body for m in iter_records(admin.body or b"")] == [b"in denied"]
+
+
+async def test_a_batched_end_decides_only_halves_of_a_topic_the_account_may_publish_to(
+        broker: BrokerController) -> None:
+    """END_TRANSACTION_BATCH named no topic to the ACL: any account could commit or roll back any group's halves."""
+    halves = []
+    for n, topic in enumerate(("denied", "allowed", "allowed")):  # back to back in the half queue: 0, 1, 2
+        r = await _call(broker.addr, send_request(topic, f"half {n}".encode(), 0,
+                                                  f"UNIQ_KEY\x01H{n}\x02TRAN_MSG\x01true\x02PGROUP\x01adm\x02",
+                                                  producerGroup="adm", sysFlag=4), ADMIN)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        halves.append(EndEntry(decode_offset_msg_id(r.ext_fields["msgId"]).offset, int(r.ext_fields["queueOffset"]),
+                               8, f"H{n}"))
+    assert [h.tran_state_table_offset for h in halves] == [0, 1, 2]
+
+    async def end(entries: list[EndEntry], creds: tuple[str, str], topic: str | None) -> RemotingCommand:
+        ext = {"producerGroup": "adm"} if topic is None else {"producerGroup": "adm", "topic": topic}
+        return await _call(broker.addr, make_request(RequestCode.END_TRANSACTION_BATCH, ext,
+                                                     encode_end_entries(entries)), creds)
+
+    refused = [await end(halves, USER, None),  # no topic named: an admin's request
+               await end(halves, USER, "denied")]  # the ACL denies the topic
+    assert [r.code for r in refused] == [ResponseCode.NO_PERMISSION] * 2, [(r.code, r.remark) for r in refused]
+    assert "admin" in (refused[0].remark or "")
+    assert len(broker.transactions.table) == 3
+    # A topic the user may publish to: only that topic's halves are decided, one by one or as a range.
+    r = await end([halves[0], halves[1]], USER, "allowed")
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    first, second = decode_end_outcomes(r.body or b"")
+    assert first.code == ResponseCode.NO_PERMISSION and "not of topic allowed" in first.remark, first
+    assert second.ok, second
+    r = await end([EndEntry(halves[0].commit_log_offset, 0, 8, "H0", 3)], USER, "allowed")
+    [ranged] = decode_end_outcomes(r.body or b"")
+    assert ranged.code == ResponseCode.NO_PERMISSION and "1 of 3 halves not decided" in ranged.remark, ranged
+    assert ranged.already == 1  # (half 1, decided above; half 2 now)
+    assert _max_offset(broker, "denied") == 0 and _max_offset(broker, "allowed") == 2
+    assert list(broker.transactions.table.pending) == [0]
+    # An admin account may name no topic: any half of the group.
+    r = await end([halves[0]], ADMIN, None)
+    assert r.code == ResponseCode.SUCCESS and decode_end_outcomes(r.body or b"")[0].ok
+    assert _max_offset(broker, "denied") == 1 and len(broker.transactions.table) == 0

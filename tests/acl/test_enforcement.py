@@ -15,10 +15,12 @@ from cometmq.client.admin import Admin
 from cometmq.client.errors import BrokerError
 from cometmq.client.message import Message
 from cometmq.client.producer import Producer
+from cometmq.client.transaction_producer import EndEntry, LocalTransactionState, TransactionProducer
 from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.acl import Credentials, sign_request
 from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from tests.broker.conftest import broker_config, pull_request, send_request
 from tests.kit.acl import admin_and_user
@@ -132,6 +134,25 @@ async def test_the_sdk_signs_with_a_users_keys(cluster: Cluster) -> None:
         with pytest.raises(BrokerError) as err:
             await anonymous.send(Message("allowed", b"x"))
         assert err.value.code == ResponseCode.NO_PERMISSION
+
+
+async def test_the_sdk_decides_halves_in_batches_with_a_users_keys(cluster: Cluster) -> None:
+    """END_TRANSACTION_BATCH names the halves' topic: a user account that may publish to it decides them."""
+    S = LocalTransactionState
+    async with TransactionProducer("txg", namesrv=cluster.namesrv, credentials=USER) as producer:
+        results = await producer.send_half_batch([Message("allowed", f"m{i}".encode()) for i in range(4)])
+        outcomes = await producer.end_transactions([(r, S.COMMIT) for r in results[:2]])
+        assert all(o.ok for o in outcomes), outcomes
+        first = results[2]
+        rng = EndEntry(decode_offset_msg_id(first.offset_msg_id).offset, first.queue_offset, S.ROLLBACK.value,
+                       first.msg_id, 2)
+        [rolled] = await producer.end_transaction_batch(first.queue.broker_name, [rng], topic="allowed")
+        assert rolled.ok, rolled
+        with pytest.raises(BrokerError) as err:  # naming no topic: an admin's request
+            await producer.end_transaction_batch(first.queue.broker_name, [rng])
+        assert err.value.code == ResponseCode.NO_PERMISSION
+    b = cluster.broker
+    assert b.store.max_offset("allowed", 0) == 2 and len(b.transactions.table) == 0
 
 
 async def test_admin_verbs_edit_the_acl_file(cluster: Cluster) -> None:

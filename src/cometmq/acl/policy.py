@@ -107,6 +107,9 @@ BROKER_NEEDS: dict[int, NeedsFn] = {
     C.RECALL_MESSAGE: lambda cmd: topic_need(cmd.ext_fields.get("topic"), PUB),
     # RocketMQ 5's field (the broker then ends only a half of that topic); 4.x clients send none
     C.END_TRANSACTION: lambda cmd: topic_need(cmd.ext_fields.get("topic"), PUB),
+    # cometmq's field too (the broker then decides only that topic's halves); without it, an admin account
+    # (Policy.admin_without): no older client sends this request
+    C.END_TRANSACTION_BATCH: lambda cmd: topic_need(cmd.ext_fields.get("topic"), PUB),
     C.CONSUMER_SEND_MSG_BACK: _send_back,
     C.PULL_MESSAGE: _sub("topic", "consumerGroup"),
     C.LITE_PULL_MESSAGE: _sub("topic", "consumerGroup"),
@@ -176,7 +179,8 @@ class Policy:
     admin_by_default: bool = False
 
     #: codes that need an admin account when the request leaves out this field: VIEW_MESSAGE_BY_ID names a
-    #: commit-log offset, any message of the log, unless it names the topic the account must be allowed
+    #: commit-log offset, any message of the log, and END_TRANSACTION_BATCH any half of the log, unless it names
+    #: the topic the account must be allowed
     admin_without: Mapping[int, str] = field(default_factory=dict)
 
     def is_admin(self, code: int) -> bool:
@@ -195,7 +199,8 @@ class Policy:
         return fn(cmd) if fn is not None else []
 
 
-BROKER_POLICY = Policy("broker", BROKER_NEEDS, BROKER_ADMIN_CODES, admin_without={C.VIEW_MESSAGE_BY_ID: "topic"})
+BROKER_POLICY = Policy("broker", BROKER_NEEDS, BROKER_ADMIN_CODES,
+                       admin_without={C.VIEW_MESSAGE_BY_ID: "topic", C.END_TRANSACTION_BATCH: "topic"})
 NAMESRV_POLICY = Policy("namesrv", {}, frozenset(), NAMESRV_PUBLIC_CODES, admin_by_default=True)
 #: a standalone controller's port (``cometmq controller`` with aclEnable): the embedded controller's rule
 CONTROLLER_POLICY = Policy("controller", {}, frozenset(), CONTROLLER_PUBLIC_CODES, admin_by_default=True)

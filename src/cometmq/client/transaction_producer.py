@@ -423,25 +423,26 @@ class TransactionProducer(Producer):
     async def end_transactions(self, decisions: Sequence[tuple[SendResult, LocalTransactionState]], *,
                                timeout: float | None = None) -> list[EndOutcome]:
         """Decide many halves (``(send result, state)`` pairs) with END_TRANSACTION_BATCH requests, one broker
-        at a time, each broker's in the order given; one outcome per pair, in order. See
+        and topic at a time, the halves of each in the order given; one outcome per pair, in order. See
         :meth:`end_transaction_batch` for failures."""
-        by_broker: dict[str, list[int]] = {}
+        by_broker: dict[tuple[str, str], list[int]] = {}
         for i, (result, _) in enumerate(decisions):
-            by_broker.setdefault(result.queue.broker_name, []).append(i)
+            by_broker.setdefault((result.queue.broker_name, result.queue.topic), []).append(i)
         out: list[EndOutcome] = [EndOutcome(ResponseCode.SYSTEM_ERROR)] * len(decisions)
-        for broker, idx in by_broker.items():
+        for (broker, topic), idx in by_broker.items():
             got = await self.end_transaction_batch(
-                broker, [end_entry(decisions[i][0], decisions[i][1]) for i in idx], timeout=timeout)
+                broker, [end_entry(decisions[i][0], decisions[i][1]) for i in idx], topic=topic, timeout=timeout)
             for i, o in zip(idx, got, strict=True):
                 out[i] = o
         return out
 
-    async def end_transaction_batch(self, broker_name: str, entries: Sequence[EndEntry], *,
+    async def end_transaction_batch(self, broker_name: str, entries: Sequence[EndEntry], *, topic: str | None = None,
                                     timeout: float | None = None) -> list[EndOutcome]:
         """Decide halves stored on ``broker_name``, in the order given, :data:`END_BATCH_ENTRIES` entries and
         :data:`END_BATCH_HALVES` halves (a range entry's ``count``) per request; one outcome per entry (``ok``:
-        decided now or before, alike). A request refused as a whole raises
-        BrokerError (a broker without the extension: REQUEST_CODE_NOT_SUPPORTED), one without an answer
+        decided now or before, alike). ``topic``: the topic of every half (the broker refuses a half of another,
+        NO_PERMISSION); with ACLs on, a request naming none needs an admin account. A request refused as a whole
+        raises BrokerError (a broker without the extension: REQUEST_CODE_NOT_SUPPORTED), one without an answer
         MQClientError; the entries before it are decided, the rest are not (the broker checks back on them)."""
         addr = self.instance.master_addr(broker_name)
         if addr is None:  # known from the routes of the topics sent to
@@ -449,8 +450,8 @@ class TransactionProducer(Producer):
         wait = self.send_timeout if timeout is None else timeout
         out: list[EndOutcome] = []
         for part in _end_parts(entries):
-            cmd = make_request(RequestCode.END_TRANSACTION_BATCH, {"producerGroup": self.group},
-                               encode_end_entries(part))
+            fields = {"producerGroup": self.group} if topic is None else {"producerGroup": self.group, "topic": topic}
+            cmd = make_request(RequestCode.END_TRANSACTION_BATCH, fields, encode_end_entries(part))
             response = await self.instance.invoke(addr, cmd, wait, context=f"end {len(part)} transactions")
             if response.code != ResponseCode.SUCCESS:
                 raise BrokerError(response.code, response.remark or "", addr=addr,

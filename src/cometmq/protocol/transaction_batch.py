@@ -8,7 +8,9 @@ Half batch
     transactional batch is refused MESSAGE_ILLEGAL, as RocketMQ refuses it, so RocketMQ clients see no change.
 
 END_TRANSACTION_BATCH (31037)
-    Extension fields ``producerGroup`` (every half must be of that group); the body is JSON
+    Extension fields ``producerGroup`` (every half must be of that group) and, optional, ``topic`` (every half
+    must be of that topic: NO_PERMISSION for one that is not; with ACLs on, PUB on it, or an admin account when
+    the request names no topic); the body is JSON
     ``{"entries": [[commitLogOffset, tranStateTableOffset, commitOrRollback, msgId], ...]}``. Each entry is
     decided as a single END_TRANSACTION would decide it. The answer is SUCCESS with the body
     ``{"results": [[code, remark], ...]}`` in entry order (code 0: done, or nothing to do, the remark says which;

@@ -398,7 +398,7 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
         except BaseException:
             link.run(sender.settle())
             sent = sender.halves()
-            rolled = link.run(_Ender(producer).rolled_back(sent))
+            rolled = link.run(_Ender(producer, opts.topic).rolled_back(sent))
             log.warning("transactional write task failed; rolled back %d of its %d halves", rolled,
                         count_halves(sent))
             raise
@@ -413,10 +413,12 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
 # -- driver --------------------------------------------------------------------------------------------------------
 class _Ender:
     """Decides many halves of one group: END_TRANSACTION_BATCH requests, each broker's in list order (so the
-    rows of one queue are committed in row order), the brokers at once."""
+    rows of one queue are committed in row order), the brokers at once. ``topic``: the write's topic, named in
+    the requests (with ACLs on, a request naming none needs an admin account); None when rows name theirs."""
 
-    def __init__(self, producer: TransactionProducer) -> None:
+    def __init__(self, producer: TransactionProducer, topic: str | None) -> None:
         self.producer = producer
+        self.topic = topic
         #: halves decided before (a replay's commit finds those the crashed run committed)
         self.already = 0
         #: halves whose END failed (or may have: a request without an answer)
@@ -440,7 +442,7 @@ class _Ender:
         async def one(broker: str, hs: list[HalfRef]) -> None:
             entries = [EndEntry(clo, qo, state.value, msg_id, n) for _, clo, qo, msg_id, _, _, n in hs]
             try:
-                outcomes = await self.producer.end_transaction_batch(broker, entries)
+                outcomes = await self.producer.end_transaction_batch(broker, entries, topic=self.topic)
             except (MQClientError, OSError) as exc:  # the broker's halves undecided (some may be): count each
                 errors.extend([exc] * len(hs))
                 self.failed += count_halves(hs)
@@ -481,7 +483,7 @@ class _Driver:
         self.producer = TransactionProducer(group_for(query_id), instance=instance, checker=Checker(self.markers),
                                             send_timeout=opts.send_timeout, retries=opts.retries,
                                             compress_over=1 << 30)
-        self.ender = _Ender(self.producer)
+        self.ender = _Ender(self.producer, opts.topic)
 
     def __enter__(self) -> _Driver:
         try:

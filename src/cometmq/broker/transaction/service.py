@@ -103,6 +103,8 @@ RESOLVED_MEMORY = 65_536
 assert RESOLVED_MEMORY >= MAX_END_ENTRIES  # a batched END's claims are all remembered until it appends them
 #: what a decision makes of a transaction
 _OUTCOME = {TRANSACTION_COMMIT_TYPE: "committed", TRANSACTION_ROLLBACK_TYPE: "rolled back"}
+#: what a batched END counts for each half it decides: its share of the op record (the C helper counts the same)
+_OP_SHARE = 64
 #: bytes a packed half's commit leaves in its segment for the op record and the blank end marker
 _OP_ROOM = 4096
 #: a commit's append of this many records or more defers the store's key index (rolling) for _DEFER_INDEX_S: the
@@ -149,7 +151,11 @@ class TransactionalMessageService:
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Create the system topics and rebuild the unresolved transactions from the half and op queues."""
+        """Create the system topics and rebuild the unresolved transactions from the half and op queues. What was
+        tracked before goes (a broker promoted again: its log may have been cut while it was a replica, and the
+        half-queue offsets it knew given to other halves), as a restart forgets it."""
+        self.table = TransactionTable()
+        self._outcomes = OutcomeMemory(RESOLVED_MEMORY)
         topics = self.topics
         topics.create_system_topic(HALF_TOPIC, 1, perm=0)
         topics.create_system_topic(OP_TOPIC, 1, perm=0)
@@ -333,8 +339,9 @@ class TransactionalMessageService:
         entry decided as :meth:`end_transaction` decides it, a range entry each of its halves so, the commits'
         messages and op records appended together in as few appends as the message size limit allows (each
         append holds its op record: no delivered message exists without it). The answer lists each entry's
-        outcome."""
+        outcome. With the field ``topic`` (what the ACL checked) a half of another topic is refused."""
         group = cmd.ext_fields.get("producerGroup")
+        topic = cmd.ext_fields.get("topic")
         if not group:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, "END_TRANSACTION_BATCH needs the field producerGroup")
         if self.config.broker_id != 0:
@@ -389,8 +396,9 @@ class TransactionalMessageService:
         def decide(i: int, stored: tm.StoredHalf, commit_log_offset: int, state: int, msg_id: str) -> None:
             nonlocal size, n_claimed
             commit: MessageInner | None = None
-            cost = 64  # its share of the op record
+            cost = _OP_SHARE
             try:
+                self._of_topic(stored, topic)
                 if state == TRANSACTION_COMMIT_TYPE:
                     commit, size_of = tm.commit_messages(stored, commit_log_offset)
                     cost += size_of
@@ -444,9 +452,19 @@ class TransactionalMessageService:
                 # What decide does, inlined for the usual half of a range (plain, pending): a few hundred ns each.
                 pending, wanted, commit = self.table.pending, _OUTCOME[state], state == TRANSACTION_COMMIT_TYPE
                 remembered = self._outcomes
-                for n, got in range_halves(self.store, group, commit_log_offset, table_offset, count, commit):
+                # (with a topic the commits are built for rollbacks too: their topics are what is checked)
+                for n, got in range_halves(self.store, group, commit_log_offset, table_offset, count,
+                                           commit or topic is not None):
                     if isinstance(got, Chunk):
                         origins, phys, committed, costs = got.origins, got.phys, got.msgs, got.costs
+                        if topic is not None:
+                            if any(m.topic != topic for m in cast(list[MessageInner], committed)):
+                                for k, origin in enumerate(origins):  # each checked and decided on its own
+                                    decide(i, tm.StoredHalf(HALF_TOPIC, phys[k], n + k, group, origin, None,
+                                                            got.record(k)), phys[k], state, msg_id)
+                                continue
+                            if not commit:
+                                committed, costs = None, [_OP_SHARE] * len(origins)
                         before = len(pending)
                         halves = list(map(pending.pop, origins, itertools.repeat(None)))
                         loose[:] = origins, halves, 0
@@ -565,14 +583,19 @@ class TransactionalMessageService:
         if state == TRANSACTION_NOT_TYPE:
             return self._unknown(group, msg_id, source)
         stored = self._half_at(group, commit_log_offset, table_offset)
-        if topic is not None:  # (RocketMQ 5's field, what the ACL checked: the half must be of that topic)
-            rec = stored.record if stored.record is not None else decode_record(stored.data)[0]
-            if tm.real_destination(rec)[0] != topic:
-                self.metrics.refused += 1
-                raise RemotingError(ResponseCode.NO_PERMISSION, f"the half message at commit-log offset "
-                                                                f"{commit_log_offset} is not of topic {topic}")
+        self._of_topic(stored, topic)
         got = self._decide(group, stored, state, msg_id, source)
         return got if isinstance(got, str) else (got[0], stored, got[1])
+
+    def _of_topic(self, stored: tm.StoredHalf, topic: str | None) -> None:
+        """NO_PERMISSION unless the half is of ``topic`` (the request's field, what the ACL checked; None: any)."""
+        if topic is None:
+            return
+        rec = stored.record if stored.record is not None else decode_record(stored.data)[0]
+        if tm.real_destination(rec)[0] != topic:
+            self.metrics.refused += 1
+            raise RemotingError(ResponseCode.NO_PERMISSION, f"the half message at commit-log offset "
+                                f"{stored.physical_offset} is not of topic {topic}")
 
     def _decide(self, group: str, stored: tm.StoredHalf, state: int, msg_id: str | None,
                 source: str) -> tuple[PendingHalf, int] | str:

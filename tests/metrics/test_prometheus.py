@@ -300,11 +300,10 @@ async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
     such clients held as many. A scraper that has not read the answer within the time limit is now cut off."""
     import socket
 
+    from cometmq.client import Admin
     from cometmq.net.client import RemotingClient
     from cometmq.protocol.codes import RequestCode
     from cometmq.protocol.remoting import make_request
-
-    from cometmq.client import Admin
 
     async with Admin(namesrv=setup.namesrv_addr) as admin:
         await admin.create_topic("IdleReader", read_queues=1)

@@ -443,3 +443,22 @@ async def test_allocate_shares_the_queues_of_a_group(cluster: Cluster) -> None:
             assert len({m.msg_id for m in got}) == 40
         # b left: a gets every queue back
         await eventually(lambda: len(a.assignment()) == 4, what="a taking all queues back")
+
+
+async def test_a_tag_whose_hash_collides_is_not_returned(cluster: Cluster) -> None:
+    # "Aa" and "BB" have the same Java hash code: the broker filters by hash, the client re-checks the text.
+    await make_topic(cluster, "LH", 1)
+    q = MessageQueue("LH", "broker-a", 0)
+    async with Producer("lite-pg", namesrv=cluster.namesrv_addr) as p:
+        for i, tag in enumerate(["BB", "Aa", "BB", "Aa", "BB"]):
+            await p.send(Message("LH", f"{tag}{i}".encode(), tags=tag), queue=q)
+    async with consumer(cluster, consume_from="first", auto_commit=False) as c:
+        await c.subscribe("LH", "Aa")
+        got = await poll_n(c, 2)
+        got += await c.poll(0.3)
+        assert [m.body for m in got] == [b"Aa1", b"Aa3"]
+    async with consumer(cluster, "lite-g2", consume_from="first", auto_commit=False) as c:
+        await c.assign([q], "Aa")
+        got = await poll_n(c, 2)
+        got += await c.poll(0.3)
+        assert [m.body for m in got] == [b"Aa1", b"Aa3"]

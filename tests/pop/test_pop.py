@@ -390,3 +390,19 @@ async def test_the_service_is_built_by_the_first_pop_request_only(pop_cluster: P
         msgs = await drain(sc, wait=0.5)
     assert len(msgs) == 3 and b.pop.built and b.pop.metrics.popped == 3
     assert b.pop.service._revive.running  # started: the broker's master services were running when it was built
+
+
+async def test_closing_releases_a_shared_client_instance(pop_cluster: PopCluster) -> None:
+    from cometmq.client.instance import ClientInstance
+
+    await pop_cluster.create_topic(TOPIC, 1)
+    inst = ClientInstance(pop_cluster.namesrv_addr)
+    async with Producer("pop-producer", instance=inst) as p:
+        await p.send(Message(TOPIC, b"x"))
+        sc = SimpleConsumer(GROUP, instance=inst, consume_from="first")
+        sc.subscribe(TOPIC)
+        async with sc:
+            [m] = await sc.receive(1, wait=2)
+            await sc.ack(m)
+    # every user closed: the instance stops its timers and closes its connections
+    assert not inst.started

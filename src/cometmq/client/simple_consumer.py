@@ -152,7 +152,6 @@ class SimpleConsumer:
         self.ordered = ordered
         self.init_mode = INIT_MODE_MIN if consume_from == "first" else INIT_MODE_MAX
         self.request_timeout = request_timeout
-        self._own_instance = instance is None
         self.instance = instance if instance is not None else ClientInstance(namesrv or "",
                                                                              request_timeout=request_timeout,
                                                                              credentials=credentials)
@@ -178,8 +177,7 @@ class SimpleConsumer:
         try:
             await self.instance.unregister(consumer_group=self.group)
         finally:
-            if self._own_instance:
-                await self.instance.close()
+            await self.instance.close()  # one use fewer: a shared instance closes when its last user does
 
     async def __aenter__(self) -> SimpleConsumer:
         await self.start()

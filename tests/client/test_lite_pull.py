@@ -462,3 +462,18 @@ async def test_a_tag_whose_hash_collides_is_not_returned(cluster: Cluster) -> No
         got = await poll_n(c, 2)
         got += await c.poll(0.3)
         assert [m.body for m in got] == [b"Aa1", b"Aa3"]
+
+
+def test_a_pulled_record_whose_properties_run_past_its_end_is_a_protocol_error() -> None:
+    """The body is checked when the record is cut out; the topic and properties after it are read lazily, and a
+    record that claims more of them than it holds gives a ProtocolError there (no struct.error, no IndexError, no
+    properties cut short), which the pull loops report and survive."""
+    q = MessageQueue("T", "b", 0)
+    good = encode_record(MessageRecord("T", b"body", queue_offset=1, properties={"TAGS": "a", "UNIQ_KEY": "K"}))
+    props_len_at = len(good) - len("TAGS\x01a\x02UNIQ_KEY\x01K\x02") - 2
+    for bad in (good[:props_len_at - 2] + b"\xff" + good[props_len_at - 1:],  # a topic length past the end
+                good[:props_len_at] + b"\x00\x7f" + good[props_len_at + 2:]):  # a properties length past the end
+        [m] = decode_pulled(bad, q)
+        assert m.body == b"body"
+        with pytest.raises(ProtocolError, match="properties"):
+            _ = m.tags

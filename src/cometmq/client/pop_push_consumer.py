@@ -179,12 +179,20 @@ class PopPushConsumer:
 
     # -- consuming ------------------------------------------------------------------------------------------
     async def _consume_one(self, msg: ReceivedMessage) -> bool:
-        renew = asyncio.create_task(self._renew(msg)) if self.auto_renew else None
+        done = asyncio.Event()
+        renew = asyncio.create_task(self._renew(msg, done)) if self.auto_renew else None
         try:
             status = await self._call_listener(msg)
         finally:
             if renew is not None:
-                await cancel_and_wait([renew])
+                # Not cancelled: a renewal on its way brings the new receipt handle the ack needs (the broker
+                # makes the old one stale as soon as it renews).
+                done.set()
+                try:
+                    await asyncio.wait([renew])
+                except asyncio.CancelledError:
+                    renew.cancel()
+                    raise
         try:
             if status is ConsumeStatus.CONSUME_SUCCESS:
                 await self.simple.ack(msg)
@@ -210,10 +218,16 @@ class PopPushConsumer:
                         pass
                 return
 
-    async def _renew(self, msg: ReceivedMessage) -> None:
+    async def _renew(self, msg: ReceivedMessage, done: asyncio.Event) -> None:
+        """Renew the message's invisible time every half of it until ``done`` is set."""
         period = max(self.invisible_duration / 2, 0.05)
         while True:
-            await asyncio.sleep(period)
+            try:
+                async with asyncio.timeout(period):
+                    await done.wait()
+                return
+            except TimeoutError:
+                pass
             try:
                 await self.simple.change_invisible_duration(msg, self.invisible_duration)
                 self.renewed += 1

@@ -9,7 +9,7 @@ import pytest
 
 from cometmq.client import Message, Producer
 from cometmq.client.admin import Admin
-from cometmq.client.errors import InvalidArgumentError, NoRouteError
+from cometmq.client.errors import ClientConnectionError, InvalidArgumentError, NoRouteError
 from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer, StaleHandleError
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
@@ -406,3 +406,14 @@ async def test_closing_releases_a_shared_client_instance(pop_cluster: PopCluster
             await sc.ack(m)
     # every user closed: the instance stops its timers and closes its connections
     assert not inst.started
+
+
+async def test_a_failed_start_leaves_nothing_running() -> None:
+    from tests.kit.ports import free_port
+
+    sc = SimpleConsumer(GROUP, namesrv=f"127.0.0.1:{free_port()}", request_timeout=0.5)  # nobody listens there
+    sc.subscribe(TOPIC)
+    with pytest.raises(ClientConnectionError):
+        async with sc:
+            pass
+    assert not sc.started and not sc.instance.started  # no heartbeat or route timers left behind

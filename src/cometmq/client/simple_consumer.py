@@ -166,9 +166,13 @@ class SimpleConsumer:
         await self.instance.start()
         self.instance.register_consumer(self)
         self.started = True
-        for topic in self._subs:
-            await self.instance.route(topic, refresh=True)
-        await self.instance.heartbeat()
+        try:
+            for topic in self._subs:
+                await self.instance.route(topic, refresh=True)
+            await self.instance.heartbeat()
+        except BaseException:
+            await self.close()  # (the instance's timers and connections too)
+            raise
 
     async def close(self) -> None:
         if not self.started:

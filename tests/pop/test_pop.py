@@ -417,3 +417,11 @@ async def test_a_failed_start_leaves_nothing_running() -> None:
         async with sc:
             pass
     assert not sc.started and not sc.instance.started  # no heartbeat or route timers left behind
+
+
+def test_a_pop_answer_naming_a_queue_without_offsets_reads_as_nothing_from_it() -> None:
+    from cometmq.protocol.pop import PopMessageResponseHeader
+
+    rh = PopMessageResponseHeader(pop_time=1, invisible_time=1000, revive_qid=0, rest_num=0, start_offset_info="",
+                                  msg_offset_info="0 3 ")
+    assert SimpleConsumer._decode(b"", rh, TOPIC, "broker-a") == []

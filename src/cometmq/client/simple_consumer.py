@@ -271,6 +271,8 @@ class SimpleConsumer:
         out: list[tuple[MessageExt, ExtraInfo]] = []
         pos = 0
         for (flag, qid), offsets in parse_offset_info(rh.msg_offset_info).items():
+            if not offsets:
+                continue  # a queue named with no offsets: nothing of it in the body
             begin = pos
             for _ in offsets:
                 if pos + 4 > len(body):

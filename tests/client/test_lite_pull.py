@@ -443,3 +443,37 @@ async def test_allocate_shares_the_queues_of_a_group(cluster: Cluster) -> None:
             assert len({m.msg_id for m in got}) == 40
         # b left: a gets every queue back
         await eventually(lambda: len(a.assignment()) == 4, what="a taking all queues back")
+
+
+async def test_a_tag_whose_hash_collides_is_not_returned(cluster: Cluster) -> None:
+    # "Aa" and "BB" have the same Java hash code: the broker filters by hash, the client re-checks the text.
+    await make_topic(cluster, "LH", 1)
+    q = MessageQueue("LH", "broker-a", 0)
+    async with Producer("lite-pg", namesrv=cluster.namesrv_addr) as p:
+        for i, tag in enumerate(["BB", "Aa", "BB", "Aa", "BB"]):
+            await p.send(Message("LH", f"{tag}{i}".encode(), tags=tag), queue=q)
+    async with consumer(cluster, consume_from="first", auto_commit=False) as c:
+        await c.subscribe("LH", "Aa")
+        got = await poll_n(c, 2)
+        got += await c.poll(0.3)
+        assert [m.body for m in got] == [b"Aa1", b"Aa3"]
+    async with consumer(cluster, "lite-g2", consume_from="first", auto_commit=False) as c:
+        await c.assign([q], "Aa")
+        got = await poll_n(c, 2)
+        got += await c.poll(0.3)
+        assert [m.body for m in got] == [b"Aa1", b"Aa3"]
+
+
+def test_a_pulled_record_whose_properties_run_past_its_end_is_a_protocol_error() -> None:
+    """The body is checked when the record is cut out; the topic and properties after it are read lazily, and a
+    record that claims more of them than it holds gives a ProtocolError there (no struct.error, no IndexError, no
+    properties cut short), which the pull loops report and survive."""
+    q = MessageQueue("T", "b", 0)
+    good = encode_record(MessageRecord("T", b"body", queue_offset=1, properties={"TAGS": "a", "UNIQ_KEY": "K"}))
+    props_len_at = len(good) - len("TAGS\x01a\x02UNIQ_KEY\x01K\x02") - 2
+    for bad in (good[:props_len_at - 2] + b"\xff" + good[props_len_at - 1:],  # a topic length past the end
+                good[:props_len_at] + b"\x00\x7f" + good[props_len_at + 2:]):  # a properties length past the end
+        [m] = decode_pulled(bad, q)
+        assert m.body == b"body"
+        with pytest.raises(ProtocolError, match="properties"):
+            _ = m.tags

@@ -427,3 +427,28 @@ async def test_send_orderly_reports_a_failure_instead_of_using_another_queue(clu
         assert isinstance(info.value, ClientConnectionError)
         assert stored(cluster, "Two", 0) == [] and stored(cluster, "Two", 1) == []  # not sent elsewhere
         assert (await p.send_orderly(Message("Two", b"third"), 4)).queue == MessageQueue("Two", "broker-a", 0)
+
+
+async def test_an_offset_reset_is_taken_not_undone(cluster: Cluster) -> None:
+    """mqadmin resetOffsetByTime with an orderly consumer online: the broker commits the new offsets and tells
+    the consumer, which consumes again from them, in order; it does not commit its own old position over them."""
+    from cometmq.client import Admin
+
+    await create_topic(cluster, "OReset", 1)
+    seen: list[Seen] = []
+    async with Producer("orp", namesrv=cluster.namesrv_addr) as p:
+        await send_keys(p, "OReset", 1, 6)
+        c = orderly(cluster, "og-reset", Recorder(seen, "a"), auto_commit_interval=0.1)
+        c.subscribe("OReset")
+        async with c:
+            await eventually(lambda: len(seen) == 6 and committed(cluster, "og-reset", "OReset") == 6,
+                             what="six consumed and committed")
+            async with Admin(namesrv=cluster.namesrv_addr) as admin:
+                result = await admin.reset_offset("og-reset", "OReset", 0)
+            assert result.online and list(result.offsets.values()) == [0]
+            await eventually(lambda: len(seen) == 12, what="the six consumed again")
+            await send_keys(p, "OReset", 1, 1)
+            await eventually(lambda: len(seen) == 13 and committed(cluster, "og-reset", "OReset") == 7,
+                             what="the next one consumed and committed")
+    assert [s.seq for s in seen] == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0]
+    assert [s.offset for s in seen] == [*range(6), *range(7)]

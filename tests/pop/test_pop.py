@@ -9,7 +9,7 @@ import pytest
 
 from cometmq.client import Message, Producer
 from cometmq.client.admin import Admin
-from cometmq.client.errors import InvalidArgumentError, NoRouteError
+from cometmq.client.errors import ClientConnectionError, InvalidArgumentError, NoRouteError
 from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer, StaleHandleError
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
@@ -390,3 +390,38 @@ async def test_the_service_is_built_by_the_first_pop_request_only(pop_cluster: P
         msgs = await drain(sc, wait=0.5)
     assert len(msgs) == 3 and b.pop.built and b.pop.metrics.popped == 3
     assert b.pop.service._revive.running  # started: the broker's master services were running when it was built
+
+
+async def test_closing_releases_a_shared_client_instance(pop_cluster: PopCluster) -> None:
+    from cometmq.client.instance import ClientInstance
+
+    await pop_cluster.create_topic(TOPIC, 1)
+    inst = ClientInstance(pop_cluster.namesrv_addr)
+    async with Producer("pop-producer", instance=inst) as p:
+        await p.send(Message(TOPIC, b"x"))
+        sc = SimpleConsumer(GROUP, instance=inst, consume_from="first")
+        sc.subscribe(TOPIC)
+        async with sc:
+            [m] = await sc.receive(1, wait=2)
+            await sc.ack(m)
+    # every user closed: the instance stops its timers and closes its connections
+    assert not inst.started
+
+
+async def test_a_failed_start_leaves_nothing_running() -> None:
+    from tests.kit.ports import free_port
+
+    sc = SimpleConsumer(GROUP, namesrv=f"127.0.0.1:{free_port()}", request_timeout=0.5)  # nobody listens there
+    sc.subscribe(TOPIC)
+    with pytest.raises(ClientConnectionError):
+        async with sc:
+            pass
+    assert not sc.started and not sc.instance.started  # no heartbeat or route timers left behind
+
+
+def test_a_pop_answer_naming_a_queue_without_offsets_reads_as_nothing_from_it() -> None:
+    from cometmq.protocol.pop import PopMessageResponseHeader
+
+    rh = PopMessageResponseHeader(pop_time=1, invisible_time=1000, revive_qid=0, rest_num=0, start_offset_info="",
+                                  msg_offset_info="0 3 ")
+    assert SimpleConsumer._decode(b"", rh, TOPIC, "broker-a") == []

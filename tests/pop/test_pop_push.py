@@ -114,3 +114,53 @@ async def test_ordered_pop_push_consumes_each_queue_in_order(pop_cluster: PopClu
             await c.close()
     for q, offs in order.items():
         assert offs == list(range(30)), (q, offs)
+
+
+async def test_a_renewal_in_flight_when_the_listener_ends_is_not_lost(pop_cluster: PopCluster) -> None:
+    """The broker answers a renewal with a new receipt handle and makes the old one stale: a renewal still on its
+    way when the listener returns must be waited for, not cancelled, or the ack goes out with the stale handle,
+    fails, and the message is consumed a second time."""
+    from tests.kit.faultproxy import Direction, FaultProxy
+
+    await pop_cluster.create_topic(TOPIC, 1)
+    calls: list[int] = []
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        calls.append(msgs[0].reconsume_times)
+        await asyncio.sleep(0.7)  # returns while the renewal sent at 0.5 s waits for its answer (due at 0.9 s)
+
+    host, port = pop_cluster.broker.addr.rsplit(":", 1)
+    async with FaultProxy((host, int(port))) as proxy:
+        c = PushConsumer(GROUP, pop=True, namesrv=pop_cluster.namesrv_addr, listener=listener, consume_from="first",
+                         invisible_duration=1.0, long_polling_timeout=1)
+        assert isinstance(c, PopPushConsumer)
+        c.subscribe(TOPIC)
+        async with c:
+            c.instance.brokers["broker-a"] = {0: proxy.addr}  # the consumer's requests go through the proxy
+            proxy.delay(0.4, Direction.DOWN)
+            await asyncio.sleep(1.5)  # (once the long poll sent before is over)
+            await send(pop_cluster, 1)
+            await eventually(lambda: c.stats.consumed == 1, 20.0, what="one message consumed")
+            await asyncio.sleep(2.5)  # a stale ack would have it delivered again after its invisible time
+    assert c.renewed >= 1 and calls == [0]
+
+
+async def test_ordered_messages_waiting_behind_a_slow_one_stay_invisible(pop_cluster: PopCluster) -> None:
+    """An ordered batch is consumed one message after the other: the ones waiting their turn are renewed too, so
+    their invisible time does not pass meanwhile and the broker does not hand them out again (a second delivery,
+    consumed alongside the first and out of order)."""
+    await pop_cluster.create_topic(TOPIC, 1)
+    seen: list[tuple[int, int]] = []
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        seen.append((msgs[0].queue_offset, msgs[0].reconsume_times))
+        await asyncio.sleep(0.6)
+
+    await send(pop_cluster, 3)
+    c = PushConsumer(GROUP, pop=True, ordered=True, namesrv=pop_cluster.namesrv_addr, listener=listener,
+                     consume_from="first", invisible_duration=1.0, long_polling_timeout=1)
+    c.subscribe(TOPIC)
+    async with c:
+        await eventually(lambda: c.stats.consumed == 3, 20.0, what="three consumed")  # type: ignore[union-attr]
+        await asyncio.sleep(1.5)  # a second delivery would come within this
+    assert seen == [(0, 0), (1, 0), (2, 0)]

@@ -420,6 +420,8 @@ class LitePullConsumer:
                 if code == ResponseCode.SUCCESS:
                     next_offset = int(response.ext_fields["nextBeginOffset"])
                     msgs = decode_pulled(response.body, q)
+                    if st.tags is not None:  # a tag whose hash code collides with a wanted one
+                        msgs = [m for m in msgs if m.tags in st.tags]
                     st.pull_offset = next_offset
                     st.reported = None
                     if msgs:

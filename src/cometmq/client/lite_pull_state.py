@@ -24,6 +24,7 @@ class QueueState:
         "queue",
         "reported",
         "sub_version",
+        "tags",
         "task",
         "wake",
     )
@@ -33,6 +34,8 @@ class QueueState:
         self.expression = expression
         self.expression_type = expression_type
         self.sub_version = sub_version
+        #: the tags taken (None: every message); the broker filters by hash code, which may collide
+        self.tags = frozenset(Subscription(queue.topic, expression, expression_type, sub_version).data().tags) or None
         self.pull_offset = -1  # next offset to pull; -1 = not known yet
         self.consumed = -1  # offset after the last message poll returned (what a commit writes); -1 = none
         self.committed = -1  # what the broker holds, as far as we know

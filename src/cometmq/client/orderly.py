@@ -267,15 +267,27 @@ class OrderlyService:
         self._release_tasks.add(task)
         task.add_done_callback(self._release_tasks.discard)
 
-    def _reset(self, req: PullRequest, why: str) -> None:
+    def reset_offsets(self, offsets: Iterable[MessageQueue]) -> None:
+        """The broker reset and committed these queues' offsets: each one being consumed stops, forgets what it
+        pulled and its uncommitted progress, and starts again from the new offset once it is locked again."""
+        for mq in sorted(offsets):
+            req = self.c._requests.get(mq)
+            if req is not None and req.started:
+                self._reset(req, "its offset was reset", lock_lost=False)
+
+    def _reset(self, req: PullRequest, why: str, *, lock_lost: bool = True) -> None:
         """The lock is lost: stop the queue, forget its uncommitted progress, and wait to lock it again."""
         c = self.c
         mq, pq = req.mq, req.pq
         if c._requests.get(mq) is not req:
             return
-        c.stats.locks_lost += 1
-        log.warning("%s lost the lock of %s/%s/%d (%s): it stops consuming the queue until it locks it again",
-                    c.group, mq.topic, mq.broker_name, mq.queue_id, why)
+        if lock_lost:
+            c.stats.locks_lost += 1
+            log.warning("%s lost the lock of %s/%s/%d (%s): it stops consuming the queue until it locks it again",
+                        c.group, mq.topic, mq.broker_name, mq.queue_id, why)
+        else:
+            log.info("%s restarts %s/%s/%d (%s): from the committed offset once it is locked again", c.group,
+                     mq.topic, mq.broker_name, mq.queue_id, why)
         pq.locked = False
         pq.dropped = True
         req.cancel()

@@ -178,13 +178,16 @@ class PopPushConsumer:
         task.add_done_callback(done)
 
     # -- consuming ------------------------------------------------------------------------------------------
-    async def _consume_one(self, msg: ReceivedMessage) -> bool:
-        renew = asyncio.create_task(self._renew(msg)) if self.auto_renew else None
+    async def _consume_one(self, msg: ReceivedMessage, renewal: _Renewal | None = None) -> bool:
+        """Call the listener on ``msg`` (its invisible time renewed meanwhile: by ``renewal``, else by one started
+        here), then ack it or make it invisible for the back-off; True when it was acked."""
+        if renewal is None and self.auto_renew:
+            renewal = _Renewal(self, msg)
         try:
             status = await self._call_listener(msg)
         finally:
-            if renew is not None:
-                await cancel_and_wait([renew])
+            if renewal is not None:
+                await renewal.stop()
         try:
             if status is ConsumeStatus.CONSUME_SUCCESS:
                 await self.simple.ack(msg)
@@ -199,21 +202,37 @@ class PopPushConsumer:
         return False
 
     async def _consume_in_order(self, msgs: list[ReceivedMessage]) -> None:
-        for i, m in enumerate(msgs):
-            if not await self._consume_one(m):
-                # Hold the rest back until the failed one comes back: same back-off, so they stay behind it.
-                for rest in msgs[i + 1:]:
-                    try:
-                        await self.simple.change_invisible_duration(rest, BACKOFF_S[min(m.reconsume_times,
-                                                                                        len(BACKOFF_S) - 1)])
-                    except MQClientError:
-                        pass
-                return
+        # The messages waiting their turn are renewed too: else their invisible time could pass meanwhile, and the
+        # broker would hand them out again (consumed twice, alongside and out of order).
+        renewals = [_Renewal(self, m) if self.auto_renew else None for m in msgs]
+        try:
+            for i, m in enumerate(msgs):
+                if not await self._consume_one(m, renewals[i]):
+                    # Hold the rest back until the failed one comes back: same back-off, so they stay behind it.
+                    delay = BACKOFF_S[min(m.reconsume_times, len(BACKOFF_S) - 1)]
+                    for rest, renewal in zip(msgs[i + 1:], renewals[i + 1:], strict=True):
+                        if renewal is not None:
+                            await renewal.stop()
+                        try:
+                            await self.simple.change_invisible_duration(rest, delay)
+                        except MQClientError:
+                            pass
+                    return
+        finally:
+            for renewal in renewals:  # (all stopped, unless this was cancelled)
+                if renewal is not None:
+                    renewal.task.cancel()
 
-    async def _renew(self, msg: ReceivedMessage) -> None:
+    async def _renew(self, msg: ReceivedMessage, done: asyncio.Event) -> None:
+        """Renew the message's invisible time every half of it until ``done`` is set."""
         period = max(self.invisible_duration / 2, 0.05)
         while True:
-            await asyncio.sleep(period)
+            try:
+                async with asyncio.timeout(period):
+                    await done.wait()
+                return
+            except TimeoutError:
+                pass
             try:
                 await self.simple.change_invisible_duration(msg, self.invisible_duration)
                 self.renewed += 1
@@ -244,3 +263,23 @@ class PopPushConsumer:
 
     def __repr__(self) -> str:
         return f"<PopPushConsumer {self.group} {'running' if self.started else 'stopped'}>"
+
+
+class _Renewal:
+    """The renewal of one message's invisible time while it is consumed or waits its turn."""
+
+    __slots__ = ("done", "task")
+
+    def __init__(self, consumer: PopPushConsumer, msg: ReceivedMessage) -> None:
+        self.done = asyncio.Event()
+        self.task = asyncio.create_task(consumer._renew(msg, self.done))
+
+    async def stop(self) -> None:
+        """Stop renewing. Not by cancelling: a renewal on its way brings the new receipt handle the ack needs (the
+        broker makes the old one stale as soon as it renews)."""
+        self.done.set()
+        try:
+            await asyncio.wait([self.task])
+        except asyncio.CancelledError:
+            self.task.cancel()
+            raise

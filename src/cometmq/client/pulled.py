@@ -15,7 +15,7 @@ from typing import Any
 
 from cometmq.client.admin import queue_label
 from cometmq.client.message import MessageExt, MessageQueue
-from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.errors import ProtocolError, RemoteProtocolError
 from cometmq.protocol.message import SysFlag, host_string, unpack_host
 from cometmq.protocol.properties import RETRY_TOPIC, UNIQ_KEY, decode_properties
 from cometmq.protocol.record_layout import (
@@ -72,8 +72,11 @@ class _PulledMessage(MessageExt):
             rec = self._r
             layout = record_layout(rec)
             at = layout.body_pos + _I32.unpack_from(rec, layout.body_length_pos)[0]
-            at += 1 + rec[at]
-            (n,) = _I16.unpack_from(rec, at)
+            at += 1 + rec[at]  # (decode_pulled checked the body's length: the topic's length byte is there)
+            n = _I16.unpack_from(rec, at)[0] if at + 2 <= len(rec) else -1
+            if n < 0 or at + 2 + n > len(rec):
+                raise RemoteProtocolError(f"the topic and properties of the record at offset {self.queue_offset} "
+                                          f"of {queue_label(self.queue)} run past its end") from None
             props = decode_properties(rec[at + 2 : at + 2 + n])
             _props_slot.__set__(self, props)
             return props

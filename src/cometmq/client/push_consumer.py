@@ -494,12 +494,12 @@ class PushConsumer:
     async def reset_offsets(self, offsets: Mapping[MessageQueue, int]) -> None:
         """The broker reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET) and committed them: what was
         pulled of those queues is dropped unconsumed, and they are pulled again from the new offsets (RocketMQ's
-        MQClientInstance.resetOffset). An orderly consumer takes them at its next rebalance."""
+        MQClientInstance.resetOffset). An orderly consumer restarts those queues from the committed offsets once it
+        has locked them again (a batch in the listener ends first, and its result is not committed)."""
         if self._closing:
             return
         if self._orderly is not None:
-            log.warning("%s is orderly: the offset reset of %d queues is not applied while it consumes them",
-                        self.group, len(offsets))
+            self._orderly.reset_offsets(offsets)
             return
         for mq, offset in sorted(offsets.items()):
             req = self._requests.get(mq)

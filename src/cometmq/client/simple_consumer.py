@@ -152,7 +152,6 @@ class SimpleConsumer:
         self.ordered = ordered
         self.init_mode = INIT_MODE_MIN if consume_from == "first" else INIT_MODE_MAX
         self.request_timeout = request_timeout
-        self._own_instance = instance is None
         self.instance = instance if instance is not None else ClientInstance(namesrv or "",
                                                                              request_timeout=request_timeout,
                                                                              credentials=credentials)
@@ -167,9 +166,13 @@ class SimpleConsumer:
         await self.instance.start()
         self.instance.register_consumer(self)
         self.started = True
-        for topic in self._subs:
-            await self.instance.route(topic, refresh=True)
-        await self.instance.heartbeat()
+        try:
+            for topic in self._subs:
+                await self.instance.route(topic, refresh=True)
+            await self.instance.heartbeat()
+        except BaseException:
+            await self.close()  # (the instance's timers and connections too)
+            raise
 
     async def close(self) -> None:
         if not self.started:
@@ -178,8 +181,7 @@ class SimpleConsumer:
         try:
             await self.instance.unregister(consumer_group=self.group)
         finally:
-            if self._own_instance:
-                await self.instance.close()
+            await self.instance.close()  # one use fewer: a shared instance closes when its last user does
 
     async def __aenter__(self) -> SimpleConsumer:
         await self.start()
@@ -269,6 +271,8 @@ class SimpleConsumer:
         out: list[tuple[MessageExt, ExtraInfo]] = []
         pos = 0
         for (flag, qid), offsets in parse_offset_info(rh.msg_offset_info).items():
+            if not offsets:
+                continue  # a queue named with no offsets: nothing of it in the body
             begin = pos
             for _ in offsets:
                 if pos + 4 > len(body):

@@ -12,6 +12,9 @@ from cometmq.grpc.v2 import service_pb2 as spb
 
 #: a client silent for this long (no heartbeat, no stream) is forgotten
 SESSION_EXPIRY_S = 120.0
+#: the silent ones are looked for at most this often (each look scans the table: once per new client id made a
+#: flood of made-up ids cost quadratic time)
+EXPIRY_SCAN_S = 1.0
 
 
 @dataclass
@@ -30,6 +33,7 @@ class ClientSession:
 class Sessions:
     def __init__(self) -> None:
         self._sessions: dict[str, ClientSession] = {}
+        self._scanned_at = -EXPIRY_SCAN_S
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -69,6 +73,10 @@ class Sessions:
         return s
 
     def _expire(self) -> None:
-        limit = time.monotonic() - SESSION_EXPIRY_S
+        now = time.monotonic()
+        if now - self._scanned_at < EXPIRY_SCAN_S:
+            return
+        self._scanned_at = now
+        limit = now - SESSION_EXPIRY_S
         for cid in [cid for cid, s in self._sessions.items() if s.outbox is None and s.last_seen < limit]:
             del self._sessions[cid]

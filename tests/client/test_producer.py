@@ -115,6 +115,9 @@ async def test_errors_are_clear_and_early(cluster: Cluster) -> None:
         assert "queueId 99" in str(info.value) and info.value.addr == cluster.brokers[0].addr
     with pytest.raises(InvalidArgumentError):
         Producer("pg")
+    for bad in ("127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:0065536"):  # (no port for TCP to connect to)
+        with pytest.raises(InvalidArgumentError, match="not host:port"):
+            Producer("pg", namesrv=f"{cluster.namesrv_addr};{bad}")
 
 
 async def test_no_route_without_auto_create(cluster: Cluster) -> None:

@@ -28,10 +28,10 @@ log = logging.getLogger(__name__)
 
 
 def split_address(addr: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``."""
+    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``: an address to connect to, its port 1-65535."""
     host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"address {addr!r} is not host:port")
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ValueError(f"address {addr!r} is not host:port (a port 1-65535)")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)

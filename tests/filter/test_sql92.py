@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+import time
 import timeit
 from collections.abc import Mapping
 
@@ -191,6 +192,14 @@ def test_long_chains_do_not_recurse() -> None:
     props = {f"p{i}": str(i) for i in range(3000)}
     assert compile_sql92(expr)(props)
     assert not compile_sql92(" OR ".join(f"p{i} = 'x'" for i in range(3000)))(props)
+
+
+@pytest.mark.parametrize("tail", ["-" * 60_000, "\n" + "-" * 60_000, "0" * 60_000, "0" * 60_000 + "e"])
+def test_tokenizing_runs_is_linear(tail: str) -> None:
+    # A run the tokenizer scanned and gave up at each of its positions took ~9 s for these 60,000 characters.
+    start = time.monotonic()
+    bad("a = 1 OR a = " + tail)
+    assert time.monotonic() - start < 2  # typically ~10 ms; the bound catches only the stall
 
 
 @pytest.mark.parametrize(

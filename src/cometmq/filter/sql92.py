@@ -59,17 +59,20 @@ class FilterSyntaxError(ValueError):
 _KEYWORDS: Final = frozenset(
     {"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH", "ENDSWITH"}
 )
-_TOKEN_RE: Final = re.compile(
-    r"""
-      (?P<SKIP>[ \t\n\r\f]+ | --[^\n\r]*(?:\r\n|\n|\r) | /\*.*?\*/)
+# Every token takes the whole run of digits (INTEGER: the parser refuses leading zeros), and a '--' past the
+# last line break is two minus signs without trying the comment: a match attempt that scans a long run and then
+# fails must not be repeated at each position of that run (a quadratic tokenizer stalls the event loop).
+_TOKEN_PATTERN: Final = r"""
+      (?P<SKIP>[ \t\n\r\f]+ {line_comment}| /\*.*?\*/)
     | (?P<DECIMAL>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)? | \.[0-9]+(?:[eE][+-]?[0-9]+)? | [0-9]+[eE][+-]?[0-9]+)
-    | (?P<INTEGER>0|[1-9][0-9]*[lL]?)
+    | (?P<INTEGER>[0-9]+[lL]?)
     | (?P<ID>[A-Za-z_$][A-Za-z0-9_$.]*)
     | (?P<STRING>'[^']*(?:''[^']*)*')
     | (?P<OP><>|<=|>=|[=<>(),+-])
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+    """
+_TOKEN_RE: Final = re.compile(_TOKEN_PATTERN.format(line_comment=r"| --[^\n\r]*(?:\r\n|\n|\r) "),
+                              re.VERBOSE | re.DOTALL)
+_TAIL_TOKEN_RE: Final = re.compile(_TOKEN_PATTERN.format(line_comment=""), re.VERBOSE | re.DOTALL)
 
 
 class _Token(NamedTuple):
@@ -80,9 +83,10 @@ class _Token(NamedTuple):
 
 def _tokenize(text: str) -> list[_Token]:
     tokens: list[_Token] = []
-    pos, end, match = 0, len(text), _TOKEN_RE.match
+    pos, end = 0, len(text)
+    last_break = max(text.rfind("\n"), text.rfind("\r"))  # a '--' comment needs one after it
     while pos < end:
-        m = match(text, pos)
+        m = (_TOKEN_RE if pos < last_break else _TAIL_TOKEN_RE).match(text, pos)
         if m is None:
             if text[pos] == "'":
                 raise FilterSyntaxError("unterminated string literal", pos)
@@ -479,6 +483,8 @@ class _Parser:
         if kind == "INTEGER":
             self.advance()
             digits = tok.text.rstrip("lL")
+            if digits[0] == "0" and tok.text != "0":
+                raise FilterSyntaxError(f"integer literal {tok.text[:40]} starts with 0", tok.pos)
             if len(digits) > 19 or int(digits) > _LONG_MAX:
                 raise FilterSyntaxError(f"integer literal {tok.text} is out of the long range", tok.pos)
             return _constant(_Kind.CONST, int(digits), tok.pos)

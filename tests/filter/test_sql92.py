@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cometmq.filter import MAX_NESTING, FilterSyntaxError, cached_filter, compile_sql92
+from cometmq.filter import MAX_LENGTH, MAX_NESTING, FilterSyntaxError, cached_filter, compile_sql92
 
 
 def match(expr: str, **props: str) -> bool:
@@ -332,6 +332,21 @@ def test_cached_filter() -> None:
     assert f({"a": "x"})
     with pytest.raises(FilterSyntaxError):
         cached_filter("a = ")
+
+
+def test_long_expressions_are_bounded() -> None:
+    longest = "a IN (" + ",".join(f"'{i:07}'" for i in range((MAX_LENGTH - 7) // 10)) + ")"
+    assert len(longest) <= MAX_LENGTH and match(longest, a="0000042")
+    assert "longer than" in bad(longest + " " * (MAX_LENGTH + 1 - len(longest))).message
+    assert "longer than" in bad("a IN (" + ",".join(["'x'"] * 1_000_000) + ")").message
+    # Consumers naming ever-new long expressions: the cache keeps only a few of them (it kept 1,024, each up to
+    # the ~2.5 MB of a MAX_LENGTH one). A short expression stays cached meanwhile.
+    short = cached_filter("a = 'x'")
+    first = cached_filter("a IN (" + ",".join(f"'0-{j}'" for j in range(300)) + ")")
+    for i in range(1, 40):
+        cached_filter("a IN (" + ",".join(f"'{i}-{j}'" for j in range(300)) + ")")
+    assert cached_filter("a IN (" + ",".join(f"'0-{j}'" for j in range(300)) + ")") is not first
+    assert cached_filter("a = 'x'") is short
 
 
 def test_evaluation_cost() -> None:

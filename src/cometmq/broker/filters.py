@@ -35,7 +35,13 @@ def property_filter_for(expression_type: str | None, expression: str | None,
     try:
         return cached_filter(text)
     except FilterSyntaxError as exc:
-        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"bad SQL92 expression {text!r}: {exc}") from None
+        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                            f"bad SQL92 expression {_shown(text)}: {exc}") from None
+
+
+def _shown(expression: str) -> str:
+    """An expression as a remark quotes it: a huge one cut short."""
+    return repr(expression if len(expression) <= 200 else expression[:200] + "...")
 
 
 def record_filter_for(prop_filter: PropertyFilter) -> RecordFilter:
@@ -59,7 +65,7 @@ def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
         return None
     tags = frozenset(t.strip() for t in text.split("||") if t.strip())
     if not tags:
-        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"cannot parse tag expression {expression!r}")
+        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"cannot parse tag expression {_shown(expression)}")
     return tags
 
 

@@ -15,6 +15,16 @@ Deliberate differences from RocketMQ's evaluator (everything else mirrors it):
 
 from __future__ import annotations
 
-from cometmq.filter.sql92 import MAX_DEPTH, MAX_NESTING, FilterSyntaxError, Predicate, cached_filter, compile_sql92
+from cometmq.filter.sql92 import (
+    MAX_DEPTH,
+    MAX_LENGTH,
+    MAX_NESTING,
+    FilterSyntaxError,
+    Predicate,
+    cached_filter,
+    compile_sql92,
+)
 
-__all__ = ["MAX_DEPTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92"]
+__all__ = [
+    "MAX_DEPTH", "MAX_LENGTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92",
+]

@@ -6,6 +6,7 @@ import asyncio
 import time
 import zlib
 
+from cometmq.broker.filters import tag_filter_for
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
@@ -93,6 +94,27 @@ async def test_pull_statuses(start_broker: StartBroker, client: RemotingClient) 
     assert r.code == ResponseCode.SYSTEM_ERROR
     r = await client.invoke(b.addr, pull_request("P", 0, sys_flag=0))  # no subscription known for the group
     assert r.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+
+
+async def test_huge_tag_expression_is_refused_at_once(start_broker: StartBroker, client: RemotingClient) -> None:
+    # A tag expression of 1,000,000 tags took ~5 s of the event loop, and up to 1,024 such filters stayed cached.
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("HT", b"x", 0, props(TAGS="A")))
+    huge = " || ".join(f"{i:x}" for i in range(1_000_000))
+    start = time.monotonic()
+    r = await client.invoke(b.addr, pull_request("HT", 0, subscription=huge, sys_flag=4), 30)
+    assert time.monotonic() - start < 3  # typically a few ms; the bound catches only the stall
+    assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert "longer than" in (r.remark or "") and len(r.remark or "") < 1000
+    # Ever-new long expressions: only a few stay cached; a short one stays meanwhile.
+    short = tag_filter_for("A || B")
+    first = tag_filter_for(" || ".join(f"0-{j}" for j in range(300)))
+    for i in range(1, 40):
+        tag_filter_for(" || ".join(f"{i}-{j}" for j in range(300)))
+    assert tag_filter_for(" || ".join(f"0-{j}" for j in range(300))) is not first
+    assert tag_filter_for("A || B") is short
+    r = await client.invoke(b.addr, pull_request("HT", 0, subscription="B || A", sys_flag=4))
+    assert [x.body for x in iter_records(r.body)] == [b"x"]
 
 
 async def test_long_poll_is_woken_by_the_arrival(start_broker: StartBroker, client: RemotingClient) -> None:

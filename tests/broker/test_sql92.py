@@ -4,6 +4,7 @@ arrivals wake a held pull."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.codes import ResponseCode
@@ -53,3 +54,18 @@ async def test_held_sql92_pull_wakes_only_for_matching_arrivals(start_broker: St
     r = await asyncio.wait_for(held, 10)
     assert [x.body for x in iter_records(r.body)] == [b"match"]
     assert b.hold.woken_by_arrival == 1
+
+
+async def test_huge_sql92_expression_is_refused_at_once(start_broker: StartBroker, client: RemotingClient) -> None:
+    # A 4 MB IN list took ~5 s of the event loop to compile, and up to 1,024 such filters stayed cached.
+    b = await start_broker(enable_property_filter=True)
+    await client.invoke(b.addr, send_request("H", b"x", 0, props(a="x")))
+    huge = "a IN (" + ",".join(["'x'"] * 1_000_000) + ")"
+    start = time.monotonic()
+    r = await client.invoke(b.addr, pull_request("H", 0, subscription=huge, sys_flag=4, expressionType="SQL92"), 30)
+    assert time.monotonic() - start < 3  # typically a few ms; the bound catches only the stall
+    assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert "longer than" in (r.remark or "") and len(r.remark or "") < 1000
+    r = await client.invoke(b.addr, pull_request("H", 0, subscription="a IN ('x')", sys_flag=4,
+                                                 expressionType="SQL92"))
+    assert [x.body for x in iter_records(r.body)] == [b"x"]

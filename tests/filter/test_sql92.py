@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+import time
 import timeit
 from collections.abc import Mapping
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cometmq.filter import MAX_NESTING, FilterSyntaxError, cached_filter, compile_sql92
+from cometmq.filter import MAX_LENGTH, MAX_NESTING, FilterSyntaxError, cached_filter, compile_sql92
 
 
 def match(expr: str, **props: str) -> bool:
@@ -193,6 +194,14 @@ def test_long_chains_do_not_recurse() -> None:
     assert not compile_sql92(" OR ".join(f"p{i} = 'x'" for i in range(3000)))(props)
 
 
+@pytest.mark.parametrize("tail", ["-" * 60_000, "\n" + "-" * 60_000, "0" * 60_000, "0" * 60_000 + "e"])
+def test_tokenizing_runs_is_linear(tail: str) -> None:
+    # A run the tokenizer scanned and gave up at each of its positions took ~9 s for these 60,000 characters.
+    start = time.monotonic()
+    bad("a = 1 OR a = " + tail)
+    assert time.monotonic() - start < 2  # typically ~10 ms; the bound catches only the stall
+
+
 @pytest.mark.parametrize(
     "expr",
     ["a BeTwEeN 1 aNd 5", "a is NOT null OR a In ('3')", "tRuE and a > 0", "a not CONTAINS 'x'", "NoT (a < 1)"],
@@ -323,6 +332,21 @@ def test_cached_filter() -> None:
     assert f({"a": "x"})
     with pytest.raises(FilterSyntaxError):
         cached_filter("a = ")
+
+
+def test_long_expressions_are_bounded() -> None:
+    longest = "a IN (" + ",".join(f"'{i:07}'" for i in range((MAX_LENGTH - 7) // 10)) + ")"
+    assert len(longest) <= MAX_LENGTH and match(longest, a="0000042")
+    assert "longer than" in bad(longest + " " * (MAX_LENGTH + 1 - len(longest))).message
+    assert "longer than" in bad("a IN (" + ",".join(["'x'"] * 1_000_000) + ")").message
+    # Consumers naming ever-new long expressions: the cache keeps only a few of them (it kept 1,024, each up to
+    # the ~2.5 MB of a MAX_LENGTH one). A short expression stays cached meanwhile.
+    short = cached_filter("a = 'x'")
+    first = cached_filter("a IN (" + ",".join(f"'0-{j}'" for j in range(300)) + ")")
+    for i in range(1, 40):
+        cached_filter("a IN (" + ",".join(f"'{i}-{j}'" for j in range(300)) + ")")
+    assert cached_filter("a IN (" + ",".join(f"'0-{j}'" for j in range(300)) + ")") is not first
+    assert cached_filter("a = 'x'") is short
 
 
 def test_evaluation_cost() -> None:

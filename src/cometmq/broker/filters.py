@@ -35,7 +35,13 @@ def property_filter_for(expression_type: str | None, expression: str | None,
     try:
         return cached_filter(text)
     except FilterSyntaxError as exc:
-        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"bad SQL92 expression {text!r}: {exc}") from None
+        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                            f"bad SQL92 expression {_shown(text)}: {exc}") from None
+
+
+def _shown(expression: str) -> str:
+    """An expression as a remark quotes it: a huge one cut short."""
+    return repr(expression if len(expression) <= 200 else expression[:200] + "...")
 
 
 def record_filter_for(prop_filter: PropertyFilter) -> RecordFilter:
@@ -59,15 +65,33 @@ def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
         return None
     tags = frozenset(t.strip() for t in text.split("||") if t.strip())
     if not tags:
-        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"cannot parse tag expression {expression!r}")
+        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"cannot parse tag expression {_shown(expression)}")
     return tags
 
 
-@lru_cache(maxsize=1024)
+#: the longest tag expression a subscription may have: its filter is made in ~50 ms and holds ~0.5 MB
+MAX_TAG_EXPRESSION_LENGTH = 65_536
+_SHORT_TAG_EXPRESSION = 1024  # characters: longer ones have a small cache of their own
+
+
 def tag_filter_for(expression: str | None) -> TagFilter | None:
-    """A filter on consume-queue tag codes, or None when the expression takes every message."""
+    """A filter on consume-queue tag codes, or None when the expression takes every message. Raises RemotingError
+    for an expression it cannot parse or longer than MAX_TAG_EXPRESSION_LENGTH."""
+    if expression is None or len(expression) <= _SHORT_TAG_EXPRESSION:
+        return _short_tag_filter(expression)
+    if len(expression) > MAX_TAG_EXPRESSION_LENGTH:
+        raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"tag expression {_shown(expression)} is "
+                            f"longer than {MAX_TAG_EXPRESSION_LENGTH} characters")
+    return _long_tag_filter(expression)
+
+
+def _tag_filter(expression: str | None) -> TagFilter | None:
     tags = parse_tag_expression(expression)
     if tags is None:
         return None
     codes = frozenset(java_string_hash(t) for t in tags)
     return codes.__contains__
+
+
+_short_tag_filter = lru_cache(maxsize=1024)(_tag_filter)
+_long_tag_filter = lru_cache(maxsize=16)(_tag_filter)

@@ -11,10 +11,22 @@ Deliberate differences from RocketMQ's evaluator (everything else mirrors it):
 * The literal ``0.0`` is accepted (RocketMQ rejects decimals below ``Double.MIN_VALUE``); hex floats
   in property values are not parsed; NaN compares as in IEEE 754.
 * Identifiers may contain ``.`` after the first character; ``--`` comments may end the expression.
+* An expression longer than MAX_LENGTH (65,536 characters) is refused, so a compile's time and memory stay
+  bounded.
 """
 
 from __future__ import annotations
 
-from cometmq.filter.sql92 import MAX_DEPTH, MAX_NESTING, FilterSyntaxError, Predicate, cached_filter, compile_sql92
+from cometmq.filter.sql92 import (
+    MAX_DEPTH,
+    MAX_LENGTH,
+    MAX_NESTING,
+    FilterSyntaxError,
+    Predicate,
+    cached_filter,
+    compile_sql92,
+)
 
-__all__ = ["MAX_DEPTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92"]
+__all__ = [
+    "MAX_DEPTH", "MAX_LENGTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92",
+]

@@ -32,7 +32,9 @@ from enum import Enum
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
-__all__ = ["MAX_DEPTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92"]
+__all__ = [
+    "MAX_DEPTH", "MAX_LENGTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92",
+]
 
 Value = str | int | float | bool | None
 Props = Mapping[str, str]
@@ -41,6 +43,7 @@ Predicate = Callable[[Props], bool]
 
 MAX_NESTING: Final = 50  # parentheses and prefix operators inside one another
 MAX_DEPTH: Final = 200  # depth of the compiled closure tree (bounds evaluation recursion)
+MAX_LENGTH: Final = 65_536  # characters; bounds a compile's time (~50 ms) and memory (~2.5 MB)
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
 
@@ -59,17 +62,20 @@ class FilterSyntaxError(ValueError):
 _KEYWORDS: Final = frozenset(
     {"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH", "ENDSWITH"}
 )
-_TOKEN_RE: Final = re.compile(
-    r"""
-      (?P<SKIP>[ \t\n\r\f]+ | --[^\n\r]*(?:\r\n|\n|\r) | /\*.*?\*/)
+# Every token takes the whole run of digits (INTEGER: the parser refuses leading zeros), and a '--' past the
+# last line break is two minus signs without trying the comment: a match attempt that scans a long run and then
+# fails must not be repeated at each position of that run (a quadratic tokenizer stalls the event loop).
+_TOKEN_PATTERN: Final = r"""
+      (?P<SKIP>[ \t\n\r\f]+ {line_comment}| /\*.*?\*/)
     | (?P<DECIMAL>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)? | \.[0-9]+(?:[eE][+-]?[0-9]+)? | [0-9]+[eE][+-]?[0-9]+)
-    | (?P<INTEGER>0|[1-9][0-9]*[lL]?)
+    | (?P<INTEGER>[0-9]+[lL]?)
     | (?P<ID>[A-Za-z_$][A-Za-z0-9_$.]*)
     | (?P<STRING>'[^']*(?:''[^']*)*')
     | (?P<OP><>|<=|>=|[=<>(),+-])
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+    """
+_TOKEN_RE: Final = re.compile(_TOKEN_PATTERN.format(line_comment=r"| --[^\n\r]*(?:\r\n|\n|\r) "),
+                              re.VERBOSE | re.DOTALL)
+_TAIL_TOKEN_RE: Final = re.compile(_TOKEN_PATTERN.format(line_comment=""), re.VERBOSE | re.DOTALL)
 
 
 class _Token(NamedTuple):
@@ -80,9 +86,10 @@ class _Token(NamedTuple):
 
 def _tokenize(text: str) -> list[_Token]:
     tokens: list[_Token] = []
-    pos, end, match = 0, len(text), _TOKEN_RE.match
+    pos, end = 0, len(text)
+    last_break = max(text.rfind("\n"), text.rfind("\r"))  # a '--' comment needs one after it
     while pos < end:
-        m = match(text, pos)
+        m = (_TOKEN_RE if pos < last_break else _TAIL_TOKEN_RE).match(text, pos)
         if m is None:
             if text[pos] == "'":
                 raise FilterSyntaxError("unterminated string literal", pos)
@@ -479,8 +486,10 @@ class _Parser:
         if kind == "INTEGER":
             self.advance()
             digits = tok.text.rstrip("lL")
+            if digits[0] == "0" and tok.text != "0":
+                raise FilterSyntaxError(f"integer literal {tok.text[:40]} starts with 0", tok.pos)
             if len(digits) > 19 or int(digits) > _LONG_MAX:
-                raise FilterSyntaxError(f"integer literal {tok.text} is out of the long range", tok.pos)
+                raise FilterSyntaxError(f"integer literal {tok.text[:40]} is out of the long range", tok.pos)
             return _constant(_Kind.CONST, int(digits), tok.pos)
         if kind == "DECIMAL":
             self.advance()
@@ -510,6 +519,8 @@ def compile_sql92(expr: str) -> Predicate:
     Raises FilterSyntaxError (a ValueError) for any malformed or ill-typed expression.
     The returned callable never raises for a mapping of str to str.
     """
+    if len(expr) > MAX_LENGTH:
+        raise FilterSyntaxError(f"expression is longer than {MAX_LENGTH} characters", MAX_LENGTH)
     try:
         fn = _Parser(expr).parse().fn
     except RecursionError:  # only reachable when the caller's own stack is already deep
@@ -521,7 +532,14 @@ def compile_sql92(expr: str) -> Predicate:
     return matches
 
 
-@lru_cache(maxsize=1024)
+_SHORT: Final = 1024  # characters: a compiled filter of up to this many takes at most ~40 KB
+
+
 def cached_filter(expr: str) -> Predicate:
-    """compile_sql92 memoised per expression string (errors are not cached)."""
-    return compile_sql92(expr)
+    """compile_sql92 memoised per expression string (errors are not cached). Long expressions have a cache of
+    their own, a small one, so consumers naming ever-new long expressions cannot fill memory."""
+    return (_cached_short if len(expr) <= _SHORT else _cached_long)(expr)
+
+
+_cached_short: Final = lru_cache(maxsize=1024)(compile_sql92)
+_cached_long: Final = lru_cache(maxsize=16)(compile_sql92)

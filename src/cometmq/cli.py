@@ -327,6 +327,11 @@ def dashboard(
         help="key the session cookies are signed with (sessions then outlive a restart); default: a random one "
              "made at start")] = None,
     session_hours: Annotated[float, typer.Option(min=0.01, help="how long a login lasts")] = 8.0,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", show_default=False,
+        help="without a login: a host name the dashboard is reached by (repeatable; also "
+             "$COMETMQ_DASHBOARD_ALLOWED_HOSTS, comma-separated). IP addresses, localhost and --host always are; "
+             "other names are refused (DNS rebinding)")] = None,
     access_key: Annotated[str | None, typer.Option(help="ACL access key of the dashboard's admin client",
                                                    envvar="COMETMQ_ACCESS_KEY", show_default=False)] = None,
     secret_key: Annotated[str | None, typer.Option(help="ACL secret key", envvar="COMETMQ_SECRET_KEY",

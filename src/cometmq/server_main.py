@@ -631,8 +631,9 @@ def proxy(namesrv: str, grpc_port: int, host: str, access_keys: str | None, tls_
 
 
 def dashboard(namesrv: str, port: int, host: str, read_only: bool, interval: float, users_file: Path | None,
-              session_secret: str | None, session_hours: float, access_key: str | None, secret_key: str | None,
-              tls: bool, tls_ca: str | None, tls_insecure: bool) -> None:
+              session_secret: str | None, session_hours: float, allowed_host: list[str] | None,
+              access_key: str | None, secret_key: str | None, tls: bool, tls_ca: str | None,
+              tls_insecure: bool) -> None:
     """Serve the web dashboard for the cluster of these nameservers."""
     try:
         from cometmq.dashboard import DashboardServer
@@ -648,7 +649,8 @@ def dashboard(namesrv: str, port: int, host: str, read_only: bool, interval: flo
             server = DashboardServer(namesrv, host, port, read_only=read_only or None, interval=interval,
                                      access_key=access_key, secret_key=secret_key, tls=tls,
                                      tls_ca_file=tls_ca, tls_insecure=tls_insecure, users_file=users_file,
-                                     session_secret=session_secret, session_hours=session_hours)
+                                     session_secret=session_secret, session_hours=session_hours,
+                                     allowed_hosts=allowed_host or None)
         except UsersFileError as exc:
             raise SystemExit(f"cometmq dashboard: {exc}") from None
         await server.start()

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import ipaddress
 import logging
 import math
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -55,6 +56,8 @@ class Auth:
 
 
 AUTH = web.AppKey("auth", Auth)  # absent: no users file, no login
+#: host names (lower case) the dashboard answers to besides IP addresses and localhost (``check_host``)
+ALLOWED_HOSTS = web.AppKey("allowed_hosts", frozenset)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -116,6 +119,36 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
             raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
         raise web.HTTPUnauthorized(text="log in first: this dashboard needs a session (/login)")
     request["session"], request["user"] = session, user
+    return await handler(request)
+
+
+def host_allowed(host: str, allowed: frozenset[str]) -> bool:
+    """Whether a request's Host header (``name``, ``name:port``, ``[v6]:port``) names an IP address, localhost, or
+    one of ``allowed``."""
+    try:
+        name = urlsplit("//" + host).hostname
+    except ValueError:
+        return False
+    if not name:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return name == "localhost" or name.endswith(".localhost") or name in allowed
+
+
+@web.middleware
+async def check_host(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Without a login, only requests whose Host is an IP address, localhost or an allowed name are answered. A web
+    page of any site could otherwise read and drive the dashboard through DNS rebinding: its own name, pointed at
+    the dashboard's address, makes the browser's requests same-origin (the Origin check passes too)."""
+    if request.app.get(AUTH) is None and not host_allowed(request.host, request.app[ALLOWED_HOSTS]):
+        raise web.HTTPForbidden(text=f"this dashboard has no login and answers to IP addresses, localhost and its "
+                                     f"allowed host names only, not {request.host[:100]!r}: add the name with "
+                                     f"--allowed-host (or $COMETMQ_DASHBOARD_ALLOWED_HOSTS), or give it a users "
+                                     f"file")
     return await handler(request)
 
 
@@ -415,8 +448,9 @@ async def resend(request: web.Request) -> web.StreamResponse:
 
 # -- the app ----------------------------------------------------------------------------------------------------
 def create_app(data: ClusterData, sampler: Sampler, *, namesrv: str, read_only: bool = False,
-               auth: Auth | None = None) -> web.Application:
-    app = web.Application(middlewares=[timing, authenticate, guard_actions])
+               auth: Auth | None = None, allowed_hosts: Iterable[str] = ()) -> web.Application:
+    app = web.Application(middlewares=[timing, check_host, authenticate, guard_actions])
+    app[ALLOWED_HOSTS] = frozenset(h.strip().lower() for h in allowed_hosts if h.strip())
     app.on_response_prepare.append(_security_headers)
     if auth is not None:
         app[AUTH] = auth
@@ -456,7 +490,9 @@ class DashboardServer:
     open and says so at start. ``session_secret`` (else ``$COMETMQ_DASHBOARD_SESSION_SECRET``, else a random key
     made now) signs the session cookies, which last ``session_hours``. ``access_key``/``secret_key`` or
     ``credentials`` sign the admin client's requests (ACL); ``tls``/``tls_ca_file``/``tls_insecure`` as the SDK's
-    ``ClientInstance`` takes them (None: ``$COMETMQ_TLS``, ``$COMETMQ_TLS_CA``, ``$COMETMQ_TLS_INSECURE``)."""
+    ``ClientInstance`` takes them (None: ``$COMETMQ_TLS``, ``$COMETMQ_TLS_CA``, ``$COMETMQ_TLS_INSECURE``).
+    ``allowed_hosts`` (else ``$COMETMQ_DASHBOARD_ALLOWED_HOSTS``, comma-separated): without a login, the host names
+    it answers to besides IP addresses, localhost and ``host`` (``check_host``)."""
 
     def __init__(self, namesrv: str, host: str = "127.0.0.1", port: int = 8080, *, read_only: bool | None = None,
                  interval: float = 5.0, window: float = 600.0, access_key: str | None = None,
@@ -464,10 +500,13 @@ class DashboardServer:
                  tls: bool | ssl.SSLContext | None = None, tls_ca_file: str | None = None,
                  tls_insecure: bool | None = None, users_file: str | os.PathLike[str] | None = None,
                  session_secret: str | None = None, session_hours: float = 8.0,
-                 throttle: LoginThrottle | None = None) -> None:
+                 throttle: LoginThrottle | None = None, allowed_hosts: Sequence[str] | None = None) -> None:
         self.namesrv = namesrv
         self.host = host
         self.port = port
+        if allowed_hosts is None:
+            allowed_hosts = os.environ.get("COMETMQ_DASHBOARD_ALLOWED_HOSTS", "").split(",")
+        self.allowed_hosts = [*allowed_hosts, host]  # (a name it is bound to is one it is reached by)
         if read_only is None:
             read_only = os.environ.get("COMETMQ_DASHBOARD_READ_ONLY", "").lower() in ("1", "true", "yes")
         self.read_only = read_only
@@ -501,7 +540,8 @@ class DashboardServer:
 
     async def start(self) -> None:
         await self.admin.start()
-        app = create_app(self.data, self.sampler, namesrv=self.namesrv, read_only=self.read_only, auth=self.auth)
+        app = create_app(self.data, self.sampler, namesrv=self.namesrv, read_only=self.read_only, auth=self.auth,
+                         allowed_hosts=self.allowed_hosts)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)

@@ -1,0 +1,58 @@
+"""DNS rebinding: a dashboard without a login answers only to IP addresses, localhost and the host names it is
+told. A page of any site can point its own name at the dashboard's address; the browser then sends that page's
+requests, Origin and Host alike, to the dashboard as same-origin ones. Plain HTTP requests with a Host header are
+what the browser sends in that case."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.dashboard.conftest import Proc, free_port
+
+pytest.importorskip("aiohttp")  # the dashboard extra
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def request(url: str, host: str, form: dict[str, str] | None = None) -> tuple[int, str]:
+    """GET ``url`` (POST ``form``, with an Origin of ``host``) sent with the Host header ``host``."""
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Host": host})
+    if form is not None:
+        req.add_header("Origin", f"http://{host}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_an_open_dashboard_answers_no_other_host_name(cluster: dict[str, Any]) -> None:
+    for base in (cluster["url"], cluster["inbroker"]):  # `cometmq dashboard`, and the broker's own
+        port = urllib.parse.urlsplit(base).port
+        status, text = request(base + "/topics", f"rebind.example:{port}")
+        assert status == 403 and "allowed host" in text, (base, status, text[:200])
+        # an action a rebinding page would take: refused, and nothing made
+        status, _ = request(base + "/topics", f"rebind.example:{port}",
+                            {"topic": "RebindTopic", "queues": "1", "confirm": "yes"})
+        assert status == 403
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", f"10.1.2.3:{port}"):
+            status, text = request(base + "/topics", host)
+            assert status == 200 and "RebindTopic" not in text, (host, status)
+
+
+def test_a_host_name_allowed_is_answered(cluster: dict[str, Any]) -> None:
+    port = free_port()
+    board = Proc(["dashboard", "--namesrv", cluster["namesrv"], "--port", str(port), "--interval", "1",
+                  "--allowed-host", "Dash.Example", "--read-only"], "cometmq dashboard on",
+                 cluster["dir"] / "allowed.log")
+    try:
+        assert request(f"http://127.0.0.1:{port}/topics", f"dash.example:{port}")[0] == 200
+        assert request(f"http://127.0.0.1:{port}/topics", f"other.example:{port}")[0] == 403
+    finally:
+        board.stop()

@@ -331,12 +331,28 @@ async def _start_dashboard(ctl: BrokerController, port: int | None, namesrv: str
         raise SystemExit(f"--dashboard-port needs the dashboard extra (pip install 'cometmq[dashboard]'): "
                          f"{exc}") from None
     host = ctl.config.metrics_prometheus_host or ctl.config.listen_host
+    if ctl.config.acl_enable and not os.environ.get("COMETMQ_DASHBOARD_USERS_FILE") and not _loopback(host):
+        raise SystemExit(f"the broker's dashboard on {host}:{port} has no login (no COMETMQ_DASHBOARD_USERS_FILE) "
+                         f"and acts with the broker's own credentials: with aclEnable=true anyone who reaches it "
+                         f"would pass the ACL. Give it a users file, or bind it to a loopback address "
+                         f"(metricsPrometheusHost=127.0.0.1)")
     try:
         # the broker's own credentials and TLS towards the cluster (innerClientAuthenticationCredentials, tls.enable)
         return await start_dashboard(namesrv, host, port, credentials=ctl.config.inner_credentials,
                                      tls=ctl.config.tls.client_context() or False)
     except OSError as exc:
         raise SystemExit(f"cannot serve the dashboard on {host}:{port}: {exc}") from None
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _dashboard_note(server: object | None) -> str:

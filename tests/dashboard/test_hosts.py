@@ -5,9 +5,13 @@ what the browser sends in that case."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,3 +60,20 @@ def test_a_host_name_allowed_is_answered(cluster: dict[str, Any]) -> None:
         assert request(f"http://127.0.0.1:{port}/topics", f"other.example:{port}")[0] == 403
     finally:
         board.stop()
+
+
+def test_the_brokers_dashboard_with_acl_on_and_no_login_stays_on_loopback(tmp_path: Path) -> None:
+    """With aclEnable the broker's own dashboard acts with the broker's admin credentials: without a users file,
+    anyone who reached it passed the ACL. Bound beyond loopback it is refused (before it binds), and so is the
+    broker's start; on loopback it runs (the package's ACL cluster in test_login.py)."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: dashAdmin02\n    secretKey: dashAdminSecret02\n    admin: true\n")
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"aclEnable=true\naclFile={acl}\nmetricsPrometheusHost=0.0.0.0\ninnerClientAuthentication"
+                    'Credentials={"accessKey": "dashAdmin02", "secretKey": "dashAdminSecret02"}\n')
+    ns, bp, dash = free_port(), free_port(), free_port()
+    run = subprocess.run([sys.executable, "-m", "cometmq.cli", "serve", "--data", str(tmp_path / "data"),
+                          "--namesrv-port", str(ns), "--broker-port", str(bp), "--grpc-port", "0", "-c", str(conf),
+                          "--dashboard-port", str(dash)], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "COMETMQ_DASHBOARD_USERS_FILE"})
+    assert run.returncode != 0 and "COMETMQ_DASHBOARD_USERS_FILE" in run.stderr + run.stdout, run.stderr[-2000:]

@@ -578,8 +578,9 @@ class ClusterData:
                 lo, hi = await asyncio.gather(a.search_offset(q, begin_ms), a.search_offset(q, end + 1))
                 found.extend(m for m in await a.read_range(q, lo, hi, limit=limit)
                              if begin_ms <= m.store_timestamp <= end)
-            found.sort(key=lambda m: (m.store_timestamp, m.queue.broker_name, m.queue.queue_id, m.queue_offset))
-            return found[:limit]
+                found.sort(key=_by_time)
+                del found[limit:]  # (the first ``limit`` of all queues so far: at most 2 x limit held, not a topic's)
+            return found
         raise ValueError("give a message id, a key, a queue offset or a time range")
 
     async def related(self, m: MessageExt) -> list[dict[str, Any]]:
@@ -684,3 +685,8 @@ def _float(v: str | None) -> float:
         return float(v or 0)
     except ValueError:
         return 0.0
+
+
+def _by_time(m: MessageExt) -> tuple[int, str, int, int]:
+    """The time-range lookup's order: store time, then queue and offset."""
+    return m.store_timestamp, m.queue.broker_name, m.queue.queue_id, m.queue_offset

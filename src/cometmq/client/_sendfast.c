@@ -91,11 +91,12 @@ static int compact_int(const unsigned char **pp, const unsigned char *end, PyObj
     const unsigned char *digits = p;
     long long x = 0;
     while (p < end && *p >= '0' && *p <= '9') {
+        if (p - digits >= 18) return 0;  /* past 18 digits: not taken here (and x would overflow) */
         x = x * 10 + (*p - '0');
         p++;
     }
     Py_ssize_t n = p - digits;
-    if (n == 0 || n > 18 || (n > 1 && *digits == '0')) return 0;
+    if (n == 0 || (n > 1 && *digits == '0')) return 0;
     if ((*out = PyLong_FromLongLong(negative ? -x : x)) == NULL) return -1;
     *pp = p;
     return 1;

@@ -390,3 +390,34 @@ async def test_the_service_is_built_by_the_first_pop_request_only(pop_cluster: P
         msgs = await drain(sc, wait=0.5)
     assert len(msgs) == 3 and b.pop.built and b.pop.metrics.popped == 3
     assert b.pop.service._revive.running  # started: the broker's master services were running when it was built
+
+
+async def test_acks_behind_one_long_invisible_message_keep_the_bookkeeping_bounded(pop_cluster: PopCluster) -> None:
+    """One message stays in flight for hours (its invisible time extended again and again) while thousands behind
+    it are received and acked. The queue's bookkeeping kept every acked offset (and every superseded delivery)
+    until the first one was done: it grew with each ack, without bound. It is now compacted to what is still in
+    flight, and nothing is lost: the held message stays held, and its ack moves the offset past all of them."""
+    n = 4000
+    await pop_cluster.create_topic(TOPIC, 1)
+    await send(pop_cluster, n)
+    b = pop_cluster.broker
+    async with consumer(pop_cluster, invisible_duration=3600) as sc:
+        [held] = await sc.receive(1, wait=1)
+        assert held.queue_offset == 0
+        acked = 0
+        while acked < n - 1:
+            msgs = await sc.receive(32, wait=1)
+            assert msgs, f"only {acked} of {n - 1} received"
+            await sc.ack_many(msgs)
+            acked += len(msgs)
+            await sc.change_invisible_duration(held, 3600)  # the consumer keeps working on it
+        qs = b.pop.states[(GROUP, TOPIC, 0)]
+        assert list(qs.inflight) == [0] and qs.committed == 0
+        assert qs.tracked() <= 150, f"{qs.tracked()} entries kept for 1 message in flight"
+        assert len(b.pop.service._expiry) <= 100, f"{len(b.pop.service._expiry)} revive entries for 1 queue"
+        assert await sc.receive(32, wait=0.2) == []  # nothing comes back: the acked stay acked, the held is held
+        pop_cluster.clock.advance(3_601_000)  # past its last extension: it, and it alone, comes back
+        [again] = await sc.receive(32, wait=2)
+        assert again.queue_offset == 0 and again.reconsume_times == 1
+        await sc.ack(again)
+    assert (await committed(pop_cluster))[0] == n

@@ -44,10 +44,11 @@ class PopCluster:
         self.brokers.append(b)
         return b
 
-    async def restart(self, index: int = 0) -> BrokerController:
+    async def restart(self, index: int = 0, **changes: Any) -> BrokerController:
+        """Stop the broker and start it again on its data, with ``changes`` to its config."""
         old = self.brokers[index]
         await old.stop()
-        b = BrokerController(old.config.replace(listen_port=0), clock=self.clock)
+        b = BrokerController(old.config.replace(listen_port=0, **changes), clock=self.clock)
         await b.start()
         self.brokers[index] = b
         return b

@@ -9,7 +9,7 @@ import pytest
 
 from cometmq.client import Message, Producer
 from cometmq.client.admin import Admin
-from cometmq.client.errors import ClientConnectionError, InvalidArgumentError, NoRouteError
+from cometmq.client.errors import BrokerError, ClientConnectionError, InvalidArgumentError, NoRouteError
 from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer, StaleHandleError
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
@@ -425,3 +425,73 @@ def test_a_pop_answer_naming_a_queue_without_offsets_reads_as_nothing_from_it() 
     rh = PopMessageResponseHeader(pop_time=1, invisible_time=1000, revive_qid=0, rest_num=0, start_offset_info="",
                                   msg_offset_info="0 3 ")
     assert SimpleConsumer._decode(b"", rh, TOPIC, "broker-a") == []
+
+
+async def test_acks_behind_one_long_invisible_message_keep_the_bookkeeping_bounded(pop_cluster: PopCluster) -> None:
+    """One message stays in flight for hours (its invisible time extended again and again) while thousands behind
+    it are received and acked. The queue's bookkeeping kept every acked offset (and every superseded delivery)
+    until the first one was done: it grew with each ack, without bound. It is now compacted to what is still in
+    flight, and nothing is lost: the held message stays held, and its ack moves the offset past all of them."""
+    n = 4000
+    await pop_cluster.create_topic(TOPIC, 1)
+    await send(pop_cluster, n)
+    b = pop_cluster.broker
+    async with consumer(pop_cluster, invisible_duration=3600) as sc:
+        [held] = await sc.receive(1, wait=1)
+        assert held.queue_offset == 0
+        acked = 0
+        while acked < n - 1:
+            msgs = await sc.receive(32, wait=1)
+            assert msgs, f"only {acked} of {n - 1} received"
+            await sc.ack_many(msgs)
+            acked += len(msgs)
+            await sc.change_invisible_duration(held, 3600)  # the consumer keeps working on it
+        qs = b.pop.states[(GROUP, TOPIC, 0)]
+        assert list(qs.inflight) == [0] and qs.committed == 0
+        assert qs.tracked() <= 150, f"{qs.tracked()} entries kept for 1 message in flight"
+        assert len(b.pop.service._expiry) <= 100, f"{len(b.pop.service._expiry)} revive entries for 1 queue"
+        assert await sc.receive(32, wait=0.2) == []  # nothing comes back: the acked stay acked, the held is held
+        pop_cluster.clock.advance(3_601_000)  # past its last extension: it, and it alone, comes back
+        [again] = await sc.receive(32, wait=2)
+        assert again.queue_offset == 0 and again.reconsume_times == 1
+        await sc.ack(again)
+    assert (await committed(pop_cluster))[0] == n
+
+
+async def test_out_of_range_invisible_and_poll_times(pop_cluster: PopCluster) -> None:
+    """An invisibleTime over 12 hours (RocketMQ's maxInvisibleTimeMills) is refused with MESSAGE_ILLEGAL naming the
+    limit, by POP and by CHANGE_MESSAGE_INVISIBLETIME, and changes nothing; a pollTime over popMaxPollTimeMs is cut
+    to it (RocketMQ's proxy cuts the long polling to 20 s). Both had no upper bound: a message could be hidden for
+    centuries, and a request held for as long (2^63-1 ms: forever)."""
+    from cometmq.protocol.pop import MAX_INVISIBLE_MS
+
+    await pop_cluster.create_topic(TOPIC, 1)
+    b = await pop_cluster.restart(pop_max_poll_time_ms=300)
+    [mid] = await send(pop_cluster, 1)
+    pop = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "maxMsgNums": "1", "bornTime": "0",
+           "initMode": "0", "pollTime": "0"}
+    async with consumer(pop_cluster) as sc:
+        for too_long in (MAX_INVISIBLE_MS + 1, 2**63 - 1):
+            r = await sc.instance.invoke(b.addr, make_request(RequestCode.POP_MESSAGE,
+                                                              {**pop, "invisibleTime": str(too_long)}))
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL and f"{MAX_INVISIBLE_MS}" in (r.remark or ""), r.remark
+        assert not any(qs.inflight for qs in b.pop.states.values())  # nothing was handed out
+        [m] = await sc.receive(1, invisible_duration=30, wait=1)
+        assert m.msg_id == mid and m.reconsume_times == 0
+        with pytest.raises(BrokerError, match=str(MAX_INVISIBLE_MS)) as refused:
+            await sc.change_invisible_duration(m, MAX_INVISIBLE_MS / 1000 + 1)
+        assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
+        pop_cluster.clock.advance(31_000)  # the refused change did not extend it: it comes back
+        [again] = await sc.receive(1, wait=2)
+        assert again.msg_id == mid and again.reconsume_times == 1
+        await sc.ack(again)
+        loop = asyncio.get_running_loop()
+        for poll in (86_400_000, 2**63 - 1):  # a day, and the largest a Java long holds
+            t0 = loop.time()
+            r = await sc.instance.invoke(b.addr, make_request(RequestCode.POP_MESSAGE, {
+                **pop, "invisibleTime": "30000", "pollTime": str(poll)}), timeout=30)
+            assert r.code == ResponseCode.POLLING_TIMEOUT, (r.code, r.remark)
+            assert loop.time() - t0 < 10, "the poll was held past popMaxPollTimeMs"
+            note = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "bornTime": "0", "pollTime": str(poll)}
+            r = await sc.instance.invoke(b.addr, make_request(RequestCode.NOTIFICATION, note), timeout=30)
+            assert r.code == ResponseCode.SUCCESS and r.ext_fields["hasMsg"] == "false"

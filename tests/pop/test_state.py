@@ -97,3 +97,27 @@ def test_extra_info_and_batch_ack_codecs() -> None:
     assert parse_offset_info("0 1 5;0 2 7,8") == {("0", 1): [5], ("0", 2): [7, 8]}
     with pytest.raises(ProtocolError):
         parse_offset_info("0 1 5;0 1 6")
+
+
+@given(st.lists(st.tuples(st.sampled_from(["pop", "extend", "ack"]), st.integers(0, 1000), st.integers(1, 5000)),
+                max_size=400))
+def test_compacted_heaps_answer_as_a_full_scan_does(ops: list[tuple[str, int, int]]) -> None:
+    """Pops, extensions and acks in any order: the committed offset and the next expiries are what a scan of
+    ``inflight`` gives, and the heaps hold at most twice what is in flight plus HEAP_SLACK (they kept every ack)."""
+    from cometmq.broker.pop.state import HEAP_SLACK
+
+    qs = QueueState(committed=0, cursor=0)
+    for pop_time, (op, pick, invisible) in enumerate(ops, 1):
+        held = sorted(qs.inflight)
+        if op == "pop":
+            qs.deliver(qs.cursor, pop_time, invisible, 0, qs.cursor)
+        elif held and op == "extend":
+            qs.deliver(held[pick % len(held)], pop_time, invisible, 0, 0)
+        elif held:
+            offset = held[pick % len(held)]
+            assert qs.done(offset, qs.inflight[offset].pop_time)
+        assert qs.committed == min(qs.inflight, default=qs.cursor)
+        assert qs.next_expiry() == min((d.visible_at for d in qs.inflight.values()), default=None)
+        assert qs.next_expiry_after(pop_time) == min(
+            (d.visible_at for d in qs.inflight.values() if d.visible_at > pop_time), default=None)
+        assert qs.tracked() <= 2 * (2 * len(qs.inflight) + HEAP_SLACK + 1)

@@ -191,10 +191,12 @@ class AdminProcessor:
         fingerprint = data.fingerprint
         without_sub = data.without_sub and fingerprint != 0
         sub_change = fingerprint == 0  # what RocketMQ answers a v1 heartbeat
-        for consumer in data.consumers:
-            cfg = self.groups.find(consumer.group_name)
-            if cfg is not None and consumer.message_model == CLUSTERING:
-                self.topics.create_system_topic(retry_topic(consumer.group_name), cfg.retryQueueNums)
+        # The retry topics of the clustering groups, created before the answer with one sync for them all.
+        consumers = [(consumer, self.groups.find(consumer.group_name)) for consumer in data.consumers]
+        self.topics.create_system_topics((retry_topic(consumer.group_name), cfg.retryQueueNums)
+                                         for consumer, cfg in consumers
+                                         if cfg is not None and consumer.message_model == CLUSTERING)
+        for consumer, cfg in consumers:
             if without_sub and not self.consumers.knows_fingerprint(consumer.group_name, fingerprint):
                 sub_change = True
             self.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer,

@@ -101,6 +101,9 @@ class BrokerConfig:
     #: POP consumption: how often expired deliveries are looked for, and how often state is snapshotted
     pop_revive_interval_ms: int = 100
     pop_snapshot_interval_ms: int = 2000
+    #: the longest a POP or NOTIFICATION is held waiting (a longer pollTime is cut to it): RocketMQ's proxy cuts
+    #: long polling to grpcClientConsumerMaxLongPollingTimeoutMillis, 20 s
+    pop_max_poll_time_ms: int = 20_000
     #: transactions (RocketMQ's keys and defaults): first check-back this long after the half was stored, at
     #: most this many checks, this long between two checks of one transaction (see docs/transactions.md)
     transaction_timeout_ms: int = 6000
@@ -274,6 +277,7 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "recallMessageEnable": ("recall_message_enable", property_bool),
     "popReviveIntervalMs": ("pop_revive_interval_ms", int),
     "popSnapshotIntervalMs": ("pop_snapshot_interval_ms", int),
+    "popMaxPollTimeMs": ("pop_max_poll_time_ms", int),
     "transactionTimeOut": ("transaction_timeout_ms", int),
     "transactionCheckMax": ("transaction_check_max", int),
     "transactionCheckInterval": ("transaction_check_interval_ms", int),

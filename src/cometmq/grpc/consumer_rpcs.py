@@ -30,6 +30,7 @@ from cometmq.protocol.message import iter_records
 from cometmq.protocol.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
+    MAX_INVISIBLE_MS,
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
@@ -43,8 +44,6 @@ from cometmq.protocol.route import perm_readable
 MAX_BATCH = 1024
 #: PULL_MESSAGE sysFlag: suspend (long poll) + the request carries its subscription
 _PULL_SYS_FLAG = 0x2 | 0x4
-#: an invisible time longer than this is refused (RocketMQ's limit: 12 hours)
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
 
 
 def _filter(expr: pb.FilterExpression) -> tuple[str, str]:

@@ -32,6 +32,11 @@ NORMAL_TOPIC_FLAG = "0"
 RETRY_TOPIC_FLAG = "1"
 RETRY_TOPIC_V2_FLAG = "2"
 
+#: The longest invisible time a POP or a change of invisible time may ask for: 12 hours (RocketMQ's proxy refuses
+#: longer ones, ProxyConfig.maxInvisibleTimeMills, with ILLEGAL_INVISIBLE_TIME; the broker and the gRPC endpoint
+#: both refuse them here).
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+
 #: ConsumeInitMode: where a group with no offset starts.
 INIT_MODE_MIN = 0
 INIT_MODE_MAX = 1

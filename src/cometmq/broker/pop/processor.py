@@ -22,6 +22,7 @@ from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.headers import Header
 from cometmq.protocol.pop import (
+    MAX_INVISIBLE_MS,
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
@@ -46,6 +47,17 @@ R = TypeVar("R")
 
 #: most messages one POP may ask for
 MAX_POP_NUMS = 1024
+
+
+def _check_invisible_time(ms: int, *, minimum: int) -> None:
+    """Raise MESSAGE_ILLEGAL for an invisibleTime out of ``minimum``..MAX_INVISIBLE_MS, before anything changes.
+    (Unbounded, one POP could hide a message for centuries; RocketMQ's proxy refuses over 12 hours too.)"""
+    if ms < minimum:
+        raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "invisibleTime must be positive (ms)" if minimum else
+                            "invisibleTime must not be negative (ms)")
+    if ms > MAX_INVISIBLE_MS:
+        raise RemotingError(ResponseCode.MESSAGE_ILLEGAL,
+                            f"invisibleTime {ms} ms is too large: the most is {MAX_INVISIBLE_MS} ms (12 hours)")
 
 
 @dataclass(slots=True)
@@ -108,8 +120,7 @@ class PopProcessor:
         topic_cfg = self._check(h.consumer_group, h.topic, None if h.queue_id < 0 else h.queue_id)
         if not 1 <= h.max_msg_nums <= MAX_POP_NUMS:
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"maxMsgNums must be within 1..{MAX_POP_NUMS}")
-        if h.invisible_time <= 0:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "invisibleTime must be positive (ms)")
+        _check_invisible_time(h.invisible_time, minimum=1)
         prop_filter = property_filter_for(h.exp_type, h.exp, self.config.enable_property_filter)
         tag_filter = None if prop_filter is not None or (h.exp_type or "TAG").upper() != "TAG" \
             else tag_filter_for(h.exp)
@@ -127,9 +138,11 @@ class PopProcessor:
                          poll_ms: int, attempt: Callable[[], Awaitable[R | None]]) -> R | None:
         """Run ``attempt`` until it gives an answer, waiting (up to ``poll_ms``) between tries for an arrival on
         the topic, a redelivery or an ack that unblocks an ordered queue; None when the time is up, or when the
-        connection has closed (a POP for nobody would hide its messages for their invisible time)."""
+        connection has closed (a POP for nobody would hide its messages for their invisible time). A longer
+        ``poll_ms`` than ``popMaxPollTimeMs`` is cut to it, as RocketMQ's proxy cuts its long polling: the client
+        gets POLLING_TIMEOUT then, and polls again."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(poll_ms, 0) / 1000
+        deadline = loop.time() + min(max(poll_ms, 0), self.config.pop_max_poll_time_ms) / 1000
         while True:
             if conn.closed:
                 return None
@@ -339,8 +352,7 @@ class PopProcessor:
     async def change_invisible_time(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h: ChangeInvisibleTimeRequestHeader = self._parse(ChangeInvisibleTimeRequestHeader, cmd)
         self._check(h.consumer_group, h.topic, h.queue_id)
-        if h.invisible_time < 0:
-            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, "invisibleTime must not be negative (ms)")
+        _check_invisible_time(h.invisible_time, minimum=0)
         info = self._extra_info(h.extra_info)
         key = (h.consumer_group, h.topic, h.queue_id)
         qs = self.svc.states.get(key)

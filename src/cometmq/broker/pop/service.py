@@ -33,7 +33,7 @@ from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.pop import log as poplog
 from cometmq.broker.pop.front import POP_LOG_TOPIC, POP_STATE_FILE, PopMetrics
 from cometmq.broker.pop.log import QueueKey
-from cometmq.broker.pop.state import QueueState
+from cometmq.broker.pop.state import HEAP_SLACK, QueueState
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.topics import TopicConfigManager, dlq_topic
 from cometmq.common.periodic import Periodic
@@ -209,7 +209,16 @@ class PopService:
             raise RemotingError(code, f"POP state is not durable in time ({result.status.value})")
 
     def track_expiry(self, key: QueueKey, visible_at: int) -> None:
-        heapq.heappush(self._expiry, (visible_at, key))
+        heap = self._expiry
+        heapq.heappush(heap, (visible_at, key))
+        if len(heap) > 2 * len(self.states) + HEAP_SLACK:
+            # One entry a pop or change of invisible time: with long invisible times they piled up without bound.
+            # The earliest entry of each queue is all the revive needs: its look at the queue pushes the next.
+            earliest: dict[QueueKey, int] = {}
+            for at, k in heap:
+                if at < earliest.get(k, at + 1):
+                    earliest[k] = at
+            heap[:] = sorted((at, k) for k, at in earliest.items())  # (in place: the revive may hold the list)
 
     def max_retry(self, group: str) -> int:
         cfg = self.groups.find(group)
@@ -249,8 +258,10 @@ class PopService:
                 heapq.heappush(heap, (now + max(self.config.pop_revive_interval_ms, 1000), key))
             if len(over) < len(due):
                 self.wake(topic, group, reason="revive")
-            nxt = qs.next_expiry()
-            if nxt is not None and nxt > now:
+            # The queue's next look: when the earliest delivery still invisible ends. It covers every later one,
+            # so the queue needs no other entry (``track_expiry`` keeps only the earliest when it compacts).
+            nxt = qs.next_expiry_after(now)
+            if nxt is not None:
                 heapq.heappush(heap, (nxt, key))
 
     async def to_dlq(self, key: QueueKey, qs: QueueState, offsets: list[int]) -> bool:

@@ -15,6 +15,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+#: entries a lazily pruned heap may hold beyond twice what it tracks before it is rebuilt from what it tracks
+HEAP_SLACK = 64
+
 
 @dataclass(slots=True)
 class Delivery:
@@ -35,6 +38,12 @@ class QueueState:
     _expiry: list[tuple[int, int, int]] = field(default_factory=list)
     #: offsets in flight (a min-heap, lazily pruned): keeps ``committed`` current in O(log n) per ack
     _offsets: list[int] = field(default_factory=list)
+    # Both heaps keep an acked offset (or a superseded delivery) until it reaches their top. While one message
+    # stays in flight for hours (its invisible time extended again and again), every ack behind it stayed: they
+    # grew without bound. ``_compact`` rebuilds them from ``inflight`` once they hold more than twice as much
+    # (plus HEAP_SLACK): at most 2n + HEAP_SLACK entries for n in flight, O(log n) a change amortised, and
+    # nothing lost, since what they track is ``inflight`` itself. (RocketMQ's own bound is another design: its
+    # consumer offset moves at the pop and a checkpoint's acks are a 32-bit set, PopBufferMergeService.)
 
     # -- queries ------------------------------------------------------------------------------------
     def consume_offset(self) -> int:
@@ -56,6 +65,10 @@ class QueueState:
                 return visible_at
             heapq.heappop(heap)
         return None
+
+    def next_expiry_after(self, now: int) -> int | None:
+        """When the earliest delivery still invisible at ``now`` becomes visible (None: none is)."""
+        return min((d.visible_at for d in self.inflight.values() if d.visible_at > now), default=None)
 
     def blocked(self, now: int) -> bool:
         """For ordered consumption: a delivery is still invisible, so nothing else may be handed out."""
@@ -80,6 +93,7 @@ class QueueState:
             self.cursor = offset + 1
             if not self._offsets or self._offsets[0] == offset:
                 self.committed = self.consume_offset()
+        self._compact()
         return d
 
     def advance_cursor(self, offset: int) -> None:
@@ -100,7 +114,20 @@ class QueueState:
             self._offsets.clear()
         if offset == self.committed:
             self.committed = self.consume_offset()
+        self._compact()
         return True
+
+    def tracked(self) -> int:
+        """Entries the two heaps hold (bounded by ``_compact``)."""
+        return len(self._offsets) + len(self._expiry)
+
+    def _compact(self) -> None:
+        """Rebuild a heap holding more than twice what is in flight (plus HEAP_SLACK) from ``inflight``."""
+        limit = 2 * len(self.inflight) + HEAP_SLACK
+        if len(self._offsets) > limit:
+            self._offsets[:] = sorted(self.inflight)  # (a sorted list is a heap)
+        if len(self._expiry) > limit:
+            self._expiry[:] = sorted((d.visible_at, o, d.pop_time) for o, d in self.inflight.items())
 
     def reset(self, offset: int) -> None:
         """Forget everything in flight and start again at ``offset`` (an admin offset reset)."""

@@ -107,5 +107,8 @@ def test_clean_broker_data_empty_id_list_changes_nothing(tmp_path: Path) -> None
             out = admin(*clean, "-b", ids)
             assert out.returncode == 2, (ids, out.stdout, out.stderr)
             assert "Traceback" not in out.stderr and "--broker-ids" in out.stderr
+        for ids in ("7", "2;7"):  # ids the group does not hold: refused by the controller, nothing forgotten
+            out = admin(*clean, "-b", ids)
+            assert out.returncode == 1 and "(2009)" in out.stderr and "[7]" in out.stderr, out.stderr
         after = admin("sync-state", "-c", addr, "-b", "g", "--json")
         assert after.stdout == before.stdout

@@ -260,6 +260,21 @@ def test_clean_dead_replicas_and_a_dead_master() -> None:
     assert g is not None and sorted(g.replicas) == [2]
 
 
+def test_clean_of_ids_the_group_does_not_hold_is_refused_and_changes_nothing() -> None:
+    state = elected(members=frozenset({1, 2}))
+    before = state.to_json()
+    for ids, living in (([7], False), ([3, 7], False), ([0], True), ([-1], True)):
+        d = state.decide_clean(A, ids, NOW, [live(1), live(2)], clean_living=living)
+        assert (d.code, d.events) == (RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, ()), ids
+        assert str(ids[-1]) in d.remark
+    # an event decided before the id was cleaned by another is refused when applied
+    d = state.decide_clean(A, [3], NOW, [])
+    assert commit(state, state.decide_clean(A, [3], NOW, [])) == RC.SUCCESS
+    after = state.to_json()
+    assert commit(state, d) == RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA
+    assert state.to_json() == after != before
+
+
 def test_a_group_created_again_continues_above_its_old_epochs() -> None:
     state = elected(members=frozenset({1, 2}))
     assert commit(state, state.decide_clean(A, None, NOW, [live(1)], clean_living=True)) == RC.SUCCESS

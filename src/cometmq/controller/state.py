@@ -313,6 +313,10 @@ class ControllerState:
         g = self._groups.get(e.broker_name)
         if g is None or g.cluster != e.cluster:
             return Outcome(RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, f"{e.broker_name} is not registered")
+        unknown = sorted(e.broker_ids - g.replicas.keys()) if e.broker_ids is not None else []
+        if unknown:  # a typo must not be answered "forgotten"; a race lost to another clean lands here too
+            return Outcome(RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                           f"brokers {unknown} are not in {e.broker_name}")
         if e.clean_living:
             return OK
         if e.broker_ids is None:

@@ -119,6 +119,15 @@ class ControllerState:
     def broker_names(self) -> list[str]:
         return sorted(self._groups)
 
+    def holds(self, cluster: str, broker_name: str, broker_id: int) -> bool:
+        """Whether the broker id is registered in the group of that cluster."""
+        g = self._groups.get(broker_name)
+        return g is not None and g.cluster == cluster and broker_id in g.replicas
+
+    def replica_count(self) -> int:
+        """How many broker ids are registered, over every group."""
+        return sum(len(g.replicas) for g in self._groups.values())
+
     def next_broker_id(self, broker_name: str) -> int:
         """GET_NEXT_BROKER_ID: the id a new broker of the group should apply for."""
         g = self._groups.get(broker_name)

@@ -312,3 +312,17 @@ async def test_heartbeats_with_made_up_names_are_bounded(tmp_path: Path, client:
         clock.now += 60_000
         await ctl.processors.scan_once()
         assert len(table) == 0 and all(table.ha_address(w) is None for w in brief)
+
+
+async def test_an_election_naming_another_cluster_is_refused(tmp_path: Path, client: RemotingClient) -> None:
+    """ELECT_MASTER for a group of another cluster (an operator's typo in `admin elect-master --cluster`) changes
+    nothing, as CLEAN_BROKER_DATA already refuses it."""
+    async with _server(tmp_path, FakeClock()) as ctl:
+        await join(client, ctl, "127.0.0.1:1")
+        before = ctl.processors.state.to_json()
+        reply = await call(client, ctl, Req.CONTROLLER_ELECT_MASTER, clusterName="other", brokerName=NAME,
+                           brokerId=1, designateElect="true")
+        assert reply.code == RC.CONTROLLER_INVALID_REQUEST and CLUSTER in (reply.remark or "")
+        assert ctl.processors.state.to_json() == before
+        reply = await call(client, ctl, Req.CONTROLLER_ELECT_MASTER, clusterName=CLUSTER, brokerName=NAME, brokerId=1)
+        assert reply.code == RC.SUCCESS, reply.remark

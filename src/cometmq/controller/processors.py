@@ -52,6 +52,14 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _other_cluster(cmd: RemotingCommand, g: BrokerGroup | None, code: int) -> RemotingCommand | None:
+    """The refusal of a request whose clusterName is not the group's (an operator's typo), else None."""
+    cluster = cmd.ext_fields.get("clusterName")
+    if g is None or not cluster or cluster == g.cluster:
+        return None
+    return make_response(cmd, code, f"{g.broker_name} belongs to cluster {g.cluster}, not {cluster}")
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
     host: str = "127.0.0.1"
@@ -306,6 +314,9 @@ class ControllerProcessors:
         if requester is not None and requester < 0:
             requester = None
         g = self.state.group(name)
+        mismatch = _other_cluster(cmd, g, ResponseCode.CONTROLLER_INVALID_REQUEST)
+        if mismatch is not None:
+            return mismatch
         evidence = self.heartbeats.group(g.cluster, name) if g is not None else ()
         decision = self.state.decide_elect(name, requester, self.clock(), evidence,
                                            designate=wire.flag(cmd, "designateElect") and requester is not None,
@@ -342,10 +353,9 @@ class ControllerProcessors:
         self._require_leader()
         name = wire.text(cmd, "brokerName")
         g = self.state.group(name)
-        cluster = cmd.ext_fields.get("clusterName")
-        if g is not None and cluster and cluster != g.cluster:
-            return make_response(cmd, ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
-                                 f"{name} belongs to cluster {g.cluster}, not {cluster}")
+        mismatch = _other_cluster(cmd, g, ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA)
+        if mismatch is not None:
+            return mismatch
         evidence = self.heartbeats.group(g.cluster, name) if g is not None else ()
         outcome = await self._commit(self.state.decide_clean(
             name, wire.broker_ids_of(cmd, "brokerControllerIdsToClean"), self.clock(), evidence,

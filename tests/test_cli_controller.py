@@ -87,3 +87,28 @@ def test_controller_in_namesrv(tmp_path: Path) -> None:
         assert reply.ext_fields["isLeader"] == "true" and reply.ext_fields["controllerLeaderAddress"] == addr
         reply = request(addr, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, clusterName="c", brokerName="g")
         assert reply.ext_fields["nextBrokerId"] == "1"
+
+
+def test_clean_broker_data_empty_id_list_changes_nothing(tmp_path: Path) -> None:
+    """An empty id list (-b '' or -b ';') is a usage error, not "the whole group": the group is left as it was."""
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    with running("controller", "--port", str(port), "--data", str(tmp_path / "ctl")):
+        for broker_id in (1, 2):
+            reply = request(addr, RequestCode.CONTROLLER_APPLY_BROKER_ID, clusterName="c", brokerName="g",
+                            appliedBrokerId=broker_id, registerCheckCode=f"127.0.0.1:{broker_id};1")
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
+        out = admin("elect-master", "-c", addr, "--cluster", "c", "--broker-name", "g", "--broker-id", "1")
+        assert out.returncode == 0, out.stderr
+        before = admin("sync-state", "-c", addr, "-b", "g", "--json")
+        assert before.returncode == 0, before.stderr
+        clean = ("clean-broker-data", "-c", addr, "--cluster", "c", "--broker-name", "g", "--clean-living")
+        for ids in ("", ";", " ; "):
+            out = admin(*clean, "-b", ids)
+            assert out.returncode == 2, (ids, out.stdout, out.stderr)
+            assert "Traceback" not in out.stderr and "--broker-ids" in out.stderr
+        for ids in ("7", "2;7"):  # ids the group does not hold: refused by the controller, nothing forgotten
+            out = admin(*clean, "-b", ids)
+            assert out.returncode == 1 and "(2009)" in out.stderr and "[7]" in out.stderr, out.stderr
+        after = admin("sync-state", "-c", addr, "-b", "g", "--json")
+        assert after.stdout == before.stdout

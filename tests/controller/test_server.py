@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cometmq.controller.heartbeats import BrokerIdentity
 from cometmq.controller.log import LocalLog
 from cometmq.controller.server import ControllerConfig, ControllerServer
 from cometmq.net.client import RemotingClient
@@ -18,6 +19,7 @@ from cometmq.net.server import RemotingServer
 from cometmq.protocol.codes import RequestCode as Req
 from cometmq.protocol.codes import ResponseCode as RC
 from cometmq.protocol.remoting import RemotingCommand, make_request
+from tests.kit.wait import eventually
 
 CLUSTER, NAME = "c1", "g1"
 
@@ -278,3 +280,49 @@ async def test_restart_grace_and_a_master_coming_back(tmp_path: Path, client: Re
         await heartbeat(client, ctl, 2, "127.0.0.1:2")
         await ctl.processors.scan_once()
         assert group() == (2, 4)
+
+
+async def test_heartbeats_with_made_up_names_are_bounded(tmp_path: Path, client: RemotingClient) -> None:
+    """Anyone may send BROKER_HEARTBEAT (ACL off): made-up brokers, even ones stating a timeout that never ends,
+    take a bounded number of records; a registered broker's heartbeat is still taken; and what a record held
+    (its HA address) goes with it, when its connection closes or when it expires."""
+    clock = FakeClock()
+    async with _server(tmp_path, clock) as ctl:
+        await join(client, ctl, "127.0.0.1:1")
+        table = ctl.processors.heartbeats
+        made_up = [BrokerIdentity(f"c{i}", f"made-up-{i}", i) for i in range(5000)]
+        async with RemotingClient() as flood:
+            for start in range(0, len(made_up), 500):
+                await asyncio.gather(*(call(flood, ctl, Req.BROKER_HEARTBEAT, clusterName=w.cluster,
+                                            brokerName=w.broker_name, brokerId=w.broker_id, brokerAddr="10.9.0.1:1",
+                                            heartbeatTimeoutMills=2**62, haServerAddr=f"10.9.0.1:{w.broker_id}")
+                                       for w in made_up[start:start + 500]))
+            assert len(table) <= 2048
+            await heartbeat(client, ctl, 1, "127.0.0.1:1")  # a registered broker still gets in
+            assert table.is_alive(BrokerIdentity(CLUSTER, NAME, 1), clock.now)
+        # the flood's connection closed: its records go, HA addresses too
+        await eventually(lambda: len(table) == 1, what="the closed connection's records dropped")
+        assert all(table.ha_address(w) is None for w in made_up)
+
+        brief = [BrokerIdentity("x", f"brief-{i}", 1) for i in range(100)]
+        await asyncio.gather(*(call(client, ctl, Req.BROKER_HEARTBEAT, clusterName=w.cluster,
+                                    brokerName=w.broker_name, brokerId=1, brokerAddr="10.8.0.1:1",
+                                    heartbeatTimeoutMills=1000, haServerAddr="10.8.0.1:2") for w in brief))
+        assert all(table.ha_address(w) == "10.8.0.1:2" for w in brief)
+        clock.now += 60_000
+        await ctl.processors.scan_once()
+        assert len(table) == 0 and all(table.ha_address(w) is None for w in brief)
+
+
+async def test_an_election_naming_another_cluster_is_refused(tmp_path: Path, client: RemotingClient) -> None:
+    """ELECT_MASTER for a group of another cluster (an operator's typo in `admin elect-master --cluster`) changes
+    nothing, as CLEAN_BROKER_DATA already refuses it."""
+    async with _server(tmp_path, FakeClock()) as ctl:
+        await join(client, ctl, "127.0.0.1:1")
+        before = ctl.processors.state.to_json()
+        reply = await call(client, ctl, Req.CONTROLLER_ELECT_MASTER, clusterName="other", brokerName=NAME,
+                           brokerId=1, designateElect="true")
+        assert reply.code == RC.CONTROLLER_INVALID_REQUEST and CLUSTER in (reply.remark or "")
+        assert ctl.processors.state.to_json() == before
+        reply = await call(client, ctl, Req.CONTROLLER_ELECT_MASTER, clusterName=CLUSTER, brokerName=NAME, brokerId=1)
+        assert reply.code == RC.SUCCESS, reply.remark

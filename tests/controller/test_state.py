@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from cometmq.controller.events import AlterSyncStateSet, ElectMaster, Event, decode_event, encode_event
+from cometmq.controller.events import AlterSyncStateSet, ApplyBrokerId, ElectMaster, Event, decode_event, encode_event
 from cometmq.controller.heartbeats import LiveInfo
 from cometmq.controller.state import ControllerState, Decision
 from cometmq.protocol.codes import ResponseCode as RC
@@ -62,6 +62,34 @@ def test_broker_ids_start_at_one_and_are_handed_out_in_turn() -> None:
     assert state.next_broker_id(A) == 6
     g = state.group(A)
     assert g is not None and g.address_of(5) == "h:5" and g.cluster == C
+
+
+def test_registrations_with_made_up_names_and_ids_are_bounded() -> None:
+    """Anyone may send APPLY_BROKER_ID (ACL off), and what it registers is kept for good: ids per group, groups,
+    and the length of what is stored are bounded; a refusal changes nothing."""
+    from cometmq.controller.state import MAX_BROKER_IDS_PER_GROUP, MAX_GROUPS, MAX_NAME_LENGTH
+
+    state = ControllerState()
+    for i in range(1, MAX_BROKER_IDS_PER_GROUP + 1):
+        assert commit(state, state.decide_apply_broker_id(C, A, i, f"h:{i};{i}")) == RC.SUCCESS
+    before = state.to_json()
+    d = state.decide_apply_broker_id(C, A, MAX_BROKER_IDS_PER_GROUP + 1, "h:x;1")
+    assert (d.code, d.events) == (RC.CONTROLLER_BROKER_ID_INVALID, ()) and "clean" in d.remark
+    assert commit(state, state.decide_apply_broker_id(C, A, 3, "h:3;3")) == RC.SUCCESS  # its own id again: fine
+    for name, cluster, code in (("n" * (MAX_NAME_LENGTH + 1), C, "h:1;1"), ("b", "c" * (MAX_NAME_LENGTH + 1), "h:1;1"),
+                                ("b", C, "h" * 1000 + ";1")):
+        d = state.decide_apply_broker_id(cluster, name, 1, code)
+        assert (d.code, d.events) == (RC.CONTROLLER_INVALID_REQUEST, ())
+    d = state.decide_register(C, A, 1, "h" * 1000 + ":1")
+    assert (d.code, d.events) == (RC.CONTROLLER_INVALID_REQUEST, ())
+    assert state.to_json() == before
+
+    state = ControllerState()
+    for i in range(MAX_GROUPS):
+        state.apply(ApplyBrokerId(C, f"g{i}", 1, "h:1", "h:1;1"))
+    d = state.decide_apply_broker_id(C, "one-too-many", 1, "h:1;1")
+    assert (d.code, d.events) == (RC.CONTROLLER_INVALID_REQUEST, ()) and str(MAX_GROUPS) in d.remark
+    assert commit(state, state.decide_apply_broker_id(C, "g7", 2, "h:2;2")) == RC.SUCCESS  # known groups grow
 
 
 def test_apply_broker_id_is_idempotent_for_its_owner_only() -> None:
@@ -258,6 +286,21 @@ def test_clean_dead_replicas_and_a_dead_master() -> None:
     assert group_of(state) == (None, 2, frozenset({2}), 3)  # a master removed: a new epoch
     g = state.group(A)
     assert g is not None and sorted(g.replicas) == [2]
+
+
+def test_clean_of_ids_the_group_does_not_hold_is_refused_and_changes_nothing() -> None:
+    state = elected(members=frozenset({1, 2}))
+    before = state.to_json()
+    for ids, living in (([7], False), ([3, 7], False), ([0], True), ([-1], True)):
+        d = state.decide_clean(A, ids, NOW, [live(1), live(2)], clean_living=living)
+        assert (d.code, d.events) == (RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, ()), ids
+        assert str(ids[-1]) in d.remark
+    # an event decided before the id was cleaned by another is refused when applied
+    d = state.decide_clean(A, [3], NOW, [])
+    assert commit(state, state.decide_clean(A, [3], NOW, [])) == RC.SUCCESS
+    after = state.to_json()
+    assert commit(state, d) == RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA
+    assert state.to_json() == after != before
 
 
 def test_a_group_created_again_continues_above_its_old_epochs() -> None:

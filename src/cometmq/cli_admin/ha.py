@@ -179,6 +179,9 @@ def clean_broker_data(
             ids = [int(p) for p in broker_ids.replace(",", ";").split(";") if p.strip()]
         except ValueError:
             raise typer.BadParameter(f"not a list of broker ids: {broker_ids!r}", param_hint="--broker-ids") from None
+        if not ids:  # sent as an empty field, the controller would forget the whole group
+            raise typer.BadParameter("names no broker id (leave the option out to forget the whole group)",
+                                     param_hint="--broker-ids")
     _admin_call(controller, timeout, lambda admin: admin.clean_broker_data(controller, cluster, broker_name, ids,
                                                                           clean_living=clean_living))
     typer.echo(f"{broker_name}: {'brokers ' + ';'.join(map(str, ids)) if ids else 'the group'} forgotten")

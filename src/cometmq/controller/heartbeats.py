@@ -102,25 +102,26 @@ class HeartbeatTable:
             self._table[who] = replace(prev, last_seen_ms=max(prev.last_seen_ms, now_ms))
 
     def ha_address(self, who: BrokerIdentity) -> str | None:
-        """The HA address ``who`` last stated (kept after it expires: a restarted broker states it again)."""
+        """The HA address ``who`` last stated; it goes with the broker's record (a broker back states it again)."""
         return self._ha.get(who)
 
     def remove(self, who: BrokerIdentity) -> LiveInfo | None:
         """Forget a broker at once (its connection closed: RocketMQ elects without waiting for the timeout)."""
+        self._ha.pop(who, None)
         return self._table.pop(who, None)
 
     def remove_address(self, address: str) -> list[BrokerIdentity]:
         """Forget every broker last heard from ``address`` (the wiring knows a closed channel by its peer)."""
         gone = [who for who, info in self._table.items() if info.address == address]
         for who in gone:
-            del self._table[who]
+            self.remove(who)
         return gone
 
     def expire(self, now_ms: int) -> list[BrokerIdentity]:
         """Drop and return the brokers whose timeout passed (RocketMQ's scanNotActiveBroker)."""
         gone = sorted(who for who, info in self._table.items() if not info.alive_at(now_ms))
         for who in gone:
-            del self._table[who]
+            self.remove(who)
         return gone
 
     def get(self, who: BrokerIdentity) -> LiveInfo | None:

@@ -43,10 +43,21 @@ Clock = Callable[[], int]
 _OUTCOMES_KEPT = 4096
 #: the connection attribute holding the brokers whose heartbeats came over it
 _BROKERS_ATTR = "controller_brokers"
+#: heartbeat records kept beyond one per registered broker id: anyone may send heartbeats with made-up names
+#: (a broker heartbeats once it holds an id, so a registered broker always gets in)
+_UNREGISTERED_KEPT = 1024
 
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _other_cluster(cmd: RemotingCommand, g: BrokerGroup | None, code: int) -> RemotingCommand | None:
+    """The refusal of a request whose clusterName is not the group's (an operator's typo), else None."""
+    cluster = cmd.ext_fields.get("clusterName")
+    if g is None or not cluster or cluster == g.cluster:
+        return None
+    return make_response(cmd, code, f"{g.broker_name} belongs to cluster {g.cluster}, not {cluster}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,13 +211,22 @@ class ControllerProcessors:
     async def heartbeat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         who = BrokerIdentity(wire.text(cmd, "clusterName"), wire.text(cmd, "brokerName"),
                              wire.integer(cmd, "brokerId"))
+        if self.heartbeats.get(who) is None and not self.state.holds(who.cluster, who.broker_name, who.broker_id) \
+                and len(self.heartbeats) >= self.state.replica_count() + _UNREGISTERED_KEPT:
+            return None if cmd.is_oneway else make_response(
+                cmd, ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                f"{who.broker_name}/{who.broker_id} has no broker id and the heartbeat table is full")
         self.heartbeats.on_heartbeat(
             who, wire.text(cmd, "brokerAddr"), self.clock(), epoch=wire.opt_int(cmd, "epoch"),
             max_offset=wire.opt_int(cmd, "maxOffset"), confirm_offset=wire.opt_int(cmd, "confirmOffset"),
             timeout_ms=wire.opt_int(cmd, "heartbeatTimeoutMills"), priority=wire.opt_int(cmd, "electionPriority"),
             ha_address=cmd.ext_fields.get("haServerAddr") or None)
-        self._owner[who] = conn
-        conn.attributes.setdefault(_BROKERS_ATTR, set()).add(who)
+        previous = self._owner.get(who)
+        if previous is not conn:
+            if previous is not None:
+                previous.attributes.get(_BROKERS_ATTR, set()).discard(who)
+            self._owner[who] = conn
+            conn.attributes.setdefault(_BROKERS_ATTR, set()).add(who)
         return None if cmd.is_oneway else make_response(cmd)
 
     def connection_closed(self, conn: RemotingConnection) -> None:
@@ -223,7 +243,9 @@ class ControllerProcessors:
         """Expire silent brokers; on the leader, elect a master for each group whose master is lost."""
         now = self.clock()
         for who in self.heartbeats.expire(now):
-            self._owner.pop(who, None)
+            conn = self._owner.pop(who, None)
+            if conn is not None:
+                conn.attributes.get(_BROKERS_ATTR, set()).discard(who)
         grace = self.config.startup_grace_ms
         if not self.log.is_leader or now - self._started_at < (self.config.heartbeat_timeout_ms if grace is None
                                                                 else grace):
@@ -292,6 +314,9 @@ class ControllerProcessors:
         if requester is not None and requester < 0:
             requester = None
         g = self.state.group(name)
+        mismatch = _other_cluster(cmd, g, ResponseCode.CONTROLLER_INVALID_REQUEST)
+        if mismatch is not None:
+            return mismatch
         evidence = self.heartbeats.group(g.cluster, name) if g is not None else ()
         decision = self.state.decide_elect(name, requester, self.clock(), evidence,
                                            designate=wire.flag(cmd, "designateElect") and requester is not None,
@@ -328,10 +353,9 @@ class ControllerProcessors:
         self._require_leader()
         name = wire.text(cmd, "brokerName")
         g = self.state.group(name)
-        cluster = cmd.ext_fields.get("clusterName")
-        if g is not None and cluster and cluster != g.cluster:
-            return make_response(cmd, ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
-                                 f"{name} belongs to cluster {g.cluster}, not {cluster}")
+        mismatch = _other_cluster(cmd, g, ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA)
+        if mismatch is not None:
+            return mismatch
         evidence = self.heartbeats.group(g.cluster, name) if g is not None else ()
         outcome = await self._commit(self.state.decide_clean(
             name, wire.broker_ids_of(cmd, "brokerControllerIdsToClean"), self.clock(), evidence,

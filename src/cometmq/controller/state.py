@@ -26,6 +26,12 @@ from .heartbeats import LiveInfo
 
 #: MixAll.FIRST_BROKER_CONTROLLER_ID: ids handed out start at 1 (0 is the master's role id in the nameserver)
 FIRST_BROKER_ID = 1
+#: bounds on what APPLY_BROKER_ID and REGISTER_BROKER store for good (anyone may send them when ACL is off);
+#: checked when deciding only, so a log written before them replays as it did
+MAX_BROKER_IDS_PER_GROUP = 64
+MAX_GROUPS = 10_000
+MAX_NAME_LENGTH = 255
+MAX_CHECK_CODE_LENGTH = 512
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,12 @@ class BrokerGroup:
                    sync_state_set=frozenset(d["syncStateSet"]), sync_state_set_epoch=d["syncStateSetEpoch"])
 
 
+def _too_long(limit: int = MAX_NAME_LENGTH, **fields: str) -> str:
+    """What is wrong with the first field longer than ``limit``, or ""."""
+    return next((f"{key} is longer than {limit} characters" for key, value in fields.items() if len(value) > limit),
+                "")
+
+
 class ControllerState:
     """Every broker group the controller knows, changed only by ``apply``."""
 
@@ -118,6 +130,15 @@ class ControllerState:
 
     def broker_names(self) -> list[str]:
         return sorted(self._groups)
+
+    def holds(self, cluster: str, broker_name: str, broker_id: int) -> bool:
+        """Whether the broker id is registered in the group of that cluster."""
+        g = self._groups.get(broker_name)
+        return g is not None and g.cluster == cluster and broker_id in g.replicas
+
+    def replica_count(self) -> int:
+        """How many broker ids are registered, over every group."""
+        return sum(len(g.replicas) for g in self._groups.values())
 
     def next_broker_id(self, broker_name: str) -> int:
         """GET_NEXT_BROKER_ID: the id a new broker of the group should apply for."""
@@ -149,11 +170,26 @@ class ControllerState:
     # -- request handlers: validate, propose events -------------------------------------------------------------
     def decide_apply_broker_id(self, cluster: str, broker_name: str, broker_id: int, check_code: str) -> Decision:
         """APPLY_BROKER_ID; the address is the first field of the register check code ("addr;timestamp")."""
+        too_long = _too_long(cluster=cluster, brokerName=broker_name) or _too_long(MAX_CHECK_CODE_LENGTH,
+                                                                                     registerCheckCode=check_code)
+        if too_long:
+            return Decision(RC.CONTROLLER_INVALID_REQUEST, too_long)
+        g = self._groups.get(broker_name)
+        if g is None and len(self._groups) >= MAX_GROUPS:
+            return Decision(RC.CONTROLLER_INVALID_REQUEST,
+                            f"the controller holds {MAX_GROUPS} broker groups, its most; clean one first")
+        if g is not None and broker_id not in g.replicas and len(g.replicas) >= MAX_BROKER_IDS_PER_GROUP:
+            return Decision(RC.CONTROLLER_BROKER_ID_INVALID,
+                            f"{broker_name} holds {MAX_BROKER_IDS_PER_GROUP} broker ids, its most; clean the dead "
+                            "ones first (cometmq admin clean-broker-data)")
         event = ApplyBrokerId(cluster, broker_name, broker_id, check_code.split(";")[0], check_code)
         return self._decide(event)
 
     def decide_register(self, cluster: str, broker_name: str, broker_id: int, address: str) -> Decision:
         """REGISTER_BROKER: known ids only; an address change becomes an event. The reply is read from the group."""
+        too_long = _too_long(brokerAddress=address)
+        if too_long:
+            return Decision(RC.CONTROLLER_INVALID_REQUEST, too_long)
         g = self._groups.get(broker_name)
         if g is None or broker_id not in g.replicas:
             return Decision(RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, f"{broker_name}/{broker_id} has no broker id")
@@ -313,6 +349,10 @@ class ControllerState:
         g = self._groups.get(e.broker_name)
         if g is None or g.cluster != e.cluster:
             return Outcome(RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, f"{e.broker_name} is not registered")
+        unknown = sorted(e.broker_ids - g.replicas.keys()) if e.broker_ids is not None else []
+        if unknown:  # a typo must not be answered "forgotten"; a race lost to another clean lands here too
+            return Outcome(RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                           f"brokers {unknown} are not in {e.broker_name}")
         if e.clean_living:
             return OK
         if e.broker_ids is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cometmq.client.admin import Admin
-from cometmq.client.errors import BrokerError
+from cometmq.client.errors import BrokerError, InvalidArgumentError
 from cometmq.controller.log import LocalLog
 from cometmq.controller.server import ControllerConfig, ControllerServer
 from cometmq.protocol.codes import ResponseCode as RC
@@ -70,6 +70,8 @@ async def test_clean_broker_data(tmp_path: Path) -> None:
         g = (await admin.get_sync_state_data(ctl.addr, [NAME]))[NAME]
         assert [r.broker_id for r in g.not_in_sync] == [2]
 
+        with pytest.raises(InvalidArgumentError, match="names no broker id"):  # (not "the whole group")
+            await admin.clean_broker_data(ctl.addr, CLUSTER, NAME, [], clean_living=True)
         await admin.clean_broker_data(ctl.addr, CLUSTER, NAME, [2])  # 2 never heartbeat: dead
         g = (await admin.get_sync_state_data(ctl.addr, [NAME]))[NAME]
         assert [r.broker_id for r in g.in_sync] == [1] and g.not_in_sync == ()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cometmq.client.admin_ha import _json_object, _parsed
-from cometmq.client.errors import BrokerError
+from cometmq.client.errors import BrokerError, InvalidArgumentError
 from cometmq.client.instance import ClientInstance
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
@@ -131,7 +131,10 @@ class ControllerAdmin:
         fields: dict[str, object] = {"clusterName": cluster, "brokerName": broker_name,
                                      "isCleanLivingBroker": clean_living, "invokeTime": 0}
         if broker_ids is not None:
-            fields["brokerControllerIdsToClean"] = ";".join(str(i) for i in sorted(set(broker_ids)))
+            ids = sorted(set(broker_ids))
+            if not ids:  # an empty field is read as no ids named: the whole group would be forgotten
+                raise InvalidArgumentError("broker_ids names no broker id (None forgets the whole group)")
+            fields["brokerControllerIdsToClean"] = ";".join(map(str, ids))
         await self._on_leader(controller_addr, RequestCode.CLEAN_BROKER_DATA, fields, b"", "clean broker data")
 
     async def _on_leader(self, addr: str, code: int, fields: dict[str, object], body: bytes,

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from cometmq.net.client import RemotingClient
+from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.client_bodies import (
     ConsumerData,
     HeartbeatData,
@@ -343,3 +344,22 @@ async def test_a_message_query_answers_what_fits_in_a_frame(start_broker: StartB
     assert r.code == ResponseCode.SUCCESS
     records = list(iter_records(r.body))
     assert len(records) == 6 and all(x.body == body for x in records)
+
+
+async def test_a_delay_level_that_is_not_an_integer_is_refused(start_broker: StartBroker,
+                                                               client: RemotingClient) -> None:
+    """RocketMQ reads DELAY with Integer.parseInt and fails the send when it is not one; it was taken as no delay,
+    so a message meant to wait was delivered at once. Now MESSAGE_ILLEGAL, naming the property, and nothing
+    stored; a signed integer is still a level (0 or less: no delay)."""
+    b = await start_broker()
+    b.topics.create_system_topic("Delay", 1)
+    batch = encode_batch([(b"a", {"UNIQ_KEY": "A"}, 0), (b"b", {"UNIQ_KEY": "B", "DELAY": "2.5"}, 0)])
+    for request in [send_request("Delay", b"x", 0, props(DELAY=bad)) for bad in ("abc", "2.5", "1_0", " 1", "", "٣")] \
+            + [send_request("Delay", batch, 0, batch="1")]:
+        r = await client.invoke(b.addr, request)
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL and "DELAY" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == 0
+    for level in ("-1", "+0"):
+        r = await client.invoke(b.addr, send_request("Delay", level.encode(), 0, props(DELAY=level)))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    assert await pull_all(client, b.addr, "Delay") == [b"-1", b"+0"]

@@ -112,6 +112,9 @@ async def test_errors_are_clear_and_early(cluster: Cluster) -> None:
             await p.send(Message("T", b""))
         with pytest.raises(InvalidArgumentError, match="reserved"):
             await p.send(Message("T", b"x", properties={"UNIQ_KEY": "mine"}))
+        for level in (2.5, True, "3"):  # (the broker refuses a DELAY that is not an integer: MESSAGE_ILLEGAL)
+            with pytest.raises(InvalidArgumentError, match="delay_level"):
+                await p.send(Message("T", b"x", delay_level=level))  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="one topic"):
             await p.send_batch([Message("T", b"x"), Message("U", b"y")])
         with pytest.raises(BrokerError) as info:

@@ -363,3 +363,25 @@ async def test_a_delay_level_that_is_not_an_integer_is_refused(start_broker: Sta
         r = await client.invoke(b.addr, send_request("Delay", level.encode(), 0, props(DELAY=level)))
         assert r.code == ResponseCode.SUCCESS, r.remark
     assert await pull_all(client, b.addr, "Delay") == [b"-1", b"+0"]
+
+
+async def test_send_back_to_a_broker_or_retry_topic_without_write_permission_is_refused(
+        start_broker: StartBroker, client: RemotingClient, tmp_path: Path) -> None:
+    """As RocketMQ's consumerSendMsgBack: a broker whose brokerPermission forbids writes, or a retry topic that is
+    not writable, answers NO_PERMISSION and stores nothing (the consumer then sends the message to its retry topic
+    through another broker). Both were stored anyway."""
+    b = await start_broker(tmp_path / "p")
+    r = await client.invoke(b.addr, send_request("R", b"payload", 0, props(UNIQ_KEY="O1")))
+    assert r.code == ResponseCode.SUCCESS
+    b.topics.create_system_topic("%RETRY%ro", 1, perm=4)  # read-only
+    back = {"offset": "0", "delayLevel": "1", "originTopic": "R"}
+    before = b.store.commitlog.max_offset
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {**back, "group": "ro"}))
+    assert r.code == ResponseCode.NO_PERMISSION and "%RETRY%ro" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == before
+    await b.stop()
+    b = await start_broker(tmp_path / "p", broker_permission=4)
+    before = b.store.commitlog.max_offset
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {**back, "group": "cg"}))
+    assert r.code == ResponseCode.NO_PERMISSION and "not writable" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -384,4 +385,25 @@ async def test_send_back_to_a_broker_or_retry_topic_without_write_permission_is_
     before = b.store.commitlog.max_offset
     r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {**back, "group": "cg"}))
     assert r.code == ResponseCode.NO_PERMISSION and "not writable" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == before
+
+
+async def test_a_group_without_retry_queues_heartbeats_and_takes_no_send_back(start_broker: StartBroker,
+                                                                               client: RemotingClient) -> None:
+    """A group with retryQueueNums 0 (``updateSubGroup -q 0``: no retries) could not heartbeat, its retry topic
+    of 0 queues refused (SYSTEM_ERROR), so its consumers got no queues; its send-backs failed the same way. As
+    RocketMQ, the heartbeat makes no retry topic for it, and a send-back is answered SUCCESS, storing nothing."""
+    b = await start_broker()
+    r = await client.invoke(b.addr, send_request("R", b"payload", 0, props(UNIQ_KEY="O1")))
+    assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(
+        {"groupName": "noretry", "retryQueueNums": 0}).encode()))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    r = await client.invoke(b.addr, heartbeat("client-1", "noretry", "R"))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert b.consumers.client_ids("noretry") == ["client-1"]
+    before = b.store.commitlog.max_offset
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK,
+                                                 {"offset": "0", "group": "noretry", "delayLevel": "0"}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
     assert b.store.commitlog.max_offset == before

@@ -193,7 +193,8 @@ class AdminProcessor:
         sub_change = fingerprint == 0  # what RocketMQ answers a v1 heartbeat
         for consumer in data.consumers:
             cfg = self.groups.find(consumer.group_name)
-            if cfg is not None and consumer.message_model == CLUSTERING:
+            if cfg is not None and consumer.message_model == CLUSTERING and cfg.retryQueueNums > 0:
+                # (a group with no retry queues takes no retries: send_back stores none, so it has no retry topic)
                 self.topics.create_system_topic(retry_topic(consumer.group_name), cfg.retryQueueNums)
             if without_sub and not self.consumers.knows_fingerprint(consumer.group_name, fingerprint):
                 sub_change = True

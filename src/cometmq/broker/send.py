@@ -281,6 +281,8 @@ class SendProcessor:
                                 f"subscription group {header.group} does not exist")
         if not perm_writable(self.config.broker_permission):  # (RocketMQ's order of checks)
             self._not_writable()
+        if cfg.retryQueueNums <= 0:  # the group takes no retries: the message is dropped, as RocketMQ does
+            return make_response(cmd, ResponseCode.SUCCESS)
         view = self._read_record(header.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")

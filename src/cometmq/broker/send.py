@@ -118,6 +118,9 @@ class SendProcessor:
         if not perm_writable(config.broker_permission):
             self._not_writable()
         check_send_allowed(header.topic)  # the broker's own topics: its appender writes them, clients may not
+        batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        if batch and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (RocketMQ's sendBatchMessage)
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a batch cannot be sent to retry topic {header.topic}")
         topic_cfg = self.topics.topic_for_send(header.topic, header.default_topic, header.default_topic_queue_nums,
                                                conn.remote_address)
         if not perm_writable(topic_cfg.perm):
@@ -132,7 +135,6 @@ class SendProcessor:
                                 f"queueId {queue_id} is out of range: {header.topic} has {topic_cfg.write_queue_nums}"
                                 " write queues")
         born_host = born_host_of(conn)
-        batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         half_batch = False
         asked = cmd.ext_fields.get(HALF_BATCH_FIELD) if batch else None
         if asked == PACKED_HALF:

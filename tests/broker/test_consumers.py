@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
 from cometmq.net.client import RemotingClient
+from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.client_bodies import (
     ConsumerData,
     HeartbeatData,
@@ -371,3 +373,65 @@ def test_retry_topics_of_a_heartbeat_naming_many_new_groups_cost_one_sync_and_su
         assert not missing, f"{len(missing)} retry topics lost, e.g. rg-{missing[0]}"
     finally:
         server.close()
+
+
+async def test_a_delay_level_that_is_not_an_integer_is_refused(start_broker: StartBroker,
+                                                               client: RemotingClient) -> None:
+    """RocketMQ reads DELAY with Integer.parseInt and fails the send when it is not one; it was taken as no delay,
+    so a message meant to wait was delivered at once. Now MESSAGE_ILLEGAL, naming the property, and nothing
+    stored; a signed integer is still a level (0 or less: no delay)."""
+    b = await start_broker()
+    b.topics.create_system_topic("Delay", 1)
+    batch = encode_batch([(b"a", {"UNIQ_KEY": "A"}, 0), (b"b", {"UNIQ_KEY": "B", "DELAY": "2.5"}, 0)])
+    for request in [send_request("Delay", b"x", 0, props(DELAY=bad)) for bad in ("abc", "2.5", "1_0", " 1", "", "٣")] \
+            + [send_request("Delay", batch, 0, batch="1")]:
+        r = await client.invoke(b.addr, request)
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL and "DELAY" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == 0
+    for level in ("-1", "+0"):
+        r = await client.invoke(b.addr, send_request("Delay", level.encode(), 0, props(DELAY=level)))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    assert await pull_all(client, b.addr, "Delay") == [b"-1", b"+0"]
+
+
+async def test_send_back_to_a_broker_or_retry_topic_without_write_permission_is_refused(
+        start_broker: StartBroker, client: RemotingClient, tmp_path: Path) -> None:
+    """As RocketMQ's consumerSendMsgBack: a broker whose brokerPermission forbids writes, or a retry topic that is
+    not writable, answers NO_PERMISSION and stores nothing (the consumer then sends the message to its retry topic
+    through another broker). Both were stored anyway."""
+    b = await start_broker(tmp_path / "p")
+    r = await client.invoke(b.addr, send_request("R", b"payload", 0, props(UNIQ_KEY="O1")))
+    assert r.code == ResponseCode.SUCCESS
+    b.topics.create_system_topic("%RETRY%ro", 1, perm=4)  # read-only
+    back = {"offset": "0", "delayLevel": "1", "originTopic": "R"}
+    before = b.store.commitlog.max_offset
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {**back, "group": "ro"}))
+    assert r.code == ResponseCode.NO_PERMISSION and "%RETRY%ro" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == before
+    await b.stop()
+    b = await start_broker(tmp_path / "p", broker_permission=4)
+    before = b.store.commitlog.max_offset
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {**back, "group": "cg"}))
+    assert r.code == ResponseCode.NO_PERMISSION and "not writable" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == before
+
+
+async def test_a_group_without_retry_queues_heartbeats_and_takes_no_send_back(start_broker: StartBroker,
+                                                                               client: RemotingClient) -> None:
+    """A group with retryQueueNums 0 (``updateSubGroup -q 0``: no retries) could not heartbeat, its retry topic
+    of 0 queues refused (SYSTEM_ERROR), so its consumers got no queues; its send-backs failed the same way. As
+    RocketMQ, the heartbeat makes no retry topic for it, and a send-back is answered SUCCESS, storing nothing."""
+    b = await start_broker()
+    r = await client.invoke(b.addr, send_request("R", b"payload", 0, props(UNIQ_KEY="O1")))
+    assert r.code == ResponseCode.SUCCESS
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(
+        {"groupName": "noretry", "retryQueueNums": 0}).encode()))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    r = await client.invoke(b.addr, heartbeat("client-1", "noretry", "R"))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert b.consumers.client_ids("noretry") == ["client-1"]
+    before = b.store.commitlog.max_offset
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK,
+                                                 {"offset": "0", "group": "noretry", "delayLevel": "0"}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert b.store.commitlog.max_offset == before

@@ -229,3 +229,15 @@ async def test_one_connection_holds_at_most_its_cap_of_pulls(start_broker: Start
             break
         await asyncio.sleep(0.01)
     assert b.hold.held_count == 0
+
+
+async def test_a_batch_to_a_retry_topic_is_refused(start_broker: StartBroker, client: RemotingClient) -> None:
+    """As RocketMQ's sendBatchMessage: MESSAGE_ILLEGAL, nothing stored (it was stored, each item under the
+    header's reconsumeTimes). A single send to a retry topic is still taken."""
+    b = await start_broker()
+    body = encode_batch([(f"m{i}".encode(), {"UNIQ_KEY": f"B{i}"}, 0) for i in range(2)])
+    r = await client.invoke(b.addr, send_request("%RETRY%cg", body, 0, batch="1"))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "retry" in (r.remark or ""), (r.code, r.remark)
+    assert b.store.commitlog.max_offset == 0
+    r = await client.invoke(b.addr, send_request("%RETRY%cg", b"one", 0))
+    assert r.code == ResponseCode.SUCCESS, r.remark

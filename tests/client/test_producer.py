@@ -6,8 +6,10 @@ import zlib
 import pytest
 
 from cometmq.client import (
+    Admin,
     BrokerError,
     ClientStateError,
+    ClientTimeoutError,
     InvalidArgumentError,
     Message,
     MessageQueue,
@@ -18,6 +20,8 @@ from cometmq.client import (
 from cometmq.client.message import SendStatus
 from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.message import iter_records
+from tests.kit.faultproxy import Direction, FaultProxy
+from tests.kit.wait import eventually
 
 from .conftest import Cluster
 
@@ -108,6 +112,9 @@ async def test_errors_are_clear_and_early(cluster: Cluster) -> None:
             await p.send(Message("T", b""))
         with pytest.raises(InvalidArgumentError, match="reserved"):
             await p.send(Message("T", b"x", properties={"UNIQ_KEY": "mine"}))
+        for level in (2.5, True, "3"):  # (the broker refuses a DELAY that is not an integer: MESSAGE_ILLEGAL)
+            with pytest.raises(InvalidArgumentError, match="delay_level"):
+                await p.send(Message("T", b"x", delay_level=level))  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="one topic"):
             await p.send_batch([Message("T", b"x"), Message("U", b"y")])
         with pytest.raises(BrokerError) as info:
@@ -128,3 +135,30 @@ async def test_no_route_without_auto_create(cluster: Cluster) -> None:
     async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
         with pytest.raises(NoRouteError, match="Nowhere"):
             await p.send(Message("Nowhere", b"x"))
+
+
+@pytest.mark.parametrize("auto_batch", [False, True])
+async def test_a_send_retried_after_a_timeout_keeps_its_message_id(cluster: Cluster, auto_batch: bool) -> None:
+    """As RocketMQ sets a message's UNIQ_KEY once per send: when the answer to a stored send is lost and the send
+    is retried, the broker holds the message twice under one id, which a consumer can drop as a duplicate."""
+    async with Admin(namesrv=cluster.namesrv_addr) as admin:
+        await admin.create_topic("Dup")  # known to the nameserver: no route lookup after the first send
+    host, port = cluster.brokers[0].addr.rsplit(":", 1)
+    async with FaultProxy((host, int(port))) as proxy, \
+            Producer("pg", namesrv=cluster.namesrv_addr, retries=1, auto_batch=auto_batch) as p:
+        await p.send(Message("Dup", b"warm-up"))  # the route is known
+        p.instance.brokers["broker-a"] = {0: proxy.addr}  # the sends go through the proxy
+        proxy.blackhole(Direction.DOWN)  # each is stored, its answer lost
+        result: SendResult | None = None
+        try:
+            result = await p.send(Message("Dup", b"twice"), timeout=0.5)
+        except ClientTimeoutError:
+            pass  # (the retry went through the proxy too)
+
+        def copies() -> list[object]:
+            return [r for q in range(4) for r in stored(cluster, "Dup", q) if r.body == b"twice"]  # type: ignore
+
+        await eventually(lambda: len(copies()) == 2, what="the first attempt and its retry stored")
+    ids = {r.properties["UNIQ_KEY"] for r in copies()}  # type: ignore[attr-defined]
+    assert len(ids) == 1
+    assert result is None or {result.msg_id} == ids

@@ -195,7 +195,8 @@ class AdminProcessor:
         consumers = [(consumer, self.groups.find(consumer.group_name)) for consumer in data.consumers]
         self.topics.create_system_topics((retry_topic(consumer.group_name), cfg.retryQueueNums)
                                          for consumer, cfg in consumers
-                                         if cfg is not None and consumer.message_model == CLUSTERING)
+                                         if cfg is not None and consumer.message_model == CLUSTERING
+                                         and cfg.retryQueueNums > 0)  # (no retry queues: it takes no retries)
         for consumer, cfg in consumers:
             if without_sub and not self.consumers.knows_fingerprint(consumer.group_name, fingerprint):
                 sub_change = True

@@ -21,6 +21,7 @@ from cometmq.broker.send_hooks import SendContext, SendKind
 from cometmq.broker.topics import SCHEDULE_TOPIC
 from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.common.tasks import cancel_and_wait
+from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.message import TRANSACTION_MASK, decode_record, pack_host
 from cometmq.protocol.properties import DELAY, REAL_QID, REAL_TOPIC, encode_properties
 from cometmq.store.message import DispatchRequest, MessageInner
@@ -30,6 +31,19 @@ from cometmq.store.status import GetStatus, PutResult
 log = logging.getLogger(__name__)
 
 BATCH = 64
+
+
+def delay_level(raw: str) -> int:
+    """A DELAY property's level, read as RocketMQ reads it (Integer.parseInt: an optional sign and ASCII digits, a
+    32-bit value). Anything else is refused with MESSAGE_ILLEGAL: RocketMQ fails such a send too, and taking it as
+    no delay would deliver at once a message meant to wait."""
+    digits = raw[1:] if raw[:1] in ("+", "-") else raw
+    if digits.isascii() and digits.isdigit() and len(digits) <= 10:
+        level = int(raw)
+        if -(2**31) <= level < 2**31:
+            return level
+    raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"the delay level (property {DELAY}) {raw[:32]!r} is not an "
+                                                      "integer")
 
 
 class ScheduleMessageService:
@@ -63,10 +77,7 @@ class ScheduleMessageService:
         raw = msg.properties.get(DELAY)
         if raw is None or msg.sys_flag & TRANSACTION_MASK:
             return
-        try:
-            level = int(raw)
-        except ValueError:
-            return
+        level = delay_level(raw)
         if level <= 0:
             return
         level = min(level, len(self.delays))

@@ -6,6 +6,7 @@ import logging
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import fields
+from typing import NoReturn
 
 from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.config import BrokerConfig
@@ -115,8 +116,11 @@ class SendProcessor:
             header = SendMessageRequestHeader.from_ext(cmd.ext_fields)
         config = self.config
         if not perm_writable(config.broker_permission):
-            raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {config.broker_name} is not writable")
+            self._not_writable()
         check_send_allowed(header.topic)  # the broker's own topics: its appender writes them, clients may not
+        batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        if batch and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (RocketMQ's sendBatchMessage)
+            raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a batch cannot be sent to retry topic {header.topic}")
         topic_cfg = self.topics.topic_for_send(header.topic, header.default_topic, header.default_topic_queue_nums,
                                                conn.remote_address)
         if not perm_writable(topic_cfg.perm):
@@ -131,7 +135,6 @@ class SendProcessor:
                                 f"queueId {queue_id} is out of range: {header.topic} has {topic_cfg.write_queue_nums}"
                                 " write queues")
         born_host = born_host_of(conn)
-        batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         half_batch = False
         asked = cmd.ext_fields.get(HALF_BATCH_FIELD) if batch else None
         if asked == PACKED_HALF:
@@ -175,6 +178,9 @@ class SendProcessor:
         if ctx.response_ext and response.code == ResponseCode.SUCCESS:
             response.ext_fields.update(ctx.response_ext)
         return response
+
+    def _not_writable(self) -> NoReturn:
+        raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {self.config.broker_name} is not writable")
 
     def _single_message(self, header: SendMessageRequestHeader, body: bytes, queue_id: int,
                         born_host: bytes, plain: bool = False) -> MessageInner:
@@ -275,6 +281,10 @@ class SendProcessor:
         if cfg is None:
             raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group {header.group} does not exist")
+        if not perm_writable(self.config.broker_permission):  # (RocketMQ's order of checks)
+            self._not_writable()
+        if cfg.retryQueueNums <= 0:  # the group takes no retries: the message is dropped, as RocketMQ does
+            return make_response(cmd, ResponseCode.SUCCESS)
         view = self._read_record(header.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")
@@ -299,6 +309,8 @@ class SendProcessor:
         else:
             topic = retry_topic(header.group)
             retry_cfg = self.topics.create_system_topic(topic, cfg.retryQueueNums)
+            if not perm_writable(retry_cfg.perm):
+                raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {topic} is not writable")
             from random import randrange  # (imported at the first send-back: an idle broker does not hold it)
 
             queue_id = randrange(retry_cfg.write_queue_nums)

@@ -111,7 +111,8 @@ class AutoBatcher:
         loop = asyncio.get_running_loop()
         item = _Item(msg, body, head, loop.create_future())
         if self.closed or item.size > self.max_bytes:
-            return await producer._with_retries(msg.topic, lambda q: producer._send_to(q, msg, timeout))
+            uniq = producer._uniq.new_key()  # (the same id for every attempt, as send's)
+            return await producer._with_retries(msg.topic, lambda q: producer._send_to(q, msg, timeout, uniq))
         if self.held and self.held + item.size > self.total_max_bytes:
             await self._wait_for_room(item.size, timeout)
         self.held += item.size

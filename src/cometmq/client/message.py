@@ -72,6 +72,8 @@ class Message:
         props[UNIQ_KEY] = uniq_key
         props["WAIT"] = "true"
         if self.delay_level:
+            if type(self.delay_level) is not int:
+                raise InvalidArgumentError(f"delay_level must be an int (a 4.x level), not {self.delay_level!r}")
             props[DELAY] = str(self.delay_level)
         if self.deliver_at is not None:
             props[TIMER_DELIVER_MS] = str(int(self.deliver_at))

@@ -285,12 +285,13 @@ class Producer:
         queues = cached[1] if cached is not None and route is not None and cached[0] is route \
             else await self._queues(topic)
         q = queues[next(self._next_queue) % len(queues)]
+        uniq = self._uniq.new_key()  # one id for every attempt, as RocketMQ: a retry of a stored send is a duplicate
         try:
-            return await self._send_to(q, msg, timeout)
+            return await self._send_to(q, msg, timeout, uniq)
         except MQClientError as exc:
             if not exc.retriable:
                 raise
-            return await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout), (queues, q, exc))
+            return await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout, uniq), (queues, q, exc))
 
     async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue], Awaitable[T]],
                             failed: tuple[list[MessageQueue], MessageQueue, MQClientError] | None = None) -> T:
@@ -407,8 +408,11 @@ class Producer:
             raise NoRouteError(f"no master address for broker {q.broker_name}")
         return addr
 
-    def _request(self, q: MessageQueue, msg: Message, *, oneway: bool = False) -> tuple[Any, str]:
-        uniq = self._uniq.new_key()
+    def _request(self, q: MessageQueue, msg: Message, *, oneway: bool = False, uniq: str | None = None
+                 ) -> tuple[Any, str]:
+        """The SEND_MESSAGE_V2 of ``msg`` to ``q`` and its message id (``uniq``, else a new one)."""
+        if uniq is None:
+            uniq = self._uniq.new_key()
         body = bytes(msg.body)
         sys_flag = 0
         if len(body) >= self.compress_over:
@@ -437,10 +441,14 @@ class Producer:
         ext[_V2_PROPERTIES] = properties
         return ext
 
-    async def _send_to(self, q: MessageQueue, msg: Message, timeout: float) -> SendResult:
-        started = self._start_send(q, msg, timeout)
+    async def _send_to(self, q: MessageQueue, msg: Message, timeout: float, uniq: str | None = None) -> SendResult:
+        """One attempt to send ``msg`` to ``q`` with message id ``uniq`` (a retry passes the first attempt's; None:
+        a new one)."""
+        if uniq is None:
+            uniq = self._uniq.new_key()
+        started = self._start_send(q, msg, timeout, uniq)
         if started is None:  # the general way: a command, encoded and sent by the client instance
-            cmd, uniq = self._request(q, msg)
+            cmd, uniq = self._request(q, msg, uniq=uniq)
             addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
             response = await self.instance.invoke(addr, cmd, timeout, context=f"send to {q.topic}/{q.queue_id}")
             return self._result(response, q, uniq, addr)[0]
@@ -454,7 +462,7 @@ class Producer:
             raise error from None
         return self._result_one(response, q, uniq, addr)
 
-    def _start_send(self, q: MessageQueue, msg: Message, timeout: float
+    def _start_send(self, q: MessageQueue, msg: Message, timeout: float, uniq: str | None = None
                     ) -> tuple[asyncio.Future[RemotingCommand], SdkConnection, int, str, str] | None:
         """:meth:`_send_to`'s request written straight to an open connection, its frame head from the topic's
         :class:`SendFrameTemplate` (the bytes ``_request`` and the codec would give): (reply future, connection,
@@ -483,7 +491,8 @@ class Producer:
         template = entry[1]
         if template is None:
             return None
-        uniq = self._uniq.new_key()
+        if uniq is None:
+            uniq = self._uniq.new_key()
         if not msg.properties and not msg.tags and not msg.keys and not msg.delay_level and msg.deliver_at is None \
                 and msg.delay is None:  # msg.plain: UNIQ_KEY and WAIT only
             properties = PLAIN_HEAD + uniq.encode() + PLAIN_TAIL
@@ -557,7 +566,8 @@ class Producer:
         single send."""
         if len(items) == 1:
             msg = items[0].msg
-            return [await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout))]
+            uniq = self._uniq.new_key()  # (the same id for every attempt, as send's)
+            return [await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout, uniq))]
         prefix, first = self._uniq.reserve(len(items))
         body, uniqs = encode_keyed_batch([(it.body, it.head, it.flag) for it in items], prefix, first)
 

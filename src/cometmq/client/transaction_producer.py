@@ -544,8 +544,9 @@ class TransactionProducer(Producer):
         return checked_state(state, what)
 
     # -- wire ------------------------------------------------------------------------------------------------------
-    def _request(self, q: MessageQueue, msg: Message, *, oneway: bool = False) -> tuple[Any, str]:
-        cmd, uniq = super()._request(q, msg, oneway=oneway)
+    def _request(self, q: MessageQueue, msg: Message, *, oneway: bool = False, uniq: str | None = None
+                 ) -> tuple[Any, str]:
+        cmd, uniq = super()._request(q, msg, oneway=oneway, uniq=uniq)
         if msg.properties.get(TRAN_MSG) == "true":
             # RocketMQ's producers flag a half in the sys flag too ("f" is sysFlag in SEND_MESSAGE_V2).
             ext = cmd.ext_fields

@@ -330,6 +330,7 @@ async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
                 got += len(chunk)
         except ConnectionError:
             pass
-        assert got < size // 2  # cut off: the rest was not kept for it
+        # cut off (EOF or a reset, not the 10 s wait): what arrived is what the kernel's buffers held, never all
+        assert got < size
     finally:
         sock.close()

@@ -3,7 +3,6 @@ body), and a stored record (a POP or PULL body) becomes a gRPC ``Message``."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import zlib
 from collections.abc import Mapping
@@ -77,10 +76,7 @@ def send_properties(msg: pb.Message, max_body_size: int) -> tuple[dict[str, str]
     sp = msg.system_properties
     body = bytes(msg.body)
     if sp.body_encoding == pb.GZIP:
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise GrpcError(pb.Code.MESSAGE_CORRUPTED, f"body is not gzip: {exc}") from None
+        body = gunzip(body, max_body_size)
     if len(body) > max_body_size:
         raise GrpcError(pb.Code.MESSAGE_BODY_TOO_LARGE, f"body of {len(body)} bytes exceeds {max_body_size}")
     props: dict[str, str] = {}
@@ -119,6 +115,24 @@ def send_properties(msg: pb.Message, max_body_size: int) -> tuple[dict[str, str]
     if len(encode_properties(props)) > MAX_PROPERTIES_LENGTH:
         raise GrpcError(pb.Code.MESSAGE_PROPERTIES_TOO_LARGE, "the message's properties exceed 32767 bytes")
     return props, body
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """A GZIP body expanded, but never past ``limit`` + 1 bytes: a small body can expand a thousandfold.
+    MESSAGE_CORRUPTED when it is not gzip; the caller refuses what is longer than ``limit``."""
+    out = bytearray()
+    try:
+        while data and len(out) <= limit:  # one gzip member after another, as gzip.decompress reads them
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            out += d.decompress(data, limit + 1 - len(out))
+            if not d.eof:
+                if len(out) <= limit:
+                    raise GrpcError(pb.Code.MESSAGE_CORRUPTED, "body is not gzip: it ends before its gzip stream")
+                break
+            data = d.unused_data.lstrip(b"\0")  # gzip allows zero padding after a member
+    except zlib.error as exc:
+        raise GrpcError(pb.Code.MESSAGE_CORRUPTED, f"body is not gzip: {exc}") from None
+    return bytes(out)
 
 
 def body_digest(body: bytes) -> pb.Digest:

@@ -1,0 +1,49 @@
+"""SendMessage's checks of what a client sends: a compressed body is judged by what it expands to without
+expanding all of it, and a request is refused as a whole (nothing stored) when any of its messages is bad."""
+
+from __future__ import annotations
+
+import gzip
+import tracemalloc
+
+from cometmq.grpc.v2 import definition_pb2 as pb
+from cometmq.grpc.v2 import service_pb2 as spb
+from tests.grpc.kit import Endpoint, new_message_id
+
+
+def _message(topic: str, body: bytes, **system: object) -> pb.Message:
+    sp = pb.SystemProperties(message_id=new_message_id(), **system)  # type: ignore[arg-type]
+    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=sp)
+
+
+async def test_gzip_bomb_is_refused_without_expanding_it(endpoint: Endpoint) -> None:
+    """A body sent GZIP-encoded was expanded whole before its size was checked: 256 KiB on the wire made
+    256 MiB in the endpoint (a 5 MiB request, the most gRPC lets in, about 5 GiB). Now the expansion stops
+    past the limit."""
+    await endpoint.create_topic("Bomb", queues=1)
+    bomb = gzip.compress(b"\0" * (256 << 20), compresslevel=9)
+    assert len(bomb) < 1 << 20
+    tracemalloc.start()
+    try:
+        r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
+            _message("Bomb", bomb, body_encoding=pb.GZIP)]), timeout=60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert r.status.code == pb.Code.MESSAGE_BODY_TOO_LARGE, r.status
+    assert "4194304" in r.status.message
+    assert peak < 64 << 20, peak  # a few times the 4 MiB limit at most, not the 256 MiB the body expands to
+    assert endpoint.broker.store.get_messages("Bomb", 0, 0, 10).buffers == []
+
+
+async def test_gzip_body_within_the_limit_is_stored_expanded(endpoint: Endpoint) -> None:
+    await endpoint.create_topic("Zipped", queues=1)
+    body = b"hello " * 1000
+    r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
+        _message("Zipped", gzip.compress(body), body_encoding=pb.GZIP)]))
+    assert r.status.code == pb.Code.OK, r.status
+    code, msgs = await endpoint.receive("Zipped", "G")
+    assert code == pb.Code.OK and [m.body for m in msgs] == [body]
+    r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
+        _message("Zipped", b"not gzip at all", body_encoding=pb.GZIP)]))
+    assert r.status.code == pb.Code.MESSAGE_CORRUPTED, r.status

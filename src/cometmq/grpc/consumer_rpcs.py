@@ -172,22 +172,32 @@ class ConsumerRpcs(RpcBase):
         invisible = convert.duration_ms(request.invisible_duration)
         if not 0 <= invisible <= MAX_INVISIBLE_MS:
             raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
+        renewed = await self._change_invisible(request.group.name, h, invisible)
+        return spb.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=renewed.encode())
+
+    async def _change_invisible(self, group: str, h: ReceiptHandle, invisible: int) -> ReceiptHandle:
+        """CHANGE_MESSAGE_INVISIBLETIME for the delivery ``h`` names; the broker refuses a stale handle or one of
+        another group (INVALID_RECEIPT_HANDLE). Returns the new handle."""
         addr = await self.backend.broker_addr(h.topic, h.broker_name)
-        header = ChangeInvisibleTimeRequestHeader(consumer_group=request.group.name, topic=h.topic,
-                                                  queue_id=h.queue_id, extra_info=str(h.extra_info), offset=h.offset,
+        header = ChangeInvisibleTimeRequestHeader(consumer_group=group, topic=h.topic, queue_id=h.queue_id,
+                                                  extra_info=str(h.extra_info), offset=h.offset,
                                                   invisible_time=invisible)
         response = self._check(await self.backend.invoke(addr, make_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
                                                                             header.to_ext())))
         rh = ChangeInvisibleTimeResponseHeader.from_ext(response.ext_fields)
-        return spb.ChangeInvisibleDurationResponse(status=OK_STATUS,
-                                                   receipt_handle=h.renewed(rh.pop_time, rh.invisible_time).encode())
+        return h.renewed(rh.pop_time, rh.invisible_time)
 
     @unary(spb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        """Copy the message to the group's DLQ (CONSUMER_SEND_MSG_BACK with delay level -1), then ack it."""
+        """Copy the message to the group's DLQ (CONSUMER_SEND_MSG_BACK with delay level -1), then ack it.
+
+        The handle is checked first, by a change of invisible time that also keeps the message hidden while it is
+        copied: a stale handle, or one of another group, is refused before anything is copied. Should the copy
+        fail, the message comes back when that time is over."""
         group = request.group.name
-        h = self._handle(request.receipt_handle)
+        h = await self._change_invisible(group, self._handle(request.receipt_handle),
+                                         int(self.config.request_timeout_s * 2000))
         addr = await self.backend.broker_addr(h.topic, h.broker_name)
         back = ConsumerSendMsgBackRequestHeader(offset=h.commit_log_offset, group=group, delay_level=-1,
                                                 origin_msg_id=request.message_id or None, origin_topic=h.topic,

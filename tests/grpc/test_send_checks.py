@@ -47,3 +47,23 @@ async def test_gzip_body_within_the_limit_is_stored_expanded(endpoint: Endpoint)
     r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
         _message("Zipped", b"not gzip at all", body_encoding=pb.GZIP)]))
     assert r.status.code == pb.Code.MESSAGE_CORRUPTED, r.status
+
+
+async def test_a_request_with_one_bad_message_stores_none(endpoint: Endpoint) -> None:
+    """Each message was checked and sent on its own: the good ones of a request with a bad one were stored
+    (MULTIPLE_RESULTS), and messages of several topics went each to its own. RocketMQ's proxy checks them all
+    first and refuses the whole request: the bad message's code, or MESSAGE_CORRUPTED for mixed topics."""
+    await endpoint.create_topic("Whole", queues=1)
+    await endpoint.create_topic("Other", queues=1)
+    r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
+        _message("Whole", b"good"), _message("Whole", b"bad", tag="a|b")]))
+    assert r.status.code == pb.Code.ILLEGAL_MESSAGE_TAG, r.status
+    r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
+        _message("Whole", b"here"), _message("Other", b"there")]))
+    assert r.status.code == pb.Code.MESSAGE_CORRUPTED, r.status
+    assert "topic" in r.status.message
+    for topic in ("Whole", "Other"):
+        assert endpoint.broker.store.get_messages(topic, 0, 0, 10).buffers == []
+    r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
+        _message("Whole", b"one"), _message("Whole", b"two")]))
+    assert r.status.code == pb.Code.OK and [e.status.code for e in r.entries] == [pb.Code.OK] * 2

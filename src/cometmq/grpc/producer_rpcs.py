@@ -203,10 +203,17 @@ class ProducerRpcs(RpcBase):
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         if not request.messages:
             raise GrpcError(pb.Code.BAD_REQUEST, "SendMessage carries no message")
-        if len(request.messages) == 1:  # what the clients send: no task for a gather of one
-            entries = [await self._send_one(request.messages[0])]
+        # every message is checked before any is sent: a bad one refuses the whole request (RocketMQ's proxy too)
+        topic = request.messages[0].topic
+        if any(m.topic != topic for m in request.messages):
+            raise GrpcError(pb.Code.MESSAGE_CORRUPTED, "the messages of one request must be of one topic")
+        if not topic.name:
+            raise GrpcError(pb.Code.ILLEGAL_TOPIC, "the message names no topic")
+        prepared = [(m, *convert.send_properties(m, self.config.max_body_size)) for m in request.messages]
+        if len(prepared) == 1:  # what the clients send: no task for a gather of one
+            entries = [await self._send_one(*prepared[0])]
         else:
-            entries = list(await asyncio.gather(*(self._send_one(m) for m in request.messages)))
+            entries = list(await asyncio.gather(*(self._send_one(*p) for p in prepared)))
         codes = {e.status.code for e in entries}
         if len(codes) == 1:
             overall = entries[0].status
@@ -214,18 +221,16 @@ class ProducerRpcs(RpcBase):
             overall = status(pb.Code.MULTIPLE_RESULTS, "the messages had different outcomes")
         return spb.SendMessageResponse(status=overall, entries=entries)
 
-    async def _send_one(self, msg: pb.Message) -> spb.SendResultEntry:
+    async def _send_one(self, msg: pb.Message, props: dict[str, str], body: bytes) -> spb.SendResultEntry:
         try:
-            return await self._send(msg)
+            return await self._send(msg, props, body)
         except GrpcError as exc:
             return spb.SendResultEntry(status=status(exc.code, exc.message),
                                        message_id=msg.system_properties.message_id)
 
-    async def _send(self, msg: pb.Message) -> spb.SendResultEntry:
+    async def _send(self, msg: pb.Message, props: dict[str, str], body: bytes) -> spb.SendResultEntry:
+        """Send one checked message (``props`` and ``body`` from ``convert.send_properties``)."""
         topic = msg.topic.name
-        if not topic:
-            raise GrpcError(pb.Code.ILLEGAL_TOPIC, "the message names no topic")
-        props, body = convert.send_properties(msg, self.config.max_body_size)
         mtype = convert.message_type_of(msg)
         route = await self.backend.routed(topic, lambda r: bool(self.backend.writable_queues(r, topic)))
         queues = self.backend.writable_queues(route, topic)

@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 #: the producer group the proxy sends transactional messages under and registers with every broker
 PROXY_PRODUCER_GROUP = "CID_COMETMQ_GRPC_PROXY"
 
+#: how long a subscription group's config is kept, and how many groups' configs at most (the group is the
+#: client's to name)
+GROUP_CONFIG_TTL_S = 10.0
+GROUP_CONFIG_CACHE_MAX = 1024
+
 CheckHandler = Callable[[str, RemotingCommand], Awaitable[None]]
 
 
@@ -154,10 +159,11 @@ class Backend:
             self.instance.refresh_route_soon(topic)
 
     async def group_config(self, topic: str, group: str) -> dict[str, object]:
-        """The subscription group's config on a broker of ``topic`` (cached for 10 s; {} when unknown)."""
+        """The subscription group's config on a broker of ``topic`` (cached for GROUP_CONFIG_TTL_S; {} when
+        unknown)."""
         hit = self._group_configs.get(group)
         now = time.monotonic()
-        if hit is not None and now - hit[0] < 10.0:
+        if hit is not None and now - hit[0] < GROUP_CONFIG_TTL_S:
             return hit[1]
         config: dict[str, object] = {}
         try:
@@ -174,7 +180,14 @@ class Backend:
                         break
         except (GrpcError, ValueError) as exc:
             log.debug("group config of %s: %s", group, exc)
-        self._group_configs[group] = (now, config)
+        cache = self._group_configs
+        cache.pop(group, None)  # re-inserted last: the dict stays in the order the entries were made
+        if len(cache) >= GROUP_CONFIG_CACHE_MAX:
+            for name in [name for name, (at, _) in cache.items() if now - at >= GROUP_CONFIG_TTL_S]:
+                del cache[name]
+            while len(cache) >= GROUP_CONFIG_CACHE_MAX:
+                del cache[next(iter(cache))]  # the oldest
+        cache[group] = (now, config)
         return config
 
     # -- registration as a producer -----------------------------------------------------------------------------

@@ -76,6 +76,8 @@ class ConsumerRpcs(RpcBase):
                                      broker=pb.Broker(name=qd.broker_name, id=0, endpoints=endpoints),
                                      accept_message_types=ALL_TYPES)
                 out.append(pb.Assignment(message_queue=mq))
+        if not out:  # RocketMQ's proxy answers the same
+            raise GrpcError(pb.Code.FORBIDDEN, f"no readable queue in topic {topic}")
         return spb.QueryAssignmentResponse(status=OK_STATUS, assignments=out)
 
     # -- receive ----------------------------------------------------------------------------------------------

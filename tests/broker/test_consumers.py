@@ -20,6 +20,7 @@ from cometmq.protocol.client_bodies import (
 )
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import iter_records
+from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from tests.kit import FakeClock
 
@@ -435,3 +436,24 @@ async def test_a_group_without_retry_queues_heartbeats_and_takes_no_send_back(st
                                                  {"offset": "0", "group": "noretry", "delayLevel": "0"}))
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert b.store.commitlog.max_offset == before
+
+
+async def test_a_send_back_naming_another_topic_than_its_messages_is_refused_without_acl_too(
+        start_broker: StartBroker, client: RemotingClient) -> None:
+    """A gRPC endpoint with its own access control in front of brokers without one checks the receipt handle's
+    topic, then sends back the handle's commit-log offset: both are client-written. The broker now checks that
+    the offset names a message of the originTopic whether or not its own ACL is on."""
+    b = await start_broker()
+    r = await client.invoke(b.addr, send_request("Secret", b"not for the group"))
+    secret = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+    r = await client.invoke(b.addr, send_request("Mine", b"mine"))
+    mine = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+    await client.invoke(b.addr, heartbeat("c1", "G", "Mine"))
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "group": "G", "offset": secret, "delayLevel": -1, "originTopic": "Mine"}))
+    assert r.code == ResponseCode.NO_PERMISSION and "Mine" in (r.remark or "")
+    assert b.store.max_offset("%DLQ%G", 0) == 0  # nothing copied
+    r = await client.invoke(b.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "group": "G", "offset": mine, "delayLevel": -1, "originTopic": "Mine"}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert b.store.max_offset("%DLQ%G", 0) == 1

@@ -290,9 +290,12 @@ class SendProcessor:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")
         rec, _ = decode_record(view)
         props = dict(rec.properties)
-        if self.config.acl_enable and header.origin_topic not in (rec.topic, props.get(RETRY_TOPIC)):
-            # the ACL checked the request's originTopic: the offset must name a message of that topic, else any
-            # message of the log could be copied into the caller's own retry or dead-letter topic and read there
+        if (self.config.acl_enable or header.origin_topic) and \
+                header.origin_topic not in (rec.topic, props.get(RETRY_TOPIC)):
+            # an ACL (the broker's, or a gRPC endpoint's in front of it, whose ForwardMessageToDeadLetterQueue names
+            # the receipt handle's topic and offset, both client-written) checked the request's originTopic: the
+            # offset must name a message of that topic, else any message of the log could be copied into the
+            # caller's own retry or dead-letter topic and read there. (RocketMQ does not check this.)
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the message at commit-log offset {header.offset} is "
                                                             f"not one of topic {header.origin_topic}")
         props.setdefault(RETRY_TOPIC, rec.topic)

@@ -112,6 +112,12 @@ async def test_errors_are_clear_and_early(cluster: Cluster) -> None:
             await p.send(Message("T", b""))
         with pytest.raises(InvalidArgumentError, match="reserved"):
             await p.send(Message("T", b"x", properties={"UNIQ_KEY": "mine"}))
+        for bad in ({"a\x01b": "x"}, {"k": "v\x02w"}, {"": "x"}, {1: "x"}):  # (the wire's separators; a key)
+            with pytest.raises(InvalidArgumentError, match="property"):
+                await p.send(Message("T", b"x", properties=bad))  # type: ignore[arg-type]
+        for tags, keys in (("t\x01", None), (None, "k\x02")):
+            with pytest.raises(InvalidArgumentError, match="property"):
+                await p.send(Message("T", b"x", tags=tags, keys=keys))
         for level in (2.5, True, "3"):  # (the broker refuses a DELAY that is not an integer: MESSAGE_ILLEGAL)
             with pytest.raises(InvalidArgumentError, match="delay_level"):
                 await p.send(Message("T", b"x", delay_level=level))  # type: ignore[arg-type]

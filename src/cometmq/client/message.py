@@ -16,6 +16,8 @@ from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import (
     DELAY,
     KEYS,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     RETRY_TOPIC,
     TAGS,
     TIMER_DELAY_MS,
@@ -30,6 +32,7 @@ __all__ = ["Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus"]
 RESERVED_PROPERTIES = frozenset({TAGS, KEYS, UNIQ_KEY, DELAY, "WAIT", TIMER_DELIVER_MS, TIMER_DELAY_MS,
                                  "TIMER_DELAY_SEC"})
 _RESERVED = RESERVED_PROPERTIES
+_SEPARATORS = frozenset(NAME_VALUE_SEPARATOR + PROPERTY_SEPARATOR)
 
 
 @dataclass
@@ -93,6 +96,10 @@ class Message:
         keys = self.key_list
         if keys:
             props[KEYS] = " ".join(keys)
+        for k, v in props.items():  # (the wire's separators would cut the record's properties wrong)
+            if type(k) is not str or not k or _SEPARATORS.intersection(k) or _SEPARATORS.intersection(v):
+                raise InvalidArgumentError(f"property {k!r} = {v[:40]!r}: a property name is a non-empty str, and "
+                                           f"neither name nor value may hold \\x01 or \\x02")
         return props
 
     @property

@@ -1,0 +1,52 @@
+"""Start-up checks of the server commands: a data folder in use, bad ports, unreadable or ambiguous files and
+values out of range stop the start with one message naming the key or option, before the data folder is
+touched, and without a traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kit.ports import free_port
+from tests.kit.procs import reap
+
+
+def cometmq(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cometmq.cli", *args]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cometmq(*args), capture_output=True, text=True, timeout=60)
+
+
+def test_a_second_serve_on_the_same_data_folder_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    ns, bp = free_port(), free_port()
+    first = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port",
+                                     str(bp), "--grpc-port", "0"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None
+        assert "cometmq serving" in first.stdout.readline()
+        ns2, bp2 = free_port(), free_port()
+        second = run("serve", "--data", str(data), "--namesrv-port", str(ns2), "--broker-port", str(bp2),
+                     "--grpc-port", "0")
+        assert second.returncode != 0
+        assert "in use" in second.stderr and str(data) in second.stderr and str(first.pid) in second.stderr
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None
+        with socket.create_connection(("127.0.0.1", bp), timeout=5):
+            pass
+    finally:
+        reap(first)
+    # once the first one is gone (even killed), the folder can be used again
+    again = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port",
+                                     str(bp), "--grpc-port", "0"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert again.stdout is not None
+        assert "cometmq serving" in again.stdout.readline()
+    finally:
+        reap(again)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.kit.ports import free_port
 from tests.kit.procs import reap
 
@@ -50,3 +52,29 @@ def test_a_second_serve_on_the_same_data_folder_is_refused(tmp_path: Path) -> No
         assert "cometmq serving" in again.stdout.readline()
     finally:
         reap(again)
+
+
+BAD_FILES = [
+    # (file bytes, what the message names)
+    (b"listenPort=0\nbrokerName=\xff\xfe\n", "line 2 is not UTF-8"),
+    (b"listenPort=0\nlistenPort=1\n", "listenPort is given twice"),
+    (b"registerBrokerInterval=1000\nregisterNameServerPeriod=2000\n",
+     "registerBrokerInterval and registerNameServerPeriod"),
+]
+
+
+@pytest.mark.parametrize("command", ["broker", "serve", "namesrv", "controller"])
+@pytest.mark.parametrize(("content", "named"), BAD_FILES, ids=["not-utf8", "duplicate", "alias-twice"])
+def test_an_unreadable_or_ambiguous_config_file_stops_the_start(tmp_path: Path, command: str, content: bytes,
+                                                                named: str) -> None:
+    if command in ("namesrv", "controller") and b"register" in content:
+        pytest.skip("broker keys")
+    conf = tmp_path / "x.conf"
+    conf.write_bytes(content)
+    data = tmp_path / "d"
+    args = ["-c", str(conf)] + ([] if command == "namesrv" else ["--data", str(data)])
+    out = run(command, *args)
+    assert out.returncode != 0
+    assert named in " ".join(out.stderr.replace("│", " ").split())
+    assert "Traceback" not in out.stderr
+    assert not data.exists()

@@ -24,6 +24,7 @@ from cometmq.store.config import (
     parse_properties,
     property_bool,
     property_port,
+    read_properties,
     store_config_from_properties,
 )
 
@@ -345,8 +346,4 @@ def broker_config_from_properties(props: Mapping[str, str], base: BrokerConfig |
 
 
 def load_broker_conf(path: str | Path, base: BrokerConfig | None = None) -> BrokerConfig:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    return broker_config_from_properties(parse_properties(text), base)
+    return broker_config_from_properties(read_properties(path), base)

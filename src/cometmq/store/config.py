@@ -194,11 +194,14 @@ def property_port(value: str) -> int:
 def convert_keys(props: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]) -> dict[str, Any]:
     """Field values for the RocketMQ-named keys of ``props`` that ``keys`` knows; a bad value names its key."""
     changes: dict[str, Any] = {}
+    set_by: dict[str, str] = {}
     for key, raw in props.items():
         spec = keys.get(key)
         if spec is None:
             continue
         name, convert = spec
+        if set_by.setdefault(name, key) != key:  # two names of one setting (registerBrokerInterval, ...)
+            raise ConfigError(f"{set_by[name]} and {key} are the same setting: give one of them")
         try:
             changes[name] = convert(raw)
         except (ValueError, TypeError) as exc:
@@ -209,6 +212,7 @@ def convert_keys(props: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]) 
 def parse_properties(text: str) -> dict[str, str]:
     """Java-properties-style ``key=value`` lines; ``#`` and ``!`` start comments."""
     out: dict[str, str] = {}
+    lines: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] in "#!":
@@ -216,8 +220,30 @@ def parse_properties(text: str) -> dict[str, str]:
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep <= 0:
             raise ConfigError(f"line {number}: expected key=value, got {line!r}")
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
+        key = line[:sep].strip()
+        if key in lines:  # Java's Properties keeps the last silently: one of the two is a mistake
+            raise ConfigError(f"line {number}: {key} is given twice (also on line {lines[key]})")
+        lines[key] = number
+        out[key] = line[sep + 1 :].strip()
     return out
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """A properties file's keys; ConfigError naming the file when it cannot be read, is not UTF-8 or does not
+    parse."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: line {line} is not UTF-8 text (byte {data[exc.start]:#04x})") from None
+    try:
+        return parse_properties(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def store_config_from_properties(props: Mapping[str, str], base: StoreConfig | None = None) -> StoreConfig:

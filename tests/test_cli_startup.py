@@ -78,3 +78,33 @@ def test_an_unreadable_or_ambiguous_config_file_stops_the_start(tmp_path: Path, 
     assert named in " ".join(out.stderr.replace("│", " ").split())
     assert "Traceback" not in out.stderr
     assert not data.exists()
+
+
+BAD_VALUES = [
+    # a busy loop, a wait that never ends or overflows, nothing to flush with, a queue count that breaks routes
+    ("flushIntervalCommitLog", "0"), ("flushIntervalCommitLog", "-1"), ("flushIntervalCommitLog", "99999999999"),
+    ("flushIntervalConsumeQueue", "0"), ("syncFlushTimeout", "0"), ("cleanResourceInterval", "0"),
+    ("flushConsumerOffsetInterval", "0"), ("shortPollingTimeMills", "0"), ("registerBrokerInterval", "0"),
+    ("channelExpiredTimeout", "0"), ("lockMaxLiveTime", "0"), ("popReviveIntervalMs", "0"),
+    ("transactionCheckInterval", "0"), ("slaveTimeout", "0"), ("haSendHeartbeatInterval", "0"),
+    ("defaultTopicQueueNums", "0"), ("defaultTopicQueueNums", "100000"), ("brokerPermission", "9"),
+    ("brokerId", "-1"), ("minInSyncReplicas", "0"), ("maxTransferCountOnMessageInMemory", "0"),
+    ("listenPort", "70000"), ("listenPort", "-5"), ("listenPort", "65535"), ("haListenPort", "65536"),
+    ("mappedFileSizeCommitLog", "100"), ("maxMessageSize", "0"), ("mappedFileSizeConsumeQueue", "0"),
+    ("deleteWhen", "abc"), ("deleteWhen", "25"), ("fileReservedTime", "-1"), ("fileReservedTime", "nan"),
+    ("diskMaxUsedSpaceRatio", "99"), ("statsLogIntervalSec", "-1"), ("serverMaxConnections", "-1"),
+    ("timerPrecisionMs", "0"), ("timerRollWindowSlot", "3"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_VALUES, ids=[f"{k}={v}" for k, v in BAD_VALUES])
+def test_a_value_out_of_range_stops_the_start(tmp_path: Path, key: str, value: str) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(("" if key == "listenPort" else "listenPort=0\n") + f"{key}={value}\n")
+    data = tmp_path / "d"
+    out = run("broker", "-c", str(conf), "--data", str(data), "--grpc-port", "0")
+    message = " ".join(out.stderr.replace("│", " ").split())
+    assert out.returncode != 0, message
+    assert key in message and value in message
+    assert "Traceback" not in out.stderr
+    assert not data.exists()

@@ -108,3 +108,32 @@ def test_a_value_out_of_range_stops_the_start(tmp_path: Path, key: str, value: s
     assert key in message and value in message
     assert "Traceback" not in out.stderr
     assert not data.exists()
+
+
+@pytest.mark.parametrize("command", ["broker", "serve"])
+def test_a_busy_port_stops_the_start_before_the_data_folder_is_touched(tmp_path: Path, command: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        data = tmp_path / "d"
+        option = "--port" if command == "broker" else "--broker-port"
+        extra = [] if command == "broker" else ["--namesrv-port", str(free_port())]
+        out = run(command, "--data", str(data), option, str(port), "--grpc-port", "0", *extra)
+    message = " ".join(out.stderr.replace("│", " ").split())
+    assert out.returncode != 0
+    assert f"127.0.0.1:{port}" in message and option in message
+    assert "Traceback" not in out.stderr
+    assert not data.exists()
+
+
+@pytest.mark.parametrize(("command", "option"), [("broker", "--port"), ("serve", "--broker-port"),
+                                                 ("serve", "--namesrv-port"), ("namesrv", "--port"),
+                                                 ("broker", "--grpc-port")])
+def test_a_port_option_over_65535_is_refused(tmp_path: Path, command: str, option: str) -> None:
+    data = tmp_path / "d"
+    out = run(command, option, "70000", *([] if command == "namesrv" else ["--data", str(data)]))
+    assert out.returncode == 2
+    assert option in out.stderr and "70000" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not data.exists()

@@ -155,6 +155,12 @@ def _interpreter_flags() -> list[str]:
     return flags
 
 
+def _check_port(value: int | None) -> int | None:
+    if value is not None and not 0 <= value <= 65535:
+        raise typer.BadParameter(f"{value} is not a port (0..65535; 0: any free one)")
+    return value
+
+
 _GRPC_PORT_HELP = "gRPC (RocketMQ 5) endpoint port; 0 = off [default: 8081, skipped with a warning if busy]"
 _ACCESS_KEYS_HELP = "turn gRPC authentication on with these 'accessKey:secretKey,...' pairs"
 _BROKER_IP_HELP = ("address given to nameservers and clients (brokerIP1) [default: --host; with --host 0.0.0.0, "
@@ -187,7 +193,8 @@ def namesrv(
     config: Annotated[Path | None, typer.Option(
         "-c", "--config", help="a RocketMQ-style namesrv.properties (listenPort, bindAddress, aclEnable, tls.*, …)")
     ] = None,
-    port: Annotated[int | None, typer.Option(help="port to listen on (listenPort) [default: 9876]",
+    port: Annotated[int | None, typer.Option(callback=_check_port,
+                                             help="port to listen on (listenPort) [default: 9876]",
                                              show_default=False)] = None,
     host: Annotated[str | None, typer.Option(help="address to bind (bindAddress) [default: 127.0.0.1]",
                                              show_default=False)] = None,
@@ -206,7 +213,8 @@ def namesrv(
 def controller(
     data: Annotated[Path, typer.Option(help="folder of the controller's log (controller.log; with --peers, its "
                                             "etcd member's data and log)")],
-    port: Annotated[int | None, typer.Option(help="port to listen on (listenPort) [default: 9878]",
+    port: Annotated[int | None, typer.Option(callback=_check_port,
+                                             help="port to listen on (listenPort) [default: 9878]",
                                              show_default=False)] = None,
     host: Annotated[str | None, typer.Option(help="address to bind (bindAddress) [default: 127.0.0.1]",
                                              show_default=False)] = None,
@@ -245,18 +253,19 @@ def controller(
 def broker(
     config: Annotated[Path | None, typer.Option("-c", "--config", help="a RocketMQ-style broker.conf")] = None,
     data: Annotated[Path | None, typer.Option(help="data folder (storePathRootDir)")] = None,
-    port: Annotated[int | None, typer.Option(help="remoting port (listenPort)")] = None,
+    port: Annotated[int | None, typer.Option(callback=_check_port, help="remoting port (listenPort)")] = None,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     namesrv: Annotated[str | None, typer.Option(help="nameservers, 'host:port;host:port'")] = None,
     broker_ip: Annotated[str | None, typer.Option(help=_BROKER_IP_HELP, show_default=False,
                                                   envvar="COMETMQ_BROKER_IP")] = None,
-    grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
+    grpc_port: Annotated[int | None, typer.Option(callback=_check_port, help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
     tls_mode: TlsModeOption = None,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
-    dashboard_port: Annotated[int | None, typer.Option(min=0, max=65535, help=_DASHBOARD_PORT_HELP, show_default=False,
+    dashboard_port: Annotated[int | None, typer.Option(callback=_check_port,
+                                                       help=_DASHBOARD_PORT_HELP, show_default=False,
                                                        envvar="COMETMQ_DASHBOARD_PORT")] = None,
 ) -> None:
     """Run a broker that registers with the given nameservers."""
@@ -266,19 +275,20 @@ def broker(
 @server_command
 def serve(
     data: Annotated[Path | None, typer.Option(help="data folder")] = None,
-    namesrv_port: Annotated[int, typer.Option(help="nameserver port")] = 9876,
-    broker_port: Annotated[int, typer.Option(help="broker remoting port")] = 10911,
+    namesrv_port: Annotated[int, typer.Option(callback=_check_port, help="nameserver port")] = 9876,
+    broker_port: Annotated[int, typer.Option(callback=_check_port, help="broker remoting port")] = 10911,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     config: Annotated[Path | None, typer.Option("-c", "--config", help="a RocketMQ-style broker.conf")] = None,
     broker_ip: Annotated[str | None, typer.Option(help=_BROKER_IP_HELP, show_default=False,
                                                   envvar="COMETMQ_BROKER_IP")] = None,
-    grpc_port: Annotated[int | None, typer.Option(help=_GRPC_PORT_HELP, show_default=False,
+    grpc_port: Annotated[int | None, typer.Option(callback=_check_port, help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
     tls_mode: TlsModeOption = None,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
-    dashboard_port: Annotated[int | None, typer.Option(min=0, max=65535, help=_DASHBOARD_PORT_HELP, show_default=False,
+    dashboard_port: Annotated[int | None, typer.Option(callback=_check_port,
+                                                       help=_DASHBOARD_PORT_HELP, show_default=False,
                                                        envvar="COMETMQ_DASHBOARD_PORT")] = None,
 ) -> None:
     """Run a nameserver and a broker in one process (development, tests, single machine). TLS settings apply to
@@ -312,7 +322,7 @@ def proxy(
 @server_command
 def dashboard(
     namesrv: Annotated[str, typer.Option(help="nameservers of the cluster, 'host:port;host:port'")] = "127.0.0.1:9876",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="HTTP port to listen on (0: a free one)")] = 8080,
+    port: Annotated[int, typer.Option(callback=_check_port, help="HTTP port to listen on (0: a free one)")] = 8080,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     read_only: Annotated[bool, typer.Option("--read-only", help="pages only: no create, delete, send, reset or "
                                                                 "re-send")] = False,

@@ -279,6 +279,41 @@ def _check_metrics(cfg: BrokerConfig) -> None:
                              "(pip install 'cometmq[metrics]')", param_hint="-c/--config") from None
 
 
+def _check_ports(host: str, ports: list[tuple[str, int]]) -> None:
+    """Each (option or key, port) can be bound on ``host`` now: a busy port stops the start here, before the data
+    folder is read or written (the servers bind after the store is recovered). Port 0 is any free one."""
+    import socket
+
+    for hint, port in ports:
+        if port == 0:
+            continue
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+                sock.bind((host, port))
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", param_hint=hint) from None
+
+
+def _ha_port(cfg: BrokerConfig) -> int:
+    """The HA port the broker will bind (with listenPort 0, a free one unless haListenPort names one)."""
+    return cfg.ha_port if cfg.listen_port else max(cfg.ha_listen_port, 0)
+
+
+def _lock_data_folder(folder: Path) -> None:
+    """One broker per data folder (store/dir_lock.py): another process's lock stops the start here, before
+    anything is read or written there. This process keeps the lock until it ends."""
+    from cometmq.store.config import ConfigError
+    from cometmq.store.dir_lock import DataFolderInUse, lock_data_folder
+
+    try:
+        lock_data_folder(folder)
+    except DataFolderInUse as exc:
+        raise SystemExit(f"cometmq: cannot start: {exc}") from None
+    except ConfigError as exc:
+        raise UsageError(str(exc), param_hint="--data/storePathRootDir") from None
+
+
 def _openssl_only_if_used(cfg: BrokerConfig, dashboard_port: int | None) -> None:
     """A broker whose settings use no TLS runs without OpenSSL (:mod:`cometmq.net.no_openssl`, 4.1 MiB): called
     once its settings are read and checked, before anything imports asyncio. TLS on either side keeps it, and so
@@ -550,6 +585,8 @@ def broker(config: Path | None, data: Path | None, port: int | None, host: str, 
     cfg = _broker_config(config, data, host, port, namesrv, broker_ip)
     cfg = cfg.replace(tls=_tls_config(config, tls_mode, tls_cert, tls_key))
     _check_metrics(cfg)
+    _check_ports(host, [("--port/listenPort", cfg.listen_port), ("haListenPort", _ha_port(cfg))])
+    _lock_data_folder(cfg.store.store_path)
     _openssl_only_if_used(cfg, dashboard_port)
     from cometmq.broker.controller import BrokerController
 
@@ -580,6 +617,9 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
     # the broker's settings, checked before anything starts (its nameserver address is set once that one listens)
     base = _broker_config(config, data, host, broker_port, None, broker_ip).replace(tls=tls)
     _check_metrics(base)
+    _check_ports(host, [("--namesrv-port", namesrv_port), ("--broker-port", base.listen_port),
+                        ("haListenPort", _ha_port(base))])
+    _lock_data_folder(base.store.store_path)  # before the nameserver, which keeps its KV file there too
     _openssl_only_if_used(base, dashboard_port)
     from cometmq.broker.controller import BrokerController
     from cometmq.namesrv.server import NamesrvConfig, NamesrvController

@@ -21,11 +21,15 @@ from cometmq.store.config import (
     ConfigError,
     StoreConfig,
     convert_keys,
+    float_in,
+    int_in,
     parse_properties,
     property_bool,
     property_port,
+    read_properties,
     store_config_from_properties,
 )
+from cometmq.timer.config import TimerConfig, TimerConfigError
 
 __all__ = ["BROKER_KEYS", "IGNORED_KEYS", "BrokerConfig", "ConfigError", "broker_config_from_properties",
            "load_broker_conf", "parse_delay_levels", "parse_properties"]
@@ -243,61 +247,61 @@ def _credentials(v: str) -> tuple[str, str]:
 BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "brokerName": ("broker_name", str),
     "brokerClusterName": ("broker_cluster_name", str),
-    "brokerId": ("broker_id", int),
+    "brokerId": ("broker_id", int_in(0)),
     "namesrvAddr": ("namesrv_addr", str),
-    "listenPort": ("listen_port", int),
+    "listenPort": ("listen_port", property_port),
     "brokerIP1": ("broker_ip", str),
     "autoCreateTopicEnable": ("auto_create_topic_enable", property_bool),
     "autoCreateSubscriptionGroup": ("auto_create_subscription_group", property_bool),
-    "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", int_in(1, 1024)),
     "longPollingEnable": ("long_polling_enable", property_bool),
-    "shortPollingTimeMills": ("short_polling_time_ms", int),
-    "registerBrokerInterval": ("register_interval_ms", int),
-    "registerNameServerPeriod": ("register_interval_ms", int),  # RocketMQ's BrokerConfig field name
+    "shortPollingTimeMills": ("short_polling_time_ms", int_in(1)),
+    "registerBrokerInterval": ("register_interval_ms", int_in(1000)),
+    "registerNameServerPeriod": ("register_interval_ms", int_in(1000)),  # RocketMQ's BrokerConfig field name
     "compressedRegister": ("compressed_register", property_bool),
     "forceRegister": ("force_register", property_bool),
     "enableSplitRegistration": ("enable_split_registration", property_bool),
-    "splitRegistrationSize": ("split_registration_size", int),
+    "splitRegistrationSize": ("split_registration_size", int_in(1)),
     "enableSingleTopicRegister": ("enable_single_topic_register", property_bool),
-    "channelExpiredTimeout": ("channel_expired_ms", int),
+    "channelExpiredTimeout": ("channel_expired_ms", int_in(1)),
     "notifyConsumerIdsChangedEnable": ("notify_consumer_ids_changed_enable", property_bool),
-    "notifyConsumerIdsChangedWindowMs": ("notify_consumer_ids_changed_window_ms", int),
-    "maxReconsumeTimes": ("max_reconsume_times", int),
+    "notifyConsumerIdsChangedWindowMs": ("notify_consumer_ids_changed_window_ms", int_in(0)),
+    "maxReconsumeTimes": ("max_reconsume_times", int_in(0)),
     "messageDelayLevel": ("message_delay_level", parse_delay_levels),
-    "lockMaxLiveTime": ("lock_max_live_time_ms", int),
-    "flushConsumerOffsetInterval": ("consumer_offset_persist_interval_ms", int),
+    "lockMaxLiveTime": ("lock_max_live_time_ms", int_in(1)),
+    "flushConsumerOffsetInterval": ("consumer_offset_persist_interval_ms", int_in(1)),
     "enablePropertyFilter": ("enable_property_filter", property_bool),
-    "brokerPermission": ("broker_permission", int),
+    "brokerPermission": ("broker_permission", int_in(0, 7)),
     "timerWheelEnable": ("timer_wheel_enable", property_bool),
-    "timerPrecisionMs": ("timer_precision_ms", int),
-    "timerMaxDelaySec": ("timer_max_delay_sec", int),
-    "timerRollWindowSlot": ("timer_roll_window_slot", int),
-    "timerFlushIntervalMs": ("timer_flush_interval_ms", int),
-    "mappedFileSizeTimerLog": ("timer_log_file_size", int),
+    "timerPrecisionMs": ("timer_precision_ms", int_in(1)),
+    "timerMaxDelaySec": ("timer_max_delay_sec", int_in(1)),
+    "timerRollWindowSlot": ("timer_roll_window_slot", int_in(0)),
+    "timerFlushIntervalMs": ("timer_flush_interval_ms", int_in(10)),
+    "mappedFileSizeTimerLog": ("timer_log_file_size", int_in(4096)),
     "recallMessageEnable": ("recall_message_enable", property_bool),
-    "popReviveIntervalMs": ("pop_revive_interval_ms", int),
-    "popSnapshotIntervalMs": ("pop_snapshot_interval_ms", int),
-    "popMaxPollTimeMs": ("pop_max_poll_time_ms", int),
-    "transactionTimeOut": ("transaction_timeout_ms", int),
-    "transactionCheckMax": ("transaction_check_max", int),
-    "transactionCheckInterval": ("transaction_check_interval_ms", int),
-    "haListenPort": ("ha_listen_port", int),
+    "popReviveIntervalMs": ("pop_revive_interval_ms", int_in(1)),
+    "popSnapshotIntervalMs": ("pop_snapshot_interval_ms", int_in(1)),
+    "popMaxPollTimeMs": ("pop_max_poll_time_ms", int_in(1)),
+    "transactionTimeOut": ("transaction_timeout_ms", int_in(1)),
+    "transactionCheckMax": ("transaction_check_max", int_in(1)),
+    "transactionCheckInterval": ("transaction_check_interval_ms", int_in(1)),
+    "haListenPort": ("ha_listen_port", int_in(-1, 65535)),
     "allAckInSyncStateSet": ("all_ack_in_sync_state_set", property_bool),
-    "minInSyncReplicas": ("min_in_sync_replicas", int),
-    "haMaxTimeSlaveNotCatchup": ("ha_max_time_slave_not_catchup_ms", int),
-    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval_ms", int),
-    "haHousekeepingInterval": ("ha_housekeeping_interval_ms", int),
-    "slaveTimeout": ("slave_ack_timeout_ms", int),
-    "haTransferBatchSize": ("ha_transfer_batch_size", int),
+    "minInSyncReplicas": ("min_in_sync_replicas", int_in(1)),
+    "haMaxTimeSlaveNotCatchup": ("ha_max_time_slave_not_catchup_ms", int_in(1)),
+    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval_ms", int_in(1)),
+    "haHousekeepingInterval": ("ha_housekeeping_interval_ms", int_in(1)),
+    "slaveTimeout": ("slave_ack_timeout_ms", int_in(1)),
+    "haTransferBatchSize": ("ha_transfer_batch_size", int_in(1)),
     "enableControllerMode": ("enable_controller_mode", property_bool),
     "controllerAddr": ("controller_addr", str),
-    "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int),
-    "controllerHeartBeatTimeoutMills": ("controller_heartbeat_timeout_ms", int),
-    "syncBrokerMetadataPeriod": ("sync_broker_metadata_period_ms", int),
-    "syncControllerMetadataPeriod": ("sync_controller_metadata_period_ms", int),
-    "brokerElectionPriority": ("election_priority", int),
-    "electionPriority": ("election_priority", int),
-    "statsLogIntervalSec": ("stats_log_interval_s", float),
+    "brokerHeartbeatInterval": ("broker_heartbeat_interval_ms", int_in(1)),
+    "controllerHeartBeatTimeoutMills": ("controller_heartbeat_timeout_ms", int_in(1)),
+    "syncBrokerMetadataPeriod": ("sync_broker_metadata_period_ms", int_in(1)),
+    "syncControllerMetadataPeriod": ("sync_controller_metadata_period_ms", int_in(1)),
+    "brokerElectionPriority": ("election_priority", int_in(0)),
+    "electionPriority": ("election_priority", int_in(0)),
+    "statsLogIntervalSec": ("stats_log_interval_s", float_in(0)),
     "metricsExporterType": ("metrics_exporter_type", _metrics_exporter_type),
     "metricsPrometheusPort": ("metrics_prometheus_port", property_port),
     "dashboardPort": ("dashboard_port", property_port),
@@ -307,14 +311,14 @@ BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "aclEnable": ("acl_enable", property_bool),
     "aclFile": ("acl_file", str),
     "innerClientAuthenticationCredentials": ("inner_credentials", _credentials),
-    "serverChannelMaxIdleTimeSeconds": ("server_idle_timeout_s", float),  # RocketMQ's NettyServerConfig key
-    "serverFrameReadTimeoutSeconds": ("server_read_timeout_s", float),
-    "serverMaxConnections": ("server_max_connections", int),
-    "serverMaxConnectionsPerIp": ("server_max_connections_per_ip", int),
-    "serverMaxPartialFrameBytes": ("server_max_partial_frame_bytes", int),
-    "serverWriteBufferHardLimit": ("server_write_buffer_hard_limit", int),
-    "serverWriteStallTimeoutSeconds": ("server_write_stall_timeout_s", float),
-    "serverMaxWriteBufferBytes": ("server_max_write_buffer_bytes", int),
+    "serverChannelMaxIdleTimeSeconds": ("server_idle_timeout_s", float_in(0)),  # RocketMQ's NettyServerConfig key
+    "serverFrameReadTimeoutSeconds": ("server_read_timeout_s", float_in(0)),
+    "serverMaxConnections": ("server_max_connections", int_in(0)),
+    "serverMaxConnectionsPerIp": ("server_max_connections_per_ip", int_in(0)),
+    "serverMaxPartialFrameBytes": ("server_max_partial_frame_bytes", int_in(0)),
+    "serverWriteBufferHardLimit": ("server_write_buffer_hard_limit", int_in(0)),
+    "serverWriteStallTimeoutSeconds": ("server_write_stall_timeout_s", float_in(0)),
+    "serverMaxWriteBufferBytes": ("server_max_write_buffer_bytes", int_in(0)),
 }
 #: Keys RocketMQ users often carry in broker.conf that have no meaning here; accepted with no effect, and listed in
 #: one WARNING line when a configuration that has them is read (at start-up), never silently.
@@ -334,19 +338,30 @@ def broker_config_from_properties(props: Mapping[str, str], base: BrokerConfig |
                     ", ".join(ignored))
     base = base or BrokerConfig()
     changes = convert_keys(props, BROKER_KEYS)
-    if changes.get("split_registration_size", 1) < 1:
-        raise ConfigError("splitRegistrationSize must be at least 1")
     changes["store"] = store_config_from_properties(props, base.store)
     try:
         changes["tls"] = tls_config_from_properties(props, base.tls)
     except TlsError as exc:
         raise ConfigError(str(exc)) from None
-    return dataclasses.replace(base, **changes)
+    cfg = dataclasses.replace(base, **changes)
+    if cfg.ha_port > 65535:
+        raise ConfigError(f"listenPort={cfg.listen_port}: the HA port (listenPort + 1) would be {cfg.ha_port}; "
+                          "give a lower listenPort or set haListenPort")
+    try:
+        timer_config_of(cfg)  # the timer's own checks (cometmq.timer.config)
+    except TimerConfigError as exc:
+        given = ", ".join(f"{k}={v!r}" for k, v in props.items() if k.startswith("timer") or k.endswith("TimerLog"))
+        raise ConfigError(f"{exc} ({given})") from None
+    return cfg
+
+
+def timer_config_of(c: BrokerConfig) -> TimerConfig:
+    """The timer service's settings from the broker's."""
+    return TimerConfig(enable=c.timer_wheel_enable, precision_ms=c.timer_precision_ms,
+                       max_delay_sec=c.timer_max_delay_sec, roll_window_slot=c.timer_roll_window_slot,
+                       timerlog_file_size=c.timer_log_file_size, flush_interval_ms=c.timer_flush_interval_ms,
+                       preallocate=c.store.preallocate)
 
 
 def load_broker_conf(path: str | Path, base: BrokerConfig | None = None) -> BrokerConfig:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    return broker_config_from_properties(parse_properties(text), base)
+    return broker_config_from_properties(read_properties(path), base)

@@ -43,6 +43,7 @@ from cometmq.protocol.acl import Credentials
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
 from cometmq.protocol.route import ClusterInfo, TopicConfig
+from cometmq.store.dir_lock import lock_data_folder, unlock_data_folder
 from cometmq.store.epoch_file import EpochFile
 from cometmq.store.message_store import MessageStore
 
@@ -65,6 +66,8 @@ class BrokerController:
         self.config = config
         self.clock = clock
         store_cfg = config.store
+        #: one broker per data folder (store/dir_lock.py): taken before anything reads or writes it
+        self._folder_lock = lock_data_folder(store_cfg.store_path)
         self.store = store = MessageStore(store_cfg, store_host=(config.broker_ip or config.listen_host,
                                                                  config.listen_port), clock=clock)
         cfg_dir = store_cfg.config_dir
@@ -306,6 +309,7 @@ class BrokerController:
         self.offsets.persist()
         self.groups.persist_if_dirty()
         await asyncio.to_thread(self.store.shutdown)
+        unlock_data_folder(self._folder_lock)
 
     @property
     def addr(self) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cometmq.broker.appender import Appender
-from cometmq.broker.config import BrokerConfig
+from cometmq.broker.config import BrokerConfig, timer_config_of
 from cometmq.broker.first_use import BuiltOnFirstUse
 from cometmq.broker.send import born_host_of
 from cometmq.broker.send_hooks import SendContext, SendKind
@@ -32,7 +32,7 @@ from cometmq.protocol.route import perm_writable
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult
-from cometmq.timer.config import TimerConfig, timer_files
+from cometmq.timer.config import timer_files
 from cometmq.timer.message import (
     TIMER_TOPIC,
     RecallHandle,
@@ -51,13 +51,6 @@ log = logging.getLogger(__name__)
 
 #: seconds before a first build that failed is tried again: the first wait, doubled after each failure up to the last
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
-
-
-def timer_config_of(c: BrokerConfig) -> TimerConfig:
-    return TimerConfig(enable=c.timer_wheel_enable, precision_ms=c.timer_precision_ms,
-                       max_delay_sec=c.timer_max_delay_sec, roll_window_slot=c.timer_roll_window_slot,
-                       timerlog_file_size=c.timer_log_file_size, flush_interval_ms=c.timer_flush_interval_ms,
-                       preallocate=c.store.preallocate)
 
 
 class TimerBridge(BuiltOnFirstUse["TimerMessageService"]):

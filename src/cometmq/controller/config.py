@@ -20,7 +20,7 @@ from typing import Any
 from ..acl.remoting import parse_credentials
 from ..net.tls_settings import ALL_TLS_KEYS, TlsConfig, TlsError, tls_config_from_properties
 from ..protocol.acl import Credentials
-from ..store.config import ConfigError, convert_keys, parse_properties, property_bool, property_port
+from ..store.config import ConfigError, convert_keys, property_bool, property_port, read_properties
 
 #: RocketMQ 5's key of the credentials a server signs its own requests with
 INNER_CREDENTIALS_KEY = "innerClientAuthenticationCredentials"
@@ -96,14 +96,7 @@ def controller_file_from_properties(props: Mapping[str, str]) -> ControllerFile:
 
 
 def _read(path: str | Path) -> dict[str, str]:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    try:
-        return parse_properties(text)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return read_properties(path)
 
 
 def load_controller_conf(path: str | Path) -> ControllerFile:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cometmq.namesrv.server import NamesrvConfig
-from cometmq.store.config import ConfigError, convert_keys, parse_properties, property_bool, property_port
+from cometmq.store.config import ConfigError, convert_keys, property_bool, property_port, read_properties
 
 #: RocketMQ key -> (NamesrvConfig field, converter)
 NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
@@ -70,8 +70,4 @@ def namesrv_config_from_properties(props: Mapping[str, str], base: NamesrvConfig
 
 
 def load_namesrv_conf(path: str | Path, base: NamesrvConfig | None = None) -> NamesrvFile:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    return namesrv_config_from_properties(parse_properties(text), base)
+    return namesrv_config_from_properties(read_properties(path), base)

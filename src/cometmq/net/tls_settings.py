@@ -158,8 +158,8 @@ ALL_TLS_KEYS = frozenset(TLS_KEYS) | frozenset(TLS_KEY_ALIASES)
 def _read_properties(path: str) -> dict[str, str]:
     """``key=value`` (or ``key: value``) lines of a Java properties file; ``#`` and ``!`` start comments."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise TlsError(f"cannot read tls.config.file {path}: {exc}") from None
     out = {}
     for raw in text.splitlines():
@@ -169,7 +169,10 @@ def _read_properties(path: str) -> dict[str, str]:
         cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if cut < 0:
             raise TlsError(f"{path}: not key=value: {line!r}")
-        out[line[:cut].strip()] = line[cut + 1:].strip()
+        key = line[:cut].strip()
+        if key in out:
+            raise TlsError(f"{path}: {key} is given twice")
+        out[key] = line[cut + 1:].strip()
     return out
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,11 +94,16 @@ class StoreConfig:
         if self.max_open_consume_queue_files < 1:
             raise ConfigError("max_open_consume_queue_files must be at least 1")
         if self.max_message_size > self.commitlog_segment_size - 8:
-            raise ConfigError("max_message_size must fit in one commit-log segment")
+            raise ConfigError(f"maxMessageSize (max_message_size) {self.max_message_size} must fit in one "
+                              f"commit-log segment (mappedFileSizeCommitLog {self.commitlog_segment_size}, less 8)")
         if not 10 <= self.disk_max_used_space_ratio <= 95:
             raise ConfigError("disk_max_used_space_ratio must be within 10..95")
         if not 1 <= self.disk_space_warning_level_ratio <= 100:
             raise ConfigError("disk_space_warning_level_ratio must be within 1..100")
+        try:
+            delete_when(self.delete_when)
+        except ValueError as exc:
+            raise ConfigError(f"deleteWhen={self.delete_when!r}: {exc}") from None
 
     @property
     def commitlog_dir(self) -> Path:
@@ -137,39 +143,72 @@ def _to_bool(value: str) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
-#: RocketMQ key name -> (field name, converter)
+#: the largest value of a number key (RocketMQ's fields are Java ints): larger waits overflow the system's timers
+INT_MAX = 2**31 - 1
+
+
+def int_in(lo: int, hi: int = INT_MAX) -> Callable[[str], int]:
+    """A converter of a whole-number key whose value must be within lo..hi (the key tables' ranges)."""
+    def convert(value: str) -> int:
+        n = int(value)
+        if not lo <= n <= hi:
+            raise ValueError(f"must be at least {lo}" if n < lo and hi == INT_MAX else f"must be {lo}..{hi}")
+        return n
+    return convert
+
+
+def float_in(lo: float, hi: float = INT_MAX) -> Callable[[str], float]:
+    """A converter of a number key (fractions allowed) whose value must be within lo..hi."""
+    def convert(value: str) -> float:
+        x = float(value)
+        if not (math.isfinite(x) and lo <= x <= hi):
+            raise ValueError(f"must be at least {lo:g}" if x < lo and hi == INT_MAX else f"must be {lo:g}..{hi:g}")
+        return x
+    return convert
+
+
+def delete_when(value: str) -> str:
+    """deleteWhen: hours of the day, "04" or "04;16"."""
+    hours = [part.strip() for part in value.replace(",", ";").split(";") if part.strip()]
+    if not hours or not all(h.isdigit() and 0 <= int(h) <= 23 for h in hours):
+        raise ValueError('must be hours of the day, 0..23, separated by ";" (as "04;16")')
+    return value
+
+
+#: RocketMQ key name -> (field name, converter); a converter made by int_in/float_in holds the key's range
 STORE_KEYS: dict[str, tuple[str, Any]] = {
     "storePathRootDir": ("store_path", Path),
-    "mappedFileSizeCommitLog": ("commitlog_segment_size", int),
+    "mappedFileSizeCommitLog": ("commitlog_segment_size", int_in(4096)),
     "setAsideUnfitFirstSegment": ("set_aside_unfit_first_segment", _to_bool),
-    "recoverCheckSegments": ("recover_check_segments", int),
-    "mappedFileSizeConsumeQueue": ("consume_queue_units_per_file", lambda v: int(v) // CQ_UNIT_SIZE),
+    "recoverCheckSegments": ("recover_check_segments", int_in(0)),
+    "mappedFileSizeConsumeQueue": ("consume_queue_units_per_file",
+                                   lambda v: int_in(2 * CQ_UNIT_SIZE)(v) // CQ_UNIT_SIZE),
     "flushDiskType": ("flush_disk_type", lambda v: FlushDiskType(v.strip().upper())),
-    "flushIntervalCommitLog": ("flush_interval_commitlog_ms", int),
-    "flushCommitLogLeastPages": ("flush_commitlog_least_pages", int),
-    "flushCommitLogThoroughInterval": ("flush_commitlog_thorough_interval_ms", int),
-    "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", int),
-    "flushConsumeQueueLeastPages": ("flush_consume_queue_least_pages", int),
-    "flushConsumeQueueThoroughInterval": ("flush_consume_queue_thorough_interval_ms", int),
-    "flushIntervalIndex": ("flush_interval_index_ms", int),
-    "maxOpenConsumeQueueFiles": ("max_open_consume_queue_files", int),
-    "syncFlushTimeout": ("sync_flush_timeout_ms", int),
-    "groupCommitInlineMaxMicros": ("group_commit_inline_max_us", int),
-    "maxMessageSize": ("max_message_size", int),
-    "fileReservedTime": ("file_reserved_time_h", float),
-    "deleteWhen": ("delete_when", str),
-    "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
-    "diskForceCleanRatio": ("disk_force_clean_ratio", int),
-    "diskSpaceCleanForciblyRatio": ("disk_force_clean_ratio", int),  # RocketMQ 5's MessageStoreConfig name
-    "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", int),
+    "flushIntervalCommitLog": ("flush_interval_commitlog_ms", int_in(1)),
+    "flushCommitLogLeastPages": ("flush_commitlog_least_pages", int_in(0)),
+    "flushCommitLogThoroughInterval": ("flush_commitlog_thorough_interval_ms", int_in(0)),
+    "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", int_in(1)),
+    "flushConsumeQueueLeastPages": ("flush_consume_queue_least_pages", int_in(0)),
+    "flushConsumeQueueThoroughInterval": ("flush_consume_queue_thorough_interval_ms", int_in(0)),
+    "flushIntervalIndex": ("flush_interval_index_ms", int_in(0)),
+    "maxOpenConsumeQueueFiles": ("max_open_consume_queue_files", int_in(1)),
+    "syncFlushTimeout": ("sync_flush_timeout_ms", int_in(1)),
+    "groupCommitInlineMaxMicros": ("group_commit_inline_max_us", int_in(0)),
+    "maxMessageSize": ("max_message_size", int_in(1)),
+    "fileReservedTime": ("file_reserved_time_h", float_in(0)),
+    "deleteWhen": ("delete_when", delete_when),
+    "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int_in(10, 95)),
+    "diskForceCleanRatio": ("disk_force_clean_ratio", int_in(1, 100)),
+    "diskSpaceCleanForciblyRatio": ("disk_force_clean_ratio", int_in(1, 100)),  # RocketMQ 5's MessageStoreConfig name
+    "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", int_in(1, 100)),
     "cleanFileForciblyEnable": ("clean_file_forcibly_enable", _to_bool),
-    "cleanResourceInterval": ("clean_resource_interval_ms", int),
+    "cleanResourceInterval": ("clean_resource_interval_ms", int_in(1)),
     "messageIndexEnable": ("message_index_enable", _to_bool),
-    "maxHashSlotNum": ("max_hash_slot_num", int),
-    "maxIndexNum": ("max_index_num", int),
-    "commitLogWarmAheadBytes": ("warm_ahead_bytes", int),
-    "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes", int),
-    "maxTransferCountOnMessageInMemory": ("max_transfer_count", int),
+    "maxHashSlotNum": ("max_hash_slot_num", int_in(1)),
+    "maxIndexNum": ("max_index_num", int_in(1)),
+    "commitLogWarmAheadBytes": ("warm_ahead_bytes", int_in(0)),
+    "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes", int_in(1)),
+    "maxTransferCountOnMessageInMemory": ("max_transfer_count", int_in(1)),
 }
 
 
@@ -194,11 +233,14 @@ def property_port(value: str) -> int:
 def convert_keys(props: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]) -> dict[str, Any]:
     """Field values for the RocketMQ-named keys of ``props`` that ``keys`` knows; a bad value names its key."""
     changes: dict[str, Any] = {}
+    set_by: dict[str, str] = {}
     for key, raw in props.items():
         spec = keys.get(key)
         if spec is None:
             continue
         name, convert = spec
+        if set_by.setdefault(name, key) != key:  # two names of one setting (registerBrokerInterval, ...)
+            raise ConfigError(f"{set_by[name]} and {key} are the same setting: give one of them")
         try:
             changes[name] = convert(raw)
         except (ValueError, TypeError) as exc:
@@ -209,6 +251,7 @@ def convert_keys(props: Mapping[str, str], keys: Mapping[str, tuple[str, Any]]) 
 def parse_properties(text: str) -> dict[str, str]:
     """Java-properties-style ``key=value`` lines; ``#`` and ``!`` start comments."""
     out: dict[str, str] = {}
+    lines: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] in "#!":
@@ -216,8 +259,30 @@ def parse_properties(text: str) -> dict[str, str]:
         sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if sep <= 0:
             raise ConfigError(f"line {number}: expected key=value, got {line!r}")
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
+        key = line[:sep].strip()
+        if key in lines:  # Java's Properties keeps the last silently: one of the two is a mistake
+            raise ConfigError(f"line {number}: {key} is given twice (also on line {lines[key]})")
+        lines[key] = number
+        out[key] = line[sep + 1 :].strip()
     return out
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """A properties file's keys; ConfigError naming the file when it cannot be read, is not UTF-8 or does not
+    parse."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: line {line} is not UTF-8 text (byte {data[exc.start]:#04x})") from None
+    try:
+        return parse_properties(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def store_config_from_properties(props: Mapping[str, str], base: StoreConfig | None = None) -> StoreConfig:

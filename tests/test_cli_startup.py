@@ -1,0 +1,139 @@
+"""Start-up checks of the server commands: a data folder in use, bad ports, unreadable or ambiguous files and
+values out of range stop the start with one message naming the key or option, before the data folder is
+touched, and without a traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kit.ports import free_port
+from tests.kit.procs import reap
+
+
+def cometmq(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cometmq.cli", *args]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cometmq(*args), capture_output=True, text=True, timeout=60)
+
+
+def test_a_second_serve_on_the_same_data_folder_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    ns, bp = free_port(), free_port()
+    first = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port",
+                                     str(bp), "--grpc-port", "0"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None
+        assert "cometmq serving" in first.stdout.readline()
+        ns2, bp2 = free_port(), free_port()
+        second = run("serve", "--data", str(data), "--namesrv-port", str(ns2), "--broker-port", str(bp2),
+                     "--grpc-port", "0")
+        assert second.returncode != 0
+        assert "in use" in second.stderr and str(data) in second.stderr and str(first.pid) in second.stderr
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None
+        with socket.create_connection(("127.0.0.1", bp), timeout=5):
+            pass
+    finally:
+        reap(first)
+    # once the first one is gone (even killed), the folder can be used again
+    again = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port",
+                                     str(bp), "--grpc-port", "0"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert again.stdout is not None
+        assert "cometmq serving" in again.stdout.readline()
+    finally:
+        reap(again)
+
+
+BAD_FILES = [
+    # (file bytes, what the message names)
+    (b"listenPort=0\nbrokerName=\xff\xfe\n", "line 2 is not UTF-8"),
+    (b"listenPort=0\nlistenPort=1\n", "listenPort is given twice"),
+    (b"registerBrokerInterval=1000\nregisterNameServerPeriod=2000\n",
+     "registerBrokerInterval and registerNameServerPeriod"),
+]
+
+
+@pytest.mark.parametrize("command", ["broker", "serve", "namesrv", "controller"])
+@pytest.mark.parametrize(("content", "named"), BAD_FILES, ids=["not-utf8", "duplicate", "alias-twice"])
+def test_an_unreadable_or_ambiguous_config_file_stops_the_start(tmp_path: Path, command: str, content: bytes,
+                                                                named: str) -> None:
+    if command in ("namesrv", "controller") and b"register" in content:
+        pytest.skip("broker keys")
+    conf = tmp_path / "x.conf"
+    conf.write_bytes(content)
+    data = tmp_path / "d"
+    args = ["-c", str(conf)] + ([] if command == "namesrv" else ["--data", str(data)])
+    out = run(command, *args)
+    assert out.returncode != 0
+    assert named in " ".join(out.stderr.replace("│", " ").split())
+    assert "Traceback" not in out.stderr
+    assert not data.exists()
+
+
+BAD_VALUES = [
+    # a busy loop, a wait that never ends or overflows, nothing to flush with, a queue count that breaks routes
+    ("flushIntervalCommitLog", "0"), ("flushIntervalCommitLog", "-1"), ("flushIntervalCommitLog", "99999999999"),
+    ("flushIntervalConsumeQueue", "0"), ("syncFlushTimeout", "0"), ("cleanResourceInterval", "0"),
+    ("flushConsumerOffsetInterval", "0"), ("shortPollingTimeMills", "0"), ("registerBrokerInterval", "0"),
+    ("channelExpiredTimeout", "0"), ("lockMaxLiveTime", "0"), ("popReviveIntervalMs", "0"),
+    ("transactionCheckInterval", "0"), ("slaveTimeout", "0"), ("haSendHeartbeatInterval", "0"),
+    ("defaultTopicQueueNums", "0"), ("defaultTopicQueueNums", "100000"), ("brokerPermission", "9"),
+    ("brokerId", "-1"), ("minInSyncReplicas", "0"), ("maxTransferCountOnMessageInMemory", "0"),
+    ("listenPort", "70000"), ("listenPort", "-5"), ("listenPort", "65535"), ("haListenPort", "65536"),
+    ("mappedFileSizeCommitLog", "100"), ("maxMessageSize", "0"), ("mappedFileSizeConsumeQueue", "0"),
+    ("deleteWhen", "abc"), ("deleteWhen", "25"), ("fileReservedTime", "-1"), ("fileReservedTime", "nan"),
+    ("diskMaxUsedSpaceRatio", "99"), ("statsLogIntervalSec", "-1"), ("serverMaxConnections", "-1"),
+    ("timerPrecisionMs", "0"), ("timerRollWindowSlot", "3"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_VALUES, ids=[f"{k}={v}" for k, v in BAD_VALUES])
+def test_a_value_out_of_range_stops_the_start(tmp_path: Path, key: str, value: str) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(("" if key == "listenPort" else "listenPort=0\n") + f"{key}={value}\n")
+    data = tmp_path / "d"
+    out = run("broker", "-c", str(conf), "--data", str(data), "--grpc-port", "0")
+    message = " ".join(out.stderr.replace("│", " ").split())
+    assert out.returncode != 0, message
+    assert key in message and value in message
+    assert "Traceback" not in out.stderr
+    assert not data.exists()
+
+
+@pytest.mark.parametrize("command", ["broker", "serve"])
+def test_a_busy_port_stops_the_start_before_the_data_folder_is_touched(tmp_path: Path, command: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        data = tmp_path / "d"
+        option = "--port" if command == "broker" else "--broker-port"
+        extra = [] if command == "broker" else ["--namesrv-port", str(free_port())]
+        out = run(command, "--data", str(data), option, str(port), "--grpc-port", "0", *extra)
+    message = " ".join(out.stderr.replace("│", " ").split())
+    assert out.returncode != 0
+    assert f"127.0.0.1:{port}" in message and option in message
+    assert "Traceback" not in out.stderr
+    assert not data.exists()
+
+
+@pytest.mark.parametrize(("command", "option"), [("broker", "--port"), ("serve", "--broker-port"),
+                                                 ("serve", "--namesrv-port"), ("namesrv", "--port"),
+                                                 ("broker", "--grpc-port")])
+def test_a_port_option_over_65535_is_refused(tmp_path: Path, command: str, option: str) -> None:
+    data = tmp_path / "d"
+    out = run(command, option, "70000", *([] if command == "namesrv" else ["--data", str(data)]))
+    assert out.returncode == 2
+    assert option in out.stderr and "70000" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not data.exists()

@@ -9,10 +9,11 @@ Tasks (executors)
     properties the row's own merged with :data:`QUERY_ID`, :data:`BATCH_ID`, :data:`WRITE_ID` (one id per task
     attempt) and ``PGROUP`` (a constant suffix of the encoder; a row's property of one of those names takes the
     write's value, as a dict merge): the message its commit delivers. The half itself carries those ids too, for
-    the check-back, and ``TRAN_MSG``; it is sent with ``TransactionProducer.send_packed_half``. A task returns a
-    :class:`HalfBatch`: its halves, each what an entry of END_TRANSACTION_BATCH needs (broker name, the half's
-    commit-log and half-queue offsets and msg id, queue id, ordered, count 1; a marker written before packed
-    halves lists half batches as ranges, count > 1, and is still decided as it says). A task that fails rolls
+    the check-back, ``TRAN_MSG`` and CHECK_IMMUNITY_TIME_IN_SECONDS (``transactionTimeoutMs``, in seconds rounded
+    up); it is sent with ``TransactionProducer.send_packed_half``. A task returns a :class:`HalfBatch`: its
+    halves, each what an entry of END_TRANSACTION_BATCH needs (broker name, the half's commit-log and half-queue
+    offsets and msg id, queue id, ordered, count 1; a marker written before packed halves lists half batches as
+    ranges, count > 1, and is still decided as it says), and when it started sending. A task that fails rolls
     back what it had sent.
 
     A packed half costs the broker one record instead of one per row when it is stored, and its commit appends
@@ -20,6 +21,9 @@ Tasks (executors)
     twice (docs/benchmarks.md, [17]).
 
 Driver, ``commit(messages, batchId)``
+    0. *Late?* With no marker yet, when the batch's first task started sending ``transactionTimeoutMs`` ago or
+       more, the broker may have discarded some halves: all are rolled back and the commit fails, naming the
+       option (all or nothing).
     1. *Marker*: a message on the commit topic (``commitTopic``, default ``cometmq-spark-commits``; 1 queue, made
        when missing) keyed ``<queryId>:<batchId>`` whose body lists the write ids to commit and their half ranges
        (in parts of at most :data:`PART_HALVES` ranges, each naming every write id; a range is six numbers). It
@@ -42,8 +46,11 @@ Replay (Spark reruns batch B after a crash: its commit log lacks B)
 Check-back (orphans, lost END_TRANSACTIONs)
     Every producer of the group (the tasks while they run, the driver while it commits) answers the broker's
     CHECK_TRANSACTION_STATE from the marker: the half's write id listed → COMMIT; a marker that does not list it
-    → ROLLBACK; no marker yet → UNKNOW (the batch may still be running). A half nobody decides is moved by the
-    broker to TRANS_CHECK_MAX_TIME_TOPIC after ``transactionCheckMax`` checks: never delivered to the target.
+    → ROLLBACK; no marker yet → UNKNOW (the batch may still be running). The first check comes
+    ``transactionTimeoutMs`` after the half. A half nobody decides is moved by the broker to
+    TRANS_CHECK_MAX_TIME_TOPIC after ``transactionCheckMax`` checks: never delivered to the target. A commit
+    whose END requests meet such a half fails with :class:`TransactionTimeoutError` (the batch is then written in
+    part; the age check in step 0 is there so that this does not happen).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ import itertools
 import json
 import logging
 import re
+import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -77,6 +85,7 @@ from cometmq.client.transaction_producer import (
     TransactionProducer,
 )
 from cometmq.common import failpoints
+from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.properties import PGROUP
 from cometmq.protocol.transaction_batch import MAX_END_ENTRIES
@@ -86,8 +95,8 @@ from cometmq.spark.writer import _Pending, _Sender, _suspect, to_messages
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BATCH_ID", "QUERY_ID", "WRITE_ID", "HalfBatch", "abort_halves", "commit_halves", "group_for",
-           "send_halves"]
+__all__ = ["BATCH_ID", "QUERY_ID", "WRITE_ID", "HalfBatch", "TransactionTimeoutError", "abort_halves", "commit_halves",
+           "group_for", "send_halves"]
 
 #: properties every transactional row carries (and keeps once committed)
 QUERY_ID = "__SPARK_QUERY_ID"
@@ -98,8 +107,6 @@ GROUP_PREFIX = "cometmq-spark-eos-"
 PART_HALVES = 40_000
 #: RocketMQ's property: no check-back of a half sooner than this many seconds after it was stored
 CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-#: CHECK_IMMUNITY_TIME_IN_SECONDS of every half (the broker uses its transactionTimeOut when that is longer)
-CHECK_IMMUNITY_S = 60
 _COMMIT = LocalTransactionState.COMMIT_MESSAGE
 _ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
 
@@ -126,6 +133,8 @@ class HalfBatch(WriterCommitMessage):
     halves: list[HalfRef]
     #: the rows the halves hold (a packed half holds many)
     rows: int = 0
+    #: when the task started sending (epoch ms, the task's clock; 0: not known): its halves are younger
+    started_ms: int = 0
 
     @property
     def messages(self) -> int:
@@ -134,6 +143,16 @@ class HalfBatch(WriterCommitMessage):
 
 def count_halves(ranges: Sequence[HalfRef]) -> int:
     return sum(h[6] for h in ranges)
+
+
+def immunity_s(opts: WriteOptions) -> int:
+    """CHECK_IMMUNITY_TIME_IN_SECONDS of the write's halves: transactionTimeoutMs in seconds, rounded up. The
+    broker neither asks about a half nor discards it sooner (it takes its transactionTimeOut when longer)."""
+    return -(-opts.transaction_timeout_ms // 1000)
+
+
+class TransactionTimeoutError(MQClientError):
+    """A transactional write's halves outlived transactionTimeoutMs before the driver committed them."""
 
 
 # -- the marker --------------------------------------------------------------------------------------------------
@@ -381,10 +400,12 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
     producer = TransactionProducer(group, instance=instance, checker=checker, send_timeout=opts.send_timeout,
                                    retries=opts.retries)
     write_id = uuid.uuid4().hex
-    # The broker's first check-back of a half comes no sooner than this: a batch still being written is not asked
-    # about (each check re-appends the half and costs a marker lookup); orphans wait this long.
+    started_ms = int(time.time() * 1000)
+    # The broker's first check-back of a half comes no sooner than transactionTimeoutMs: a batch still being
+    # written is not asked about (each check re-appends the half and costs a marker lookup), nor discarded after
+    # transactionCheckMax checks; orphans (a crashed job's) wait this long.
     extra = {QUERY_ID: query_id, BATCH_ID: str(batch_id), WRITE_ID: write_id,
-             CHECK_IMMUNITY_TIME_IN_SECONDS: str(CHECK_IMMUNITY_S)}
+             CHECK_IMMUNITY_TIME_IN_SECONDS: str(immunity_s(opts))}
     sender = _HalfSender(producer, opts, extra)
     try:
         link.run(producer.start())
@@ -402,7 +423,7 @@ def send_halves(batches: Iterator[pa.RecordBatch], opts: WriteOptions, query_id:
             log.warning("transactional write task failed; rolled back %d of its %d halves", rolled,
                         count_halves(sent))
             raise
-        return HalfBatch(query_id, batch_id, write_id, sender.halves(), sender.sent)
+        return HalfBatch(query_id, batch_id, write_id, sender.halves(), sender.sent, started_ms)
     finally:
         try:
             link.run(producer.close())
@@ -423,6 +444,8 @@ class _Ender:
         self.already = 0
         #: halves whose END failed (or may have: a request without an answer)
         self.failed = 0
+        #: of those, halves the broker had discarded (undecided through its check-backs)
+        self.discarded = 0
 
     async def end_all(self, halves: Sequence[HalfRef], state: LocalTransactionState,
                       halfway: Callable[[], None] | None = None) -> list[BaseException]:
@@ -452,6 +475,8 @@ class _Ender:
                     errors.append(MQClientError(f"END_TRANSACTION {state.name} of {h[6]} halves from {h[3]} "
                                                 f"refused: code {o.code} {o.remark}"))
                     self.failed += h[6]  # (some of them may be decided: the remark says how many are not)
+                    if o.code == ResponseCode.TRANSACTION_FAILED and "discarded" in o.remark:
+                        self.discarded += h[6]
                 else:
                     self.already += o.resolved_before
 
@@ -526,6 +551,7 @@ def commit_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | N
         done = run(d.markers.done(query_id))
         marker = run(d.markers.find(query_id, batch_id))
         if marker is None:
+            _refuse_if_late(d, messages, halves, batch_id)
             mine = run(d.markers.write(d.producer, query_id, batch_id, write_ids, halves))
             marker = _wait_for_marker(d, query_id, batch_id)
             if marker.commit_id != mine:
@@ -536,26 +562,54 @@ def commit_halves(opts: WriteOptions, messages: Sequence[WriterCommitMessage | N
                         "back this run's %d", batch_id, query_id, count_halves(marker.halves), count_halves(halves))
         failpoints.hit(f"spark.commit.after_marker.{batch_id}")
         listed = marker.write_ids
+        errors: list[BaseException] = []
         if done <= batch_id:
             partial = f"spark.commit.partial.{batch_id}"
             # (the COMMITs in two steps only for that failpoint: one request less in a commit otherwise)
             errors = run(d.ender.end_all(marker.halves, _COMMIT, functools.partial(failpoints.hit, partial)
                                          if failpoints.armed(partial) else None))
-            if errors:
-                raise MQClientError(f"batch {batch_id}: END_TRANSACTION COMMITs of {d.ender.failed} of "
-                                    f"{count_halves(marker.halves)} halves failed (the replay after a restart, or "
-                                    f"the broker's check-back, completes them): {errors[0]}")
+        failed, discarded = d.ender.failed, d.ender.discarded
         unlisted = [h for m in messages if isinstance(m, HalfBatch) and m.write_id not in listed for h in m.halves]
         if unlisted:
             bad = run(d.ender.end_all(unlisted, _ROLLBACK))
             if bad:
                 log.warning("batch %d: rollbacks of %d halves failed (the check-back rolls them back): %s",
-                            batch_id, d.ender.failed, bad[0])
+                            batch_id, d.ender.failed - failed, bad[0])
+        if discarded:
+            raise TransactionTimeoutError(
+                f"batch {batch_id}: the broker had discarded {discarded} of the {count_halves(marker.halves)} "
+                f"halves its marker lists (left undecided past transactionTimeoutMs={opts.transaction_timeout_ms} "
+                "and the broker's transactionCheckMax check-backs; their rows are in TRANS_CHECK_MAX_TIME_TOPIC): "
+                "the others are committed, so the batch is written only in part, and a replay of it fails the same "
+                f"way. Set transactionTimeoutMs above the job's (a micro-batch's) length. First refusal: {errors[0]}")
+        if errors:
+            raise MQClientError(f"batch {batch_id}: END_TRANSACTION COMMITs of {failed} of "
+                                f"{count_halves(marker.halves)} halves failed (the replay after a restart, or the "
+                                f"broker's check-back, completes them): {errors[0]}")
         run(d.markers.set_done(query_id, max(done, batch_id + 1)))
         if marker.parts_seen < marker.parts:
             log.warning("batch %d: %d of the marker's %d parts are missing; the check-back commits their halves",
                         batch_id, marker.parts - marker.parts_seen, marker.parts)
         return count_halves(marker.halves)
+
+
+def _refuse_if_late(d: _Driver, messages: Sequence[WriterCommitMessage | None], halves: Sequence[HalfRef],
+                    batch_id: int) -> None:
+    """Before the marker: when the batch's first task started sending transactionTimeoutMs ago or more, the broker
+    may have discarded some of its halves, and a commit would write only the others. Roll them all back and
+    raise instead: all or nothing. (Younger halves are safe: the broker asks about none of them before their
+    immunity, and once the marker exists the check-back commits those the END requests have not reached yet.)"""
+    timeout = d.opts.transaction_timeout_ms
+    starts = [m.started_ms for m in messages if isinstance(m, HalfBatch) and m.started_ms > 0]
+    age = int(time.time() * 1000) - min(starts) if starts else 0
+    if age < timeout:
+        return
+    d.link.run(d.ender.end_all(halves, _ROLLBACK))
+    raise TransactionTimeoutError(
+        f"batch {batch_id}: its first task started sending {age / 1000:.1f} s ago, past transactionTimeoutMs="
+        f"{timeout}: the broker may have discarded some of its halves, so none is committed ({count_halves(halves)}"
+        f" rolled back, {d.ender.failed} of them left to the check-back). Set transactionTimeoutMs above the job's "
+        "(a micro-batch's) length.")
 
 
 def _wait_for_marker(d: _Driver, query_id: str, batch_id: int) -> Marker:

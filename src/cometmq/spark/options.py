@@ -51,10 +51,17 @@ _READ_OPTIONS = ("namesrv", "subscribe", "subscribePattern", "assign", "starting
                  "expressionType", "includeProperties", "includeHeaders", "commitToGroup", "consumerGroup",
                  "requestTimeoutMs", "accessKey", "secretKey", *_TLS_OPTIONS)
 _WRITE_OPTIONS = ("namesrv", "topic", "producerGroup", "batchSize", "maxInFlight", "sendTimeoutMs", "retries",
-                  "requestTimeoutMs", "accessKey", "secretKey", "transactional", "commitTopic", *_TLS_OPTIONS)
+                  "requestTimeoutMs", "accessKey", "secretKey", "transactional", "commitTopic", "transactionTimeoutMs",
+                  *_TLS_OPTIONS)
 
 #: the longest request timeout (requestTimeoutMs, sendTimeoutMs): a day; sockets take no more than that anyway
 MAX_TIMEOUT_MS = 86_400_000
+
+#: transactionTimeoutMs: how long a transactional write's halves wait before the broker may ask about them and,
+#: after its transactionCheckMax checks, discard them (Flink's Kafka sink sets transaction.timeout.ms to 1 h)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 3_600_000
+#: the shortest transactionTimeoutMs (the halves' immunity before this option)
+MIN_TRANSACTION_TIMEOUT_MS = 60_000
 
 #: where the exactly-once sink records the micro-batches it commits (see cometmq.spark.exactly_once)
 DEFAULT_COMMIT_TOPIC = "cometmq-spark-commits"
@@ -187,6 +194,8 @@ class WriteOptions:
     #: exactly-once: rows as transactional half messages committed by the driver (cometmq.spark.exactly_once)
     transactional: bool = False
     commit_topic: str = DEFAULT_COMMIT_TOPIC
+    #: transactionTimeoutMs: a transactional write must commit within this long after its first half was sent
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -541,8 +550,10 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
     retries = _int(opts, "retries", minimum=0)
     transactional = _bool(opts, "transactional", False)
     commit_topic = _topic("commitTopic", opts.get("commitTopic", DEFAULT_COMMIT_TOPIC).strip())
-    if "commitTopic" in opts and not transactional:
-        raise OptionError("option commitTopic only means something with transactional=true")
+    for name in ("commitTopic", "transactionTimeoutMs"):
+        if name in opts and not transactional:
+            raise OptionError(f"option {name} only means something with transactional=true")
+    tx_timeout = _int(opts, "transactionTimeoutMs", minimum=MIN_TRANSACTION_TIMEOUT_MS, maximum=MAX_TIMEOUT_MS)
     if transactional and "producerGroup" in opts:
         raise OptionError("option producerGroup contradicts transactional=true: a transactional write's producer "
                           "group is derived from the query id (cometmq-spark-eos-<id>)")
@@ -552,4 +563,5 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         max_in_flight=_int(opts, "maxInFlight", minimum=1) or 8,
         send_timeout=(timeout_ms or 10_000) / 1000,
         retries=2 if retries is None else retries, credentials=_credentials(opts), tls=_tls(opts),
-        transactional=transactional, commit_topic=commit_topic)
+        transactional=transactional, commit_topic=commit_topic,
+        transaction_timeout_ms=DEFAULT_TRANSACTION_TIMEOUT_MS if tx_timeout is None else tx_timeout)

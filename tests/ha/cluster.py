@@ -33,6 +33,7 @@ from cometmq.protocol.message import BLANK_MAGIC_CODE, MAGIC_CODE, MessageRecord
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.store.epoch_file import EpochEntry, decode
 from tests.broker.conftest import send_request
+from tests.ha.frame_cutter import FrameCutter
 from tests.interop.cometmq_server import free_port
 from tests.kit import eventually
 from tests.kit.faultproxy import FaultProxy
@@ -326,6 +327,25 @@ class Cluster:
         return await self.request(b.addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
                                   {"masterEpoch": str(epoch), "masterAddress": master.addr,
                                    "masterHaAddress": ha_addr or master.ha_addr, "brokerId": str(replica_id)})
+
+    @contextlib.asynccontextmanager
+    async def replica_behind_cutter(self, topic: str, first: bytes = b"shared"
+                                    ) -> AsyncIterator[tuple[Broker, Broker, FrameCutter, int]]:
+        """A master (id 0) with ``topic`` (one queue) and a replica (id 1) that follows it through a FrameCutter in
+        front of its HA port, both in the SyncStateSet, and ``first`` sent and copied: ``(master, replica, cutter,
+        the log's end)``. The cutter stops at the end; the brokers are the cluster's (tests kill and restart them)."""
+        b0 = (await self.start(1))[0]
+        b1 = self.add_broker(1)
+        await self.create_topic(b0, topic, 1)
+        cutter = await FrameCutter(("127.0.0.1", b0.ha_port)).start()
+        try:
+            await b1.start()
+            assert (await self.follow(b1, b0, 1, 1, cutter.addr)).code == 0
+            await self.wait_sync_set(b0, {0, 1})
+            assert await self.send(b0, topic, first) == ResponseCode.SUCCESS
+            yield b0, b1, cutter, await self.wait_caught_up(b1, b0)
+        finally:
+            await cutter.stop()
 
     @contextlib.asynccontextmanager
     async def replica_behind_proxy(self, topic: str) -> AsyncIterator[tuple[Broker, Broker, FaultProxy]]:

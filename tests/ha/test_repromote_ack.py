@@ -16,7 +16,6 @@ import pytest
 
 from cometmq.protocol.codes import ResponseCode
 from tests.ha.cluster import Broker, Cluster
-from tests.ha.test_promote_torn_tail import FrameCutter
 
 TOPIC = "HARepromote"
 
@@ -32,16 +31,7 @@ async def send(cluster: Cluster, b: Broker, body: bytes) -> int:
 
 
 async def test_a_send_below_an_old_confirm_mark_waits_for_the_new_set(cluster: Cluster) -> None:
-    b0 = (await cluster.start(1))[0]
-    b1 = cluster.add_broker(1)
-    await cluster.create_topic(b0, TOPIC, 1)
-    to_b0 = await FrameCutter(("127.0.0.1", b0.ha_port)).start()
-    try:
-        await b1.start()
-        assert (await cluster.follow(b1, b0, 1, 1, to_b0.addr)).code == 0
-        await cluster.wait_sync_set(b0, {0, 1})
-        assert await send(cluster, b0, b"shared") == ResponseCode.SUCCESS
-        shared_end = await cluster.wait_caught_up(b1, b0)
+    async with cluster.replica_behind_cutter(TOPIC) as (b0, b1, to_b0, shared_end):
 
         # b1 gets nothing more; once it left the set, b0 alone acknowledges (minInSyncReplicas 1) what waited.
         to_b0.cut_at = shared_end
@@ -68,5 +58,3 @@ async def test_a_send_below_an_old_confirm_mark_waits_for_the_new_set(cluster: C
         assert code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT), code
         assert code != ResponseCode.SUCCESS or st0["syncStateSet"] == [0], \
             f"acknowledged while replica b1 of the set {st0['syncStateSet']} has the log to {st1['maxOffset']} only"
-    finally:
-        await to_b0.stop()

@@ -17,7 +17,6 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.msgid import decode_offset_msg_id
 from tests.broker.conftest import props, send_request
 from tests.ha.cluster import Broker, Cluster
-from tests.ha.test_promote_torn_tail import FrameCutter
 
 TOPIC = "HARepromoteTx"
 GROUP = "txg"
@@ -40,16 +39,7 @@ async def send_half(cluster: Cluster, b: Broker, body: bytes) -> tuple[int, int,
 
 
 async def test_a_repromoted_broker_tracks_the_halves_of_its_log_as_it_is_now(cluster: Cluster) -> None:
-    b0 = (await cluster.start(1))[0]
-    b1 = cluster.add_broker(1)
-    await cluster.create_topic(b0, TOPIC, 1)
-    to_b0 = await FrameCutter(("127.0.0.1", b0.ha_port)).start()
-    try:
-        await b1.start()
-        assert (await cluster.follow(b1, b0, 1, 1, to_b0.addr)).code == 0
-        await cluster.wait_sync_set(b0, {0, 1})
-        assert await cluster.send(b0, TOPIC, b"shared") == ResponseCode.SUCCESS
-        shared_end = await cluster.wait_caught_up(b1, b0)
+    async with cluster.replica_behind_cutter(TOPIC) as (b0, b1, to_b0, shared_end):
 
         # b1 gets nothing more: the half b0 stores now (and tracks) is in b0's tail only.
         to_b0.cut_at = shared_end
@@ -76,5 +66,3 @@ async def test_a_repromoted_broker_tracks_the_halves_of_its_log_as_it_is_now(clu
         assert r.code == ResponseCode.SUCCESS and not r.remark, (r.code, r.remark)
         pulled = await cluster.pull_queue(b0.addr, TOPIC, 0)
         assert [m.body for m in pulled.records] == [b"shared", b"new-half"]
-    finally:
-        await to_b0.stop()

@@ -98,8 +98,8 @@ class Message:
             props[KEYS] = " ".join(keys)
         for k, v in props.items():  # (the wire's separators would cut the record's properties wrong)
             if type(k) is not str or not k or _SEPARATORS.intersection(k) or _SEPARATORS.intersection(v):
-                raise InvalidArgumentError(f"property {k!r} = {v[:40]!r}: a property name is a non-empty str, and "
-                                           f"neither name nor value may hold \\x01 or \\x02")
+                raise InvalidArgumentError(f"property {k!r} = {v[:40]!r}: a name or value may not hold a separator "
+                                           f"(\\x01, \\x02), and a name is a non-empty str")
         return props
 
     @property

@@ -63,12 +63,16 @@ BAD_FILES = [
 ]
 
 
-@pytest.mark.parametrize("command", ["broker", "serve", "namesrv", "controller"])
-@pytest.mark.parametrize(("content", "named"), BAD_FILES, ids=["not-utf8", "duplicate", "alias-twice"])
+#: each bad file for each command that reads such a file (the alias pair is a broker key: not the others')
+BAD_FILE_CASES = [pytest.param(command, content, named, id=f"{command}-{name}")
+                  for (content, named), name in zip(BAD_FILES, ["not-utf8", "duplicate", "alias-twice"], strict=True)
+                  for command in ("broker", "serve", "namesrv", "controller")
+                  if name != "alias-twice" or command in ("broker", "serve")]
+
+
+@pytest.mark.parametrize(("command", "content", "named"), BAD_FILE_CASES)
 def test_an_unreadable_or_ambiguous_config_file_stops_the_start(tmp_path: Path, command: str, content: bytes,
                                                                 named: str) -> None:
-    if command in ("namesrv", "controller") and b"register" in content:
-        pytest.skip("broker keys")
     conf = tmp_path / "x.conf"
     conf.write_bytes(content)
     data = tmp_path / "d"

@@ -23,15 +23,24 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cometmq(*args), capture_output=True, text=True, timeout=60)
 
 
+def serving(data: Path, ns: int, bp: int) -> subprocess.Popen[str]:
+    """``cometmq serve`` on ``data`` and those ports, once it says it serves (stopped by the caller: ``reap``)."""
+    proc = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port", str(bp),
+                                    "--grpc-port", "0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        assert "cometmq serving" in proc.stdout.readline()
+    except BaseException:
+        reap(proc)
+        raise
+    return proc
+
+
 def test_a_second_serve_on_the_same_data_folder_is_refused(tmp_path: Path) -> None:
     data = tmp_path / "data"
     ns, bp = free_port(), free_port()
-    first = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port",
-                                     str(bp), "--grpc-port", "0"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = serving(data, ns, bp)
     try:
-        assert first.stdout is not None
-        assert "cometmq serving" in first.stdout.readline()
         ns2, bp2 = free_port(), free_port()
         second = run("serve", "--data", str(data), "--namesrv-port", str(ns2), "--broker-port", str(bp2),
                      "--grpc-port", "0")
@@ -44,14 +53,7 @@ def test_a_second_serve_on_the_same_data_folder_is_refused(tmp_path: Path) -> No
     finally:
         reap(first)
     # once the first one is gone (even killed), the folder can be used again
-    again = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port",
-                                     str(bp), "--grpc-port", "0"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert again.stdout is not None
-        assert "cometmq serving" in again.stdout.readline()
-    finally:
-        reap(again)
+    reap(serving(data, ns, bp))
 
 
 BAD_FILES = [

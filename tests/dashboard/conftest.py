@@ -3,6 +3,7 @@ and a headless Chromium from Debian's packages driven by Selenium (no driver dow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,24 @@ def shoot(driver: Any, name: str) -> None:
     IMG.mkdir(parents=True, exist_ok=True)
     time.sleep(0.2)
     driver.save_screenshot(str(IMG / f"dashboard-{name}.png"))
+
+
+@contextlib.asynccontextmanager
+async def in_process_cluster(tmp_path: Path) -> AsyncIterator[str]:
+    """A nameserver and one broker in this process (data under ``tmp_path``), stopped at the end; yields the
+    nameserver's address."""
+    from cometmq.broker.controller import BrokerController
+    from cometmq.namesrv.server import NamesrvConfig, NamesrvController
+    from tests.broker.conftest import broker_config
+
+    ns = NamesrvController(NamesrvConfig(port=0))
+    await ns.start()
+    try:
+        broker = BrokerController(broker_config(tmp_path / "broker", namesrv_addr=ns.addr))
+        await broker.start()
+        try:
+            yield ns.addr
+        finally:
+            await broker.stop()
+    finally:
+        await ns.stop()

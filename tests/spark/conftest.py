@@ -62,14 +62,20 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CometServer]:
-    srv = CometServer(tmp_path_factory.mktemp("spark-broker"), BROKER_CONF)
+def running(tmp_path_factory: pytest.TempPathFactory, name: str, conf: dict[str, str]) -> Iterator[CometServer]:
+    """``cometmq serve`` with ``conf`` on a new folder ``name``, started; closed when the generator ends (a
+    fixture's ``yield from``)."""
+    srv = CometServer(tmp_path_factory.mktemp(name), conf)
     srv.start()
     try:
         yield srv
     finally:
         srv.close()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CometServer]:
+    yield from running(tmp_path_factory, "spark-broker", BROKER_CONF)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from cometmq.spark.exactly_once import BATCH_ID, QUERY_ID, WRITE_ID, Checker, Ma
 from cometmq.spark.link import Link
 from cometmq.spark.options import DEFAULT_COMMIT_TOPIC
 from tests.interop.cometmq_server import CometServer
-from tests.spark.conftest import send
+from tests.spark.conftest import running, send
 
 ROOT = Path(__file__).resolve().parents[2]
 SparkError = (PySparkException, Py4JJavaError)
@@ -38,12 +38,7 @@ TX_CONF = {"transactionTimeOut": "2000", "transactionCheckInterval": "1000", "tr
 
 @pytest.fixture(scope="module")
 def txserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CometServer]:
-    srv = CometServer(tmp_path_factory.mktemp("eos-broker"), TX_CONF)
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.close()
+    yield from running(tmp_path_factory, "eos-broker", TX_CONF)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from cometmq.spark.exactly_once import (
 )
 from cometmq.spark.options import WriteOptions, parse_write
 from tests.interop.cometmq_server import CometServer
+from tests.spark.conftest import running
 
 SparkError = (PySparkException, Py4JJavaError)
 CHECK_CONF = {"transactionTimeOut": "500", "transactionCheckInterval": "500", "transactionCheckMax": "2"}
@@ -45,12 +46,7 @@ SLOW_TASK_S = OLD_IMMUNITY_S + 6
 
 @pytest.fixture(scope="module")
 def ckserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CometServer]:
-    srv = CometServer(tmp_path_factory.mktemp("eos-timeout-broker"), CHECK_CONF)
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.close()
+    yield from running(tmp_path_factory, "eos-timeout-broker", CHECK_CONF)
 
 
 _n = iter(range(1, 1_000_000))

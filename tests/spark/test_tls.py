@@ -18,6 +18,7 @@ from cometmq.client import Admin, ClientInstance
 from cometmq.spark.options import OptionError, TlsOptions, parse_read, parse_write
 from tests.interop.cometmq_server import CometServer
 from tests.net.tlskit import Certs, make_certs
+from tests.spark.conftest import running
 
 SparkError = (PySparkException, Py4JJavaError)
 NS = {"namesrv": "127.0.0.1:9876"}
@@ -93,12 +94,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterat
             "tls.server.keyPath": str(certs.key), "tls.server.need.client.auth": "require",
             "tls.server.trustCertPath": str(certs.ca), "tls.client.certPath": str(certs.cert),
             "tls.client.keyPath": str(certs.key)}
-    srv = CometServer(tmp_path_factory.mktemp("spark-tls-broker"), conf)
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.close()
+    yield from running(tmp_path_factory, "spark-tls-broker", conf)
 
 
 def create_topic(server: CometServer, certs: Certs, topic: str) -> None:

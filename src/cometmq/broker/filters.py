@@ -4,8 +4,8 @@ expressions on message properties, evaluated on the broker so non-matching messa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import lru_cache
 
+from cometmq.common.memo import cached_by_length
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import record_properties
@@ -71,21 +71,20 @@ def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
 
 #: the longest tag expression a subscription may have: its filter is made in ~50 ms and holds ~0.5 MB
 MAX_TAG_EXPRESSION_LENGTH = 65_536
-_SHORT_TAG_EXPRESSION = 1024  # characters: longer ones have a small cache of their own
 
 
 def tag_filter_for(expression: str | None) -> TagFilter | None:
     """A filter on consume-queue tag codes, or None when the expression takes every message. Raises RemotingError
     for an expression it cannot parse or longer than MAX_TAG_EXPRESSION_LENGTH."""
-    if expression is None or len(expression) <= _SHORT_TAG_EXPRESSION:
-        return _short_tag_filter(expression)
+    if expression is None:
+        return None
     if len(expression) > MAX_TAG_EXPRESSION_LENGTH:
         raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"tag expression {_shown(expression)} is "
                             f"longer than {MAX_TAG_EXPRESSION_LENGTH} characters")
-    return _long_tag_filter(expression)
+    return _cached_tag_filter(expression)
 
 
-def _tag_filter(expression: str | None) -> TagFilter | None:
+def _tag_filter(expression: str) -> TagFilter | None:
     tags = parse_tag_expression(expression)
     if tags is None:
         return None
@@ -93,5 +92,4 @@ def _tag_filter(expression: str | None) -> TagFilter | None:
     return codes.__contains__
 
 
-_short_tag_filter = lru_cache(maxsize=1024)(_tag_filter)
-_long_tag_filter = lru_cache(maxsize=16)(_tag_filter)
+_cached_tag_filter = cached_by_length(_tag_filter)

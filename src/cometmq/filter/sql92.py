@@ -29,8 +29,9 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from enum import Enum
-from functools import lru_cache
 from typing import Any, Final, NamedTuple
+
+from cometmq.common.memo import cached_by_length
 
 __all__ = [
     "MAX_DEPTH", "MAX_LENGTH", "MAX_NESTING", "FilterSyntaxError", "Predicate", "cached_filter", "compile_sql92",
@@ -532,14 +533,6 @@ def compile_sql92(expr: str) -> Predicate:
     return matches
 
 
-_SHORT: Final = 1024  # characters: a compiled filter of up to this many takes at most ~40 KB
-
-
-def cached_filter(expr: str) -> Predicate:
-    """compile_sql92 memoised per expression string (errors are not cached). Long expressions have a cache of
-    their own, a small one, so consumers naming ever-new long expressions cannot fill memory."""
-    return (_cached_short if len(expr) <= _SHORT else _cached_long)(expr)
-
-
-_cached_short: Final = lru_cache(maxsize=1024)(compile_sql92)
-_cached_long: Final = lru_cache(maxsize=16)(compile_sql92)
+#: compile_sql92 memoised per expression (a compiled filter of up to 1,024 characters takes at most ~40 KB; longer
+#: ones have a cache of 16)
+cached_filter: Final = cached_by_length(compile_sql92)

@@ -123,9 +123,15 @@ def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | 
         changes["namesrv_addr"] = namesrv
     if broker_ip is not None:
         changes["broker_ip"] = broker_ip.strip()
-    if data is not None or conf is None:
-        changes["store"] = cfg.store.replace(store_path=(data or Path("data")).resolve())
+    # the data folder: --data, else the file's storePathRootDir, else ./data; made absolute here, once
+    changes["store"] = cfg.store.replace(store_path=Path(data or cfg.store.store_path).resolve())
     return _advertised(cfg.replace(**changes))
+
+
+def _serve_kv_config_path(cfg: BrokerConfig) -> Path:
+    """Where ``cometmq serve``'s nameserver keeps its KV configs (RocketMQ's kvConfigPath): in the data folder
+    _broker_config chose, beside the store and under its lock, so each server has its own wherever it starts."""
+    return cfg.store.store_path / "namesrv" / "kvConfig.json"
 
 
 def _advertised(cfg: BrokerConfig) -> BrokerConfig:
@@ -626,8 +632,8 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
 
     async def main() -> None:
         stop = _stop_event()
-        kv_path = (data or Path("data")).resolve() / "namesrv" / "kvConfig.json"  # KV configs outlive a restart
-        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls, kv_config_path=kv_path))
+        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls,
+                                             kv_config_path=_serve_kv_config_path(base)))  # outlive a restart
         await ns.start()
         cfg = base.replace(namesrv_addr=f"{host}:{ns.port}")
         ctl = BrokerController(cfg)

@@ -197,11 +197,16 @@ async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_k
     try:
         await proxy.start()
     except OSError as exc:
-        if explicit:
-            raise
+        if explicit:  # (checked before the start with the other ports: taken since)
+            raise SystemExit(f"cometmq: cannot start: {exc} (--grpc-port)") from None
         log.warning("gRPC endpoint off: %s", exc)
         return None
     return proxy
+
+
+def _explicit_grpc_port(port: int | None, namesrv: str | None) -> list[tuple[str, int]]:
+    """The gRPC port for _check_ports: one given must bind (the default one is skipped when busy)."""
+    return [("--grpc-port", port)] if port and namesrv else []
 
 
 def _auth_options(access_keys: str | None) -> dict[str, object]:
@@ -591,7 +596,8 @@ def broker(config: Path | None, data: Path | None, port: int | None, host: str, 
     cfg = _broker_config(config, data, host, port, namesrv, broker_ip)
     cfg = cfg.replace(tls=_tls_config(config, tls_mode, tls_cert, tls_key))
     _check_metrics(cfg)
-    _check_ports(host, [("--port/listenPort", cfg.listen_port), ("haListenPort", _ha_port(cfg))])
+    _check_ports(host, [("--port/listenPort", cfg.listen_port), ("haListenPort", _ha_port(cfg)),
+                        *_explicit_grpc_port(grpc_port, cfg.namesrv_addr)])
     _lock_data_folder(cfg.store.store_path)
     _openssl_only_if_used(cfg, dashboard_port)
     from cometmq.broker.controller import BrokerController
@@ -624,7 +630,7 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
     base = _broker_config(config, data, host, broker_port, None, broker_ip).replace(tls=tls)
     _check_metrics(base)
     _check_ports(host, [("--namesrv-port", namesrv_port), ("--broker-port", base.listen_port),
-                        ("haListenPort", _ha_port(base))])
+                        ("haListenPort", _ha_port(base)), *_explicit_grpc_port(grpc_port, "this process")])
     _lock_data_folder(base.store.store_path)  # before the nameserver, which keeps its KV file there too
     _openssl_only_if_used(base, dashboard_port)
     from cometmq.broker.controller import BrokerController
@@ -636,9 +642,9 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
                                              kv_config_path=_serve_kv_config_path(base)))  # outlive a restart
         await ns.start()
         cfg = base.replace(namesrv_addr=f"{host}:{ns.port}")
-        ctl = BrokerController(cfg)
         try:
-            await ctl.start()
+            ctl = BrokerController(cfg)
+            await ctl.start()  # (stops what it started when it fails)
         except BaseException:
             await ns.stop()
             raise

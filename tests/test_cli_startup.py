@@ -4,6 +4,7 @@ touched, and without a traceback."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -116,16 +117,21 @@ def test_a_value_out_of_range_stops_the_start(tmp_path: Path, key: str, value: s
     assert not data.exists()
 
 
-@pytest.mark.parametrize("command", ["broker", "serve"])
-def test_a_busy_port_stops_the_start_before_the_data_folder_is_touched(tmp_path: Path, command: str) -> None:
+@pytest.mark.parametrize(("command", "option"), [("broker", "--port"), ("serve", "--broker-port"),
+                                                 ("broker", "--grpc-port"), ("serve", "--grpc-port")])
+def test_a_busy_port_stops_the_start_before_the_data_folder_is_touched(tmp_path: Path, command: str,
+                                                                       option: str) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         data = tmp_path / "d"
-        option = "--port" if command == "broker" else "--broker-port"
-        extra = [] if command == "broker" else ["--namesrv-port", str(free_port())]
-        out = run(command, "--data", str(data), option, str(port), "--grpc-port", "0", *extra)
+        ports = {"--port" if command == "broker" else "--broker-port": str(free_port()), "--grpc-port": "0",
+                 option: str(port)}
+        # (a broker's gRPC endpoint needs a nameserver: one that does not answer, as nothing starts)
+        extra = ["--namesrv", f"127.0.0.1:{free_port()}"] if command == "broker" else ["--namesrv-port",
+                                                                                       str(free_port())]
+        out = run(command, "--data", str(data), *[x for pair in ports.items() for x in pair], *extra)
     message = " ".join(out.stderr.replace("│", " ").split())
     assert out.returncode != 0
     assert f"127.0.0.1:{port}" in message and option in message
@@ -143,3 +149,34 @@ def test_a_port_option_over_65535_is_refused(tmp_path: Path, command: str, optio
     assert option in out.stderr and "70000" in out.stderr
     assert "Traceback" not in out.stderr
     assert not data.exists()
+
+
+def test_a_server_that_fails_after_the_broker_started_stops_it_cleanly(tmp_path: Path) -> None:
+    """The dashboard starts after the nameserver and the broker: its port taken, the start stops with a message
+    naming it, the broker's store shut down cleanly (no abort file), and the next start is not a crash recovery."""
+    data = tmp_path / "d"
+    ns, bp = free_port(), free_port()
+    first = serving(data, ns, bp)  # a clean run first: with its checkpoint, a left abort file would mean a crash
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    reap(first)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port", str(bp),
+                  "--grpc-port", "0", "--dashboard-port", str(port))
+    assert out.returncode != 0
+    assert f"cannot serve the dashboard on 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (data / "abort").exists()
+    again = subprocess.Popen(cometmq("serve", "--data", str(data), "--namesrv-port", str(ns), "--broker-port", str(bp),
+                                     "--grpc-port", "0", "--log-level", "INFO"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert again.stdout is not None and "cometmq serving" in again.stdout.readline()
+        again.send_signal(signal.SIGTERM)
+        _, logged = again.communicate(timeout=30)
+    finally:
+        reap(again)
+    assert "recovery after a clean stop" in logged and "after a crash" not in logged

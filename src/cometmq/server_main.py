@@ -123,9 +123,15 @@ def _broker_config(conf: Path | None, data: Path | None, host: str, port: int | 
         changes["namesrv_addr"] = namesrv
     if broker_ip is not None:
         changes["broker_ip"] = broker_ip.strip()
-    if data is not None or conf is None:
-        changes["store"] = cfg.store.replace(store_path=(data or Path("data")).resolve())
+    # the data folder: --data, else the file's storePathRootDir, else ./data; made absolute here, once
+    changes["store"] = cfg.store.replace(store_path=Path(data or cfg.store.store_path).resolve())
     return _advertised(cfg.replace(**changes))
+
+
+def _serve_kv_config_path(cfg: BrokerConfig) -> Path:
+    """Where ``cometmq serve``'s nameserver keeps its KV configs (RocketMQ's kvConfigPath): in the data folder
+    _broker_config chose, beside the store and under its lock, so each server has its own wherever it starts."""
+    return cfg.store.store_path / "namesrv" / "kvConfig.json"
 
 
 def _advertised(cfg: BrokerConfig) -> BrokerConfig:
@@ -191,11 +197,16 @@ async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_k
     try:
         await proxy.start()
     except OSError as exc:
-        if explicit:
-            raise
+        if explicit:  # (checked before the start with the other ports: taken since)
+            raise SystemExit(f"cometmq: cannot start: {exc} (--grpc-port)") from None
         log.warning("gRPC endpoint off: %s", exc)
         return None
     return proxy
+
+
+def _explicit_grpc_port(port: int | None, namesrv: str | None) -> list[tuple[str, int]]:
+    """The gRPC port for _check_ports: one given must bind (the default one is skipped when busy)."""
+    return [("--grpc-port", port)] if port and namesrv else []
 
 
 def _auth_options(access_keys: str | None) -> dict[str, object]:
@@ -585,7 +596,8 @@ def broker(config: Path | None, data: Path | None, port: int | None, host: str, 
     cfg = _broker_config(config, data, host, port, namesrv, broker_ip)
     cfg = cfg.replace(tls=_tls_config(config, tls_mode, tls_cert, tls_key))
     _check_metrics(cfg)
-    _check_ports(host, [("--port/listenPort", cfg.listen_port), ("haListenPort", _ha_port(cfg))])
+    _check_ports(host, [("--port/listenPort", cfg.listen_port), ("haListenPort", _ha_port(cfg)),
+                        *_explicit_grpc_port(grpc_port, cfg.namesrv_addr)])
     _lock_data_folder(cfg.store.store_path)
     _openssl_only_if_used(cfg, dashboard_port)
     from cometmq.broker.controller import BrokerController
@@ -618,7 +630,7 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
     base = _broker_config(config, data, host, broker_port, None, broker_ip).replace(tls=tls)
     _check_metrics(base)
     _check_ports(host, [("--namesrv-port", namesrv_port), ("--broker-port", base.listen_port),
-                        ("haListenPort", _ha_port(base))])
+                        ("haListenPort", _ha_port(base)), *_explicit_grpc_port(grpc_port, "this process")])
     _lock_data_folder(base.store.store_path)  # before the nameserver, which keeps its KV file there too
     _openssl_only_if_used(base, dashboard_port)
     from cometmq.broker.controller import BrokerController
@@ -626,13 +638,13 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
 
     async def main() -> None:
         stop = _stop_event()
-        kv_path = (data or Path("data")).resolve() / "namesrv" / "kvConfig.json"  # KV configs outlive a restart
-        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls, kv_config_path=kv_path))
+        ns = NamesrvController(NamesrvConfig(host=host, port=namesrv_port, tls=tls,
+                                             kv_config_path=_serve_kv_config_path(base)))  # outlive a restart
         await ns.start()
         cfg = base.replace(namesrv_addr=f"{host}:{ns.port}")
-        ctl = BrokerController(cfg)
         try:
-            await ctl.start()
+            ctl = BrokerController(cfg)
+            await ctl.start()  # (stops what it started when it fails)
         except BaseException:
             await ns.stop()
             raise

@@ -119,6 +119,19 @@ def test_explicit_busy_grpc_port_fails_the_start(tmp_path: Path) -> None:
         r = subprocess.run(cometmq("serve", "--data", str(tmp_path / "d"), "--namesrv-port", str(free_port()),
                                    "--broker-port", str(free_port()), "--grpc-port", str(port)),
                            capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert "cannot listen for gRPC" in r.stdout + r.stderr
-    assert not (tmp_path / "d" / "abort").exists()  # the broker that had started was stopped cleanly
+    message = " ".join(r.stderr.replace("│", " ").split())
+    assert r.returncode == 2, message
+    assert f"cannot listen on 127.0.0.1:{port}" in message and "--grpc-port" in message
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "d").exists()  # checked with the other ports, before anything starts
+
+
+async def test_an_explicit_grpc_port_taken_after_the_check_stops_the_start_naming_it() -> None:
+    from cometmq.server_main import _start_grpc
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit, match=rf"cannot listen for gRPC on 127\.0\.0\.1:{port}.* \(--grpc-port\)"):
+            await _start_grpc(port, f"127.0.0.1:{free_port()}", "127.0.0.1", None)

@@ -5,6 +5,7 @@ import json
 import socket
 import zlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
@@ -358,3 +359,17 @@ async def test_registrar_stop_cancels_a_round_in_flight(namesrv: NamesrvControll
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_nameserver_whose_port_is_taken_leaves_nothing_running(tmp_path: Path) -> None:
+    """Its ACL file's watch starts once the port is bound: a failed start leaves no task behind."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: adminKey1\n    secretKey: adminSecret1\n    admin: true\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        ns = NamesrvController(NamesrvConfig(port=port, acl_enable=True, acl_file=str(acl)))
+        with pytest.raises(OSError, match="address already in use"):
+            await ns.start()
+    assert [t for t in asyncio.all_tasks() if not t.done() and t is not asyncio.current_task()] == []

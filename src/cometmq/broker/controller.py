@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -56,6 +58,17 @@ log = logging.getLogger(__name__)
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def _quietly(step: Callable[[], object]) -> None:
+    """Run one stop of a start that failed (awaited if it is a coroutine): an error there is logged, so the other
+    stops still run and the start's own error is the one the caller sees."""
+    try:
+        result = step()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("while stopping what a failed start had started")
 
 
 class BrokerController:
@@ -184,11 +197,29 @@ class BrokerController:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Start the store, then the services over it, then the server and the registration. A step that fails
+        stops what the steps before it started (the store shut down cleanly: no abort file, so the next start does
+        not recover as after a crash), lets go of the data folder, and the error goes on to the caller."""
+        async with contextlib.AsyncExitStack() as undo:
+            undo.callback(unlock_data_folder, self._folder_lock)
+            await self._start(undo)
+            undo.pop_all()  # started: stop() stops it all from now on
+        self.started = True
+        log.info("broker %s listening on %s (data in %s)", self.config.broker_name, self.addr,
+                 self.config.store.store_path)
+
+    async def _start(self, undo: contextlib.AsyncExitStack) -> None:
+        """The start's steps; each one that starts something pushes its stop onto ``undo`` (run, last first, when a
+        later step fails: each logged and passed over if it fails in turn)."""
+        def on_failure(step: Callable[[], object]) -> None:
+            undo.push_async_callback(_quietly, step)
+
         if self.acl is not None:
             self.acl.load()  # a bad ACL file stops the start before anything runs, naming its line and key
         loop = asyncio.get_running_loop()
         # Store recovery reads files and may scan a lot: keep the loop free while it runs.
         await asyncio.to_thread(self.store.start)
+        on_failure(lambda: asyncio.to_thread(self.store.shutdown))
         self.topics.load()
         if not self.config.auto_create_topic_enable:
             # As RocketMQ: without auto-creation there is no TBW102 route for clients to fall back on.
@@ -196,21 +227,28 @@ class BrokerController:
         self.topics.persist()
         self.groups.load()
         self.offsets.load()
+        on_failure(self.groups.persist_if_dirty)  # (loaded: what clients changed once the server took requests)
+        on_failure(self.offsets.persist)
         self.appender.start(loop)
+        on_failure(self.appender.close)
         self.store.add_arrival_batch_listener(self.hold.on_arrivals)
         self.store.add_arrival_batch_listener(self.schedule.on_arrivals)
         self.store.add_arrival_batch_listener(self.timer.on_arrivals)
         self.store.add_arrival_batch_listener(self.pop.on_arrivals)
         await self.hold.start()
+        on_failure(self.hold.stop)
         master = self.replication.role is Role.MASTER
         # A replica's timer indexes the master's timer records and delivers nothing (timer/replica.py); the service
         # is built at load only when the broker holds timer state (broker/timer_bridge.py).
         self.timer.deliver = master
         await asyncio.to_thread(self.timer.load)
         await self.timer.start()
+        on_failure(self.timer.stop)
         if master:
             await self._start_master_services()
+        on_failure(self._stop_master_services_if_master)  # (the role may change as replication starts)
         # The role and its gate are in force before the first request: a replica never takes a write.
+        on_failure(self.replication.stop)  # (stops what a start that failed half-way started: the HA port's server)
         await self.replication.start()
         self.appender.set_replication(self.replication)
         inner = self.config.inner_credentials  # innerClientAuthenticationCredentials: sign our own requests
@@ -220,12 +258,15 @@ class BrokerController:
             self.client = SigningRemotingClient(Credentials(*inner), ssl=self.config.tls.client_context())
         else:
             self.client = RemotingClient(ssl=self.config.tls.client_context())  # tls.enable: TLS to namesrv, peers
+        on_failure(self.client.close)
         self.metadata_sync = SlaveMetadataSync(
             self.client, self.replication.master_broker_addr, topics=self.topics, groups=self.groups,
             offsets=self.offsets, schedule=self.schedule, timer=self.timer)  # (unbuilt or disabled: not loaded)
         self.metadata_sync.start()
+        on_failure(self.metadata_sync.stop)
         if self.acl is not None:
             self.acl.start()  # reloads the file when it changes
+            on_failure(self.acl.stop)
         table: Dispatcher = self.dispatcher
         # A lone single plain send is served without the dispatcher (broker/send_fast.py): with access control
         # off only, as every request then goes through the ACL check of the handler table.
@@ -236,20 +277,26 @@ class BrokerController:
 
             table = guard(self.dispatcher, self.acl, BROKER_POLICY)
             fast_path = None
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, table, fast_path=fast_path,
-                                     observer=(self.stats.rpc_done if self.config.metrics_exporter_type != "DISABLE"
-                                               else None),  # RPC latency: with metrics on only
-                                     tls=ServerTls(self.config.tls) if self.config.tls.enabled else None,
-                                     limits=self.config.connection_limits)
-        self.server.add_close_callback(self._connection_closed)
-        await self.server.start()
+        self.server = server = RemotingServer(
+            self.config.listen_host, self.config.listen_port, table, fast_path=fast_path,
+            observer=(self.stats.rpc_done if self.config.metrics_exporter_type != "DISABLE"
+                      else None),  # RPC latency: with metrics on only
+            tls=ServerTls(self.config.tls) if self.config.tls.enabled else None, limits=self.config.connection_limits)
+        server.add_close_callback(self._connection_closed)
+        on_failure(self.consumers.close)
+        on_failure(lambda: cancel_and_wait(self._tasks))
+        await server.start()
+        on_failure(server.stop)
         if self.config.listen_port == 0:
             # Port 0 (tests): the real port is known only now; messages must carry it as their store host.
-            self.config = self.config.replace(listen_port=self.server.port)
+            self.config = self.config.replace(listen_port=server.port)
             self.store.commitlog.store_host = _packed_host(self.config)
         self._housekeeping.start()
         self.stats_windows.start()
         self.stats_log.start()
+        on_failure(self._housekeeping.stop)
+        on_failure(self.stats_windows.stop)
+        on_failure(self.stats_log.stop)
         if self.controller_mode is not None:
             # No nameserver registration before the controller has named the role (_register_as starts it).
             from cometmq.broker.ha.controller_client import ControllerClient
@@ -258,12 +305,11 @@ class BrokerController:
                                                       meta_dir=Path(self.config.store.store_path),
                                                       broker_addr=lambda: self.addr, clock=self.clock,
                                                       ha_addr=self._stated_ha_addr)
+            on_failure(self.controller_client.stop)
             await self.controller_client.start()
         elif self.config.namesrv_addrs:
+            on_failure(lambda: self.registrar.stop() if self.registrar is not None else None)
             await self._start_registrar(self.replication.broker_id, self.replication.epoch)
-        self.started = True
-        log.info("broker %s listening on %s (data in %s)", self.config.broker_name, self.addr,
-                 self.config.store.store_path)
 
     async def _start_registrar(self, broker_id: int, state_version: int) -> None:
         assert self.client is not None
@@ -336,6 +382,10 @@ class BrokerController:
         self.timer.set_deliver(True)
         await self.pop.start()
         await self.transactions.start()
+
+    async def _stop_master_services_if_master(self) -> None:
+        if self.replication.role is Role.MASTER:
+            await self._stop_master_services()
 
     async def _stop_master_services(self) -> None:
         await self.transactions.stop()

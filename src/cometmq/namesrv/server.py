@@ -107,7 +107,6 @@ class NamesrvController:
             raise RuntimeError("nameserver already started")
         if self.acl is not None:
             self.acl.load()  # a bad ACL file stops the start, naming its line and key
-            self.acl.start()
         for i, service in enumerate(self.embedded):  # ready (a controller's state replayed) before any request
             try:
                 await service.start()
@@ -121,6 +120,8 @@ class NamesrvController:
             for service in reversed(self.embedded):
                 await service.stop()
             raise
+        if self.acl is not None:
+            self.acl.start()  # reloads the file when it changes (once nothing can fail the start any more)
         self._scan.start()  # a failing pass is logged with its traceback; the scan goes on
         log.info("nameserver serving on %s", self.addr)
 

@@ -9,7 +9,7 @@ import pytest
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
-from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.store.message_store import MessageStore
 from tests.kit import FakeClock
@@ -85,3 +85,11 @@ def make_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
     yield make
     for s in stores:
         s.shutdown()
+
+
+async def create_topics(client: RemotingClient, addr: str, *topics: str, queues: int = 4) -> None:
+    """Create ``topics`` on the broker as an operator does (UPDATE_AND_CREATE_TOPIC, the admin CLI's request)."""
+    for topic in topics:
+        r = await client.invoke(addr, make_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}))
+        assert r.code == ResponseCode.SUCCESS, r.remark

@@ -24,7 +24,7 @@ from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from tests.kit import FakeClock
 
-from .conftest import StartBroker, props, pull_request, send_request
+from .conftest import StartBroker, create_topics, props, pull_request, send_request
 
 
 def heartbeat(client_id: str, group: str, topic: str) -> RemotingCommand:
@@ -200,6 +200,7 @@ async def test_delay_levels_deliver_on_time_and_survive_restart(start_broker: St
 
 async def test_queue_locks(start_broker: StartBroker, client: RemotingClient) -> None:
     b = await start_broker()
+    await create_topics(client, b.addr, "T")
     mqs = frozenset(MessageQueue("T", "broker-a", i) for i in range(4))
     r = await client.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
                                                  LockBatchBody("G", "c1", mqs).encode()))
@@ -244,6 +245,7 @@ async def test_locks_of_a_departed_client_are_released(start_broker: StartBroker
     leaving = RemotingClient()
     staying = RemotingClient()
     try:
+        await create_topics(staying, b.addr, "T")
         await leaving.invoke(b.addr, heartbeat("c-leaving", "OG", "T"))
         r = await leaving.invoke(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
                                                       LockBatchBody("OG", "c-leaving", mqs).encode()))

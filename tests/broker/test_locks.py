@@ -22,7 +22,7 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import make_request
 from tests.kit import FakeClock
 
-from .conftest import StartBroker
+from .conftest import StartBroker, create_topics
 
 LIFE = 60_000
 
@@ -154,6 +154,7 @@ async def test_the_broker_uses_lock_max_live_time_and_frees_a_closed_clients_loc
     b.locks.clock = clock
     mqs = qs(0, 1, 2)
     async with RemotingClient() as c1, RemotingClient() as c2:
+        await create_topics(c1, b.addr, "T")
         assert await lock(c1, b.addr, "G", "id-1", mqs) == mqs
         assert await lock(c2, b.addr, "G", "id-2", mqs) == set()
         clock.advance(1000)
@@ -178,6 +179,7 @@ async def test_the_broker_uses_lock_max_live_time_and_frees_a_closed_clients_loc
 async def test_unregister_frees_the_clients_locks(start_broker: StartBroker) -> None:
     b = await start_broker()
     async with RemotingClient() as c1:
+        await create_topics(c1, b.addr, "T")
         assert await lock(c1, b.addr, "G", "id-1", qs(0, 1)) == qs(0, 1)
         r = await c1.invoke(b.addr, make_request(RequestCode.UNREGISTER_CLIENT,
                                                  {"clientID": "id-1", "consumerGroup": "G", "producerGroup": ""}))
@@ -193,6 +195,7 @@ async def test_locks_of_a_client_that_never_comes_back_are_dropped_once_expired(
     b = await start_broker(lock_max_live_time_ms=200, consumer_offset_persist_interval_ms=100)
     async with RemotingClient() as c:
         many = {MessageQueue(f"T{i}", "broker-a", q) for i in range(50) for q in range(4)}
+        await create_topics(c, b.addr, *sorted({mq.topic for mq in many}))
         assert await lock(c, b.addr, "G-ghost", "ghost", many) == many
         assert await lock(c, b.addr, "G-empty", "ghost", set()) == set()
     assert b.locks.table  # held while alive
@@ -201,3 +204,24 @@ async def test_locks_of_a_client_that_never_comes_back_are_dropped_once_expired(
             break
         await asyncio.sleep(0.02)
     assert b.locks.table == {}
+
+
+async def test_only_queues_and_groups_the_broker_has_are_locked(start_broker: StartBroker) -> None:
+    """A lock request naming made-up topics, queue ids, broker names or groups had them all locked: one frame held
+    ~250,000 entries until they expired, and a peer sending such frames grew the table without bound. Now only
+    this broker's queues of a group it has (made as a pull makes it) are locked; the rest are left out."""
+    b = await start_broker()
+    async with RemotingClient() as c:
+        await create_topics(c, b.addr, "T", queues=2)
+        made_up = {MessageQueue(f"Ghost{i}", "broker-a", 0) for i in range(1000)} | qs(2, 3, -1) \
+            | {MessageQueue("T", f"other-{i}", 0) for i in range(100)}
+        assert await lock(c, b.addr, "G", "id-1", made_up | qs(0, 1)) == qs(0, 1)
+        assert b.locks.table == {"G": {mq: b.locks.table["G"][mq] for mq in qs(0, 1)}}
+    no_auto = await start_broker(Path(b.config.store.store_path).parent / "no-auto",
+                                 auto_create_subscription_group=False)
+    async with RemotingClient() as c:
+        await create_topics(c, no_auto.addr, "T")
+        r = await c.invoke(no_auto.addr, make_request(RequestCode.LOCK_BATCH_MQ, {},
+                                                       LockBatchBody("Unknown", "id-1", frozenset(qs(0))).encode()))
+        assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+        assert no_auto.locks.table == {}

@@ -301,7 +301,22 @@ class AdminProcessor:
     # -- locks ----------------------------------------------------------------------------------------------
     async def lock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         body = self._lock_body(cmd)
-        got = self.locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
+        # Only queues this broker has, of a group it has (made as a pull makes it): a made-up name is not locked
+        # (left out of the answer, which a client reads as "not locked"). Else one frame of made-up queues, groups or
+        # broker names held ~250,000 entries until they expired, and a peer sending such frames grew the table
+        # without bound within the lock's lifetime. (RocketMQ locks whatever it is sent.)
+        if self.groups.find(body.consumer_group) is None:
+            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group {body.consumer_group} does not exist")
+        name = self.config.broker_name
+        topics = self.topics.topics
+        wanted: list[MessageQueue] = []
+        for mq in body.mq_set:
+            cfg = topics.get(mq.topic)
+            if cfg is not None and mq.broker_name == name and \
+                    0 <= mq.queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+                wanted.append(mq)
+        got = self.locks.try_lock_batch(body.consumer_group, wanted, body.client_id)
         return ok(cmd, body=encode_lock_ok(got))
 
     async def unlock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import logging
 import pickle
 import time
 import zlib
@@ -25,8 +26,10 @@ from cometmq.client import (
     SendResult,
 )
 from cometmq.client.lite_pull_consumer import decode_pulled
+from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import MessageRecord, encode_record, iter_records
+from cometmq.protocol.remoting import RemotingCommand
 from tests.kit import eventually
 
 from .conftest import Cluster
@@ -262,6 +265,34 @@ async def test_a_refused_pull_is_raised_by_poll_once(cluster: Cluster) -> None:
         await send(cluster, "LR", 1)
         assert len(await poll_n(c, 1)) == 1  # the pull was retried all along
 
+
+
+async def test_a_pull_that_raises_anything_is_retried(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """A pull that raises something other than an SDK or protocol error (an OSError the client instance did not
+    map, a bug) is logged and retried after ``error_backoff``. The pull loop caught only MQClientError,
+    ProtocolError, KeyError and ValueError: anything else ended the queue's pull task, and the queue was never
+    read again while the consumer went on as if it were."""
+    await make_topic(cluster, "LX", 1)
+    async with consumer(cluster, "g-x", consume_from="first") as c:
+        faults: list[Exception] = [ConnectionResetError(104, "Connection reset by peer"), RuntimeError("a bug")]
+        invoke = c.instance.invoke
+
+        async def invoke_after_faults(addr: str, cmd: RemotingCommand, timeout: float | None = None,
+                                      context: str = "") -> RemotingCommand:
+            if cmd.code == RequestCode.PULL_MESSAGE and faults:  # the one thing made up: broker and consumer are real
+                raise faults.pop(0)
+            return await invoke(addr, cmd, timeout, context)
+
+        c.instance.invoke = invoke_after_faults  # type: ignore[method-assign]
+        with caplog.at_level(logging.ERROR, logger="cometmq.client.lite_pull_consumer"):
+            await c.subscribe("LX")
+            await eventually(lambda: not faults, 10.0, what="both faults raised")
+            await send(cluster, "LX", 3)
+            got = await poll_n(c, 3)
+    assert sorted(m.body for m in got) == [b"m0", b"m1", b"m2"]
+    logged = [r for r in caplog.records if "pull of LX/broker-a/0 raised" in r.getMessage()]
+    assert len(logged) == 2 and "ConnectionResetError" in logged[0].getMessage()
+    assert all(r.exc_info is not None for r in logged)  # two different errors: each with its traceback
 
 # -- seek ---------------------------------------------------------------------------------------------------
 async def test_seek_to_offsets_beginning_end_and_time(cluster: Cluster) -> None:

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import zlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,9 +20,14 @@ from cometmq.client import (
     Producer,
     SendResult,
 )
+from cometmq.client.instance import ClientInstance
 from cometmq.client.message import SendStatus
+from cometmq.net.client import RemotingClient
 from cometmq.protocol.batch import encode_batch_raw
+from cometmq.protocol.codes import RequestCode
 from cometmq.protocol.message import iter_records
+from cometmq.protocol.remoting import decode, make_request
+from cometmq.protocol.route import DataVersion, RegisterBrokerBody, TopicConfig, body_crc32
 from tests.kit.faultproxy import Direction, FaultProxy
 from tests.kit.wait import eventually
 
@@ -144,9 +152,10 @@ async def test_no_route_without_auto_create(cluster: Cluster) -> None:
 
 
 @pytest.mark.parametrize("auto_batch", [False, True])
-async def test_a_send_retried_after_a_timeout_keeps_its_message_id(cluster: Cluster, auto_batch: bool) -> None:
+async def test_a_send_retried_after_a_lost_answer_keeps_its_message_id(cluster: Cluster, auto_batch: bool) -> None:
     """As RocketMQ sets a message's UNIQ_KEY once per send: when the answer to a stored send is lost and the send
-    is retried, the broker holds the message twice under one id, which a consumer can drop as a duplicate."""
+    is retried, the broker holds the message twice under one id, which a consumer can drop as a duplicate. (The
+    answer is lost with its connection: a send that timed out has spent its timeout, and is not retried.)"""
     async with Admin(namesrv=cluster.namesrv_addr) as admin:
         await admin.create_topic("Dup")  # known to the nameserver: no route lookup after the first send
     host, port = cluster.brokers[0].addr.rsplit(":", 1)
@@ -154,17 +163,65 @@ async def test_a_send_retried_after_a_timeout_keeps_its_message_id(cluster: Clus
             Producer("pg", namesrv=cluster.namesrv_addr, retries=1, auto_batch=auto_batch) as p:
         await p.send(Message("Dup", b"warm-up"))  # the route is known
         p.instance.brokers["broker-a"] = {0: proxy.addr}  # the sends go through the proxy
-        proxy.blackhole(Direction.DOWN)  # each is stored, its answer lost
-        result: SendResult | None = None
-        try:
-            result = await p.send(Message("Dup", b"twice"), timeout=0.5)
-        except ClientTimeoutError:
-            pass  # (the retry went through the proxy too)
+        proxy.blackhole(Direction.DOWN)  # the first attempt is stored, its answer held back
 
         def copies() -> list[object]:
             return [r for q in range(4) for r in stored(cluster, "Dup", q) if r.body == b"twice"]  # type: ignore
 
-        await eventually(lambda: len(copies()) == 2, what="the first attempt and its retry stored")
+        sending = asyncio.ensure_future(p.send(Message("Dup", b"twice"), timeout=10))
+        await eventually(lambda: len(copies()) == 1, what="the first attempt stored")
+        proxy.reset()  # the connection goes, with the answer: the retry (to the broker the route names) is answered
+        proxy.heal()
+        result = await sending
+        assert len(copies()) == 2
     ids = {r.properties["UNIQ_KEY"] for r in copies()}  # type: ignore[attr-defined]
-    assert len(ids) == 1
-    assert result is None or {result.msg_id} == ids
+    assert ids == {result.msg_id}
+
+
+@contextlib.asynccontextmanager
+async def silent_broker(cluster: Cluster, topic: str) -> AsyncIterator[list[int]]:
+    """A real TCP server that takes requests and never answers, registered at the nameserver (as a broker does)
+    as the master of ``topic``'s only broker; yields the codes of the requests it got."""
+    codes: list[int] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                codes.append(decode(head + await reader.readexactly(int.from_bytes(head, "big"))).code)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    addr = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    body = RegisterBrokerBody((TopicConfig(topic, 4, 4),), DataVersion(1, 1)).encode(False)
+    try:
+        async with RemotingClient() as client:  # (open while registered: the nameserver drops a broker whose
+            r = await client.invoke(cluster.namesrv_addr, make_request(RequestCode.REGISTER_BROKER, {  # link closed)
+                "brokerName": "broker-silent", "brokerAddr": addr, "clusterName": "DefaultCluster",
+                "haServerAddr": addr, "brokerId": 0, "compressed": "false", "bodyCrc32": body_crc32(body)}, body))
+            assert r.code == 0, r.remark
+            yield codes
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("auto_batch", [False, True])
+async def test_the_send_timeout_is_a_budget_for_the_whole_send(cluster: Cluster, auto_batch: bool) -> None:
+    """As RocketMQ's sendDefaultImpl: each attempt gets what is left of the send's timeout, and none is made once
+    it ran out ("sendDefaultImpl call timeout"). Each attempt had the whole timeout: with retries=2, a send to a
+    broker that never answers took three timeouts. With auto_batch, three concurrent sends go as one batch, and
+    that batch's attempts share its timeout the same way."""
+    timeout, sends = 1.0, 3 if auto_batch else 1
+    async with silent_broker(cluster, "Silent") as codes, \
+            Producer("pg", instance=ClientInstance(cluster.namesrv_addr, request_timeout=0.5), retries=2,
+                     auto_batch=auto_batch) as p:  # (request_timeout: its unregistering at close is not answered)
+        begin = time.monotonic()
+        outcomes = await asyncio.gather(*(p.send(Message("Silent", f"m{i}".encode()), timeout=timeout)
+                                          for i in range(sends)), return_exceptions=True)
+        took = time.monotonic() - begin
+    assert all(isinstance(o, ClientTimeoutError) and "Silent" in str(o) for o in outcomes), outcomes
+    assert timeout <= took < timeout + 1.2, took  # three attempts took 3 s
+    sent = [c for c in codes if c in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)]
+    assert len(sent) < 3 and (not auto_batch or RequestCode.SEND_BATCH_MESSAGE in sent), codes

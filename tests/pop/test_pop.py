@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -495,3 +497,70 @@ async def test_out_of_range_invisible_and_poll_times(pop_cluster: PopCluster) ->
             note = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "bornTime": "0", "pollTime": str(poll)}
             r = await sc.instance.invoke(b.addr, make_request(RequestCode.NOTIFICATION, note), timeout=30)
             assert r.code == ResponseCode.SUCCESS and r.ext_fields["hasMsg"] == "false"
+
+
+@contextlib.asynccontextmanager
+async def corrupting_proxy(target: str, old: bytes, new: bytes) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A TCP proxy to ``target`` that replaces ``old`` with ``new`` (as long) in the first reply frame holding
+    it, and passes everything else as it is; yields its address and the frames it changed."""
+    assert len(old) == len(new)
+    host, port = target.rsplit(":", 1)
+    changed: list[bytes] = []
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool) -> None:
+        try:
+            while True:
+                if replies:  # frame by frame: a frame is changed whole
+                    head = await reader.readexactly(4)
+                    data = head + await reader.readexactly(int.from_bytes(head, "big"))
+                    if not changed and old in data:
+                        data = data.replace(old, new, 1)
+                        changed.append(data)
+                else:
+                    data = await reader.read(1 << 16)
+                    if not data:
+                        return
+                writer.write(data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        to_reader, to_writer = await asyncio.open_connection(host, int(port))
+        await asyncio.gather(pump(reader, to_writer, False), pump(to_reader, writer, True))
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}", changed
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await server.wait_closed()
+
+
+async def test_a_record_with_unreadable_properties_is_the_broker_s_error(pop_cluster: PopCluster) -> None:
+    """A POP answer holding a record whose properties are not UTF-8 (corrupted on its way, or by the broker) is
+    an unreadable answer: BrokerError(SYSTEM_ERROR), as every other. With a tag subscription, the tags of the
+    messages (the check after the broker's tag-hash filter) were read after the block that maps protocol errors:
+    receive() raised the bare ProtocolError, not an MQClientError (it ended a POP push consumer's receive loop)."""
+    await pop_cluster.create_topic(TOPIC, 1)
+    [mid] = await send(pop_cluster, 1, tags="TagA")
+    sc = consumer(pop_cluster)
+    sc.subscribe(TOPIC, "TagA")
+    async with corrupting_proxy(pop_cluster.broker.addr, b"\x01TagA\x02", b"\x01Tag\xff\x02") as (addr, changed), sc:
+        sc.instance.brokers["broker-a"] = {0: addr}  # the consumer's requests go through the proxy
+        with pytest.raises(BrokerError, match=r"unreadable POP answer.*not valid UTF-8") as info:
+            await sc.receive(32, invisible_duration=30, wait=1)
+        assert info.value.code == ResponseCode.SYSTEM_ERROR and info.value.addr == addr and len(changed) == 1
+        pop_cluster.clock.advance(31_000)  # the message was popped: it comes back, unharmed this time
+        [again] = await sc.receive(32, wait=2)
+        assert (again.msg_id, again.tags, again.reconsume_times) == (mid, "TagA", 1)
+        await sc.ack(again)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+
+import pytest
 
 from cometmq.client import ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from cometmq.client.pop_push_consumer import PopPushConsumer
+from cometmq.client.simple_consumer import ReceivedMessage
 from tests.kit import eventually
 from tests.pop.conftest import PopCluster
 
@@ -164,3 +168,38 @@ async def test_ordered_messages_waiting_behind_a_slow_one_stay_invisible(pop_clu
         await eventually(lambda: c.stats.consumed == 3, 20.0, what="three consumed")  # type: ignore[union-attr]
         await asyncio.sleep(1.5)  # a second delivery would come within this
     assert seen == [(0, 0), (1, 0), (2, 0)]
+
+
+async def test_the_receive_loop_survives_any_error_and_consumes_on(pop_cluster: PopCluster,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A receive that raises something other than an SDK error (an OSError the client instance did not map, a
+    bug) is logged and retried after the back-off, as an SDK error is. The loop caught only MQClientError: anything
+    else ended it, and the consumer, still started, consumed nothing for the rest of its life."""
+    await pop_cluster.create_topic(TOPIC, 1)
+    consumed: list[bytes] = []
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        consumed.extend(m.body for m in msgs)
+
+    c = PushConsumer(GROUP, pop=True, namesrv=pop_cluster.namesrv_addr, listener=listener, consume_from="first",
+                     long_polling_timeout=1)
+    assert isinstance(c, PopPushConsumer)
+    c.subscribe(TOPIC)
+    faults: list[Exception] = [ConnectionResetError(104, "Connection reset by peer"), RuntimeError("a bug")]
+    receive = c.simple.receive
+
+    async def receive_after_faults(max_messages: int = 16) -> list[ReceivedMessage]:
+        if faults:  # the one thing made up here: the broker, the consumer and its loop are real
+            raise faults.pop(0)
+        return await receive(max_messages)
+
+    c.simple.receive = receive_after_faults  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="cometmq.client.pop_push_consumer"):
+        async with c:
+            await eventually(lambda: not faults, 10.0, what="both faults raised")
+            await send(pop_cluster, 3)
+            await eventually(lambda: len(consumed) == 3, 10.0, what="three messages consumed after the faults")
+    assert sorted(consumed) == [b"m0", b"m1", b"m2"] and c.stats.consumed == 3
+    logged = [r for r in caplog.records if "POP receive of pop-push raised" in r.getMessage()]
+    assert len(logged) == 2 and "ConnectionResetError" in logged[0].getMessage()
+    assert logged[0].exc_info is not None and logged[1].exc_info is None  # the traceback once per run of failures

@@ -12,7 +12,8 @@ than not batching once a send costs less than the delay.) The flushed
 batch is sent under the producer's retry policy (:meth:`Producer._with_retries`): a retriable failure sends the
 same body (same message ids) again on another queue, as a single send is retried; the broker stores a batch
 whole or not at all, so batching adds no duplicate a retry of one send would not. A failure after the retries
-fails every caller of the batch with that error.
+fails every caller of the batch with that error. The batch's timeout (its sends') is a budget for all its
+attempts together, from when it is sent, as a single send's is for its own.
 
 ``total_batch_max_bytes`` bounds the bytes held, across topics, from a message's ``send()`` until its batch's
 answer: a send that finds no room waits for it (back-pressure) at most its timeout, then raises
@@ -106,13 +107,15 @@ class AutoBatcher:
     async def send(self, msg: Message, timeout: float) -> SendResult:
         """Send ``msg`` in a batch (or alone, when it is too big or the batcher is closed)."""
         producer = self.producer
+        begin = time.monotonic()
         body = msg.body if type(msg.body) is bytes else bytes(msg.body)
         head = msg.batch_properties_head()  # raises InvalidArgumentError (reserved property) before any request
         loop = asyncio.get_running_loop()
         item = _Item(msg, body, head, loop.create_future())
         if self.closed or item.size > self.max_bytes:
             uniq = producer._uniq.new_key()  # (the same id for every attempt, as send's)
-            return await producer._with_retries(msg.topic, lambda q: producer._send_to(q, msg, timeout, uniq))
+            return await producer._with_retries(msg.topic, lambda q, left: producer._send_to(q, msg, left, uniq),
+                                                timeout, begin)
         if self.held and self.held + item.size > self.total_max_bytes:
             await self._wait_for_room(item.size, timeout)
         self.held += item.size

@@ -443,7 +443,7 @@ class LitePullConsumer:
                     raise BrokerError(code, response.remark or "", addr=addr, context=context)
             except asyncio.CancelledError:
                 raise
-            except (MQClientError, ProtocolError, KeyError, ValueError) as exc:
+            except Exception as exc:  # whatever it is: a pull task that ended would leave its queue unread for good
                 self._pull_failed(st, exc)
                 if route_stale(exc) and await self._follow_route(q):
                     continue  # the queue's broker moved (a new master): pull there at once
@@ -469,6 +469,12 @@ class LitePullConsumer:
             return
         if isinstance(exc, MQClientError):
             log.warning("pull of %s failed: %s", queue_label(st.queue), exc)
+            return
+        if not isinstance(exc, ProtocolError | KeyError | ValueError):  # not a bad answer: a bug, an unmapped error
+            key = (-1, repr(exc))
+            log.error("pull of %s raised %r; pulling again in %.1fs", queue_label(st.queue), exc, self.error_backoff,
+                      exc_info=None if st.reported == key else exc)  # (the traceback once while it repeats)
+            st.reported = key
             return
         err = BrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull answer: {exc}", context=queue_label(st.queue))
         self._errors.append(err)

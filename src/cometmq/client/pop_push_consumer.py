@@ -134,7 +134,11 @@ class PopPushConsumer:
 
     # -- receiving ------------------------------------------------------------------------------------------
     async def _receive_loop(self) -> None:
+        """Receive and hand out messages until cancelled. Any failure of a receive (an SDK error, or anything else:
+        a bug, an error the SDK did not map) is logged and retried after a back-off (0.5 s doubling up to 5 s): a
+        loop that ended here would leave the consumer started and consuming nothing."""
         backoff = 0.5
+        traced = False  # the traceback of an unexpected failure was logged since the last receive that worked
         while True:
             # Do not take more than the free listener slots: messages waiting here would only burn invisible time.
             while self._busy >= self.max_concurrency:
@@ -142,14 +146,20 @@ class PopPushConsumer:
             want = min(self.batch_size, self.max_concurrency - self._busy)
             try:
                 msgs = await self.simple.receive(want)
-                backoff = 0.5
             except asyncio.CancelledError:
                 raise
-            except MQClientError as exc:
-                log.warning("POP receive of %s failed: %s; retrying in %.1fs", self.group, exc, backoff)
+            except Exception as exc:
+                if isinstance(exc, MQClientError):
+                    log.warning("POP receive of %s failed: %s; retrying in %.1fs", self.group, exc, backoff)
+                else:  # the traceback once per run of failures, then a line per back-off
+                    log.error("POP receive of %s raised %r; retrying in %.1fs", self.group, exc, backoff,
+                              exc_info=None if traced else exc)
+                    traced = True
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
+            backoff = 0.5
+            traced = False
             if not msgs:
                 continue
             self.stats.pulled += len(msgs)

@@ -24,6 +24,7 @@ from cometmq.client.auto_batch import (
 from cometmq.client.errors import (
     BrokerError,
     ClientStateError,
+    ClientTimeoutError,
     InvalidArgumentError,
     MQClientError,
     NoRouteError,
@@ -81,6 +82,14 @@ _V2_SYS_FLAG = _v2_key("sys_flag", sys_flag=434343)
 _V2_BORN_TIMESTAMP = _v2_key("born_timestamp", born_timestamp=454545)
 _V2_FLAG = _v2_key("flag", flag=464646)
 _V2_PROPERTIES = _v2_key("properties", properties="\x00probe")
+
+
+def send_call_timeout(topic: str, timeout: float, attempts: int, last: MQClientError | None) -> ClientTimeoutError:
+    """The error of a send whose timeout ran out before its next attempt: RocketMQ's "sendDefaultImpl call
+    timeout" (the timeout is a budget for the whole send, retries included, not one per attempt)."""
+    why = f"; the last failed: {last}" if last is not None else ""
+    return ClientTimeoutError(f"sendDefaultImpl call timeout: the send to {topic} ran out of its {timeout:g}s after "
+                              f"{attempts} attempt{'' if attempts == 1 else 's'}{why}")
 
 
 def select_by_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
@@ -254,6 +263,8 @@ class Producer:
                    timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer. Retries on another queue (and broker) when the failure allows
         it, unless a queue was chosen (``queue`` or ``selector``), where a failure is reported as it is.
+        ``timeout`` (default ``send_timeout``) bounds the whole send, route lookup and retries included, as
+        RocketMQ's: each attempt gets what is left of it, and none is made once it ran out (ClientTimeoutError).
 
         With ``auto_batch`` on, a message without ``queue``/``selector`` that can go in a batch (not scheduled, not
         a transaction's half, small enough) goes with the other sends of its topic in one request: at once when
@@ -264,13 +275,18 @@ class Producer:
             self._check(msg)
         topic = msg.topic
         timeout = self.send_timeout if timeout is None else timeout
+        begin = time.monotonic()
         if queue is not None or selector is not None:
+            left = timeout
             if queue is None:
                 assert selector is not None
                 queues = await self.queues(msg.topic)
                 queue = selector(queues, msg, arg)
+                left = begin + timeout - time.monotonic()
+                if left <= 0:
+                    raise send_call_timeout(topic, timeout, 0, None)
             try:
-                return await self._send_to(queue, msg, timeout)
+                return await self._send_to(queue, msg, left)
             except MQClientError as exc:
                 if route_stale(exc):  # not retried here, but the next send goes to the new master
                     self.instance.refresh_route_soon(msg.topic)
@@ -280,24 +296,37 @@ class Producer:
             return await batcher.send(msg, timeout)
         # _with_retries' first attempt inline (the usual send needs no more): a failure it may
         # retry goes on there, from the second attempt
+        deadline = begin + timeout
         cached = self._queue_cache.get(topic)
         route = self.instance.routes.get(topic)
-        queues = cached[1] if cached is not None and route is not None and cached[0] is route \
-            else await self._queues(topic)
+        if cached is not None and route is not None and cached[0] is route:
+            queues, left = cached[1], timeout
+        else:
+            queues = await self._queues(topic)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise send_call_timeout(topic, timeout, 0, None)
         q = queues[next(self._next_queue) % len(queues)]
         uniq = self._uniq.new_key()  # one id for every attempt, as RocketMQ: a retry of a stored send is a duplicate
         try:
-            return await self._send_to(q, msg, timeout, uniq)
+            return await self._send_to(q, msg, left, uniq)
         except MQClientError as exc:
             if not exc.retriable:
                 raise
-            return await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout, uniq), (queues, q, exc))
+            return await self._with_retries(topic, lambda q, left: self._send_to(q, msg, left, uniq), timeout, begin,
+                                            (queues, q, exc))
 
-    async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue], Awaitable[T]],
+    async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue, float], Awaitable[T]],
+                            timeout: float, begin: float,
                             failed: tuple[list[MessageQueue], MessageQueue, MQClientError] | None = None) -> T:
-        """``attempt(queue)`` on the next queue of ``topic``, and again on another queue (and broker) after a
-        retriable failure, up to ``retries`` times (RocketMQ's retryTimesWhenSendFailed). ``failed``: the
-        first attempt was made already, on (queues, queue), and failed with this retriable error."""
+        """``attempt(queue, seconds)`` on the next queue of ``topic``, and again on another queue (and broker) after
+        a retriable failure, up to ``retries`` times (RocketMQ's retryTimesWhenSendFailed). ``failed``: the
+        first attempt was made already, on (queues, queue), and failed with this retriable error.
+
+        ``timeout`` is a budget for the whole send, from ``begin`` (``time.monotonic()``), as in RocketMQ's
+        sendDefaultImpl: each attempt gets what is left of it, and when nothing is left before an attempt, no more
+        are made (:func:`send_call_timeout`)."""
+        deadline = begin + timeout
         last_error: MQClientError | None = None
         failed_broker: str | None = None
         if failed is None:
@@ -306,27 +335,30 @@ class Producer:
         else:
             queues, q, last_error = failed
             failed_broker = q.broker_name
-            queues = await self._note_failure(topic, 0, q, last_error, queues)
+            queues = await self._note_failure(topic, 0, q, last_error, queues, deadline)
             first = 1
         for n in range(first, self.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise send_call_timeout(topic, timeout, n, last_error) from last_error
             candidates = queues if failed_broker is None else \
                 [q for q in queues if q.broker_name != failed_broker] or queues
             q = candidates[next(self._next_queue) % len(candidates)]
             try:
-                return await attempt(q)
+                return await attempt(q, left)
             except MQClientError as exc:
                 if not exc.retriable:
                     raise
                 last_error = exc
                 failed_broker = q.broker_name
-                queues = await self._note_failure(topic, n, q, exc, queues)
+                queues = await self._note_failure(topic, n, q, exc, queues, deadline)
         assert last_error is not None
         raise last_error
 
     async def _note_failure(self, topic: str, n: int, q: MessageQueue, exc: MQClientError,
-                            queues: list[MessageQueue]) -> list[MessageQueue]:
+                            queues: list[MessageQueue], deadline: float) -> list[MessageQueue]:
         """After attempt ``n`` (on ``q``) failed with a retriable ``exc``: the queues for the next attempt."""
-        if n < self.retries:
+        if n < self.retries and time.monotonic() < deadline:
             log.info("send to %s failed (%s); retrying on another queue", q, exc)
             return await self._after_failure(topic, exc, queues)
         if route_stale(exc):
@@ -564,22 +596,23 @@ class Producer:
         """An auto-batch's messages (:mod:`cometmq.client.auto_batch`) in one SEND_BATCH_MESSAGE under the retry
         policy of :meth:`send`; a retry sends the same body (the same message ids). One message goes as a
         single send."""
+        begin = time.monotonic()  # (the timeout is a budget for the batch's attempts, from when it is sent)
         if len(items) == 1:
             msg = items[0].msg
             uniq = self._uniq.new_key()  # (the same id for every attempt, as send's)
-            return [await self._with_retries(topic, lambda q: self._send_to(q, msg, timeout, uniq))]
+            return [await self._with_retries(topic, lambda q, left: self._send_to(q, msg, left, uniq), timeout, begin)]
         prefix, first = self._uniq.reserve(len(items))
         body, uniqs = encode_keyed_batch([(it.body, it.head, it.flag) for it in items], prefix, first)
 
-        async def attempt(q: MessageQueue) -> list[SendResult]:
+        async def attempt(q: MessageQueue, left: float) -> list[SendResult]:
             header = SendMessageRequestHeader(producer_group=self.group, topic=q.topic, queue_id=q.queue_id,
                                               born_timestamp=_now_ms(), properties="", batch=True)
             cmd = make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
             addr = self.instance.master_addr(q.broker_name) or await self._addr(q)
-            response = await self.instance.invoke(addr, cmd, timeout, context=f"batch to {q.topic}/{q.queue_id}")
+            response = await self.instance.invoke(addr, cmd, left, context=f"batch to {q.topic}/{q.queue_id}")
             return self._batch_result(response, q, uniqs, addr)
 
-        return await self._with_retries(topic, attempt)
+        return await self._with_retries(topic, attempt, timeout, begin)
 
     @staticmethod
     def _batch_result(response: Any, q: MessageQueue, uniqs: list[str], addr: str) -> list[SendResult]:

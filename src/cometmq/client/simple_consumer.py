@@ -245,19 +245,20 @@ class SimpleConsumer:
             if route_stale(exc):  # e.g. a replica refusing POP: the next receive asks the new master
                 await self.instance.refresh_route(sub.topic)
             raise
-        with reading_reply("unreadable POP answer", addr=addr):
-            msgs = self._decode(response.body, PopMessageResponseHeader.from_ext(response.ext_fields), sub.topic,
-                                broker_name)
         out: list[ReceivedMessage] = []
         unwanted: list[ReceivedMessage] = []
         group = self.group
         tags = sub.tags
-        for msg, info in msgs:
-            received = ReceivedMessage(msg, info, group, addr)
-            if tags is not None and msg.tags not in tags:
-                unwanted.append(received)  # a tag-hash collision: the broker filters by hash only
-            else:
-                out.append(received)
+        # (the tag check reads each record's properties, decoded lazily: inside the block, as the rest of the answer)
+        with reading_reply("unreadable POP answer", addr=addr):
+            msgs = self._decode(response.body, PopMessageResponseHeader.from_ext(response.ext_fields), sub.topic,
+                                broker_name)
+            for msg, info in msgs:
+                received = ReceivedMessage(msg, info, group, addr)
+                if tags is not None and msg.tags not in tags:
+                    unwanted.append(received)  # a tag-hash collision: the broker filters by hash only
+                else:
+                    out.append(received)
         if unwanted:
             await self.ack_many(unwanted)
         return out

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from cometmq.grpc import convert
+from cometmq.grpc import convert, limits
 from cometmq.grpc.backend import PROXY_PRODUCER_GROUP, any_master
 from cometmq.grpc.handles import TransactionRef, recall_broker_name
 from cometmq.grpc.rpc import Caller, RpcBase, client_id_of, metadata_of, settings_needs, unary
@@ -209,6 +209,9 @@ class ProducerRpcs(RpcBase):
             raise GrpcError(pb.Code.MESSAGE_CORRUPTED, "the messages of one request must be of one topic")
         if not topic.name:
             raise GrpcError(pb.Code.ILLEGAL_TOPIC, "the message names no topic")
+        now_ms = int(time.time() * 1000)
+        for m in request.messages:
+            limits.check_message(m, self.config, now_ms)
         prepared = [(m, *convert.send_properties(m, self.config.max_body_size)) for m in request.messages]
         if len(prepared) == 1:  # what the clients send: no task for a gather of one
             entries = [await self._send_one(*prepared[0])]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -77,7 +78,7 @@ async def test_message_group_size(endpoint: Endpoint) -> None:
     assert len(endpoint.broker.store.get_messages("Groups", 0, 0, 10).buffers) == 1
 
 
-def _at(ms: int) -> dict[str, object]:
+def _at(ms: int) -> dict[str, Any]:
     return {"delivery_timestamp": {"seconds": ms // 1000, "nanos": ms % 1000 * 1_000_000},
             "message_type": pb.DELAY}
 
@@ -167,3 +168,96 @@ async def test_limit_keys_change_and_turn_off_the_limits(tmp_path: Path) -> None
     finally:
         await stop_endpoint(ep)
 
+
+def _receive_request(endpoint: Endpoint, topic: str, invisible_ms: int, **extra: object) -> spb.ReceiveMessageRequest:
+    req = spb.ReceiveMessageRequest(group=pb.Resource(name="G"), message_queue=endpoint.queue(topic), batch_size=1,
+                                    filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                                    **extra)  # type: ignore[arg-type]
+    req.invisible_duration.FromMilliseconds(invisible_ms)
+    req.long_polling_timeout.FromMilliseconds(0)
+    return req
+
+
+async def _receive(endpoint: Endpoint, req: spb.ReceiveMessageRequest) -> tuple[pb.Status, list[pb.Message]]:
+    items = await endpoint.stream("ReceiveMessage", req)
+    statuses = [i.status for i in items if i.HasField("status")]
+    assert len(statuses) == 1, items
+    return statuses[0], [i.message for i in items if i.HasField("message")]
+
+
+async def test_receive_invisible_duration_at_least_ten_seconds(endpoint: Endpoint) -> None:
+    """RocketMQ: minInvisibleTimeMillsForRecv 10 s, ILLEGAL_INVISIBLE_TIME; a refused receive takes nothing (the
+    message is still there, first delivery). An auto-renewing receive is not held to it: RocketMQ's proxy then
+    ignores the request's duration and uses its default (60 s)."""
+    await endpoint.create_topic("Short", queues=1)
+    await endpoint.send("Short", b"s")
+    status, msgs = await _receive(endpoint, _receive_request(endpoint, "Short", 9_999))
+    assert status.code == pb.Code.ILLEGAL_INVISIBLE_TIME and msgs == [], status
+    assert "min_receive_invisible_ms (10000 ms)" in status.message
+    status, msgs = await _receive(endpoint, _receive_request(endpoint, "Short", 10_000))
+    assert status.code == OK and [m.system_properties.delivery_attempt for m in msgs] == [1], status
+    assert msgs[0].system_properties.invisible_duration.ToMilliseconds() == 10_000
+    assert (await endpoint.ack("Short", "G", *msgs)).status.code == OK
+    await endpoint.send("Short", b"renewed")
+    status, msgs = await _receive(endpoint, _receive_request(endpoint, "Short", 1_000, auto_renew=True))
+    assert status.code == OK and msgs[0].system_properties.invisible_duration.ToMilliseconds() == 60_000, status
+
+
+async def test_invisible_duration_at_most_twelve_hours(endpoint: Endpoint) -> None:
+    """RocketMQ: maxInvisibleTimeMills 12 h, ILLEGAL_INVISIBLE_TIME, for ReceiveMessage and ChangeInvisibleDuration;
+    a refused change leaves the delivery as it was (its handle still acks)."""
+    await endpoint.create_topic("Long", queues=1)
+    await endpoint.send("Long", b"l")
+    twelve_hours = 12 * 3600 * 1000
+    status, msgs = await _receive(endpoint, _receive_request(endpoint, "Long", twelve_hours + 1))
+    assert status.code == pb.Code.ILLEGAL_INVISIBLE_TIME and msgs == [], status
+    assert "max_invisible_ms (43200000 ms)" in status.message
+    status, msgs = await _receive(endpoint, _receive_request(endpoint, "Long", twelve_hours))
+    assert status.code == OK and len(msgs) == 1, status
+    m = msgs[0]
+
+    async def change(ms: int) -> spb.ChangeInvisibleDurationResponse:
+        r: spb.ChangeInvisibleDurationResponse = await endpoint.call(
+            "ChangeInvisibleDuration", spb.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name="G"), topic=pb.Resource(name="Long"), message_id=m.system_properties.message_id,
+                receipt_handle=m.system_properties.receipt_handle, invisible_duration=Duration(
+                    seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)))
+        return r
+
+    r = await change(twelve_hours + 1)
+    assert r.status.code == pb.Code.ILLEGAL_INVISIBLE_TIME and "max_invisible_ms" in r.status.message, r.status
+    assert (await endpoint.ack("Long", "G", m)).status.code == OK  # the handle was not renewed: still current
+    await endpoint.send("Long", b"l2")
+    status, msgs = await _receive(endpoint, _receive_request(endpoint, "Long", 10_000))
+    assert status.code == OK, status
+    m = msgs[0]
+    r = await change(twelve_hours)
+    assert r.status.code == OK, r.status
+
+
+async def test_invisible_limit_keys(tmp_path: Path) -> None:
+    """min_receive_invisible_ms and max_invisible_ms are keys; 0 turns them off (the broker's own 12 h cap stays)."""
+    ep = await start_endpoint(tmp_path / "keys", min_receive_invisible_ms=500, max_invisible_ms=20_000)
+    try:
+        await ep.create_topic("Keys", queues=1)
+        await ep.send("Keys", b"k")
+        status, _ = await _receive(ep, _receive_request(ep, "Keys", 499))
+        assert status.code == pb.Code.ILLEGAL_INVISIBLE_TIME and "(500 ms)" in status.message, status
+        status, _ = await _receive(ep, _receive_request(ep, "Keys", 20_001))
+        assert status.code == pb.Code.ILLEGAL_INVISIBLE_TIME and "(20000 ms)" in status.message, status
+        status, msgs = await _receive(ep, _receive_request(ep, "Keys", 500))
+        assert status.code == OK and len(msgs) == 1, status
+    finally:
+        await stop_endpoint(ep)
+    ep = await start_endpoint(tmp_path / "off", min_receive_invisible_ms=0, max_invisible_ms=0)
+    try:
+        await ep.create_topic("Off", queues=1)
+        await ep.send("Off", b"o")
+        status, _ = await _receive(ep, _receive_request(ep, "Off", 0))
+        assert status.code == pb.Code.ILLEGAL_INVISIBLE_TIME, status  # 0 never: it would hide nothing
+        status, _ = await _receive(ep, _receive_request(ep, "Off", 12 * 3600 * 1000 + 1))
+        assert status.code == pb.Code.BAD_REQUEST, status  # the broker's cap
+        status, msgs = await _receive(ep, _receive_request(ep, "Off", 1))
+        assert status.code == OK and len(msgs) == 1, status
+    finally:
+        await stop_endpoint(ep)

@@ -38,6 +38,12 @@ class ProxyConfig:
     #: longest orphaned transaction recovery duration of a transactional message, seconds, BAD_REQUEST
     #: [maxTransactionRecoverySecond]
     max_transaction_recovery_s: int = 3600
+    #: shortest invisible duration a ReceiveMessage may ask for, ILLEGAL_INVISIBLE_TIME
+    #: [minInvisibleTimeMillsForRecv]
+    min_receive_invisible_ms: int = 10_000
+    #: longest invisible duration of a ReceiveMessage or ChangeInvisibleDuration, ILLEGAL_INVISIBLE_TIME
+    #: [maxInvisibleTimeMills]; brokers refuse more than 12 h whatever this says
+    max_invisible_ms: int = 12 * 3600 * 1000
     #: invisible time of a ReceiveMessage without one (push consumers), RocketMQ's popInvisibleTime
     default_invisible_ms: int = 60_000
     #: long polling of a ReceiveMessage without one, and told to push consumers in their settings

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from cometmq.grpc import convert
+from cometmq.grpc import convert, limits
 from cometmq.grpc.backend import any_master
 from cometmq.grpc.handles import ReceiptHandle
 from cometmq.grpc.producer_rpcs import ALL_TYPES, endpoints_for
@@ -30,7 +30,6 @@ from cometmq.protocol.message import iter_records
 from cometmq.protocol.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
-    MAX_INVISIBLE_MS,
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
@@ -88,12 +87,7 @@ class ConsumerRpcs(RpcBase):
         topic = mq.topic.name
         if not group:
             raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, "ReceiveMessage names no consumer group")
-        if request.HasField("invisible_duration"):
-            invisible = convert.duration_ms(request.invisible_duration)
-            if not 0 < invisible <= MAX_INVISIBLE_MS:
-                raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
-        else:
-            invisible = self.config.default_invisible_ms
+        invisible = limits.receive_invisible(request, self.config)
         poll = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
                 else self.config.long_polling_ms)
         left = remaining_ms(context)
@@ -172,8 +166,7 @@ class ConsumerRpcs(RpcBase):
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
         h = self._handle(request.receipt_handle)
         invisible = convert.duration_ms(request.invisible_duration)
-        if not 0 <= invisible <= MAX_INVISIBLE_MS:
-            raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
+        limits.check_invisible(invisible, self.config)
         renewed = await self._change_invisible(request.group.name, h, invisible)
         return spb.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=renewed.encode())
 

@@ -6,9 +6,10 @@ to a broker: a refused request changes nothing."""
 from __future__ import annotations
 
 from cometmq.grpc.config import ProxyConfig
-from cometmq.grpc.convert import message_type_of, timestamp_ms
+from cometmq.grpc.convert import duration_ms, message_type_of, timestamp_ms
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
+from cometmq.grpc.v2 import service_pb2 as spb
 
 
 def control_character(text: str) -> str | None:
@@ -81,3 +82,31 @@ def _check_message_group(group: str, max_size: int) -> None:
                         f"({max_size})")
     if (c := control_character(group)) is not None:
         raise GrpcError(pb.Code.ILLEGAL_MESSAGE_GROUP, f"the message group has the control character {c!r}")
+
+
+def check_invisible(duration: int, config: ProxyConfig) -> None:
+    """ILLEGAL_INVISIBLE_TIME for an invisible duration (ms) that is negative or longer than ``max_invisible_ms``
+    (RocketMQ's maxInvisibleTimeMills)."""
+    if duration < 0:
+        raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {duration} ms is negative")
+    if 0 < config.max_invisible_ms < duration:
+        raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME,
+                        f"invisible duration {duration} ms is longer than max_invisible_ms "
+                        f"({config.max_invisible_ms} ms)")
+
+
+def receive_invisible(request: spb.ReceiveMessageRequest, config: ProxyConfig) -> int:
+    """The invisible time (ms) of a ReceiveMessage. ``default_invisible_ms`` for a receive without one (push
+    consumers send none) or with ``auto_renew`` (RocketMQ's proxy then ignores the request's and uses its
+    defaultInvisibleTimeMills); else the request's, at least ``min_receive_invisible_ms`` (RocketMQ's
+    minInvisibleTimeMillsForRecv, 10 s) and at most ``max_invisible_ms``."""
+    if not request.HasField("invisible_duration") or request.auto_renew:
+        return config.default_invisible_ms
+    invisible = duration_ms(request.invisible_duration)
+    minimum = max(config.min_receive_invisible_ms, 1)  # 0 hides nothing: never a receive's invisible time
+    if invisible < minimum:
+        raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME,
+                        f"invisible duration {invisible} ms is shorter than min_receive_invisible_ms "
+                        f"({config.min_receive_invisible_ms} ms)")
+    check_invisible(invisible, config)
+    return invisible

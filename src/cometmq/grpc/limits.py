@@ -5,11 +5,58 @@ to a broker: a refused request changes nothing."""
 
 from __future__ import annotations
 
+import string
+
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.convert import duration_ms, message_type_of, timestamp_ms
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
+
+#: RocketMQ's TopicValidator: names of letters, digits and ``%|-_``; topics up to 127 characters, groups up to 120
+#: (they become part of %RETRY% and %DLQ% topic names)
+_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "%|-_")
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 120
+#: RocketMQ's system topics (TopicValidator's SYSTEM_TOPIC_SET, and every name starting ``rmq_sys_``) and system
+#: consumer groups (``CID_RMQ_SYS_``): no client of the gRPC endpoint may name them
+SYSTEM_TOPICS = frozenset({
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    "CHECKPOINT_TOPIC",
+})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+
+
+def _name_problem(name: str, max_length: int) -> str | None:
+    if not name.strip():
+        return "is blank"
+    if len(name) > max_length:
+        return f"is {len(name)} characters long: longer than {max_length}"
+    if not _NAME_CHARS.issuperset(name):
+        return "has characters other than letters, digits, %, |, - and _"
+    return None
+
+
+def check_topic(topic: pb.Resource) -> None:
+    """ILLEGAL_TOPIC for a topic name RocketMQ's proxy refuses (GrpcValidator.validateTopic)."""
+    name = topic.name
+    problem = _name_problem(name, TOPIC_MAX_LENGTH)
+    if problem is not None:
+        raise GrpcError(pb.Code.ILLEGAL_TOPIC, f"topic name {name!r} {problem}")
+    if name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX):
+        raise GrpcError(pb.Code.ILLEGAL_TOPIC, f"topic {name} is a system topic")
+
+
+def check_group(group: pb.Resource) -> None:
+    """ILLEGAL_CONSUMER_GROUP for a group name RocketMQ's proxy refuses (GrpcValidator.validateConsumerGroup)."""
+    name = group.name
+    problem = _name_problem(name, GROUP_MAX_LENGTH)
+    if problem is not None:
+        raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"consumer group name {name!r} {problem}")
+    if name.startswith(SYSTEM_GROUP_PREFIX):
+        raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name} is a system group")
 
 
 def control_character(text: str) -> str | None:

@@ -7,4 +7,4 @@ import importlib.util
 if importlib.util.find_spec("grpc") is None or importlib.util.find_spec("google.protobuf") is None:
     collect_ignore_glob = ["test_*.py"]
 else:
-    from tests.grpc.kit import endpoint  # noqa: F401  (a fixture)
+    from tests.grpc.kit import endpoint, quick_endpoint  # noqa: F401  (fixtures)

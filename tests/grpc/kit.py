@@ -172,3 +172,12 @@ async def endpoint(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
     ep = await start_endpoint(tmp_path, transport=request.param)
     yield ep
     await stop_endpoint(ep)
+
+
+@pytest.fixture(params=TRANSPORTS)
+async def quick_endpoint(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Endpoint]:
+    """``endpoint`` that lets a receive ask for a 1 s invisible time (``min_receive_invisible_ms``, RocketMQ's
+    10 s by default): for tests that wait for a message to come back."""
+    ep = await start_endpoint(tmp_path, transport=request.param, min_receive_invisible_ms=1000)
+    yield ep
+    await stop_endpoint(ep)

@@ -17,6 +17,9 @@ import pytest
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
 from cometmq.grpc.v2 import service_pb2_grpc
+from cometmq.net.client import RemotingClient
+from cometmq.protocol.codes import RequestCode
+from cometmq.protocol.remoting import make_request
 from tests.kit.ports import free_port
 
 
@@ -84,6 +87,20 @@ async def _route(port: int, topic: str) -> spb.QueryRouteResponse:
         return r
 
 
+async def _create_topic(broker: str, namesrv: str, topic: str) -> None:
+    """Create ``topic`` on ``broker`` and wait until ``namesrv`` routes it."""
+    async with RemotingClient() as client:
+        r = await client.invoke(broker, make_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}))
+        assert r.code == 0, r.remark
+        for _ in range(100):
+            r = await client.invoke(namesrv, make_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+            if r.code == 0 and r.body:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"no route for {topic}")
+
+
 def test_standalone_proxy_and_embedded_endpoint(tmp_path: Path, procs: list[Proc]) -> None:
     ns, bp, gp, pp = free_port(), free_port(), free_port(), free_port()
     serve = Proc(cometmq("serve", "--data", str(tmp_path / "data"), "--namesrv-port", str(ns), "--broker-port",
@@ -92,10 +109,13 @@ def test_standalone_proxy_and_embedded_endpoint(tmp_path: Path, procs: list[Proc
     assert f"gRPC 127.0.0.1:{gp}" in serve.lines[-1]
     proxy = Proc(cometmq("proxy", "--namesrv", f"127.0.0.1:{ns}", "--grpc-port", str(pp)), "cometmq proxy listening")
     procs.append(proxy)
-    # TBW102 is the default topic every broker registers: both endpoints route it to the one broker
+    # both endpoints route a topic to the one broker (the topics every broker has are system topics, which
+    # RocketMQ's proxy refuses to route: ILLEGAL_TOPIC)
+    asyncio.run(_create_topic(f"127.0.0.1:{bp}", f"127.0.0.1:{ns}", "CliRoute"))
     for port in (gp, pp):
-        r = asyncio.run(_route(port, "TBW102"))
-        assert r.status.code == pb.Code.OK
+        assert asyncio.run(_route(port, "TBW102")).status.code == pb.Code.ILLEGAL_TOPIC
+        r = asyncio.run(_route(port, "CliRoute"))
+        assert r.status.code == pb.Code.OK, r.status
         assert {q.broker.name for q in r.message_queues} == {"broker-a"}
         assert all(q.broker.endpoints.addresses[0].port == port for q in r.message_queues)
     assert proxy.stop() == 0

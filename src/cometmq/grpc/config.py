@@ -22,6 +22,28 @@ class ProxyConfig:
     request_timeout_s: float = 3.0
     #: publishing.max_body_size told to producers, and enforced on SendMessage
     max_body_size: int = 4 * 1024 * 1024
+    # The limits below are RocketMQ 5 proxy's (its ProxyConfig key in brackets), with its defaults; a limit of 0 or
+    # less is off, as in RocketMQ. grpc/limits.py checks them before anything reaches a broker.
+    #: refuse a message with an empty body, MESSAGE_BODY_EMPTY [enableMessageBodyEmptyCheck]
+    empty_body_check: bool = True
+    #: most user properties of a message, MESSAGE_PROPERTIES_TOO_LARGE [userPropertyMaxNum]
+    max_user_properties: int = 128
+    #: most UTF-8 bytes of a message's user property keys and values, tag and keys together,
+    #: MESSAGE_PROPERTIES_TOO_LARGE [maxUserPropertySize]
+    max_user_property_size: int = 16 * 1024
+    #: a message group must be shorter than this many UTF-8 bytes, ILLEGAL_MESSAGE_GROUP [maxMessageGroupSize]
+    max_message_group_size: int = 64
+    #: how far ahead of now a delivery timestamp may be, ILLEGAL_DELIVERY_TIME [maxDelayTimeMills]
+    max_delay_ms: int = 24 * 3600 * 1000
+    #: longest orphaned transaction recovery duration of a transactional message, seconds, BAD_REQUEST
+    #: [maxTransactionRecoverySecond]
+    max_transaction_recovery_s: int = 3600
+    #: shortest invisible duration a ReceiveMessage may ask for, ILLEGAL_INVISIBLE_TIME
+    #: [minInvisibleTimeMillsForRecv]
+    min_receive_invisible_ms: int = 10_000
+    #: longest invisible duration of a ReceiveMessage or ChangeInvisibleDuration, ILLEGAL_INVISIBLE_TIME
+    #: [maxInvisibleTimeMills]; brokers refuse more than 12 h whatever this says
+    max_invisible_ms: int = 12 * 3600 * 1000
     #: invisible time of a ReceiveMessage without one (push consumers), RocketMQ's popInvisibleTime
     default_invisible_ms: int = 60_000
     #: long polling of a ReceiveMessage without one, and told to push consumers in their settings

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from cometmq.grpc import convert
+from cometmq.grpc import convert, limits
 from cometmq.grpc.backend import any_master
 from cometmq.grpc.handles import ReceiptHandle
 from cometmq.grpc.producer_rpcs import ALL_TYPES, endpoints_for
@@ -30,7 +30,6 @@ from cometmq.protocol.message import iter_records
 from cometmq.protocol.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
-    MAX_INVISIBLE_MS,
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
@@ -65,6 +64,8 @@ class ConsumerRpcs(RpcBase):
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
         """One assignment per broker with readable queues, queue id -1: the broker's POP picks the queue (and
         keeps per-queue order for FIFO groups), so every consumer of the group may ask every broker."""
+        limits.check_topic(request.topic)
+        limits.check_group(request.group)
         topic = request.topic.name
         route = await self.backend.routed(topic, any_master)
         endpoints = endpoints_for(request.endpoints, self.config.host, self.port)
@@ -86,14 +87,9 @@ class ConsumerRpcs(RpcBase):
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
         group, mq = request.group.name, request.message_queue
         topic = mq.topic.name
-        if not group:
-            raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, "ReceiveMessage names no consumer group")
-        if request.HasField("invisible_duration"):
-            invisible = convert.duration_ms(request.invisible_duration)
-            if not 0 < invisible <= MAX_INVISIBLE_MS:
-                raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
-        else:
-            invisible = self.config.default_invisible_ms
+        limits.check_topic(mq.topic)
+        limits.check_group(request.group)
+        invisible = limits.receive_invisible(request, self.config)
         poll = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
                 else self.config.long_polling_ms)
         left = remaining_ms(context)
@@ -144,6 +140,8 @@ class ConsumerRpcs(RpcBase):
     # -- ack / change invisible time / DLQ ----------------------------------------------------------------------
     @unary(spb.AckMessageResponse)
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+        limits.check_topic(request.topic)
+        limits.check_group(request.group)
         group = request.group.name
         if len(request.entries) == 1:  # what the clients send: no task for a gather of one
             results = [await self._ack_one(group, request.entries[0])]
@@ -170,10 +168,11 @@ class ConsumerRpcs(RpcBase):
     @unary(spb.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
+        limits.check_topic(request.topic)
+        limits.check_group(request.group)
         h = self._handle(request.receipt_handle)
         invisible = convert.duration_ms(request.invisible_duration)
-        if not 0 <= invisible <= MAX_INVISIBLE_MS:
-            raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is out of range")
+        limits.check_invisible(invisible, self.config)
         renewed = await self._change_invisible(request.group.name, h, invisible)
         return spb.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=renewed.encode())
 
@@ -197,6 +196,8 @@ class ConsumerRpcs(RpcBase):
         The handle is checked first, by a change of invisible time that also keeps the message hidden while it is
         copied: a stale handle, or one of another group, is refused before anything is copied. Should the copy
         fail, the message comes back when that time is over."""
+        limits.check_topic(request.topic)
+        limits.check_group(request.group)
         group = request.group.name
         h = await self._change_invisible(group, self._handle(request.receipt_handle),
                                          int(self.config.request_timeout_s * 2000))

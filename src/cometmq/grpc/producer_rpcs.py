@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from cometmq.grpc import convert
+from cometmq.grpc import convert, limits
 from cometmq.grpc.backend import PROXY_PRODUCER_GROUP, any_master
 from cometmq.grpc.handles import TransactionRef, recall_broker_name
 from cometmq.grpc.rpc import Caller, RpcBase, client_id_of, metadata_of, settings_needs, unary
@@ -75,6 +75,7 @@ class ProducerRpcs(RpcBase):
     # -- routes and lifecycle ---------------------------------------------------------------------------------
     @unary(spb.QueryRouteResponse)
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+        limits.check_topic(request.topic)
         topic = request.topic.name
         route = await self.backend.routed(topic, any_master)
         endpoints = endpoints_for(request.endpoints, self.config.host, self.port)
@@ -88,6 +89,8 @@ class ProducerRpcs(RpcBase):
         client_id = client_id_of(context)
         if not client_id:
             raise GrpcError(pb.Code.CLIENT_ID_REQUIRED, "x-mq-client-id is missing")
+        if request.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
+            limits.check_group(request.group)
         s = self.sessions.get(client_id)
         s.client_type = request.client_type
         if request.HasField("group"):
@@ -147,9 +150,16 @@ class ProducerRpcs(RpcBase):
     def check_settings(self, caller: Caller | None, settings: pb.Settings) -> None:
         """With ACL on, a client may announce only topics it may publish to, or a group (and topics) it may
         consume as (RocketMQ 5's proxy checks the same): FORBIDDEN otherwise, BAD_REQUEST for settings that are
-        neither a producer's nor a consumer's. Checked at every settings command, against the ACL in force then."""
+        neither a producer's nor a consumer's. Checked at every settings command, against the ACL in force then.
+        Then the names, as RocketMQ's proxy checks them after its authorization: a producer's topics
+        (ILLEGAL_TOPIC), a consumer's group (ILLEGAL_CONSUMER_GROUP)."""
         if self.acl is not None:
             self.check_caller(caller, "Telemetry", settings_needs(settings))
+        if settings.HasField("publishing"):
+            for topic in settings.publishing.topics:
+                limits.check_topic(topic)
+        elif settings.HasField("subscription"):
+            limits.check_group(settings.subscription.group)
 
     async def _settings_reply(self, session: Any, settings: pb.Settings) -> spb.TelemetryCommand:
         session.client_type = settings.client_type
@@ -207,8 +217,10 @@ class ProducerRpcs(RpcBase):
         topic = request.messages[0].topic
         if any(m.topic != topic for m in request.messages):
             raise GrpcError(pb.Code.MESSAGE_CORRUPTED, "the messages of one request must be of one topic")
-        if not topic.name:
-            raise GrpcError(pb.Code.ILLEGAL_TOPIC, "the message names no topic")
+        limits.check_topic(topic)
+        now_ms = int(time.time() * 1000)
+        for m in request.messages:
+            limits.check_message(m, self.config, now_ms)
         prepared = [(m, *convert.send_properties(m, self.config.max_body_size)) for m in request.messages]
         if len(prepared) == 1:  # what the clients send: no task for a gather of one
             entries = [await self._send_one(*prepared[0])]
@@ -274,6 +286,7 @@ class ProducerRpcs(RpcBase):
 
     @unary(spb.EndTransactionResponse)
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
+        limits.check_topic(request.topic)
         try:
             ref = TransactionRef.decode(request.transaction_id)
         except ProtocolError as exc:
@@ -289,10 +302,9 @@ class ProducerRpcs(RpcBase):
             transaction_id=ref.broker_transaction_id,
             from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK)
         ext = header.to_ext()
-        if self.acl is not None or request.topic.name:
-            # the topic the ACL checked goes along: the broker ends the half only if it is of that topic (the id
-            # is the client's to write)
-            ext["topic"] = request.topic.name
+        # the topic the ACL checked goes along: the broker ends the half only if it is of that topic (the id is the
+        # client's to write)
+        ext["topic"] = request.topic.name
         response = await self.backend.invoke(ref.broker_addr, make_request(RequestCode.END_TRANSACTION, ext))
         if response.code != ResponseCode.SUCCESS:
             raise GrpcError(from_remoting(response.code), response.remark or f"broker answered {response.code}")
@@ -320,6 +332,7 @@ class ProducerRpcs(RpcBase):
 
     @unary(spb.RecallMessageResponse)
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
+        limits.check_topic(request.topic)
         topic = request.topic.name
         broker_name = recall_broker_name(request.recall_handle)  # a bad handle: BAD_REQUEST (rpc._failure)
         addr = await self.backend.broker_addr(topic, broker_name)

@@ -45,9 +45,10 @@ def test_unacked_message_is_redelivered_and_change_invisible_duration(py5: Clien
     received = got.events("received")
     assert [m["attempt"] for m in received] == [1, 2], got.describe()
     assert received[0]["id"] == received[1]["id"] and len(got.events("acked")) == 1
-    # a message not acked within its invisible time is delivered again
+    # a message not acked within its invisible time is delivered again (10 s: the shortest a receive may ask for,
+    # RocketMQ's minInvisibleTimeMillsForRecv)
     assert py5.run("produce", endpoints=s.endpoints, topic="PyRedeliver", count=1, prefix="late-").rc == 0
-    first = py5.run("simple", endpoints=s.endpoints, topic="PyRedeliver", group="PyRe", count=1, invisible=2,
+    first = py5.run("simple", endpoints=s.endpoints, topic="PyRedeliver", group="PyRe", count=1, invisible=10,
                     no_ack=True, timeout=10)
     assert [m["body"] for m in first.events("received")] == ["late-0"], first.describe()
     second = py5.run("simple", endpoints=s.endpoints, topic="PyRedeliver", group="PyRe", count=1, timeout=20)

@@ -181,6 +181,11 @@ TlsKeyOption = Annotated[Path | None, typer.Option(
 _DASHBOARD_PORT_HELP = "serve the web dashboard (docs/dashboard.md) on this port of the metrics host; 0 = off"
 
 
+GrpcConfigOption = Annotated[Path | None, typer.Option(
+    "--grpc-config", envvar="COMETMQ_GRPC_CONFIG", show_default=False,
+    help="a RocketMQ 5 proxy's rmq-proxy.json: the gRPC endpoint's limits on what clients send (userPropertyMaxNum, "
+         "maxUserPropertySize, maxMessageGroupSize, maxDelayTimeMills, minInvisibleTimeMillsForRecv, ...; "
+         "docs/configuration.md)")]
 InnerCredentialsOption = Annotated[str | None, typer.Option(
     "--inner-credentials", envvar="COMETMQ_INNER_CREDENTIALS", show_default=False,
     help="accessKey:secretKey (or RocketMQ's JSON form) this process signs its own requests with: an admin account "
@@ -261,6 +266,7 @@ def broker(
     grpc_port: Annotated[int | None, typer.Option(callback=_check_port, help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
+    grpc_config: GrpcConfigOption = None,
     tls_mode: TlsModeOption = None,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
@@ -284,6 +290,7 @@ def serve(
     grpc_port: Annotated[int | None, typer.Option(callback=_check_port, help=_GRPC_PORT_HELP, show_default=False,
                                                   envvar="COMETMQ_GRPC_PORT")] = None,
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP, envvar="COMETMQ_ACCESS_KEYS")] = None,
+    grpc_config: GrpcConfigOption = None,
     tls_mode: TlsModeOption = None,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
@@ -302,6 +309,7 @@ def proxy(
     grpc_port: Annotated[int, typer.Option(min=1, max=65535, help="gRPC port to listen on")] = 8081,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     access_keys: Annotated[str | None, typer.Option(help=_ACCESS_KEYS_HELP)] = None,
+    grpc_config: GrpcConfigOption = None,
     tls_mode: TlsModeOption = None,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,

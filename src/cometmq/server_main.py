@@ -163,7 +163,8 @@ def _advertised(cfg: BrokerConfig) -> BrokerConfig:
 
 
 async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_keys: str | None,
-                      broker: BrokerController | None = None, tls: object | None = None) -> object | None:
+                      broker: BrokerController | None = None, tls: object | None = None,
+                      settings: dict[str, object] | None = None) -> object | None:
     """Start the embedded gRPC endpoint (a proxy over remoting; ``broker``, the BrokerController of this process,
     is reached in process instead of over loopback TCP). Off when the port is 0, when the ``grpc`` extra is
     missing, or (default port only) when the port is busy; an explicit port must bind."""
@@ -185,7 +186,7 @@ async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_k
         from cometmq.net.local import local_connector
 
         local[broker.addr] = local_connector(broker.server, broker.addr)
-    options = _auth_options(access_keys)
+    options = {**(settings or {}), **_auth_options(access_keys)}  # (--grpc-config's keys: limits only)
     if tls is not None:
         options["tls"] = tls
     if broker is not None:  # the broker's serverMaxConnections / serverMaxConnectionsPerIp on its gRPC port too
@@ -202,6 +203,18 @@ async def _start_grpc(port: int | None, namesrv: str | None, host: str, access_k
         log.warning("gRPC endpoint off: %s", exc)
         return None
     return proxy
+
+
+def _grpc_settings(path: Path | None) -> dict[str, object]:
+    """The gRPC endpoint's keys from ``--grpc-config`` (a RocketMQ rmq-proxy.json), checked before anything starts."""
+    if path is None:
+        return {}
+    from cometmq.grpc.config import load_proxy_json
+
+    try:
+        return load_proxy_json(path)
+    except ValueError as exc:
+        raise UsageError(str(exc), param_hint="--grpc-config") from None
 
 
 def _explicit_grpc_port(port: int | None, namesrv: str | None) -> list[tuple[str, int]]:
@@ -254,8 +267,8 @@ class _ServiceNotes:
 
 @contextlib.asynccontextmanager
 async def _broker_services(ctl: BrokerController, namesrv: str, host: str, *, dashboard_port: int | None,
-                           grpc_port: int | None, access_keys: str | None,
-                           tls: TlsConfig) -> AsyncIterator[_ServiceNotes]:
+                           grpc_port: int | None, access_keys: str | None, tls: TlsConfig,
+                           grpc_settings: dict[str, object]) -> AsyncIterator[_ServiceNotes]:
     """What runs beside a started broker (metrics, dashboard, gRPC endpoint, each as configured): started in
     that order, stopped (those that started) when the block ends or a later one fails to start. The broker itself
     is the caller's to stop."""
@@ -263,7 +276,7 @@ async def _broker_services(ctl: BrokerController, namesrv: str, host: str, *, da
     try:
         metrics = await _start_metrics(ctl)
         dash = await _start_dashboard(ctl, dashboard_port, namesrv)
-        proxy = await _start_grpc(grpc_port, namesrv, host, access_keys, ctl, tls)
+        proxy = await _start_grpc(grpc_port, namesrv, host, access_keys, ctl, tls, grpc_settings)
         yield _ServiceNotes(_grpc_note(proxy), _metrics_note(metrics) + _dashboard_note(dash))
     finally:
         await _stop_metrics(dash)
@@ -590,9 +603,10 @@ def controller(data: Path, port: int | None, host: str | None, config: Path | No
 
 
 def broker(config: Path | None, data: Path | None, port: int | None, host: str, namesrv: str | None,
-           broker_ip: str | None, grpc_port: int | None, access_keys: str | None, tls_mode: str | None,
-           tls_cert: Path | None, tls_key: Path | None, dashboard_port: int | None) -> None:
+           broker_ip: str | None, grpc_port: int | None, access_keys: str | None, grpc_config: Path | None,
+           tls_mode: str | None, tls_cert: Path | None, tls_key: Path | None, dashboard_port: int | None) -> None:
     """Run a broker that registers with the given nameservers."""
+    grpc_settings = _grpc_settings(grpc_config)
     cfg = _broker_config(config, data, host, port, namesrv, broker_ip)
     cfg = cfg.replace(tls=_tls_config(config, tls_mode, tls_cert, tls_key))
     _check_metrics(cfg)
@@ -608,7 +622,8 @@ def broker(config: Path | None, data: Path | None, port: int | None, host: str, 
         await ctl.start()
         try:
             async with _broker_services(ctl, cfg.namesrv_addr, host, dashboard_port=dashboard_port,
-                                        grpc_port=grpc_port, access_keys=access_keys, tls=cfg.tls) as notes:
+                                        grpc_port=grpc_port, access_keys=access_keys, tls=cfg.tls,
+                                        grpc_settings=grpc_settings) as notes:
                 _server_gc()
                 print(f"cometmq broker {cfg.broker_name} listening on {ctl.addr}{notes.grpc}, "
                       f"data in {cfg.store.store_path}{notes.rest}", flush=True)
@@ -620,9 +635,10 @@ def broker(config: Path | None, data: Path | None, port: int | None, host: str, 
 
 
 def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, config: Path | None,
-          broker_ip: str | None, grpc_port: int | None, access_keys: str | None, tls_mode: str | None,
-          tls_cert: Path | None, tls_key: Path | None, dashboard_port: int | None) -> None:
+          broker_ip: str | None, grpc_port: int | None, access_keys: str | None, grpc_config: Path | None,
+          tls_mode: str | None, tls_cert: Path | None, tls_key: Path | None, dashboard_port: int | None) -> None:
     """Run a nameserver and a broker in one process."""
+    grpc_settings = _grpc_settings(grpc_config)
     tls_cfg = _tls_config(config, tls_mode, tls_cert, tls_key)
     # enforcing: the broker and the gRPC endpoint reach this nameserver with TLS too
     tls = tls_cfg.replace(client_enable=True) if tls_cfg.mode.value == "enforcing" else tls_cfg
@@ -650,7 +666,8 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
             raise
         try:
             async with _broker_services(ctl, f"{host}:{ns.port}", host, dashboard_port=dashboard_port,
-                                        grpc_port=grpc_port, access_keys=access_keys, tls=tls) as notes:
+                                        grpc_port=grpc_port, access_keys=access_keys, tls=tls,
+                                        grpc_settings=grpc_settings) as notes:
                 _server_gc()
                 print(f"cometmq serving: namesrv {host}:{ns.port}, broker {ctl.addr}{notes.grpc}, "
                       f"data in {cfg.store.store_path}{notes.rest}", flush=True)
@@ -662,9 +679,9 @@ def serve(data: Path | None, namesrv_port: int, broker_port: int, host: str, con
     _run(main())
 
 
-def proxy(namesrv: str, grpc_port: int, host: str, access_keys: str | None, tls_mode: str | None,
-          tls_cert: Path | None, tls_key: Path | None, tls_config: Path | None, acl_file: Path | None,
-          inner_credentials: str | None) -> None:
+def proxy(namesrv: str, grpc_port: int, host: str, access_keys: str | None, grpc_config: Path | None,
+          tls_mode: str | None, tls_cert: Path | None, tls_key: Path | None, tls_config: Path | None,
+          acl_file: Path | None, inner_credentials: str | None) -> None:
     """Serve the RocketMQ 5 gRPC protocol over the brokers found through the nameservers."""
     try:
         from cometmq.grpc.config import ProxyConfig
@@ -679,7 +696,8 @@ def proxy(namesrv: str, grpc_port: int, host: str, access_keys: str | None, tls_
         _check_acl_file(str(acl_file), "--acl-file", must_exist=True)
         auth = {"acl_file": str(acl_file)}
     credentials = _inner_credentials(inner_credentials)
-    cfg = ProxyConfig(namesrv=namesrv, host=host, port=grpc_port, **auth,  # type: ignore[arg-type]
+    options = {**_grpc_settings(grpc_config), **auth}
+    cfg = ProxyConfig(namesrv=namesrv, host=host, port=grpc_port, **options,  # type: ignore[arg-type]
                       tls=_tls_config(None, tls_mode, tls_cert, tls_key, tls_config),
                       inner_credentials=(credentials.access_key, credentials.secret_key) if credentials else None)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from cometmq.net.limits import ConnectionLimits
@@ -78,3 +80,64 @@ class ProxyConfig:
     @property
     def bind_addr(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+#: the keys of a RocketMQ 5 proxy's rmq-proxy.json that ``--grpc-config`` takes, and the ProxyConfig field of each:
+#: the limits on what clients send (grpc/limits.py); an integer limit of 0 or less is off, as in RocketMQ
+PROXY_JSON_KEYS = {
+    "maxMessageSize": "max_body_size",
+    "enableMessageBodyEmptyCheck": "empty_body_check",
+    "userPropertyMaxNum": "max_user_properties",
+    "maxUserPropertySize": "max_user_property_size",
+    "maxMessageGroupSize": "max_message_group_size",
+    "maxDelayTimeMills": "max_delay_ms",
+    "maxTransactionRecoverySecond": "max_transaction_recovery_s",
+    "minInvisibleTimeMillsForRecv": "min_receive_invisible_ms",
+    "maxInvisibleTimeMills": "max_invisible_ms",
+}
+#: keys of RocketMQ's sample rmq-proxy.json that mean nothing here (the cluster is the nameservers'): taken, unused
+_PROXY_JSON_IGNORED = frozenset({"rocketMQClusterName"})
+#: maxMessageSize bounds grpc's receive limit too (a 32-bit length), so it is never off: 1 byte to 1 GiB
+_MAX_BODY_RANGE = (1, 1 << 30)
+_INT_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
+def load_proxy_json(path: Path) -> dict[str, Any]:
+    """The ProxyConfig fields a RocketMQ-style rmq-proxy.json sets (:data:`PROXY_JSON_KEYS`). ValueError naming the
+    file and the key for a file that cannot be read, is not one JSON object, repeats a key, names a key not taken
+    here, or gives a value of the wrong type or out of range: nothing is half-applied."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read: {exc}") from None
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise ValueError(f"{path}: the key {key!r} is given twice")
+            seen[key] = value
+        return seen
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _PROXY_JSON_IGNORED:
+            continue
+        name = PROXY_JSON_KEYS.get(key)
+        if name is None:
+            raise ValueError(f"{path}: unknown key {key!r} (taken: {', '.join(sorted(PROXY_JSON_KEYS))})")
+        if name == "empty_body_check":
+            if type(value) is not bool:
+                raise ValueError(f"{path}: {key} must be true or false, not {value!r}")
+        else:
+            low, high = _MAX_BODY_RANGE if name == "max_body_size" else _INT_RANGE
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"{path}: {key} must be an integer from {low} to {high}, not {value!r}")
+        out[name] = value
+    return out

@@ -13,6 +13,7 @@ import pytest
 from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.acl import Credentials, sign_request
+from cometmq.protocol.client_bodies import LockBatchBody, MessageQueue
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from cometmq.protocol.message import iter_records
@@ -194,3 +195,29 @@ async def test_a_batched_end_decides_only_halves_of_a_topic_the_account_may_publ
     r = await end([halves[0]], ADMIN, None)
     assert r.code == ResponseCode.SUCCESS and decode_end_outcomes(r.body or b"")[0].ok
     assert _max_offset(broker, "denied") == 1 and len(broker.transactions.table) == 0
+
+
+async def test_leaving_the_users_group_does_not_release_another_groups_queue_locks(tmp_path: Path) -> None:
+    """UNREGISTER_CLIENT is allowed for the group it names (SUB on it) but released the queue locks of the client id
+    it names in every group: a user allowed only its own group freed the locks of another group's orderly
+    consumer (client ids are in GET_CONSUMER_CONNECTION_LIST's answer), which a second member could then take
+    while the first still consumed in order."""
+    acl_path = tmp_path / "plain_acl.yml"
+    acl_path.write_text(admin_and_user(ADMIN, USER, default_group="DENY") + "    groupPerms:\n      - mine=SUB\n")
+    b = BrokerController(broker_config(tmp_path / "broker", acl_enable=True, acl_file=str(acl_path)))
+    await b.start()
+    try:
+        mq = MessageQueue("T", b.config.broker_name, 0)
+        for group in ("mine", "theirs"):
+            r = await _call(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {}, LockBatchBody(
+                group, "victim", frozenset({mq})).encode()), ADMIN)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await _call(b.addr, make_request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": "victim", "consumerGroup": "theirs", "producerGroup": ""}), USER)
+        assert r.code == ResponseCode.NO_PERMISSION and "group=theirs" in (r.remark or "")
+        r = await _call(b.addr, make_request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": "victim", "consumerGroup": "mine", "producerGroup": ""}), USER)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert b.locks.owner("mine", mq) is None and b.locks.owner("theirs", mq) == "victim"
+    finally:
+        await b.stop()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cometmq.acl import AccessControl, parse_acl
 from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.acl import Credentials, sign_request
@@ -221,3 +222,31 @@ async def test_leaving_the_users_group_does_not_release_another_groups_queue_loc
         assert b.locks.owner("mine", mq) is None and b.locks.owner("theirs", mq) == "victim"
     finally:
         await b.stop()
+
+
+async def test_an_acl_change_keeps_the_files_secrets_private(broker: BrokerController, tmp_path: Path) -> None:
+    """The ACL file holds every account's secret key. An admin change rewrote it (a new file renamed over it) with
+    mode 0644 whatever it had: an operator's 0600 file became readable by every local user, admin secrets
+    included, after the first mqadmin updateAclConfig. The file keeps its mode now, and one the broker creates is
+    0600."""
+    assert broker.acl is not None
+    acl_path = broker.acl.path
+    acl_path.chmod(0o600)
+    for cmd in (make_request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "userBravo1",
+                                                                         "secretKey": "bravoSecret1"}),
+                make_request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "10.9.9.9"}),
+                make_request(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "userBravo1"})):
+        r = await _call(broker.addr, cmd, ADMIN)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert acl_path.stat().st_mode & 0o777 == 0o600, (cmd.code, oct(acl_path.stat().st_mode))
+    acl_path.chmod(0o640)  # whatever the operator chose (a group the broker's user is in, say)
+    r = await _call(broker.addr, make_request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": ""}),
+                    ADMIN)
+    assert r.code == ResponseCode.SUCCESS and acl_path.stat().st_mode & 0o777 == 0o640
+    # no file yet (the broker's data folder default): the first change creates one only its owner reads
+    text = acl_path.read_text()
+    acl_path.unlink()
+    new = AccessControl(tmp_path / "fresh" / "plain_acl.yml")
+    new.save(parse_acl(text))
+    assert (tmp_path / "fresh" / "plain_acl.yml").stat().st_mode & 0o777 == 0o600
+    assert not [p for p in (tmp_path / "fresh").iterdir() if p.name != "plain_acl.yml"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -158,10 +159,16 @@ class AccessControl:
                 log.exception("ACL reload of %s failed", self.path)
 
     def save(self, config: AclConfig) -> None:
-        """Write ``config`` to the file (atomically, dataVersion bumped) and put it in force."""
+        """Write ``config`` to the file (atomically, dataVersion bumped) and put it in force. The file holds every
+        secret key: it keeps its permission bits (the new file renamed over it gets them before any byte), and one
+        created here is 0600."""
         config = replace(config, counter=config.counter + 1, timestamp=int(time.time() * 1000))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, config.dumps().encode("utf-8"))
+        try:
+            mode = stat.S_IMODE(self.path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o600
+        write_atomic(self.path, config.dumps().encode("utf-8"), mode=mode)
         self.config = config
         self._stamp = self._file_stamp()
 

@@ -5,6 +5,7 @@ handler, or that must not hand a user what only the broker should know. A real b
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -250,3 +251,22 @@ async def test_an_acl_change_keeps_the_files_secrets_private(broker: BrokerContr
     new.save(parse_acl(text))
     assert (tmp_path / "fresh" / "plain_acl.yml").stat().st_mode & 0o777 == 0o600
     assert not [p for p in (tmp_path / "fresh").iterdir() if p.name != "plain_acl.yml"]
+
+
+async def test_refusals_of_made_up_access_keys_hold_no_memory_and_log_short_lines(
+        broker: BrokerController, caplog: pytest.LogCaptureFixture) -> None:
+    """A refusal's remark names the access key the request carried, which is the caller's to choose, unsigned and
+    as long as a frame; the refusal log kept each (host, remark) for its once-a-minute limit, up to 10,000 of them,
+    and logged the remark whole: a peer without any account made the broker hold 10,000 keys of up to 16 MiB
+    each, and write them to its log. What is kept and logged of a remark is now bounded."""
+    assert broker.acl is not None
+    with caplog.at_level(logging.WARNING, "cometmq.acl"):
+        for i in range(20):
+            made_up = f"{i:04d}" + "k" * (256 * 1024)
+            r = await _call(broker.addr, send_request("allowed", b"x"), (made_up, "anySecret1"))
+            assert r.code == ResponseCode.NO_PERMISSION and (r.remark or "").startswith("No acl config for 0")
+    held = sum(len(host) + len(reason) for host, reason in broker.acl._logged)
+    assert held < 20 * 1024, held
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == "cometmq.acl"]
+    assert lines and max(len(line) for line in lines) < 1024
+    assert sum(len(line) for line in lines) < 16 * 1024

@@ -257,3 +257,23 @@ def test_refusals_are_logged_once_per_client_and_reason(caplog: pytest.LogCaptur
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3
     assert "99 more refusals" in lines[2]
+
+
+def test_a_host_refused_for_a_new_reason_each_time_is_logged_a_few_times_a_minute(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A made-up access key per request is a new reason each time: the once-per-reason limit alone logged every
+    request. A host gets LINES_PER_HOST lines a minute; the rest are counted in its next line."""
+    from cometmq.acl.control import LINES_PER_HOST
+
+    now = [0.0]
+    ac = AccessControl(os.devnull, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "cometmq.acl"):
+        for i in range(500):
+            ac.refused("10.0.0.1", f"No acl config for made-up-{i}", "request code 10")
+        ac.refused("10.0.0.2", "No acl config for made-up-0", "request code 10")  # another host: its own lines
+        now[0] = 61
+        ac.refused("10.0.0.1", "No accessKey is configured", "request code 10")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == LINES_PER_HOST + 2
+    assert f"{500 - LINES_PER_HOST} refusals of 10.0.0.1 for other reasons were not logged" in lines[-1]
+    assert len(ac._logged) == LINES_PER_HOST + 2

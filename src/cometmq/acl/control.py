@@ -119,6 +119,8 @@ class AccessControl:
             text = self.path.read_text(encoding="utf-8")
         except OSError as exc:
             raise AclConfigError(f"cannot read {self.path}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise AclConfigError(f"{self.path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
         self.config = parse_acl(text, str(self.path))
         self._stamp = stamp
         log.info("ACL loaded from %s: %d accounts, %d global allow-list patterns", self.path,

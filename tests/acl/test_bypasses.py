@@ -5,14 +5,17 @@ handler, or that must not hand a user what only the broker should know. A real b
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from cometmq.acl import AccessControl, parse_acl
 from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.acl import Credentials, sign_request
+from cometmq.protocol.client_bodies import LockBatchBody, MessageQueue
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from cometmq.protocol.message import iter_records
@@ -194,3 +197,76 @@ async def test_a_batched_end_decides_only_halves_of_a_topic_the_account_may_publ
     r = await end([halves[0]], ADMIN, None)
     assert r.code == ResponseCode.SUCCESS and decode_end_outcomes(r.body or b"")[0].ok
     assert _max_offset(broker, "denied") == 1 and len(broker.transactions.table) == 0
+
+
+async def test_leaving_the_users_group_does_not_release_another_groups_queue_locks(tmp_path: Path) -> None:
+    """UNREGISTER_CLIENT is allowed for the group it names (SUB on it) but released the queue locks of the client id
+    it names in every group: a user allowed only its own group freed the locks of another group's orderly
+    consumer (client ids are in GET_CONSUMER_CONNECTION_LIST's answer), which a second member could then take
+    while the first still consumed in order."""
+    acl_path = tmp_path / "plain_acl.yml"
+    acl_path.write_text(admin_and_user(ADMIN, USER, default_group="DENY") + "    groupPerms:\n      - mine=SUB\n")
+    b = BrokerController(broker_config(tmp_path / "broker", acl_enable=True, acl_file=str(acl_path)))
+    await b.start()
+    try:
+        mq = MessageQueue("T", b.config.broker_name, 0)
+        for group in ("mine", "theirs"):
+            r = await _call(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {}, LockBatchBody(
+                group, "victim", frozenset({mq})).encode()), ADMIN)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await _call(b.addr, make_request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": "victim", "consumerGroup": "theirs", "producerGroup": ""}), USER)
+        assert r.code == ResponseCode.NO_PERMISSION and "group=theirs" in (r.remark or "")
+        r = await _call(b.addr, make_request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": "victim", "consumerGroup": "mine", "producerGroup": ""}), USER)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert b.locks.owner("mine", mq) is None and b.locks.owner("theirs", mq) == "victim"
+    finally:
+        await b.stop()
+
+
+async def test_an_acl_change_keeps_the_files_secrets_private(broker: BrokerController, tmp_path: Path) -> None:
+    """The ACL file holds every account's secret key. An admin change rewrote it (a new file renamed over it) with
+    mode 0644 whatever it had: an operator's 0600 file became readable by every local user, admin secrets
+    included, after the first mqadmin updateAclConfig. The file keeps its mode now, and one the broker creates is
+    0600."""
+    assert broker.acl is not None
+    acl_path = broker.acl.path
+    acl_path.chmod(0o600)
+    for cmd in (make_request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "userBravo1",
+                                                                         "secretKey": "bravoSecret1"}),
+                make_request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "10.9.9.9"}),
+                make_request(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "userBravo1"})):
+        r = await _call(broker.addr, cmd, ADMIN)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert acl_path.stat().st_mode & 0o777 == 0o600, (cmd.code, oct(acl_path.stat().st_mode))
+    acl_path.chmod(0o640)  # whatever the operator chose (a group the broker's user is in, say)
+    r = await _call(broker.addr, make_request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": ""}),
+                    ADMIN)
+    assert r.code == ResponseCode.SUCCESS and acl_path.stat().st_mode & 0o777 == 0o640
+    # no file yet (the broker's data folder default): the first change creates one only its owner reads
+    text = acl_path.read_text()
+    acl_path.unlink()
+    new = AccessControl(tmp_path / "fresh" / "plain_acl.yml")
+    new.save(parse_acl(text))
+    assert (tmp_path / "fresh" / "plain_acl.yml").stat().st_mode & 0o777 == 0o600
+    assert not [p for p in (tmp_path / "fresh").iterdir() if p.name != "plain_acl.yml"]
+
+
+async def test_refusals_of_made_up_access_keys_hold_no_memory_and_log_short_lines(
+        broker: BrokerController, caplog: pytest.LogCaptureFixture) -> None:
+    """A refusal's remark names the access key the request carried, which is the caller's to choose, unsigned and
+    as long as a frame; the refusal log kept each (host, remark) for its once-a-minute limit, up to 10,000 of them,
+    and logged the remark whole: a peer without any account made the broker hold 10,000 keys of up to 16 MiB
+    each, and write them to its log. What is kept and logged of a remark is now bounded."""
+    assert broker.acl is not None
+    with caplog.at_level(logging.WARNING, "cometmq.acl"):
+        for i in range(20):
+            made_up = f"{i:04d}" + "k" * (256 * 1024)
+            r = await _call(broker.addr, send_request("allowed", b"x"), (made_up, "anySecret1"))
+            assert r.code == ResponseCode.NO_PERMISSION and (r.remark or "").startswith("No acl config for 0")
+    held = sum(len(host) + len(reason) for host, reason in broker.acl._logged)
+    assert held < 20 * 1024, held
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == "cometmq.acl"]
+    assert lines and max(len(line) for line in lines) < 1024
+    assert sum(len(line) for line in lines) < 16 * 1024

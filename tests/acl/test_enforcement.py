@@ -117,6 +117,27 @@ async def test_the_nameserver_refuses_changes_without_an_admin_account(cluster: 
     assert r.code == ResponseCode.SUCCESS and cluster.addr.encode() in r.body
 
 
+async def test_only_an_admin_account_keeps_a_broker_alive_on_the_nameserver(cluster: Cluster) -> None:
+    """QUERY_DATA_VERSION (322) is a broker's periodic check that its registration is current; the nameserver
+    counts the broker as alive from then on (as RocketMQ's queryBrokerTopicConfig), so it is a change, not a read.
+    It was open to anyone: a plain socket repeating it kept a dead broker in the routes for good, clients sending
+    to it."""
+    ns, addr = cluster.ns, cluster.addr
+    info = ns.route_info.live_brokers()[addr]
+    query = make_request(RequestCode.QUERY_DATA_VERSION, {
+        "brokerAddr": addr, "brokerName": cluster.broker.config.broker_name,
+        "clusterName": info.cluster, "brokerId": 0}, info.data_version.encode())
+    before = info.last_update
+    for creds in (None, USER):
+        r = await _call(cluster.namesrv, query, creds)
+        assert r.code == ResponseCode.NO_PERMISSION, (creds, r.code, r.remark)
+        assert ns.route_info.live_brokers()[addr].last_update == before
+    # the broker's own (admin) credentials: answered, and it counts as alive from now
+    r = await _call(cluster.namesrv, query, ADMIN)
+    assert r.code == ResponseCode.SUCCESS and r.ext_fields["changed"] == "false"
+    assert ns.route_info.live_brokers()[addr].last_update > before
+
+
 async def test_the_sdk_signs_with_a_users_keys(cluster: Cluster) -> None:
     async with Producer("pg", namesrv=cluster.namesrv, credentials=USER) as producer:
         result = await producer.send(Message("allowed", b"hello"))

@@ -257,3 +257,43 @@ def test_refusals_are_logged_once_per_client_and_reason(caplog: pytest.LogCaptur
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3
     assert "99 more refusals" in lines[2]
+
+
+def test_a_host_refused_for_a_new_reason_each_time_is_logged_a_few_times_a_minute(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A made-up access key per request is a new reason each time: the once-per-reason limit alone logged every
+    request. A host gets LINES_PER_HOST lines a minute; the rest are counted in its next line."""
+    from cometmq.acl.control import LINES_PER_HOST
+
+    now = [0.0]
+    ac = AccessControl(os.devnull, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "cometmq.acl"):
+        for i in range(500):
+            ac.refused("10.0.0.1", f"No acl config for made-up-{i}", "request code 10")
+        ac.refused("10.0.0.2", "No acl config for made-up-0", "request code 10")  # another host: its own lines
+        now[0] = 61
+        ac.refused("10.0.0.1", "No accessKey is configured", "request code 10")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == LINES_PER_HOST + 2
+    assert f"{500 - LINES_PER_HOST} refusals of 10.0.0.1 for other reasons were not logged" in lines[-1]
+    assert len(ac._logged) == LINES_PER_HOST + 2
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file saved in Latin-1 (a secret key with an accented letter) raised UnicodeDecodeError: a traceback instead
+    of the file's name at start, and on a hot reload an exception logged at every poll (the watcher never took
+    note of that version of the file)."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_bytes(ROCKETMQ_EXAMPLE.replace("12345678", "s\xe9cret12").encode("latin-1"))
+    with pytest.raises(AclConfigError, match=r"plain_acl\.yml is not UTF-8"):
+        AccessControl(path).load()
+    _write(path, ROCKETMQ_EXAMPLE)
+    ac = AccessControl(path)
+    ac.load()
+    path.write_bytes(ROCKETMQ_EXAMPLE.replace("rocketmq2", "rocketm\xe92").encode("latin-1"))
+    with caplog.at_level(logging.ERROR, "cometmq.acl"):
+        assert not ac.reload_if_changed()
+        assert not ac.reload_if_changed()
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "UTF-8" in errors[0].getMessage()
+    assert set(ac.config.accounts) == {"RocketMQ", "rocketmq2"}

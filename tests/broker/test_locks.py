@@ -187,6 +187,32 @@ async def test_unregister_frees_the_clients_locks(start_broker: StartBroker) -> 
         assert b.locks.owner("G", *qs(0)) is None and b.locks.owner("G", *qs(1)) is None
 
 
+async def test_unregistering_one_group_keeps_the_clients_locks_in_its_other_groups(start_broker: StartBroker) -> None:
+    """One client process (one client id) with two orderly consumers, of groups G1 and G2, shuts down the first:
+    its UNREGISTER_CLIENT names G1, yet every lock of the client id was released, G2's too, while G2's consumer
+    went on consuming those queues in order; another member of G2 could then lock them and consume them at the
+    same time. Now only the named group's locks go (the rest are released when the client leaves altogether)."""
+    b = await start_broker()
+    async with RemotingClient() as c1:
+        r = await c1.invoke(b.addr, make_request(RequestCode.HEART_BEAT, {}, HeartbeatData(
+            "id-1", (), (ConsumerData("G1"), ConsumerData("G2"))).encode()))
+        assert r.code == ResponseCode.SUCCESS
+        assert await lock(c1, b.addr, "G1", "id-1", qs(0)) == qs(0)
+        assert await lock(c1, b.addr, "G2", "id-1", qs(0, 1)) == qs(0, 1)
+        r = await c1.invoke(b.addr, make_request(RequestCode.UNREGISTER_CLIENT,
+                                                 {"clientID": "id-1", "consumerGroup": "G1", "producerGroup": ""}))
+        assert r.code == ResponseCode.SUCCESS
+        assert b.locks.owner("G1", *qs(0)) is None
+        assert b.locks.owner("G2", *qs(0)) == "id-1" and b.locks.owner("G2", *qs(1)) == "id-1"
+        async with RemotingClient() as c2:  # another member of G2 cannot take them
+            assert await lock(c2, b.addr, "G2", "id-2", qs(0, 1)) == frozenset()
+    for _ in range(200):  # the client's connection closed: it has left, and its other locks go with it
+        if b.locks.owner("G2", *qs(0)) is None:
+            break
+        await asyncio.sleep(0.01)
+    assert b.locks.owner("G2", *qs(0)) is None and b.locks.owner("G2", *qs(1)) is None
+
+
 async def test_locks_of_a_client_that_never_comes_back_are_dropped_once_expired(start_broker: StartBroker) -> None:
     """A client that locks queues without ever heartbeating on that connection (or under another client id), then
     goes away without UNREGISTER_CLIENT, left its entries in the table for good: nothing removed expired locks,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -31,6 +32,11 @@ DEFAULT_RELOAD_INTERVAL_S = 3.0
 #: a refusal with the same (host, reason) is logged again after this long, with the count in between
 LOG_EVERY_S = 60.0
 _MAX_LOG_KEYS = 10_000
+#: what is kept and logged of a refusal's reason: it quotes what the caller sent (an access key no account has)
+REASON_LOG_CHARS = 200
+#: lines about one host per LOG_EVERY_S: a caller whose every request is refused for another reason (a made-up
+#: access key each time) is logged this often, then counted
+LINES_PER_HOST = 20
 
 
 class AccessDenied(Exception):
@@ -81,6 +87,8 @@ class AccessControl:
         self._stamp: tuple[int, int] | None = None
         self._clock = clock
         self._logged: dict[tuple[str, str], list[float]] = {}
+        #: host -> [start of its current minute, lines logged in it, refusals held back past LINES_PER_HOST]
+        self._host_lines: dict[str, list[float]] = {}
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -111,6 +119,8 @@ class AccessControl:
             text = self.path.read_text(encoding="utf-8")
         except OSError as exc:
             raise AclConfigError(f"cannot read {self.path}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise AclConfigError(f"{self.path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
         self.config = parse_acl(text, str(self.path))
         self._stamp = stamp
         log.info("ACL loaded from %s: %d accounts, %d global allow-list patterns", self.path,
@@ -158,10 +168,16 @@ class AccessControl:
                 log.exception("ACL reload of %s failed", self.path)
 
     def save(self, config: AclConfig) -> None:
-        """Write ``config`` to the file (atomically, dataVersion bumped) and put it in force."""
+        """Write ``config`` to the file (atomically, dataVersion bumped) and put it in force. The file holds every
+        secret key: it keeps its permission bits (the new file renamed over it gets them before any byte), and one
+        created here is 0600."""
         config = replace(config, counter=config.counter + 1, timestamp=int(time.time() * 1000))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, config.dumps().encode("utf-8"))
+        try:
+            mode = stat.S_IMODE(self.path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o600
+        write_atomic(self.path, config.dumps().encode("utf-8"), mode=mode)
         self.config = config
         self._stamp = self._file_stamp()
 
@@ -202,16 +218,32 @@ class AccessControl:
         return account
 
     def refused(self, host: str, reason: str, what: str) -> None:
-        """Log a refusal once per (host, reason) per LOG_EVERY_S, counting the ones not logged."""
+        """Log a refusal once per (host, reason) per LOG_EVERY_S, and at most LINES_PER_HOST lines per host in
+        that time, counting the ones not logged; a reason is cut to REASON_LOG_CHARS (it quotes the caller)."""
+        if len(reason) > REASON_LOG_CHARS:
+            reason = f"{reason[:REASON_LOG_CHARS]}... ({len(reason)} characters)"
         key = (host, reason)
         now = self._clock()
         entry = self._logged.get(key)
         if entry is not None and now - entry[0] < LOG_EVERY_S:
             entry[1] += 1
             return
+        lines = self._host_lines.get(host)
+        held = 0
+        if lines is None or now - lines[0] >= LOG_EVERY_S:
+            held = int(lines[2]) if lines is not None else 0
+            if len(self._host_lines) >= _MAX_LOG_KEYS:
+                self._host_lines.clear()
+            lines = self._host_lines[host] = [now, 0, 0]
+        if lines[1] >= LINES_PER_HOST:
+            lines[2] += 1
+            return
+        lines[1] += 1
         if len(self._logged) >= _MAX_LOG_KEYS:
             self._logged.clear()
         more = f" ({int(entry[1])} more refusals like it since it was last logged)" if entry and entry[1] else ""
+        if held:
+            more += f" ({held} refusals of {host} for other reasons were not logged in the minute before)"
         self._logged[key] = [now, 0]
         log.warning("refused %s from %s: %s%s", what, host, reason, more)
 

@@ -159,12 +159,12 @@ CONTROLLER_PUBLIC_CODES = frozenset({
 
 #: codes a nameserver answers to anyone: reads of routes, clusters, topic lists and KV config (as RocketMQ, whose
 #: nameserver checks nothing), and the embedded controller's reads; every other nameserver code (registering and
-#: unregistering brokers, deleting topics, write permissions, KV and configuration changes, the embedded
-#: controller's changes) needs an admin account
+#: unregistering brokers, QUERY_DATA_VERSION (it keeps the broker it names alive, as a registration does), deleting
+#: topics, write permissions, KV and configuration changes, the embedded controller's changes) needs an admin account
 NAMESRV_PUBLIC_CODES = frozenset({
     C.GET_ROUTEINFO_BY_TOPIC, C.GET_BROKER_CLUSTER_INFO, C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
     C.GET_TOPICS_BY_CLUSTER, C.GET_SYSTEM_TOPIC_LIST_FROM_NS, C.GET_UNIT_TOPIC_LIST, C.GET_HAS_UNIT_SUB_TOPIC_LIST,
-    C.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, C.GET_KV_CONFIG, C.GET_KVLIST_BY_NAMESPACE, C.QUERY_DATA_VERSION,
+    C.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, C.GET_KV_CONFIG, C.GET_KVLIST_BY_NAMESPACE,
 }) | CONTROLLER_PUBLIC_CODES
 
 

@@ -215,7 +215,9 @@ class AdminProcessor:
             self.producers.unregister(h.producer_group, h.client_id, conn)
         if h.consumer_group:
             self.consumers.unregister(h.consumer_group, h.client_id, conn)
-            self.locks.unlock_client(h.client_id)
+            # that group's locks only: the client's consumers of other groups go on (one client id serves them
+            # all), and with access control on, the request was allowed for this group alone
+            self.locks.unlock_client(h.client_id, h.consumer_group)
         return ok(cmd)
 
     async def consumer_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -68,16 +68,18 @@ class RebalanceLockManager:
         if not locks:
             del self.table[group]
 
-    def unlock_client(self, client_id: str) -> int:
-        """Release everything a departed client held, so others need not wait for expiry."""
+    def unlock_client(self, client_id: str, group: str | None = None) -> int:
+        """Release everything a departed client held (in ``group`` only, when given: one of its consumers left),
+        so others need not wait for expiry."""
         released = 0
-        for group in list(self.table):
-            locks = self.table[group]
+        groups = list(self.table) if group is None else [group] if group in self.table else []
+        for name in groups:
+            locks = self.table[name]
             for mq in [mq for mq, e in locks.items() if e.client_id == client_id]:
                 del locks[mq]
                 released += 1
             if not locks:
-                del self.table[group]
+                del self.table[name]
         return released
 
     def is_locked(self, group: str, mq: MessageQueue, client_id: str) -> bool:

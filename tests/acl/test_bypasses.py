@@ -210,6 +210,9 @@ async def test_leaving_the_users_group_does_not_release_another_groups_queue_loc
     await b.start()
     try:
         mq = MessageQueue("T", b.config.broker_name, 0)
+        r = await _call(b.addr, make_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}), ADMIN)
+        assert r.code == ResponseCode.SUCCESS, r.remark
         for group in ("mine", "theirs"):
             r = await _call(b.addr, make_request(RequestCode.LOCK_BATCH_MQ, {}, LockBatchBody(
                 group, "victim", frozenset({mq})).encode()), ADMIN)

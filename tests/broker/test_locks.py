@@ -194,6 +194,7 @@ async def test_unregistering_one_group_keeps_the_clients_locks_in_its_other_grou
     same time. Now only the named group's locks go (the rest are released when the client leaves altogether)."""
     b = await start_broker()
     async with RemotingClient() as c1:
+        await create_topics(c1, b.addr, "T")
         r = await c1.invoke(b.addr, make_request(RequestCode.HEART_BEAT, {}, HeartbeatData(
             "id-1", (), (ConsumerData("G1"), ConsumerData("G2"))).encode()))
         assert r.code == ResponseCode.SUCCESS

@@ -208,6 +208,36 @@ def test_consume_queue_behind_log_is_rebuilt(tmp_path: Path, clock: FakeClock) -
         store.shutdown()
 
 
+
+def test_a_queue_starting_inside_its_first_file_keeps_its_units_across_a_restart(tmp_path: Path,
+                                                                                  clock: FakeClock) -> None:
+    # A replica joining a master whose log no longer starts at 0 copies the log from there (the broker's
+    # append_replicated): each queue's first unit then lies deep inside its first consume-queue file, after empty
+    # units. A restart counted the units by a binary search that landed in those and found the queue empty.
+    master = reopen(tmp_path / "m", clock, commitlog_segment_size=4096, consume_queue_units_per_file=1000)
+    bodies = [f"m{i}".encode() * 10 for i in range(200)]
+    for b in bodies:
+        assert master.put_message(msg(body=b)).ok
+    start = master.commitlog.files.files[-1].file_from_offset
+    tail = bytes(master.commitlog.read(start, master.commitlog.max_offset - start) or b"")
+    master.shutdown()
+    replica = reopen(tmp_path / "r", clock, commitlog_segment_size=4096, consume_queue_units_per_file=1000)
+    with replica.lock:
+        replica.commitlog.files.last_for_append(start)
+        replica.reput.reput_offset = start
+    assert replica.append_raw(start, tail)
+    first = replica.min_offset("T", 0)
+    assert first > 100 and replica.max_offset("T", 0) == 200
+    replica.shutdown()
+    replica = reopen(tmp_path / "r", clock, commitlog_segment_size=4096, consume_queue_units_per_file=1000)
+    try:
+        assert (replica.min_offset("T", 0), replica.max_offset("T", 0)) == (first, 200)
+        assert read_all(replica) == bodies[first:]
+        # written on after a promotion: the queue offsets go on from the end, not over the old units
+        assert replica.put_message(msg(body=b"new")).records[0].queue_offset == 200
+    finally:
+        replica.shutdown()
+
 WRITER = textwrap.dedent(
     """
     import json, sys

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -324,6 +326,45 @@ def test_retention_deletes_expired_segments_and_moves_min_offsets(tmp_path: Path
         assert store.max_offset("T", 0) == 300
     finally:
         store.shutdown()
+
+
+
+def test_readers_of_the_oldest_segment_survive_its_deletion(tmp_path: Path, clock: FakeClock) -> None:
+    # Retention deletes under the store lock; reads take none. A read that had found the oldest commit-log segment (or
+    # consume-queue file) when the cleaner deleted it failed on the released view, the closed mapping or the missing
+    # file (ValueError, FileNotFoundError): a pull answered with an error, a delay level's task ended for good.
+    store = reopen(tmp_path / "s", clock, commitlog_segment_size=4096, consume_queue_units_per_file=8,
+                   file_reserved_time_h=1)
+    for i in range(6000):
+        store.put_message(msg(body=b"%d" % i * 20))
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read_the_oldest() -> None:
+        while not done.is_set():
+            try:
+                offset = store.min_offset("T", 0)
+                store.get_messages("T", 0, offset, 4)
+                store.get_messages("T", 0, offset, 4, coalesce=True)
+                store.read_record(store.commitlog.min_offset)
+            except Exception as exc:
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: the reader lands between a lookup and its read
+    reader = threading.Thread(target=read_the_oldest)
+    reader.start()
+    try:
+        clock.advance(2 * 3600 * 1000)
+        while len(store.commitlog.files.files) > 2:
+            store.cleaner.delete_expired(clock.now)
+            time.sleep(0.001)
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+        store.shutdown()
+    assert errors == []
 
 
 DISK_FULL = textwrap.dedent(

@@ -127,6 +127,11 @@ class MappingLRU:
             self._open.pop(f, None)
             f._mm = None
 
+    def forget(self, f: ConsumeQueueFile) -> None:
+        """Stop counting ``f`` (deleted) among the mapped files; its mapping goes with the last reference to it."""
+        with self._lock:
+            self._open.pop(f, None)
+
     def mapped_files(self) -> list[ConsumeQueueFile]:
         with self._lock:
             return list(self._open)
@@ -214,7 +219,14 @@ class ConsumeQueueFile:
         return self._map()
 
     def _map(self) -> mmap.mmap | bytes:
-        fd = os.open(self.path, os.O_RDWR)
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            if not self._dead:
+                raise
+            # Deleted (retention) after a reader found it, and unmapped before: its units read as zeros (size 0,
+            # nothing to serve) instead of failing the read.
+            return bytes(max(self._len, self.wrote_position))
         try:
             length = os.fstat(fd).st_size
             if length == 0:
@@ -502,9 +514,12 @@ class ConsumeQueueFile:
         self._image = None
 
     def destroy(self) -> None:
+        """Delete the file. Its mapping, if it has one, is left to go with the last reference to it: a reader that
+        found the file just before (retention deletes under the store lock, reads take none) still reads its units."""
         self._dead = True
         self.pending = False
-        self.close()
+        self._lru.forget(self)
+        self._image = None
         try:
             self.path.unlink()
         except FileNotFoundError:

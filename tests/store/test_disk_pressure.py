@@ -5,9 +5,13 @@ reserved time only with cleanFileForciblyEnable, logs it at WARNING and counts t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -121,3 +125,67 @@ def test_forced_clean_is_configured_logged_and_counted(
         assert store.commitlog.min_offset == first_segment and store.min_offset("T", 0) == before
         assert store.cleaner.forced_deleted_messages == 0
         assert any("cleanFileForciblyEnable=false" in r.getMessage() for r in warnings)
+
+
+REPLICA_ON_A_FULL_DISK = textwrap.dedent(
+    """
+    import json, os, struct, sys
+    from pathlib import Path
+    from cometmq.store import index
+    from cometmq.store.config import StoreConfig
+    from cometmq.store.message import MessageInner
+    from cometmq.store.message_store import MessageStore
+    index.RESERVE_STEP = 4096  # (the default reserves 1 MiB of entries ahead: more than this test writes)
+    master_dir, replica_dir, fs = map(Path, sys.argv[1:4])
+
+    def config(path):
+        return StoreConfig(store_path=path, commitlog_segment_size=1 << 20, consume_queue_units_per_file=100_000,
+                           max_hash_slot_num=1024, max_index_num=100_000, max_message_size=64 * 1024)
+
+    master = MessageStore(config(master_dir))
+    master.start()
+    for i in range(1500):
+        props = {"KEYS": f"k{i}", "UNIQ_KEY": f"u{i}"}
+        assert master.put_message(MessageInner(topic="T", body=b"x" * 100, properties=props)).ok
+    end = master.commitlog.max_offset
+    data = bytes(master.commitlog.read(0, end))
+    master.shutdown()
+    starts, off = [], 0
+    while off < end:
+        starts.append(off)
+        off += struct.unpack_from(">i", data, off)[0]
+    replica = MessageStore(config(replica_dir))
+    replica.start()
+    half = starts[1000]
+    assert replica.append_raw(0, data[:half])  # as a replica appends its master's bytes (no disk check)
+    replica.index_builder.drain()
+    fd = os.open(fs / "ballast", os.O_WRONLY | os.O_CREAT)  # the disk fills up
+    try:
+        while True:
+            os.write(fd, bytes(4096))
+    except OSError:
+        pass
+    os.close(fd)
+    assert replica.append_raw(half, data[half:])  # commit-log segment and consume-queue room were reserved
+    replica.index_builder.drain()  # the index needs new pages: a write into a hole here was SIGBUS
+    print(json.dumps({"max": replica.max_offset("T", 0), "old": len(replica.query_by_key("T", "k500")),
+                      "new": len(replica.query_by_key("T", "k1400"))}), flush=True)
+    os.unlink(fs / "ballast")
+    replica.shutdown()
+    """
+)
+
+
+def test_a_replica_indexing_on_a_full_disk_is_not_killed(small_fs: Path, tmp_path: Path) -> None:
+    # A replica appends what its master sends without the write path's disk check, and the key index is a sparse
+    # mapped file: once the disk filled, the index builder's first write into an unbacked page killed the broker
+    # with SIGBUS (and a recovery re-indexing on that disk would again, at every start).
+    out = subprocess.run([sys.executable, "-c", REPLICA_ON_A_FULL_DISK, str(tmp_path / "master"),
+                          str(small_fs / "replica"), str(small_fs)], capture_output=True, text=True, timeout=120)
+    assert out.returncode != -signal.SIGBUS, "killed by SIGBUS"
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["max"] == 1500  # every message is in its queue
+    assert report["old"] == 1  # keys indexed before the disk filled are still found
+    assert report["new"] == 0  # the ones after it could not be indexed: said so, once
+    assert out.stderr.count("no disk space for entries") == 1

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -208,6 +210,36 @@ def test_consume_queue_behind_log_is_rebuilt(tmp_path: Path, clock: FakeClock) -
         store.shutdown()
 
 
+
+def test_a_queue_starting_inside_its_first_file_keeps_its_units_across_a_restart(tmp_path: Path,
+                                                                                  clock: FakeClock) -> None:
+    # A replica joining a master whose log no longer starts at 0 copies the log from there (the broker's
+    # append_replicated): each queue's first unit then lies deep inside its first consume-queue file, after empty
+    # units. A restart counted the units by a binary search that landed in those and found the queue empty.
+    master = reopen(tmp_path / "m", clock, commitlog_segment_size=4096, consume_queue_units_per_file=1000)
+    bodies = [f"m{i}".encode() * 10 for i in range(200)]
+    for b in bodies:
+        assert master.put_message(msg(body=b)).ok
+    start = master.commitlog.files.files[-1].file_from_offset
+    tail = bytes(master.commitlog.read(start, master.commitlog.max_offset - start) or b"")
+    master.shutdown()
+    replica = reopen(tmp_path / "r", clock, commitlog_segment_size=4096, consume_queue_units_per_file=1000)
+    with replica.lock:
+        replica.commitlog.files.last_for_append(start)
+        replica.reput.reput_offset = start
+    assert replica.append_raw(start, tail)
+    first = replica.min_offset("T", 0)
+    assert first > 100 and replica.max_offset("T", 0) == 200
+    replica.shutdown()
+    replica = reopen(tmp_path / "r", clock, commitlog_segment_size=4096, consume_queue_units_per_file=1000)
+    try:
+        assert (replica.min_offset("T", 0), replica.max_offset("T", 0)) == (first, 200)
+        assert read_all(replica) == bodies[first:]
+        # written on after a promotion: the queue offsets go on from the end, not over the old units
+        assert replica.put_message(msg(body=b"new")).records[0].queue_offset == 200
+    finally:
+        replica.shutdown()
+
 WRITER = textwrap.dedent(
     """
     import json, sys
@@ -294,6 +326,45 @@ def test_retention_deletes_expired_segments_and_moves_min_offsets(tmp_path: Path
         assert store.max_offset("T", 0) == 300
     finally:
         store.shutdown()
+
+
+
+def test_readers_of_the_oldest_segment_survive_its_deletion(tmp_path: Path, clock: FakeClock) -> None:
+    # Retention deletes under the store lock; reads take none. A read that had found the oldest commit-log segment (or
+    # consume-queue file) when the cleaner deleted it failed on the released view, the closed mapping or the missing
+    # file (ValueError, FileNotFoundError): a pull answered with an error, a delay level's task ended for good.
+    store = reopen(tmp_path / "s", clock, commitlog_segment_size=4096, consume_queue_units_per_file=8,
+                   file_reserved_time_h=1)
+    for i in range(6000):
+        store.put_message(msg(body=b"%d" % i * 20))
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read_the_oldest() -> None:
+        while not done.is_set():
+            try:
+                offset = store.min_offset("T", 0)
+                store.get_messages("T", 0, offset, 4)
+                store.get_messages("T", 0, offset, 4, coalesce=True)
+                store.read_record(store.commitlog.min_offset)
+            except Exception as exc:
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: the reader lands between a lookup and its read
+    reader = threading.Thread(target=read_the_oldest)
+    reader.start()
+    try:
+        clock.advance(2 * 3600 * 1000)
+        while len(store.commitlog.files.files) > 2:
+            store.cleaner.delete_expired(clock.now)
+            time.sleep(0.001)
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+        store.shutdown()
+    assert errors == []
 
 
 DISK_FULL = textwrap.dedent(

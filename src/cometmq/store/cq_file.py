@@ -58,6 +58,19 @@ _EMPTY = b""
 _SIZE_FIELD = struct.Struct(">8xi").unpack_from
 
 
+def _first_nonzero(buf: bytes | bytearray | mmap.mmap, end: int) -> int:
+    """Where the first byte of ``buf[:end]`` that is not zero is (``end`` when there is none), a chunk at a time."""
+    chunk = 1 << 16
+    pos = 0
+    while pos < end:
+        n = min(chunk, end - pos)
+        rest = buf[pos : pos + n].lstrip(b"\x00")
+        if rest:
+            return pos + n - len(rest)
+        pos += n
+    return end
+
+
 def mapping_bound(configured: int) -> int:
     """maxOpenConsumeQueueFiles, kept under half the process's file-descriptor limit (a mapping holds a descriptor)."""
     try:
@@ -113,6 +126,11 @@ class MappingLRU:
         with self._lock:
             self._open.pop(f, None)
             f._mm = None
+
+    def forget(self, f: ConsumeQueueFile) -> None:
+        """Stop counting ``f`` (deleted) among the mapped files; its mapping goes with the last reference to it."""
+        with self._lock:
+            self._open.pop(f, None)
 
     def mapped_files(self) -> list[ConsumeQueueFile]:
         with self._lock:
@@ -201,7 +219,14 @@ class ConsumeQueueFile:
         return self._map()
 
     def _map(self) -> mmap.mmap | bytes:
-        fd = os.open(self.path, os.O_RDWR)
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            if not self._dead:
+                raise
+            # Deleted (retention) after a reader found it, and unmapped before: its units read as zeros (size 0,
+            # nothing to serve) instead of failing the read.
+            return bytes(max(self._len, self.wrote_position))
         try:
             length = os.fstat(fd).st_size
             if length == 0:
@@ -352,7 +377,9 @@ class ConsumeQueueFile:
 
     def count_units(self, units_per_file: int) -> int:
         """Units in use: binary search for the first unit whose size field is 0 (the file's unwritten tail, and
-        anything past its length on disk, reads as such)."""
+        anything past its length on disk, reads as such), after the leading empty units of a queue that starts
+        inside its first file (a replica whose log starts where its master's does, past 0): those are zeros too,
+        and a search that landed in them would end the queue before its first unit."""
         limit = min(units_per_file, self._len // CQ_UNIT_SIZE)
         if limit == 0:
             return 0
@@ -360,6 +387,10 @@ class ConsumeQueueFile:
         if src is None:
             src = self.buf()
         lo, hi = 0, limit
+        if _SIZE_FIELD(src, 0)[0] <= 0:
+            lo = _first_nonzero(src, limit * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+            if lo >= limit:
+                return 0  # nothing written in it
         while lo < hi:
             mid = (lo + hi) // 2
             if _SIZE_FIELD(src, mid * CQ_UNIT_SIZE)[0] > 0:
@@ -483,9 +514,12 @@ class ConsumeQueueFile:
         self._image = None
 
     def destroy(self) -> None:
+        """Delete the file. Its mapping, if it has one, is left to go with the last reference to it: a reader that
+        found the file just before (retention deletes under the store lock, reads take none) still reads its units."""
         self._dead = True
         self.pending = False
-        self.close()
+        self._lru.forget(self)
+        self._image = None
         try:
             self.path.unlink()
         except FileNotFoundError:

@@ -15,6 +15,12 @@ A put writes the entry, then the header's count, then the slot head: a crash bet
 at worst an entry past the count that nothing reaches, which ``load`` clears. Entries are appended in
 log order, so ``truncate_after`` undoes the newest entries exactly by popping them off their chains.
 Files are named by creation time (17 digits, UTC yyyyMMddHHmmssSSS), bumped to stay strictly increasing.
+
+A file is sparse (its size is set, not written), but every byte is given its disk blocks (``posix_fallocate``)
+before the mapping writes it: the header and the hash slots when the file is made (or first written after a
+restart), the entries a step ahead of the count. A write into a mapped hole on a full disk would otherwise kill the
+process (SIGBUS), and a recovery re-indexing on that full disk would kill it again at every start. On a full disk
+the reservation fails instead: the keys it could not take are not indexed (logged), as when no file can be made.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ _SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">Iqii")
 _ZERO_ENTRY = bytes(ENTRY_SIZE)
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+#: entries are given disk blocks this far ahead of the count (``IndexFile.reserve_entries``)
+RESERVE_STEP = 1 << 20
 
 
 def key_hash(key: str) -> int:
@@ -71,7 +79,8 @@ class IndexFile:
     """One hash file. Header fields are mirrored in attributes so a put reads no header bytes."""
 
     __slots__ = ("anchor_ts", "begin_phy", "begin_ts", "count", "dirty", "end_phy", "end_ts", "entry_base",
-                 "fd", "hash_slots", "max_entries", "mm", "path", "released_entries", "used_slots")
+                 "fd", "hash_slots", "max_entries", "mm", "no_space", "path", "released_entries", "reserved",
+                 "used_slots")
 
     def __init__(self, path: Path, fd: int, mm: mmap.mmap, hash_slots: int, max_entries: int) -> None:
         self.path, self.fd, self.mm = path, fd, mm
@@ -82,6 +91,10 @@ class IndexFile:
          self.end_ts, self.end_phy) = _HEADER.unpack_from(mm, 0)
         self.dirty = False
         self.released_entries = 0
+        #: bytes from the file's start given disk blocks by this process (0: none yet, e.g. a file from disk)
+        self.reserved = 0
+        #: the last reservation failed (a full disk): logged once
+        self.no_space = False
 
     def release_flushed(self, full: bool) -> None:
         """Drop this process's mapping of entries already on disk (the page cache keeps them), so RSS
@@ -104,8 +117,11 @@ class IndexFile:
     def create(cls, path: Path, hash_slots: int, max_entries: int) -> IndexFile:
         size = _file_size(hash_slots, max_entries)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        # The header and the slots (written at random) get their blocks now, the entries a step at a time.
+        reserve = min(size, -(-(HEADER_SIZE + hash_slots * SLOT_SIZE + RESERVE_STEP) // mmap.PAGESIZE) * mmap.PAGESIZE)
         try:
-            os.ftruncate(fd, size)  # sparse: pages get disk blocks only when touched
+            os.ftruncate(fd, size)  # sparse: only what is reserved has disk blocks
+            os.posix_fallocate(fd, 0, reserve)  # a full disk fails here (ENOSPC), not at a write (SIGBUS)
             mm = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)
@@ -113,6 +129,7 @@ class IndexFile:
             raise
         _HEADER.pack_into(mm, 0, MAGIC, hash_slots, max_entries, 0, 0, 0, -1, 0, 0, 0, -1)
         f = cls(path, fd, mm, hash_slots, max_entries)
+        f.reserved = reserve
         f.dirty = True
         return f
 
@@ -143,6 +160,34 @@ class IndexFile:
             os.close(fd)
             return str(exc)
         return cls(path, fd, mm, slots, entries)
+
+    def reserve_entries(self, count: int) -> int:
+        """Give disk blocks to the file up to entry ``count`` (the header and slots too, when nothing was reserved
+        yet), a step ahead, in whole pages; returns how many entries the reserved part holds: fewer than ``count``
+        when the disk is full (logged once until space is found again; the caller writes only that many)."""
+        count = min(count, self.max_entries)
+        need = self.entry_base + (count + 1) * ENTRY_SIZE
+        if need > self.reserved:
+            size = len(self.mm)
+            error: OSError | None = None
+            for target in (max(need, self.reserved + RESERVE_STEP), need):
+                target = min(size, -(-target // mmap.PAGESIZE) * mmap.PAGESIZE)
+                try:
+                    os.posix_fallocate(self.fd, self.reserved, target - self.reserved)
+                except OSError as exc:
+                    error = exc
+                    continue
+                self.reserved = target
+                if self.no_space:
+                    log.warning("index %s: disk space found again; keys are indexed again", self.path.name)
+                    self.no_space = False
+                break
+            else:
+                if not self.no_space:
+                    log.error("index %s: no disk space for entries past %d (%s): keys are not indexed until there is",
+                              self.path.name, self.count, error)
+                    self.no_space = True
+        return max(0, min(self.max_entries, (self.reserved - self.entry_base) // ENTRY_SIZE - 1))
 
     # -- chains ------------------------------------------------------------------------------
     def entry(self, n: int) -> tuple[int, int, int, int]:
@@ -277,7 +322,10 @@ class IndexService:
                     f = self._roll()
                     if f is None:
                         break
-                i = self._put_run(f, entries, i)
+                done = self._put_run(f, entries, i)
+                if done == i:  # no disk space for the entries (logged): the rest is not indexed
+                    break
+                i = done
         return i
 
     def _put_run(self, f: IndexFile, entries: list[tuple[int, int, int]], i: int) -> int:
@@ -285,12 +333,15 @@ class IndexService:
         the next index. Called with the lock held. The C helper, when built, writes the common case (and
         without the GIL); it stops before any entry that needs ``_put_one``'s handling."""
         n = len(entries)
-        while i < n and f.count < f.max_entries:
+        room = f.reserve_entries(f.count + n - i)  # (entries written only where disk blocks are reserved)
+        if room <= f.count:
+            return i
+        while i < n and f.count < room:
             if C_HELPER is not None:
                 (i, f.count, f.used_slots, f.end_ts, f.end_phy, self._max_phy) = C_HELPER.put_run(
                     f.mm, entries, i, f.count, f.used_slots, f.end_ts, f.end_phy, self._max_phy, f.hash_slots,
-                    f.max_entries, f.entry_base, f.anchor_ts, f.begin_ts)
-                if i >= n or f.count >= f.max_entries:
+                    room, f.entry_base, f.anchor_ts, f.begin_ts)
+                if i >= n or f.count >= room:
                     break
             h, phy, ts = entries[i]
             if not self._put_one(f, h, phy, ts):

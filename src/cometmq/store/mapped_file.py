@@ -330,7 +330,16 @@ class MappedFile:
         self._fd = -1
 
     def destroy(self) -> None:
-        self.close()
+        """Close the file and delete it. The mapping is not unmapped here: it goes with the last reference to this
+        segment. Retention deletes under the store lock and reads take none, so a reader may have found the segment
+        just before; it still reads the bytes (the file's blocks are freed once it lets go) instead of failing on a
+        released view or a closed mapping."""
+        with self._warm_lock:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
         try:
             self.path.unlink()
         except FileNotFoundError:

@@ -328,6 +328,7 @@ class SendProcessor:
             props[DELAY] = str(min(delay_level, len(self.config.message_delay_level)))
         props.pop(REAL_TOPIC, None)
         props.pop(REAL_QID, None)
+        props.pop(TIMER_SRC_PHY, None)  # a retry is no copy put by the timer (a replica would keep its name for good)
         props[MAX_RECONSUME_TIMES] = str(max_times)
         msg = MessageInner(topic=topic, body=rec.body, queue_id=queue_id, properties=props,
                            properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,

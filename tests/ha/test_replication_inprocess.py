@@ -7,7 +7,9 @@ from pathlib import Path
 
 from cometmq.broker.controller import BrokerController
 from cometmq.net.client import RemotingClient
-from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.message import decode_record
+from cometmq.protocol.remoting import make_request
 from cometmq.timer.message import TIMER_TOPIC
 from tests.broker.conftest import StartBroker, props, send_request
 from tests.kit import eventually
@@ -86,3 +88,34 @@ async def test_a_replica_timer_built_after_the_masters_copies_delivers_nothing_t
     await replica.replication.promote(epoch + 1)
     await asyncio.sleep(0.5)  # (its due time is long past: a second delivery would come at once)
     assert replica.store.max_offset("TD", 0) == 1
+
+
+async def test_a_replica_forgets_the_timer_records_its_master_put_once_past_them_retries_included(
+        start_broker: StartBroker, client: RemotingClient, tmp_path: Path) -> None:
+    """A replica notes the timer record each of its master's copies names (TIMER_SRC_PHY) and forgets it when it
+    follows past that record's slot. A consumer's retry of a delivered timer message is no copy of the timer: it
+    must not name the record again, or the replica would hold every retried timer message's offset for good."""
+    master = await start_broker(tmp_path / "m")
+    replica = await start_broker(tmp_path / "r", broker_id=1)
+    await link(replica, master)
+    await eventually(lambda: master.replication.sync.members == {0, 1}, 10, what="the replica in the set")
+    n = 5
+    for i in range(n):
+        reply = await client.invoke(master.addr, send_request("TB", b"soon", 0, props(UNIQ_KEY=f"B{i}",
+                                                                                       TIMER_DELAY_MS="200")), 5)
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+    await eventually(lambda: replica.store.max_offset("TB", 0) == n, 10, what="the delivered copies replicated")
+    service = replica.timer.service
+    assert service is not None
+    await eventually(lambda: service.metrics()["scheduled"] == 0 and not service._recovered_src, 10,
+                     what="the replica followed past them")
+    got = master.store.get_messages("TB", 0, 0, n)
+    for view in got.buffers:
+        offset = decode_record(view)[0].physical_offset
+        reply = await client.invoke(master.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+            "offset": str(offset), "group": "cg", "delayLevel": "1"}), 5)
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+    await eventually(lambda: sum(replica.store.max_offset("%RETRY%cg", q) for q in range(8)) == n, 10,
+                     what="the retries delivered to %RETRY%cg on the replica")
+    await asyncio.sleep(0.2)
+    assert not service._recovered_src

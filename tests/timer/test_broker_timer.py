@@ -15,8 +15,9 @@ from cometmq.protocol.batch import encode_batch
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from cometmq.protocol.message import MessageRecord, iter_records
+from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH, encode_properties
 from cometmq.protocol.remoting import RemotingCommand, make_request
-from cometmq.timer.message import TIMER_OUT_MS, TIMER_TOPIC, RecallHandle
+from cometmq.timer.message import REPUT_GROWTH, TIMER_OUT_MS, TIMER_ROLL_TIMES, TIMER_TOPIC, RecallHandle
 from tests.broker.conftest import StartBroker, props, pull_request, send_request
 from tests.kit import eventually
 
@@ -94,6 +95,30 @@ async def test_delay_level_wins_and_bad_timer_requests_are_refused(start_broker:
     assert r.code == ResponseCode.MESSAGE_ILLEGAL
     r = await client.invoke(b.addr, send_request("TD", b"x", 0, props(UNIQ_KEY="P", TIMER_DELIVER_MS="1")))
     assert r.code == ResponseCode.SUCCESS and b.store.max_offset("TD", 0) == 2  # past: delivered at once
+
+
+async def test_a_timer_message_must_leave_room_for_its_roll(start_broker: StartBroker,
+                                                             client: RemotingClient) -> None:
+    """A roll adds TIMER_ROLL_TIMES and TIMER_SRC_PHY: a message whose properties would then pass the store's limit
+    is refused at the send, not acknowledged and then dropped when it rolls."""
+    b = await start_broker(timer_precision_ms=100, timer_roll_window_slot=8)  # a 0.8 s window: 2.5 s rolls
+
+    def sized(uniq: str, parked_size: int) -> str:
+        base = {"UNIQ_KEY": uniq, "TIMER_DELAY_MS": "2500"}
+        parked = {**base, "X": "", TIMER_OUT_MS: "1" * 13, "REAL_TOPIC": "TH", "REAL_QID": "0"}
+        return props(**base, X="a" * (parked_size - len(encode_properties(parked))))
+
+    room = MAX_PROPERTIES_LENGTH - REPUT_GROWTH
+    for uniq, size in (("NEAR", MAX_PROPERTIES_LENGTH - 30), ("OVER", room + 1)):
+        r = await client.invoke(b.addr, send_request("TH", b"x", 0, sized(uniq, size)))
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL and "timer message" in (r.remark or ""), (uniq, r.code)
+    r = await client.invoke(b.addr, send_request("TH", b"x", 0, sized("FITS", room)))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert b.store.max_offset(TIMER_TOPIC, 0) == 1
+    await eventually(lambda: b.store.max_offset("TH", 0) == 1, 8, what="the message that fits, delivered")
+    [rec] = await pull_all(client, b.addr, "TH")
+    assert rec.uniq_key == "FITS" and int(rec.properties[TIMER_ROLL_TIMES]) >= 1 and len(rec.properties["X"]) > 32000
+    assert b.timer.service is not None and b.timer.service.stats.illegal == 0
 
 
 async def test_recall_before_due(start_broker: StartBroker, client: RemotingClient) -> None:

@@ -1,6 +1,6 @@
 """kill -9 of a real broker process twice: once after timer messages were delivered, and again soon after the
 restart, before the restarted broker wrote a periodic timer checkpoint. The third start must not deliver again
-what the first run delivered."""
+what the first run delivered. And a kill -9 after a producer sent a message naming a pending timer record."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 from cometmq.net.client import RemotingClient
-from tests.broker.conftest import StartBroker
-from tests.timer.test_crash import ROOT, check, delivered, kill9, max_offset, now_ms, send_batches
+from cometmq.protocol.codes import ResponseCode
+from cometmq.timer.message import TIMER_SRC_PHY
+from tests.broker.conftest import StartBroker, props, send_request
+from tests.kit import eventually
+from tests.timer.test_crash import ROOT, TOPIC, check, delivered, kill9, max_offset, now_ms, send_batches
 
 
 async def spawn(path: Path, timer_flush_interval_ms: int) -> tuple[asyncio.subprocess.Process, str]:
@@ -55,3 +58,25 @@ async def test_kill_again_soon_after_a_restart_delivers_nothing_twice(
     records = delivered(b.store)
     check(records, acked, ready)
     assert len(records) == n
+
+
+async def test_a_producer_message_naming_a_timer_record_does_not_cancel_it(
+        tmp_path: Path, start_broker: StartBroker, client: RemotingClient) -> None:
+    """TIMER_SRC_PHY tells crash recovery which timer records were already put. A producer's message carrying it
+    (a consumed timer message forwarded as it is, from this broker or another) must not make recovery skip the
+    timer record at that offset: the broker keeps it only on the copies its timer puts."""
+    path = tmp_path / "forged"
+    proc, addr = await spawn(path, 600_000)  # no periodic checkpoint: recovery scans from the start's one
+    r = await client.invoke(addr, send_request(TOPIC, b"due", 0, props(UNIQ_KEY="DUE", TIMER_DELAY_MS="1500")))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    src = int(r.ext_fields["msgId"][-16:], 16)  # the timer record's commit-log offset
+    r = await client.invoke(addr, send_request("TFWD", b"fwd", 0, props(UNIQ_KEY="FWD", TIMER_SRC_PHY=str(src))))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    kill9(proc)
+    await proc.wait()
+    b = await start_broker(path)
+    await eventually(lambda: b.store.max_offset(TOPIC, 0) == 1, 8, what="the timer message delivered after the restart")
+    [rec] = delivered(b.store)
+    assert rec.properties["UNIQ_KEY"] == "DUE"
+    [fwd] = delivered(b.store, "TFWD")
+    assert fwd.properties["UNIQ_KEY"] == "FWD" and TIMER_SRC_PHY not in fwd.properties

@@ -330,3 +330,31 @@ def test_a_load_that_fails_closes_what_it_opened(tmp_path: Path) -> None:
         assert timer.service.timerlog is None and timer.service.wheel is None and not timer.service.loaded
     finally:
         timer.store.shutdown()
+async def test_a_recall_older_than_its_rolled_message_still_cancels_it(make_timer: MakeTimer, tmp_path: Path) -> None:
+    """A marker sent while its message is out on a roll is linked into the due slot before the message's roll copy,
+    so the newest-first walk meets the message first. Opened after a restart (no read-ahead), the slot is walked
+    in chunks: the message must not be put before the walk reaches its marker."""
+    path = tmp_path / "rolled-recall"
+    clock = FakeClock()
+    clock.now = (clock.now // 100 + 1) * 100
+    t0 = clock.now
+    due = t0 + 1050
+    t: Timer = await make_timer(path, clock=clock, roll_window_slot=8, dequeue_chunk=4)  # a 0.8 s window
+    t.schedule("GONE", due)  # 10 slots ahead: rolled
+    await settle(t)
+    clock.now = t0 + 300
+    await settle(t)
+    t.cancel("GONE", due)  # 7 slots ahead: linked into the due slot at once
+    t.schedule_many([(f"F{i}", due + i) for i in range(10)])
+    await settle(t)
+    clock.now = t0 + 700  # the roll slot: GONE comes back, into the due slot, after its marker
+    await settle(t)
+    assert t.service.stats.rolled == 1 and t.uniq_keys() == []
+    await t.stop()
+    clock.now = t0 + 3000
+    t2: Timer = await make_timer(path, clock=clock, roll_window_slot=8, dequeue_chunk=4)
+    await settle(t2)
+    await eventually(lambda: len(t2.delivered()) >= 10, 5, what="the ten others delivered")
+    await settle(t2)
+    assert sorted(t2.uniq_keys()) == sorted(f"F{i}" for i in range(10))
+    assert t2.service.stats.cancelled == 1

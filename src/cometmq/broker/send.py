@@ -53,7 +53,7 @@ from cometmq.protocol.transaction_batch import HALF_BATCH_FIELD, PACKED_HALF, PA
 from cometmq.store.batch_codec import offset_msg_ids, plain_batch_messages
 from cometmq.store.message import MessageInner
 from cometmq.store.status import PutResult
-from cometmq.timer.message import TIMER_TOPIC
+from cometmq.timer.message import TIMER_SRC_PHY, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,12 @@ class SendProcessor:
             if stats is not None and not retry and not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
                 stats.put(topic, plain_message_type(header.properties), result)
             return self._response(cmd, result, queue_id)
+        for m in msgs:
+            if TIMER_SRC_PHY in m.properties:
+                # Only the timer's own copies may name the timer record they were put from: crash recovery and a
+                # replica skip the record a copy names. A producer's (a consumed timer message forwarded as it is,
+                # maybe from another broker) is dropped, not believed.
+                del m.edit_properties()[TIMER_SRC_PHY]
         # The send hooks (send_hooks.py): a transaction's half, a delay level, a timer message.
         ctx = SendContext(SendKind.SEND, header.producer_group, batch, half_batch)
         self.hooks.before_put(msgs, ctx)
@@ -322,6 +328,7 @@ class SendProcessor:
             props[DELAY] = str(min(delay_level, len(self.config.message_delay_level)))
         props.pop(REAL_TOPIC, None)
         props.pop(REAL_QID, None)
+        props.pop(TIMER_SRC_PHY, None)  # a retry is no copy put by the timer (a replica would keep its name for good)
         props[MAX_RECONSUME_TIMES] = str(max_times)
         msg = MessageInner(topic=topic, body=rec.body, queue_id=queue_id, properties=props,
                            properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,

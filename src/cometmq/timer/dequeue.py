@@ -65,9 +65,13 @@ class TimerDequeue(TimerServiceBase):
                 for entry in todo:
                     self._add_to_open(cur, self._prepare(cur, entry))
                 return True
+            if cur.walks and self._wh().get(cur.slot).num_delete:
+                # The slot holds delete markers: read all of it before putting any. A marker is not always newer
+                # than the message it cancels (one sent while the message was out on a roll is linked before the
+                # roll copy), so the newest-first walk may meet the message chunks before its marker.
+                self._walk(cur, chunk)
+                return True
             if cur.collect_due(now):
-                # Safe before the walk ends: a marker is newer than the message it cancels, so the
-                # newest-first walk meets it first.
                 await self._deliver_due(cur)
                 return True
             if cur.walks:

@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from sys import intern
 
+from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import TRANSACTION_MASK
 from cometmq.protocol.properties import (
+    MAX_PROPERTIES_LENGTH,
     REAL_QID,
     REAL_TOPIC,
     TAGS,
@@ -44,6 +46,10 @@ TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 TIMER_SRC_PHY = "TIMER_SRC_PHY"
 RECALL_TAG = "_RECALL_TAG_"
 _TIMER_REQUEST_KEYS = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
+#: the most a re-put adds to a parked message's encoded properties: a roll adds TIMER_ROLL_TIMES and TIMER_SRC_PHY,
+#: each with its two separators and a value of at most 19 digits (a delivery adds less: it drops REAL_TOPIC and
+#: REAL_QID). A timer message must leave this much room, or its roll or delivery would be refused by the store.
+REPUT_GROWTH = len(TIMER_ROLL_TIMES) + len(TIMER_SRC_PHY) + 2 * (2 + 19)
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 
@@ -110,10 +116,21 @@ def rewrite_for_timer(msg: MessageInner, now_ms: int, max_delay_ms: int) -> Rewr
     if deliver - now_ms > max_delay_ms:
         return RewriteResult(Rewrite.ILLEGAL, f"the delivery time is {(deliver - now_ms) // 1000} s ahead, more "
                                               f"than timerMaxDelaySec ({max_delay_ms // 1000} s)")
+    parked = dict(props)
+    parked[TIMER_OUT_MS] = str(deliver)
+    parked[REAL_TOPIC] = msg.topic
+    parked[REAL_QID] = str(msg.queue_id)
+    try:
+        raw: bytes | None = encode_properties(parked)
+    except ProtocolError:
+        raw = None  # (a property the store refuses anyway: its append says why)
+    if raw is not None and len(raw) > MAX_PROPERTIES_LENGTH - REPUT_GROWTH:
+        return RewriteResult(Rewrite.ILLEGAL, f"the properties of a timer message are {len(raw)} bytes once parked, "
+                                              f"more than {MAX_PROPERTIES_LENGTH - REPUT_GROWTH} (its roll or "
+                                              f"delivery adds up to {REPUT_GROWTH})")
     props = msg.edit_properties()
-    props[TIMER_OUT_MS] = str(deliver)
-    props[REAL_TOPIC] = msg.topic
-    props[REAL_QID] = str(msg.queue_id)
+    props.update(parked)
+    msg.properties_raw = raw  # (the same pairs in the same order: the append need not encode them again)
     msg.topic = TIMER_TOPIC
     msg.queue_id = 0
     return RewriteResult(Rewrite.SCHEDULED, deliver_ms=deliver)

@@ -73,6 +73,22 @@ def test_log_records_round_trip_and_replay(tmp_path: Path) -> None:
     assert loaded[key].inflight == qs.inflight and loaded[key].cursor == 13 and loaded[key].committed == 10
 
 
+def test_a_forget_record_drops_the_topic_s_or_the_group_s_queues_only() -> None:
+    states: dict[poplog.QueueKey, QueueState] = {}
+    for key in [("g", "T", 0), ("g", "T", 1), ("h", "T", 0), ("g", "U", 0), ("h", "U", 0)]:
+        poplog.apply(states, poplog.decode(poplog.encode_ck(key, 1, 5000, 3000, 0, [(0, 0)])))
+    rec = poplog.decode(poplog.encode_forget("", "T"))
+    assert rec.kind == poplog.KIND_FORGET and rec.key == ("", "T", -1) and rec.entries == ()
+    poplog.apply(states, rec)
+    assert set(states) == {("g", "U", 0), ("h", "U", 0)}
+    poplog.apply(states, poplog.decode(poplog.encode_forget("g", "")))
+    assert set(states) == {("h", "U", 0)}
+    with pytest.raises(ValueError):
+        poplog.encode_forget("", "")
+    with pytest.raises(poplog.PopLogError):  # one naming nothing would drop everything
+        poplog.decode(bytes([poplog.KIND_FORGET]) + b"\x00\x00\x00\x00" + bytes(16))
+
+
 @given(st.binary(max_size=200))
 def test_any_bytes_decode_or_raise_one_error(data: bytes) -> None:
     try:

@@ -113,7 +113,7 @@ class AdminProcessor:
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager, consumers: ConsumerManager,
                  producers: ProducerManager, locks: RebalanceLockManager, held_pulls: Callable[[], int],
                  clock: Callable[[], int], stats: BrokerStats | None = None,
-                 windows: StatsWindows | None = None) -> None:
+                 windows: StatsWindows | None = None, forget_pop: Callable[..., int] | None = None) -> None:
         self.config = config
         self.store = store
         self.topics = topics
@@ -128,6 +128,8 @@ class AdminProcessor:
         self.stats = stats
         #: their rates and recent sums: runtime info's TPS, VIEW_BROKER_STATS_DATA
         self.windows = windows
+        #: drops the POP state of a deleted topic (``topic=``) or group (``group=``): ``Pop.forget``
+        self.forget_pop = forget_pop
         self.boot_ms = clock()
         #: GET_BROKER_CONFIG's data version: bumped by every UPDATE_BROKER_CONFIG
         self.config_version = 0
@@ -350,6 +352,8 @@ class AdminProcessor:
     async def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(DeleteTopicRequestHeader, cmd)
         self.topics.delete(h.topic)
+        if self.forget_pop is not None:  # (its offsets and in-flight messages go with it, as in RocketMQ)
+            self.forget_pop(topic=h.topic)
         self.offsets.delete_topic(h.topic)
         self.store.delete_topic(h.topic)
         if self.stats is not None:
@@ -392,6 +396,8 @@ class AdminProcessor:
         if self.stats is not None:
             self.stats.forget_group(group)
         if cmd.ext_fields.get("cleanOffset", "false").strip().lower() in ("true", "1"):
+            if self.forget_pop is not None:  # and its POP state (RocketMQ clears its in-flight counts)
+                self.forget_pop(group=group)
             removed = self.offsets.delete_group(group)  # RocketMQ 5's cleanOffset (deleteSubGroup -r true)
             log.info("offsets of group %s removed (%d topics)", group, removed)
         return ok(cmd)

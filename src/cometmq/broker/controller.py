@@ -123,7 +123,7 @@ class BrokerController:
         self.admin = AdminProcessor(config, store, topics=topics, groups=groups, offsets=offsets,
                                     consumers=self.consumers, producers=self.producers, locks=self.locks,
                                     held_pulls=lambda: self.hold.held_count, clock=clock, stats=self.stats,
-                                    windows=self.stats_windows)
+                                    windows=self.stats_windows, forget_pop=self.pop.forget)
         # Controller mode (off by default): the controller names the id, the role and the SyncStateSet.
         self.controller_mode: ControllerModeConfig | None = None
         if config.enable_controller_mode:  # its client module is imported only in controller mode

@@ -119,6 +119,12 @@ class Pop(BuiltOnFirstUse["PopService"]):
         service = self._part
         return service.waiting() if service is not None else 0
 
+    def forget(self, *, group: str = "", topic: str = "") -> int:
+        """Drop the POP state of a deleted topic or of a deleted group whose offsets are cleaned
+        (``PopService.forget``); a service not built holds no state, and is not built for this."""
+        service = self._part
+        return service.forget(group=group, topic=topic) if service is not None else 0
+
     # -- requests and arrivals --------------------------------------------------------------------------------
     def handlers(self) -> dict[int, Handler]:
         def route(method: str) -> Handler:

@@ -12,8 +12,11 @@ Record bodies (big-endian)::
     kind:u8 | group:str16 | topic:str16 | queueId:i32 | cursor:i64 | n:i32 | entries
     CK    entries: popTime:i64 invisibleMs:i64 ckOffset:i64 then n x (offset:i64 attempts:i32)
     ACK / DLQ entries: n x (offset:i64 popTime:i64)
+    FORGET: no entries (n = 0, queueId -1, cursor 0)
 
-``cursor`` is the queue's pop cursor after the change, so offsets skipped by a filter are covered too.
+``cursor`` is the queue's pop cursor after the change, so offsets skipped by a filter are covered too. FORGET drops
+the state of every queue of ``topic`` (a deleted topic) or of ``group`` (a deleted group whose offsets are cleaned),
+whichever of the two names is not empty: a replay past it does not bring the state back.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from cometmq.common.atomic_file import write_atomic
 KIND_CK = 1
 KIND_ACK = 2
 KIND_DLQ = 3
+KIND_FORGET = 4
 
 _HEAD = struct.Struct(">iqi")  # queueId cursor n
 _CK = struct.Struct(">qqq")
@@ -77,6 +81,12 @@ def encode_done(kind: int, key: QueueKey, cursor: int, entries: Iterable[tuple[i
     return b"".join(parts)
 
 
+def encode_forget(group: str, topic: str) -> bytes:
+    if not group and not topic:
+        raise ValueError("a FORGET record names a group or a topic")
+    return b"".join([bytes([KIND_FORGET]), _str(group), _str(topic), _HEAD.pack(-1, 0, 0)])
+
+
 def decode(body: bytes | memoryview) -> PopRecord:
     try:
         buf = memoryview(body)
@@ -101,6 +111,10 @@ def decode(body: bytes | memoryview) -> PopRecord:
             entries = tuple(_ACK_ENTRY.unpack_from(buf, pos + i * _ACK_ENTRY.size) for i in range(count))
             pos += count * _ACK_ENTRY.size
             rec = PopRecord(kind, key, cursor, None, entries)
+        elif kind == KIND_FORGET:
+            if count != 0 or not (names[0] or names[1]):
+                raise PopLogError("a FORGET record names a group or a topic and has no entries")
+            rec = PopRecord(kind, key, cursor, None, ())
         else:
             raise PopLogError(f"unknown pop-log record kind {kind}")
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
@@ -112,6 +126,9 @@ def decode(body: bytes | memoryview) -> PopRecord:
 
 def apply(states: dict[QueueKey, QueueState], rec: PopRecord) -> None:
     """Replay one record (idempotent for records already reflected in a snapshot)."""
+    if rec.kind == KIND_FORGET:
+        forget(states, rec.key[0], rec.key[1])
+        return
     qs = states.get(rec.key)
     if qs is None:
         first = min((o for o, _ in rec.entries), default=rec.cursor)
@@ -130,6 +147,15 @@ def apply(states: dict[QueueKey, QueueState], rec: PopRecord) -> None:
         for offset, pop_time in rec.entries:
             qs.done(offset, pop_time)
     qs.advance_cursor(rec.cursor)
+
+
+def forget(states: dict[QueueKey, QueueState], group: str, topic: str) -> list[QueueKey]:
+    """Drop the states of ``topic`` (every group) or of ``group`` (every topic), as a FORGET record says; the keys
+    dropped."""
+    keys = [k for k in states if (not group or k[0] == group) and (not topic or k[1] == topic)]
+    for k in keys:
+        del states[k]
+    return keys
 
 
 # -- snapshots -----------------------------------------------------------------------------------------------
@@ -161,5 +187,5 @@ def load_snapshot(path: Path) -> tuple[int, dict[QueueKey, QueueState]]:
         raise PopLogError(f"POP snapshot {path} is unreadable: {exc}") from None
 
 
-__all__ = ["KIND_ACK", "KIND_CK", "KIND_DLQ", "POP_LOG_TOPIC", "Delivery", "PopLogError", "PopRecord", "apply",
-           "decode", "encode_ck", "encode_done", "load_snapshot", "save_snapshot"]
+__all__ = ["KIND_ACK", "KIND_CK", "KIND_DLQ", "KIND_FORGET", "POP_LOG_TOPIC", "Delivery", "PopLogError", "PopRecord",
+           "apply", "decode", "encode_ck", "encode_done", "encode_forget", "forget", "load_snapshot", "save_snapshot"]

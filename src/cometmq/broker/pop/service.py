@@ -187,6 +187,32 @@ class PopService:
             qs = self.states[key] = QueueState(committed=start, cursor=start)
         return qs
 
+    def forget(self, *, group: str = "", topic: str = "") -> int:
+        """Drop the POP state of a deleted topic (every group's) or of a deleted group whose offsets are cleaned
+        (every topic's), as RocketMQ's deleteTopic and deleteSubscriptionGroup clean the offsets and in-flight counts:
+        a topic (or group) created again under the name starts afresh, nothing of the old one is redelivered, and the
+        next snapshot does not put the offsets back. Logged first, so that a restart's replay does not bring the state
+        back; when the log refuses the record the snapshot (which replay starts after) is written at once instead.
+        The number of queue states dropped."""
+        if not any((not group or k[0] == group) and (not topic or k[1] == topic) for k in self.states):
+            return 0
+        try:
+            self.append([poplog.encode_forget(group, topic)])
+            logged = True
+        except RemotingError as exc:
+            log.error("cannot log dropping the POP state of %s: %s; writing the snapshot instead",
+                      group or topic, exc.remark)
+            logged = False
+        dropped = poplog.forget(self.states, group, topic)
+        self._dirty = True
+        if not logged:
+            try:
+                self.snapshot()
+            except OSError as exc:
+                log.error("cannot write the POP snapshot: %s", exc)
+        log.info("POP state of %s %s dropped (%d queues)", "group" if group else "topic", group or topic, len(dropped))
+        return len(dropped)
+
     def next_pop_time(self) -> int:
         """A strictly increasing ms time: every delivery has its own pop time."""
         t = max(self.clock(), self._last_pop_time + 1)

@@ -452,3 +452,62 @@ async def test_an_offset_reset_is_taken_not_undone(cluster: Cluster) -> None:
                              what="the next one consumed and committed")
     assert [s.seq for s in seen] == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0]
     assert [s.offset for s in seen] == [*range(6), *range(7)]
+
+
+async def test_manual_commit_over_sparse_tag_matches_is_not_held_back_by_the_offset_span(cluster: Cluster) -> None:
+    """auto_commit=False, COMMIT every 25 messages, the subscribed tag 1 message in 101: the 25 uncommitted ones
+    span over 2,000 offsets. Only concurrent consumers hold pulls back on the span (RocketMQ checks
+    consumeConcurrentlyMaxSpan for them alone): here it held every pull back before the 25th message came, and
+    the queue stayed stuck for good, as the listener commits only on the 25th."""
+    await create_topic(cluster, "Sparse", 1)
+    got: list[int] = []
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        got.extend(int(m.body) for m in msgs)
+        return ConsumeOrderlyStatus.COMMIT if len(got) % 25 == 0 else ConsumeOrderlyStatus.SUCCESS
+
+    c = orderly(cluster, "spg", listener, auto_commit=False, auto_commit_interval=0.1)
+    c.subscribe("Sparse", "A")
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        for i in range(25):
+            await p.send(Message("Sparse", str(i).encode(), tags="A"))
+            await p.send_batch([Message("Sparse", b"x", tags="B") for _ in range(100)])
+        async with c:
+            await eventually(lambda: len(got) == 25, timeout=10, what="the 25 matching messages")
+            await eventually(lambda: committed(cluster, "spg", "Sparse") == 25 * 101, what="the commit")
+    assert got == list(range(25))
+
+
+async def test_an_offset_reset_is_not_undone_by_a_commit_that_was_on_its_way(cluster: Cluster) -> None:
+    """The consumer's own commit of its old position (a pull's piggy-backed offset, a periodic commit) sent just
+    before the reset notice came reaches the broker after the reset. RocketMQ's client writes the reset offsets
+    into its offset store and commits them; this one read the queue's start back from the broker, found its own
+    stale commit there, and never consumed again what the operator reset it to replay."""
+    from cometmq.client import Admin
+    from cometmq.protocol.codes import RequestCode
+    from cometmq.protocol.headers import UpdateConsumerOffsetRequestHeader
+    from cometmq.protocol.remoting import make_request
+
+    await create_topic(cluster, "OLate", 1)
+    seen: list[Seen] = []
+    async with Producer("olp", namesrv=cluster.namesrv_addr) as p:
+        await send_keys(p, "OLate", 1, 6)
+        c = orderly(cluster, "og-late", Recorder(seen, "a"), auto_commit_interval=0.1)
+        c.subscribe("OLate")
+        notice = c.reset_offsets
+
+        async def stale_commit_first(offsets: dict[MessageQueue, int]) -> None:
+            header = UpdateConsumerOffsetRequestHeader("og-late", "OLate", 0, 6)
+            await c.instance.invoke_ok(cluster.brokers[0].addr,
+                                       make_request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext()))
+            await notice(offsets)
+
+        c.reset_offsets = stale_commit_first  # type: ignore[method-assign]
+        async with c:
+            await eventually(lambda: len(seen) == 6 and committed(cluster, "og-late", "OLate") == 6,
+                             what="six consumed and committed")
+            async with Admin(namesrv=cluster.namesrv_addr) as admin:
+                await admin.reset_offset("og-late", "OLate", 0)
+            await eventually(lambda: len(seen) == 12, timeout=5, what="the six consumed again")
+            await eventually(lambda: committed(cluster, "og-late", "OLate") == 6, what="committed again")
+    assert [s.offset for s in seen] == [*range(6), *range(6)]

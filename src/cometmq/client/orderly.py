@@ -44,7 +44,7 @@ import functools
 import inspect
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from cometmq.client.errors import NoRouteError
@@ -133,6 +133,9 @@ class OrderlyService:
         self._watched: set[RemotingConnection] = set()
         self._wants_context = False
         self._warned_auto_commit = False
+        #: offsets the broker reset queues to: where they start once locked again (not read back from the broker,
+        #: where a commit of this consumer's old position sent before the notice came may have landed after them)
+        self._reset_to: dict[MessageQueue, int] = {}
 
     # -- state ----------------------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -214,6 +217,7 @@ class OrderlyService:
         """Give a queue up: stop pulling and consuming, commit, then unlock (once a batch in flight ended)."""
         c = self.c
         req = c._requests.pop(mq, None)
+        self._reset_to.pop(mq, None)  # its next owner reads the reset offset the broker committed
         if req is None:
             return
         pq = req.pq
@@ -267,12 +271,16 @@ class OrderlyService:
         self._release_tasks.add(task)
         task.add_done_callback(self._release_tasks.discard)
 
-    def reset_offsets(self, offsets: Iterable[MessageQueue]) -> None:
+    def reset_offsets(self, offsets: Mapping[MessageQueue, int]) -> None:
         """The broker reset and committed these queues' offsets: each one being consumed stops, forgets what it
-        pulled and its uncommitted progress, and starts again from the new offset once it is locked again."""
-        for mq in sorted(offsets):
+        pulled and its uncommitted progress, and starts again from the new offset once it is locked again (and
+        commits it: as RocketMQ's client, which puts the reset offsets in its offset store)."""
+        for mq, offset in sorted(offsets.items()):
             req = self.c._requests.get(mq)
-            if req is not None and req.started:
+            if req is None or offset < 0:
+                continue
+            self._reset_to[mq] = offset
+            if req.started:
                 self._reset(req, "its offset was reset", lock_lost=False)
 
     def _reset(self, req: PullRequest, why: str, *, lock_lost: bool = True) -> None:
@@ -282,6 +290,7 @@ class OrderlyService:
         if c._requests.get(mq) is not req:
             return
         if lock_lost:
+            self._reset_to.pop(mq, None)  # whoever had the lock meanwhile may have moved on from it
             c.stats.locks_lost += 1
             log.warning("%s lost the lock of %s/%s/%d (%s): it stops consuming the queue until it locks it again",
                         c.group, mq.topic, mq.broker_name, mq.queue_id, why)
@@ -409,6 +418,7 @@ class OrderlyService:
                 self._reset(req, "the broker did not renew it: another consumer holds it")
             else:
                 pq.locked = False
+                self._reset_to.pop(mq, None)  # the holder consumes it from the reset offset the broker committed
                 log.debug("%s/%d of %s is locked by another consumer; trying again soon", mq.topic, mq.queue_id,
                           c.group)
         if unwanted and c.clustering:
@@ -478,8 +488,9 @@ class OrderlyService:
         """The queue is locked: read where it starts (after the lock: the last owner committed before unlocking)."""
         c = self.c
         mq = req.mq
+        reset_to = self._reset_to.get(mq)
         try:
-            start = await c._start_offset(mq)
+            start = reset_to if reset_to is not None else await c._start_offset(mq)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -489,6 +500,8 @@ class OrderlyService:
             return
         if c._requests.get(mq) is not req or req.pq.dropped or req.started or c._closing or mq in self._releasing:
             return
+        if reset_to is not None and self._reset_to.get(mq) == reset_to:
+            del self._reset_to[mq]
         c.offset_store.update(mq, start, increase_only=False)
         req.next_offset = start
         req.pq.next_offset = start

@@ -112,8 +112,10 @@ class PushConsumer:
     pull_error_delay_max = 3.0
     #: delay of a pull held back by flow control
     flow_control_delay = 0.05
-    #: flow control also holds pulls back while the offsets in flight in a queue span more than this: one slow
-    #: message pins the committable offset, and everything after it would be consumed again after a restart
+    #: flow control also holds a concurrent consumer's pulls back while the offsets in flight in a queue span more
+    #: than this: one slow message pins the committable offset, and everything after it would be consumed again
+    #: after a restart. Not an orderly one's (as RocketMQ): it consumes in order, and with auto-commit off the
+    #: uncommitted messages may span any distance until the listener's COMMIT, which must get its messages.
     consume_max_span = 2000
     #: client-side timeout of a long-poll pull beyond the broker's suspend time
     pull_timeout_margin = 5.0
@@ -571,7 +573,7 @@ class PushConsumer:
                          req.mq.topic, req.mq.queue_id, self.group, pq.count, pq.size_bytes)
             self._pull_later(req, self.flow_control_delay)
             return
-        if pq.max_span > self.consume_max_span:
+        if self._orderly is None and pq.max_span > self.consume_max_span:
             self.stats.flow_controlled += 1
             if self.stats.flow_controlled % 1000 == 1:
                 log.info("flow control: offsets in flight in %s/%d of %s span %d (> %d); pulling later",

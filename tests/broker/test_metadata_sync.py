@@ -3,6 +3,7 @@ replica's SlaveMetadataSync copies them into its own managers, and keeps them wh
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from cometmq.broker.controller import BrokerController
 from cometmq.broker.groups import SubscriptionGroupConfig
 from cometmq.broker.ha.metadata import MetadataProcessor, SlaveMetadataSync
 from cometmq.net.client import RemotingClient
+from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.client_bodies import dumps
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.remoting import RemotingCommand, make_request
@@ -165,3 +167,44 @@ async def test_periodic_sync_runs_and_stops(start_broker: StartBroker, client: R
     finally:
         await sync.stop()
     assert replica.offsets.table == master.offsets.table
+
+
+async def test_a_pass_that_outlives_the_replica_role_applies_nothing(start_broker: StartBroker,
+                                                                      client: RemotingClient, tmp_path: Path) -> None:
+    """A replica's pass asks its master for the tables one by one; an old master slow to answer (paused, or busy)
+    may answer after the replica was promoted. What it answers then is the old master's past: the new master's
+    topics, groups and consumer offsets of since the promotion must stay."""
+    master = await start_broker(tmp_path / "master")
+    replica = await start_broker(tmp_path / "replica", broker_id=1)
+    serve_metadata(master)
+    await fill_master(client, master.addr)
+    sync = replica.metadata_sync
+    assert sync is not None
+    await sync.stop()  # (this test runs the pass itself)
+    await replica.replication.demote(1, master.ha_addr, 1, master.addr)
+    assert sync.master_addr() == master.addr
+
+    asked, answer = asyncio.Event(), asyncio.Event()
+    serve_topics = master.dispatcher[RequestCode.GET_ALL_TOPIC_CONFIG]
+
+    async def slow_topics(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
+        asked.set()
+        await answer.wait()
+        return await serve_topics(conn, cmd)
+
+    master.dispatcher[RequestCode.GET_ALL_TOPIC_CONFIG] = slow_topics
+    sync.timeout_s = 30.0
+    running = asyncio.create_task(sync.sync_once())
+    await asyncio.wait_for(asked.wait(), 10)
+
+    await replica.replication.promote(2)  # the old master is slow to answer: meanwhile the replica is promoted
+    assert sync.master_addr() is None
+    await ok(client, replica.addr, make_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "NewOnReplica", "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}))
+    await ok(client, replica.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "billing", "topic": "NewOnReplica", "queueId": 0, "commitOffset": 50}))
+    answer.set()
+    await asyncio.wait_for(running, 30)
+    assert "NewOnReplica" in replica.topics.topics
+    assert replica.offsets.table.get("NewOnReplica@billing") == {0: 50}, replica.offsets.table

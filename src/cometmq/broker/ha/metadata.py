@@ -194,6 +194,12 @@ class SlaveMetadataSync:
         for name, code, apply in steps:
             try:
                 raw = await self._fetch(addr, code, name)
+                if self.master_addr() != addr:
+                    # This broker was promoted, or follows another master, while the fetch was out: what came is a
+                    # former master's past, which must not replace the tables this broker now owns or gets elsewhere.
+                    log.info("replica: %s is no longer this broker's master: its %s and the rest of this pass are "
+                             "dropped", addr, name)
+                    break
                 if apply(raw):
                     log.info("replica: copied the %s of master %s", name, addr)
             except Exception as exc:  # one table's failure must not keep the others from being copied

@@ -96,6 +96,12 @@ class HAReplica:
             hello = frames.pop(0)
             if not isinstance(hello, ha.MasterHandshake):
                 raise ha.HAProtocolError(f"expected the master's handshake, got {hello}")
+            mine = self.epochs.last_epoch()
+            if hello.last_epoch < mine:
+                # A stale master (an old one cut off, named by a stale address): its common point with this log is
+                # before the newer epochs, whose messages a newer master acknowledged with this replica's acks.
+                raise ha.HAProtocolError(f"the master at {addr} is at epoch {hello.last_epoch}, older than this "
+                                         f"replica's epoch {mine}: not following it (the log is kept)")
             self._truncate_to_common_point(hello)
             self._learn_epochs(hello.entries)
             writer.write(ha.encode_slave_report(self.store.commitlog.max_offset))

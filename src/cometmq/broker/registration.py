@@ -126,8 +126,10 @@ class NamesrvRegistrar:
         self.max_body_bytes = max_body_bytes
         #: the state version is the master epoch: of two brokers claiming id 0, nameservers keep the higher
         self.data_version = DataVersion(int(time.time() * 1000), 0, state_version)
-        #: the last successful answer of each nameserver
+        #: the last successful answer of each nameserver (the one that answered last, last)
         self.results: dict[str, RegisterBrokerResult] = {}
+        #: nameservers whose last registration failed: their answer in ``results`` may be stale
+        self._unanswered: set[str] = set()
         self.frames: Counter[str] = Counter()
         #: the table as registered under ``data_version`` (None before the first round)
         self._table: dict[str, TopicConfig] | None = None
@@ -162,10 +164,16 @@ class NamesrvRegistrar:
         self.data_version = DataVersion(int(time.time() * 1000), dv.counter + 1, state_version)
         await self.register_now(force=True)
 
+    def _current_results(self) -> list[RegisterBrokerResult]:
+        """The answers to go by: those of the nameservers whose last registration got through (one that stopped
+        answering may name a master long gone); the last answers when none did."""
+        answered = [result for addr, result in self.results.items() if addr not in self._unanswered]
+        return answered or list(reversed(self.results.values()))  # (the latest answer first)
+
     @property
     def master_ha_addr(self) -> str | None:
         """The group master's HA address as some nameserver reported it (replicas only)."""
-        for result in self.results.values():
+        for result in self._current_results():
             if result.ha_server_addr:
                 return result.ha_server_addr
         return None
@@ -173,7 +181,7 @@ class NamesrvRegistrar:
     @property
     def master_addr(self) -> str | None:
         """The master's address as some nameserver reported it (replicas only)."""
-        for result in self.results.values():
+        for result in self._current_results():
             if result.master_addr:
                 return result.master_addr
         return None
@@ -244,8 +252,11 @@ class NamesrvRegistrar:
                                                 return_exceptions=True)
                 for addr, outcome in zip(self.namesrv_addrs, outcomes, strict=True):
                     if isinstance(outcome, RegisterBrokerResult):
+                        self.results.pop(addr, None)
                         self.results[addr] = outcome
+                        self._unanswered.discard(addr)
                     elif isinstance(outcome, Exception):
+                        self._unanswered.add(addr)
                         log.warning("registering topic changes of %s with nameserver %s failed: %s",
                                     self.broker_name, addr, outcome)
                     elif isinstance(outcome, BaseException):
@@ -310,8 +321,11 @@ class NamesrvRegistrar:
         results: dict[str, RegisterBrokerResult | Exception] = {}
         for addr, outcome in zip(self.namesrv_addrs, outcomes, strict=True):
             if isinstance(outcome, RegisterBrokerResult):
+                self.results.pop(addr, None)
                 self.results[addr] = outcome
+                self._unanswered.discard(addr)
             elif isinstance(outcome, Exception):
+                self._unanswered.add(addr)
                 log.warning("registering %s with nameserver %s failed: %s", self.broker_name, addr, outcome)
             else:  # a BaseException such as cancellation of a child: not ours to swallow
                 raise outcome

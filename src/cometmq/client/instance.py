@@ -170,6 +170,12 @@ class RouteRefresher:
         self._trailing.clear()
 
 
+def _no_route(response: RemotingCommand) -> bool:
+    """A nameserver's answer that it has no route for the topic."""
+    return response.code == ResponseCode.TOPIC_NOT_EXIST or (response.code == ResponseCode.SUCCESS
+                                                             and not response.body)
+
+
 def credentials_of(credentials: Credentials | tuple[str, str] | None, access_key: str | None = None,
                    secret_key: str | None = None) -> Credentials | None:
     """The SDK's ways of giving keys: a Credentials, an ``(access_key, secret_key)`` pair, or both keywords."""
@@ -345,9 +351,8 @@ class ClientInstance:
         """The topic's route, from the cache unless ``refresh``; None when no nameserver knows it."""
         if not refresh and topic in self.routes:
             return self.routes[topic]
-        response = await self.namesrv_invoke(make_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}),
-                                             f"route of {topic}")
-        if response.code == ResponseCode.TOPIC_NOT_EXIST or (response.code == 0 and not response.body):
+        response = await self._route_reply(topic)
+        if _no_route(response):
             self.routes.pop(topic, None)
             return None
         if response.code != ResponseCode.SUCCESS:
@@ -358,6 +363,35 @@ class ClientInstance:
         for bd in route.broker_datas:
             self.brokers[bd.broker_name] = dict(bd.broker_addrs)
         return route
+
+    async def _route_reply(self, topic: str) -> RemotingCommand:
+        """GET_ROUTEINFO_BY_TOPIC, as :meth:`namesrv_invoke` (from the nameserver in use, the next one after a
+        connection failure), and also of the next nameservers while those that answer do not know the topic: a
+        nameserver that restarted knows no topic until the brokers registered with it again, so its "no route"
+        is not the last word while another has one. The first answer with a route, else the first "no route";
+        the last failure when no nameserver answered."""
+        cmd = make_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        addrs = self.namesrv_addrs
+        start = self._namesrv_index
+        unknown: RemotingCommand | None = None
+        last: Exception | None = None
+        for step in range(len(addrs)):
+            addr = addrs[(start + step) % len(addrs)]
+            try:
+                response = await self.invoke(addr, cmd, context=f"route of {topic}")
+            except (ClientConnectionError, ClientTimeoutError) as exc:
+                last = exc
+                if unknown is None:  # none answered yet: the next one becomes the nameserver in use
+                    self._namesrv_index = start + step + 1
+                continue
+            if not _no_route(response):
+                return response
+            if unknown is None:
+                unknown = response
+        if unknown is not None:
+            return unknown
+        assert last is not None
+        raise last
 
     def master_addr(self, broker_name: str) -> str | None:
         return self.brokers.get(broker_name, {}).get(0)

@@ -63,6 +63,9 @@ class _BrokerGroup:
     cluster: str
     broker_name: str
     addrs: dict[int, str]
+    #: topics whose queues an operator changed (WIPE/ADD_WRITE_PERM_OF_BROKER): a registration under a data
+    #: version held here does not read them again, only one under a new version does
+    pinned: set[str] = field(default_factory=set)
 
     def snapshot(self) -> BrokerData:
         return BrokerData(self.cluster, self.broker_name, self.addrs)
@@ -147,11 +150,18 @@ class RouteInfoManager:
         digests: set[bytes] = set() if fresh or prev is None else prev.digests
         if broker_id == MASTER_ID and (fresh or body_digest is None or body_digest not in digests):
             topics = self._topics
+            pinned = group.pinned
             for config in topic_configs:
                 name = config.topic_name
                 if fresh or name not in seen:
-                    topics.setdefault(name, {})[broker_name] = QueueData.from_topic_config(broker_name, config)
                     seen.add(name)
+                    if pinned and name in pinned:
+                        if not fresh:
+                            # Under a held version, e.g. a forced full registration after a new topic was
+                            # registered alone: as RocketMQ, a topic held here is not read again.
+                            continue
+                        pinned.discard(name)
+                    topics.setdefault(name, {})[broker_name] = QueueData.from_topic_config(broker_name, config)
         if body_digest is not None:
             if len(digests) >= MAX_BODY_DIGESTS:
                 digests.clear()
@@ -331,14 +341,17 @@ class RouteInfoManager:
         """Take write permission away from (``wipe``) or give it back to every topic of ``broker_name``
         (WIPE/ADD_WRITE_PERM_OF_BROKER); the number of topics changed. The change holds until the broker
         registers a new topic table, as in RocketMQ."""
-        count = 0
-        for queues in self._topics.values():
+        changed = []
+        for topic, queues in self._topics.items():
             qd = queues.get(broker_name)
             if qd is None:
                 continue
             queues[broker_name] = dataclasses.replace(qd, perm=qd.perm & ~PERM_WRITE if wipe else qd.perm | PERM_WRITE)
-            count += 1
-        return count
+            changed.append(topic)
+        group = self._groups.get(broker_name)
+        if group is not None:
+            group.pinned = set(changed)
+        return len(changed)
 
     def system_topics(self) -> tuple[list[str], str | None]:
         """RocketMQ's system topic list: every cluster and broker name, and some broker's address (where the

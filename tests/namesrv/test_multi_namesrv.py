@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from cometmq.broker.registration import NamesrvRegistrar
-from cometmq.namesrv.server import NamesrvConfig, NamesrvController
+from cometmq.namesrv.server import NamesrvController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.route import TopicConfig
 
 pytestmark = pytest.mark.timeout(30)
-
-
-@pytest.fixture
-async def two_namesrvs() -> AsyncIterator[list[NamesrvController]]:
-    servers = [NamesrvController(NamesrvConfig(port=0)) for _ in range(2)]
-    for s in servers:
-        await s.start()
-    yield servers
-    for s in servers:
-        await s.stop()
 
 
 def registrar(client: RemotingClient, namesrvs: list[str], broker_id: int, addr: str) -> NamesrvRegistrar:

@@ -224,16 +224,6 @@ def dead_addr() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-@pytest.fixture
-async def two_namesrvs() -> AsyncIterator[list[NamesrvController]]:
-    servers = [NamesrvController(NamesrvConfig(port=0)) for _ in range(2)]
-    for s in servers:
-        await s.start()
-    yield servers
-    for s in servers:
-        await s.stop()
-
-
 def topic_names(ns: NamesrvController) -> list[str]:
     return ns.route_info.all_topics()
 

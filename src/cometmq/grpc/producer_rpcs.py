@@ -324,7 +324,7 @@ class ProducerRpcs(RpcBase):
         except ValueError:
             log.warning("transaction check from %s with bad offsets: %s", broker_addr, ext)
             return
-        message = convert.record_to_message(rec, topic=topic)
+        message = convert.record_to_message(rec, topic=topic, max_body_size=self.config.max_body_size)
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
             message=message, transaction_id=ref.encode()))
         if self.sessions.send_to_publisher(topic, command) is None:

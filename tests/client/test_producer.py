@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -107,6 +108,20 @@ async def test_batch_async_oneway_and_compression(cluster: Cluster) -> None:
     last = recs[-1]
     assert last.sys_flag & 1 and zlib.decompress(last.body) == big  # type: ignore[attr-defined]
     assert [x.body for x in recs[:20]] == [f"m{i}".encode() * 50 for i in range(20)]  # type: ignore[attr-defined]
+
+
+async def test_a_body_compression_does_not_shrink_goes_as_it_is(cluster: Cluster) -> None:
+    """A body of maxMessageSize (4 MiB) that does not compress (random bytes) was sent compressed, zlib's framing
+    making it 1286 bytes longer, and the broker refused it (MESSAGE_ILLEGAL) though the producer's own check let it
+    pass. Now a body goes compressed only when that makes it shorter; one that compresses still does."""
+    noise, text = os.urandom(4 << 20), b"0123456789" * 1000
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        q = MessageQueue("Noise", "broker-a", 0)
+        assert (await p.send(Message("Noise", noise), queue=q)).ok
+        assert (await p.send(Message("Noise", text), queue=q)).ok
+    recs = stored(cluster, "Noise", 0)
+    assert [r.sys_flag & 1 for r in recs] == [0, 1]
+    assert recs[0].body == noise and zlib.decompress(recs[1].body) == text
 
 
 async def test_errors_are_clear_and_early(cluster: Cluster) -> None:

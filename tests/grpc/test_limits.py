@@ -4,15 +4,20 @@ message naming the limit, and nothing stored (the commit log did not grow)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
-from tests.grpc.kit import Endpoint, new_message_id, start_endpoint, stop_endpoint
+from cometmq.protocol.codes import RequestCode
+from tests.broker.conftest import send_request
+from tests.grpc.kit import TRANSPORTS, Endpoint, new_message_id, start_endpoint, stop_endpoint
 
 OK = pb.Code.OK
 
@@ -259,5 +264,30 @@ async def test_invisible_limit_keys(tmp_path: Path) -> None:
         assert status.code == pb.Code.BAD_REQUEST, status  # the broker's cap
         status, msgs = await _receive(ep, _receive_request(ep, "Off", 1))
         assert status.code == OK and len(msgs) == 1, status
+    finally:
+        await stop_endpoint(ep)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_compressed_4x_body_is_inflated_to_max_body_size_at_most(tmp_path: Path, transport: str) -> None:
+    """A 4.x producer's COMPRESSED body (zlib) is inflated for the 5.x consumers, but never past max_body_size: a
+    stored body of a few KiB can inflate a thousandfold (4 MiB to 4 GiB), in the endpoint's memory, at each
+    receive. Past the limit it goes as stored (as a body that does not inflate does), the digest its own."""
+    limit = 64 << 10
+    ep = await start_endpoint(tmp_path, transport=transport, max_body_size=limit)
+    try:
+        await ep.create_topic("Zip", queues=1)
+        at_limit, over, bomb = b"a" * limit, b"o" * (limit + 1), bytes(64 << 20)
+        stored = [zlib.compress(body) for body in (at_limit, over, bomb)]
+        for body in stored:
+            r = await ep.remoting(RequestCode.SEND_MESSAGE, send_request("Zip", body, sysFlag=1).ext_fields, body)
+            assert r.code == 0, r.remark
+        code, got = await ep.receive("Zip", "cg")
+        assert code == OK
+        assert [m.body for m in got] == [at_limit, stored[1], stored[2]]
+        for m in got:
+            sp = m.system_properties
+            assert sp.body_encoding == pb.IDENTITY
+            assert sp.body_digest.checksum == hashlib.md5(m.body).hexdigest().upper()
     finally:
         await stop_endpoint(ep)

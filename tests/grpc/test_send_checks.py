@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import gzip
 import tracemalloc
+from pathlib import Path
 
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
-from tests.grpc.kit import Endpoint, new_message_id
+from tests.grpc.kit import Endpoint, new_message_id, start_endpoint, stop_endpoint
 
 
 def _message(topic: str, body: bytes, **system: object) -> pb.Message:
@@ -67,3 +68,32 @@ async def test_a_request_with_one_bad_message_stores_none(endpoint: Endpoint) ->
     r = await endpoint.call("SendMessage", spb.SendMessageRequest(messages=[
         _message("Whole", b"one"), _message("Whole", b"two")]))
     assert r.status.code == pb.Code.OK and [e.status.code for e in r.entries] == [pb.Code.OK] * 2
+
+
+async def test_the_gzip_bodies_of_one_request_inflate_to_one_frame_at_most(tmp_path: Path) -> None:
+    """Each GZIP body was bounded by max_body_size, but a request may hold thousands of messages: 96 bytes each
+    inflating to the 4 MiB limit, a 5 MiB request made gigabytes in the endpoint before any was sent. Now the
+    bodies of a request, inflated, may hold what one request frame holds uncompressed (max_body_size + 1 MiB)."""
+    limit = 64 << 10
+    ep = await start_endpoint(tmp_path, max_body_size=limit)
+    try:
+        await ep.create_topic("Bombs", queues=1)
+        one = gzip.compress(bytes(limit), compresslevel=9)
+        fits = (limit + (1 << 20)) // limit  # this many whole bodies fit in one frame
+        r = await ep.call("SendMessage", spb.SendMessageRequest(messages=[
+            _message("Bombs", one, body_encoding=pb.GZIP) for _ in range(fits)]))
+        assert r.status.code == pb.Code.OK, r.status
+        stored = ep.broker.store.commitlog.max_offset
+        tracemalloc.start()
+        try:
+            r = await ep.call("SendMessage", spb.SendMessageRequest(messages=[
+                _message("Bombs", one, body_encoding=pb.GZIP) for _ in range(1000)]), timeout=60)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert r.status.code == pb.Code.MESSAGE_BODY_TOO_LARGE, r.status
+        assert str(limit + (1 << 20)) in r.status.message, r.status
+        assert peak < 8 << 20, peak  # about one frame, not the 64 MiB the bodies inflate to
+        assert ep.broker.store.commitlog.max_offset == stored
+    finally:
+        await stop_endpoint(ep)

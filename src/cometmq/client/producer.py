@@ -448,8 +448,12 @@ class Producer:
         body = bytes(msg.body)
         sys_flag = 0
         if len(body) >= self.compress_over:
-            body = zlib.compress(body, self.compress_level)
-            sys_flag |= 1
+            # only when it shrinks: zlib's framing lengthens a body that does not compress, and one of
+            # maxMessageSize would then be refused by the broker
+            packed = zlib.compress(body, self.compress_level)
+            if len(packed) < len(body):
+                body = packed
+                sys_flag |= 1
         ext = self._v2_fields(msg.topic, q.queue_id, sys_flag, _now_ms(), msg.flag, properties_text(msg, uniq))
         # ext holds only strings already: no need for make_request's normalising copy
         return RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=next_opaque(), flag=ONEWAY_FLAG if oneway else 0,

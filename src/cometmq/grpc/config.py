@@ -13,6 +13,10 @@ from cometmq.net.tls_settings import TlsConfig
 DEFAULT_GRPC_PORT = 8081
 
 
+#: what a gRPC frame may carry besides one message body (its other fields, the frame's headers)
+FRAME_OVERHEAD = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ProxyConfig:
     #: nameservers, ``host:port;host:port``
@@ -76,6 +80,11 @@ class ProxyConfig:
 
     def replace(self, **changes: Any) -> ProxyConfig:
         return replace(self, **changes)
+
+    @property
+    def frame_limit(self) -> int:
+        """The largest gRPC frame taken or sent: one whole message (max_body_size) and the rest of the frame."""
+        return self.max_body_size + FRAME_OVERHEAD
 
     @property
     def bind_addr(self) -> str:

@@ -127,7 +127,8 @@ class ConsumerRpcs(RpcBase):
             info = extra_info_for(rh, rec.topic, rec.queue_id, rec.queue_offset, mq.broker.name)
             handle = ReceiptHandle(mq.broker.name, rec.topic, info, rec.physical_offset).encode()
             messages.append(convert.record_to_message(rec, namespace=mq.topic.resource_namespace, topic=topic,
-                                                      receipt_handle=handle, invisible_ms=invisible))
+                                                      receipt_handle=handle, invisible_ms=invisible,
+                                                      max_body_size=self.config.max_body_size))
         if not messages:
             yield spb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
             return
@@ -243,7 +244,7 @@ class ConsumerRpcs(RpcBase):
             yield spb.PullMessageResponse(status=OK_STATUS)
             for rec in iter_records(response.body or b""):
                 yield spb.PullMessageResponse(message=convert.record_to_message(
-                    rec, namespace=mq.topic.resource_namespace, topic=topic))
+                    rec, namespace=mq.topic.resource_namespace, topic=topic, max_body_size=self.config.max_body_size))
         elif response.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
             yield spb.PullMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
         elif response.code == ResponseCode.PULL_OFFSET_MOVED:

@@ -151,16 +151,30 @@ def _type_of_record(props: Mapping[str, str]) -> int:
     return pb.NORMAL
 
 
+def inflate_stored(body: bytes, limit: int) -> bytes | None:
+    """A COMPRESSED record's body (a zlib stream, as the 4.x producers write it) inflated, but never past ``limit``
+    bytes: a stored body of 4 MiB can inflate a thousandfold. None when it does not inflate (not zlib, truncated)
+    or inflates to more than ``limit``."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error:
+        return None
+    return out if inflater.eof and len(out) <= limit else None
+
+
 def record_to_message(rec: MessageRecord, *, namespace: str = "", topic: str | None = None,
-                      receipt_handle: str | None = None, invisible_ms: int | None = None) -> pb.Message:
-    """A stored message as the 5.x clients expect it: identity-encoded body with a CRC32 digest."""
+                      receipt_handle: str | None = None, invisible_ms: int | None = None,
+                      max_body_size: int = 4 * 1024 * 1024) -> pb.Message:
+    """A stored message as the 5.x clients expect it: identity-encoded body with an MD5 digest. A compressed body
+    is inflated when it inflates to at most ``max_body_size`` bytes (the endpoint's limit on bodies)."""
     props = rec.properties
     body = rec.body
     if rec.sys_flag & SysFlag.COMPRESSED:
-        try:
-            body = zlib.decompress(body)
-        except zlib.error:
-            pass  # not ours to fix: hand it over as stored, the digest still matches what is sent
+        inflated = inflate_stored(body, max_body_size)
+        if inflated is not None:
+            body = inflated
+        # else not ours to fix: hand it over as stored, the digest still matches what is sent
     sp = pb.SystemProperties(
         message_id=props.get(P.UNIQ_KEY) or offset_msg_id(rec.store_host, rec.physical_offset),
         body_digest=body_digest(body),

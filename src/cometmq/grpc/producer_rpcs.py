@@ -221,7 +221,17 @@ class ProducerRpcs(RpcBase):
         now_ms = int(time.time() * 1000)
         for m in request.messages:
             limits.check_message(m, self.config, now_ms)
-        prepared = [(m, *convert.send_properties(m, self.config.max_body_size)) for m in request.messages]
+        # The bodies of one request, GZIP ones inflated, may hold what its frame could hold uncompressed: thousands
+        # of small GZIP bodies, each inflating to max_body_size, would otherwise make gigabytes here.
+        room = self.config.frame_limit
+        prepared = []
+        for m in request.messages:
+            props, body = convert.send_properties(m, self.config.max_body_size)
+            room -= len(body)
+            if room < 0:
+                raise GrpcError(pb.Code.MESSAGE_BODY_TOO_LARGE, f"the bodies of one SendMessage inflate to more "
+                                f"than {self.config.frame_limit} bytes in all")
+            prepared.append((m, props, body))
         if len(prepared) == 1:  # what the clients send: no task for a gather of one
             entries = [await self._send_one(*prepared[0])]
         else:
@@ -324,7 +334,7 @@ class ProducerRpcs(RpcBase):
         except ValueError:
             log.warning("transaction check from %s with bad offsets: %s", broker_addr, ext)
             return
-        message = convert.record_to_message(rec, topic=topic)
+        message = convert.record_to_message(rec, topic=topic, max_body_size=self.config.max_body_size)
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
             message=message, transaction_id=ref.encode()))
         if self.sessions.send_to_publisher(topic, command) is None:

@@ -76,7 +76,7 @@ class GrpcProxy:
     async def start(self) -> None:
         await self.backend.start()
         # frames carry a whole message (4 MiB by default) plus headers
-        limit = self.config.max_body_size + 1024 * 1024
+        limit = self.config.frame_limit
         server = grpc.aio.server(interceptors=[MalformedRequestInterceptor()],
                                  options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.max_send_message_length", limit),

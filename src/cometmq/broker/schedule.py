@@ -24,13 +24,15 @@ from cometmq.common.tasks import cancel_and_wait
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.message import TRANSACTION_MASK, decode_record, pack_host
 from cometmq.protocol.properties import DELAY, REAL_QID, REAL_TOPIC, encode_properties
-from cometmq.store.message import DispatchRequest, MessageInner
+from cometmq.store.message import TRANSACTION_COMMIT_TYPE, DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetStatus, PutResult
 
 log = logging.getLogger(__name__)
 
 BATCH = 64
+#: the transaction types of the sys flag a delay level applies to: none and committed
+_DELAYABLE = (0, TRANSACTION_COMMIT_TYPE)
 
 
 def delay_level(raw: str) -> int:
@@ -73,9 +75,11 @@ class ScheduleMessageService:
         pass
 
     def rewrite_if_delayed(self, msg: MessageInner) -> None:
-        """Park a message with a DELAY level under the schedule topic (not transactional halves)."""
+        """Park a message with a DELAY level under the schedule topic. Not a prepared or rolled-back transaction
+        message; a committed one is delayed as a plain one is (RocketMQ's CommitLog: its send-back's retry copy
+        keeps the COMMIT type and must wait its level like any other)."""
         raw = msg.properties.get(DELAY)
-        if raw is None or msg.sys_flag & TRANSACTION_MASK:
+        if raw is None or msg.sys_flag & TRANSACTION_MASK not in _DELAYABLE:
             return
         level = delay_level(raw)
         if level <= 0:

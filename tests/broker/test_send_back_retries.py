@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from pathlib import Path
 
 from cometmq.broker.topics import SCHEDULE_TOPIC
 from cometmq.net.client import RemotingClient
@@ -11,6 +13,7 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.message import iter_records
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import make_request
+from tests.kit import eventually
 
 from .conftest import StartBroker, props, pull_request, send_request
 
@@ -50,3 +53,28 @@ async def test_a_committed_transaction_message_sent_back_waits_its_delay_level(s
     assert retry.properties["RETRY_TOPIC"] == "TxR"
     for bookkeeping in ("DELAY", "REAL_TOPIC", "REAL_QID"):
         assert bookkeeping not in retry.properties
+
+
+async def test_delay_progress_past_the_end_of_its_queue_is_taken_back_at_start(start_broker: StartBroker,
+                                                                                client: RemotingClient,
+                                                                                tmp_path: Path) -> None:
+    """A level's saved progress can be ahead of its queue (a promoted replica took its master's progress before
+    its own log caught up; a log cut back at recovery). The level then skipped every message stored below that
+    offset and delivered nothing until its queue grew past it: delayed messages acknowledged to their producers
+    were never delivered. As RocketMQ's correctDelayOffset, a start takes such progress back to the queue's end."""
+    b = await start_broker(tmp_path / "d")
+    r = await client.invoke(b.addr, send_request("Late", b"first", 0, props(DELAY="1", UNIQ_KEY="L0")))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    await eventually(lambda: b.store.max_offset("Late", 0) == 1, what="the first delivery")
+    await b.stop()
+    progress = tmp_path / "d" / "config" / "delayOffset.json"
+    assert json.loads(progress.read_text())["offsetTable"]["1"] == 1
+    progress.write_text(json.dumps({"offsetTable": {"1": 7}}))
+    b = await start_broker(tmp_path / "d")
+    for i in (1, 2):
+        r = await client.invoke(b.addr, send_request("Late", b"later", 0, props(DELAY="1", UNIQ_KEY=f"L{i}")))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    await eventually(lambda: b.store.max_offset("Late", 0) == 3, timeout=5, what="both later deliveries")
+    r = await client.invoke(b.addr, pull_request("Late", 0, 0, sys_flag=4))
+    assert [x.properties["UNIQ_KEY"] for x in iter_records(r.body)] == ["L0", "L1", "L2"]
+    assert b.schedule.offsets[1] == 3

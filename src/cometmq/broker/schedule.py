@@ -115,9 +115,26 @@ class ScheduleMessageService:
         return True
 
     async def start(self) -> None:
+        self._correct_offsets()
         for level in range(1, len(self.delays) + 1):
             self._events[level] = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._run_level(level), name=f"delay-level-{level}"))
+
+    def _correct_offsets(self) -> None:
+        """Take a level's progress back to the end of its queue when it is past it (RocketMQ's correctDelayOffset):
+        a promoted replica that took its master's progress before its own log caught up, or a log cut back at
+        recovery. Left there, the level would skip the messages stored below it and deliver nothing until its
+        queue grew past it."""
+        changed = False
+        for level, offset in list(self.offsets.items()):
+            end = self.store.max_offset(SCHEDULE_TOPIC, level - 1)
+            if offset > end:
+                log.warning("delay level %d: progress %d is past the end %d of %s/%d; restarting from its end",
+                            level, offset, end, SCHEDULE_TOPIC, level - 1)
+                self.offsets[level] = end
+                changed = True
+        if changed:
+            self.persist()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)

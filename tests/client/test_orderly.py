@@ -112,6 +112,14 @@ def test_orderly_arguments_are_checked() -> None:
     with pytest.raises(InvalidArgumentError, match="suspend_time_ms"):
         PushConsumer("g", namesrv="127.0.0.1:1", orderly=True, suspend_time_ms=0)
     assert OrderlyPushConsumer("g", namesrv="127.0.0.1:1").orderly
+    # A broadcasting consumer reads no retry topic (RocketMQ does not retry broadcast messages): giving a message
+    # up to the group's retry topic put it where no consumer of the group would ever read it. Refused; "dlq" and
+    # "never" still go, and "retry" with CLUSTERING.
+    with pytest.raises(InvalidArgumentError, match=r"orderly_give_up='retry'.*BROADCASTING"):
+        PushConsumer("g", namesrv="127.0.0.1:1", orderly=True, orderly_give_up="retry", message_model="BROADCASTING")
+    for policy in ("dlq", "never"):
+        PushConsumer("g", namesrv="127.0.0.1:1", orderly=True, orderly_give_up=policy, message_model="BROADCASTING")
+    assert PushConsumer("g", namesrv="127.0.0.1:1", orderly=True, orderly_give_up="retry").orderly_give_up == "retry"
 
 
 # -- order, rebalance, hand-over -----------------------------------------------------------------------------

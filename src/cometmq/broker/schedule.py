@@ -24,13 +24,15 @@ from cometmq.common.tasks import cancel_and_wait
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.message import TRANSACTION_MASK, decode_record, pack_host
 from cometmq.protocol.properties import DELAY, REAL_QID, REAL_TOPIC, encode_properties
-from cometmq.store.message import DispatchRequest, MessageInner
+from cometmq.store.message import TRANSACTION_COMMIT_TYPE, DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import GetStatus, PutResult
 
 log = logging.getLogger(__name__)
 
 BATCH = 64
+#: the transaction types of the sys flag a delay level applies to: none and committed
+_DELAYABLE = (0, TRANSACTION_COMMIT_TYPE)
 
 
 def delay_level(raw: str) -> int:
@@ -73,9 +75,11 @@ class ScheduleMessageService:
         pass
 
     def rewrite_if_delayed(self, msg: MessageInner) -> None:
-        """Park a message with a DELAY level under the schedule topic (not transactional halves)."""
+        """Park a message with a DELAY level under the schedule topic. Not a prepared or rolled-back transaction
+        message; a committed one is delayed as a plain one is (RocketMQ's CommitLog: its send-back's retry copy
+        keeps the COMMIT type and must wait its level like any other)."""
         raw = msg.properties.get(DELAY)
-        if raw is None or msg.sys_flag & TRANSACTION_MASK:
+        if raw is None or msg.sys_flag & TRANSACTION_MASK not in _DELAYABLE:
             return
         level = delay_level(raw)
         if level <= 0:
@@ -111,9 +115,26 @@ class ScheduleMessageService:
         return True
 
     async def start(self) -> None:
+        self._correct_offsets()
         for level in range(1, len(self.delays) + 1):
             self._events[level] = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._run_level(level), name=f"delay-level-{level}"))
+
+    def _correct_offsets(self) -> None:
+        """Take a level's progress back to the end of its queue when it is past it (RocketMQ's correctDelayOffset):
+        a promoted replica that took its master's progress before its own log caught up, or a log cut back at
+        recovery. Left there, the level would skip the messages stored below it and deliver nothing until its
+        queue grew past it."""
+        changed = False
+        for level, offset in list(self.offsets.items()):
+            end = self.store.max_offset(SCHEDULE_TOPIC, level - 1)
+            if offset > end:
+                log.warning("delay level %d: progress %d is past the end %d of %s/%d; restarting from its end",
+                            level, offset, end, SCHEDULE_TOPIC, level - 1)
+                self.offsets[level] = end
+                changed = True
+        if changed:
+            self.persist()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)

@@ -104,7 +104,8 @@ class PushConsumer:
     second argument. ``auto_commit`` (orderly) commits after each successful batch; off, the listener commits
     with COMMIT and rolls back with ROLLBACK. ``suspend_time_ms`` is the wait after
     SUSPEND_CURRENT_QUEUE_A_MOMENT (doubled per retry of the same batch, up to 30 s); a message still failing
-    after ``max_reconsume_times`` retries goes where ``orderly_give_up`` says: "dlq", "retry" or "never".
+    after ``max_reconsume_times`` retries goes where ``orderly_give_up`` says: "dlq", "retry" (CLUSTERING only) or
+    "never".
     """
 
     #: delay before a pull is tried again after an error (doubling per consecutive error, up to the max)
@@ -160,6 +161,11 @@ class PushConsumer:
         if orderly_give_up not in GIVE_UP_POLICIES:
             raise InvalidArgumentError(f"orderly_give_up must be one of {', '.join(GIVE_UP_POLICIES)}, "
                                        f"not {orderly_give_up!r}")
+        if orderly and orderly_give_up == "retry" and model == BROADCASTING:
+            # broadcasting consumers read no retry topic (RocketMQ retries no broadcast message): a message given
+            # up there would be read by nobody
+            raise InvalidArgumentError("orderly_give_up='retry' needs CLUSTERING: a BROADCASTING consumer does not "
+                                       "read the group's retry topic (use 'dlq' or 'never')")
         _positive(suspend_time_ms=suspend_time_ms)
         self.group = group
         self.message_model = model

@@ -96,6 +96,18 @@ async def test_pull_statuses(start_broker: StartBroker, client: RemotingClient) 
     assert r.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
 
 
+async def test_tag_expressions_are_trimmed_as_java_trims(start_broker: StartBroker, client: RemotingClient) -> None:
+    # RocketMQ (FilterAPI) splits on "||" and String.trim()s each tag: chars <= ' ' go, other white space stays.
+    b = await start_broker()
+    tags = ["A", "A\u3000", "A\xa0", "B"]
+    for i, tag in enumerate(tags):
+        await client.invoke(b.addr, send_request("JT", str(i).encode(), 0, props(TAGS=tag)))
+    for expression, wanted in [("A\u3000", [b"1"]), ("\xa0A\xa0 || A\xa0", [b"2"]),
+                               ("A\x00 || \x01B\x1b", [b"0", b"3"]), ("\tA\u3000 ||\x0bA\n", [b"0", b"1"])]:
+        r = await client.invoke(b.addr, pull_request("JT", 0, subscription=expression, sys_flag=4))
+        assert [x.body for x in iter_records(r.body)] == wanted, repr(expression)
+
+
 async def test_huge_tag_expression_is_refused_at_once(start_broker: StartBroker, client: RemotingClient) -> None:
     # A tag expression of 1,000,000 tags took ~5 s of the event loop, and up to 1,024 such filters stayed cached.
     b = await start_broker()

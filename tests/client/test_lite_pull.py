@@ -159,6 +159,19 @@ async def test_tag_filter_and_max_messages_split_batches(cluster: Cluster) -> No
             await c.poll(0.1, max_messages=0)
 
 
+async def test_tags_are_trimmed_as_java_trims_them(cluster: Cluster) -> None:
+    # RocketMQ String.trim()s each tag of an expression: chars <= ' ' only; U+3000 and U+00A0 are part of the tag.
+    await make_topic(cluster, "LJ", 1)
+    q = MessageQueue("LJ", "broker-a", 0)
+    async with Producer("lite-pg", namesrv=cluster.namesrv_addr) as p:
+        for i, tag in enumerate(["a", "a\u3000", "a\xa0", "b"]):
+            await p.send(Message("LJ", f"{i}".encode(), tags=tag), queue=q)
+    async with consumer(cluster, consume_from="first", auto_commit=False) as c:
+        await c.subscribe("LJ", "\ta\u3000 || a\xa0\x00")
+        got = await poll_n(c, 2)
+        assert [m.body for m in got] == [b"1", b"2"]
+
+
 # -- where consumption starts ----------------------------------------------------------------------------------
 async def test_consume_from_last_first_and_timestamp(cluster: Cluster) -> None:
     await make_topic(cluster, "LS", 1)

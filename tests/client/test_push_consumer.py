@@ -103,6 +103,20 @@ async def test_consumes_what_a_producer_sent_with_tag_filtering(cluster: Cluster
     assert c.stats.consumed == 10 and c.stats.pulled == 10  # the broker already filtered by tag
 
 
+async def test_tags_are_trimmed_as_java_trims_them(cluster: Cluster) -> None:
+    # RocketMQ String.trim()s each tag of an expression: chars <= ' ' only; U+3000 and U+00A0 are part of the tag.
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        for i, tag in enumerate(["A", "A\u3000", "A\xa0", "B"]):
+            await p.send(Message("TrimTags", f"{i}".encode(), tags=tag))
+        listener = Collector()
+        c = consumer(cluster, "trim-tags", listener, consume_from="first")
+        c.subscribe("TrimTags", "A\u3000 ||\x0bB\x00")
+        async with c:
+            await eventually(lambda: len(listener.got) == 2, what="2 messages")
+            await asyncio.sleep(0.1)
+    assert sorted(listener.bodies) == [b"1", b"3"]
+
+
 async def test_sync_listener_runs_in_a_bounded_thread_pool_with_batches(cluster: Cluster) -> None:
     lock = threading.Lock()
     running = peak = 0

@@ -237,6 +237,19 @@ def test_big_longs() -> None:
     bad("a = 007")
 
 
+def test_integer_comparisons_take_any_decimal_digits() -> None:
+    # Long.valueOf / Integer.valueOf read digits with Character.digit: any Unicode decimal digit of the BMP
+    # (fullwidth, Arabic-Indic, Devanagari...), so RocketMQ delivers these; Double.valueOf takes ASCII only.
+    assert match("a > 50", a="\uff11\uff10\uff10")  # fullwidth 100
+    assert match("a = 55", a="\u0665\u0665") and match("a = -7", a="-\u096d")
+    assert match("a BETWEEN 1 AND 9", a="+\uff15") and match("a IN ('\uff15') AND a = 5", a="\uff15")
+    assert match("a = 5", a="\uff10\uff15")
+    assert not match("a = 5", a="\U0001d7d3")  # a supplementary-plane digit is two chars to Java: not a digit
+    assert not match("a > 50.5", a="\uff11\uff10\uff10")  # Double.valueOf: ASCII digits only
+    assert not match("a > 5", a="\u00b2") and not match("a > 5", a="\u2167")  # digit-like, not decimal digits
+    assert not match("a > 5", a="1" + "\uff11" * 19)  # past the long range
+
+
 def test_decimals() -> None:
     assert match("a > 3.14", a="3.1415")
     assert match("a > 3.1E10", a=str(3.1415 * 10**10))

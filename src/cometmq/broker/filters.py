@@ -9,7 +9,7 @@ from cometmq.common.memo import cached_by_length
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import record_properties
-from cometmq.protocol.taghash import java_string_hash
+from cometmq.protocol.taghash import JAVA_TRIM, java_string_hash, split_tags
 
 TagFilter = Callable[[int], bool]
 PropertyFilter = Callable[[Mapping[str, str]], bool]
@@ -60,10 +60,10 @@ def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
     """"TagA || TagB" -> {"TagA", "TagB"}; "" or "*" -> None (everything)."""
     if expression is None:
         return None
-    text = expression.strip()
+    text = expression.strip(JAVA_TRIM)
     if not text or text == "*":
         return None
-    tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+    tags = frozenset(split_tags(text))
     if not tags:
         raise RemotingError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"cannot parse tag expression {_shown(expression)}")
     return tags

@@ -11,6 +11,7 @@ from typing import Any
 from cometmq.client.errors import InvalidArgumentError
 from cometmq.client.message import MessageExt
 from cometmq.protocol.client_bodies import SubscriptionData
+from cometmq.protocol.taghash import JAVA_TRIM, split_tags
 
 
 def _now_ms() -> int:
@@ -69,9 +70,10 @@ class Subscription:
         kind = (expression_type or "TAG").upper()
         text = (expression or "").strip()
         if kind == "TAG":
+            text = (expression or "").strip(JAVA_TRIM)  # as the broker and RocketMQ take tags (String.trim)
             if not text or text == "*":
                 return cls(topic, "*", kind, None, _now_ms())
-            tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+            tags = frozenset(split_tags(text))
             if not tags:
                 raise InvalidArgumentError(f"tag expression {expression!r} for {topic} names no tag")
             return cls(topic, text, kind, tags, _now_ms())

@@ -59,6 +59,7 @@ from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, Consume
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.remoting import make_request
+from cometmq.protocol.taghash import JAVA_TRIM
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +255,9 @@ class LitePullConsumer:
             raise InvalidArgumentError("the subscription expression must be a string")
         self._mode = "subscribe"
         old = self._subscriptions.get(topic)
-        self._subscriptions[topic] = Subscription(topic, expression.strip() or "*", expression_type.upper(),
-                                                   int(time.time() * 1000))
+        # (tags are trimmed as the broker and RocketMQ trim them: String.trim, not str.strip)
+        text = expression.strip(JAVA_TRIM) if expression_type.upper() == "TAG" else expression.strip()
+        self._subscriptions[topic] = Subscription(topic, text or "*", expression_type.upper(), int(time.time() * 1000))
         if self.started:
             try:
                 await self._apply()

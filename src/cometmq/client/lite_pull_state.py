@@ -7,6 +7,7 @@ import dataclasses
 
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.client_bodies import SubscriptionData
+from cometmq.protocol.taghash import JAVA_TRIM, split_tags
 
 __all__ = ["Batch", "QueueState", "Subscription"]
 
@@ -65,6 +66,6 @@ class Subscription:
     version: int
 
     def data(self) -> SubscriptionData:
-        tags = () if self.expression.strip() in ("", "*") or self.expression_type != "TAG" else tuple(
-            t.strip() for t in self.expression.split("||") if t.strip())
+        tags = () if self.expression.strip(JAVA_TRIM) in ("", "*") or self.expression_type != "TAG" else tuple(
+            split_tags(self.expression))
         return SubscriptionData(self.topic, self.expression, self.version, self.expression_type, tags)

@@ -16,10 +16,11 @@ Grammar (RocketMQ's JMS-selector subset; keywords case-insensitive; ``--`` line 
 As in RocketMQ, prefix NOT binds tighter than comparisons, so ``NOT a > 5`` is rejected (write
 ``NOT (a > 5)``). Evaluation uses three-valued logic (``None`` = unknown); a message matches only
 when the whole expression is TRUE. Property values are strings, converted like RocketMQ does:
-against an integer literal with ``Long.valueOf`` rules, against a decimal with ``Double.valueOf``
-rules, against TRUE/FALSE with ``Boolean.valueOf``; ``>``/``<`` between two strings parses both as
-doubles. A missing property or a failed conversion makes the comparison unknown. Literal strings,
-booleans and NULL are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
+against an integer literal with ``Long.valueOf`` rules (any decimal digit of the BMP, fullwidth ones too),
+against a decimal with ``Double.valueOf`` rules (ASCII digits only), against TRUE/FALSE with
+``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. A missing property or a
+failed conversion makes the comparison unknown. Literal strings, booleans and NULL are rejected by
+``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
 The package docstring (cometmq.filter) lists the few deliberate differences from RocketMQ.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import operator
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Final, NamedTuple
@@ -112,6 +114,7 @@ def _tokenize(text: str) -> list[_Token]:
 # ---------------------------------------------------------------------------------------------- values
 
 _LONG_RE: Final = re.compile(r"[+-]?[0-9]+")
+_UNICODE_LONG_RE: Final = re.compile(r"[+-]?(?:(?![\U00010000-\U0010ffff])\d)+")  # \d: Unicode category Nd
 _DOUBLE_RE: Final = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
 _JAVA_TRIM: Final = "".join(map(chr, range(33)))  # String.trim() strips every char <= ' '
 
@@ -121,7 +124,10 @@ def _to_long(s: str) -> int | None:
     if s.isdigit() and s.isascii() and len(s) < 19:
         return int(s)
     if _LONG_RE.fullmatch(s) is None:
-        return None
+        if s.isascii() or _UNICODE_LONG_RE.fullmatch(s) is None:
+            return None
+        # Character.digit: any decimal digit of the BMP (fullwidth, Arabic-Indic...): read as its ASCII digit
+        s = "".join(c if c in "+-" else chr(48 + unicodedata.decimal(c)) for c in s)
     digits = s.lstrip("+-").lstrip("0") or "0"
     if len(digits) > 19:  # also keeps int() clear of its 4300-digit limit
         return None

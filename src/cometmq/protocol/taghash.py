@@ -17,6 +17,17 @@ def java_string_hash(text: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+#: what Java's ``String.trim()`` strips from both ends: every char <= ' ' (and no other white space, such as
+#: U+00A0 or U+3000, which ``str.strip()`` would take too)
+JAVA_TRIM = "".join(map(chr, range(33)))
+
+
+def split_tags(expression: str) -> list[str]:
+    """The tags of "TagA || TagB" as RocketMQ's FilterAPI takes them: split on "||", each ``String.trim()``ed,
+    empty ones dropped."""
+    return [t for t in (part.strip(JAVA_TRIM) for part in expression.split("||")) if t]
+
+
 def tags_code(tags: str | None) -> int:
     """The consume-queue tag code of a message: 0 when it has no tag."""
     if not tags:

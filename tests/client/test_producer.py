@@ -228,7 +228,7 @@ async def test_the_send_timeout_is_a_budget_for_the_whole_send(cluster: Cluster,
     it ran out ("sendDefaultImpl call timeout"). Each attempt had the whole timeout: with retries=2, a send to a
     broker that never answers took three timeouts. With auto_batch, three concurrent sends go as one batch, and
     that batch's attempts share its timeout the same way."""
-    timeout, sends = 1.0, 3 if auto_batch else 1
+    timeout, sends = 2.0, 3 if auto_batch else 1
     async with silent_broker(cluster, "Silent") as codes, \
             Producer("pg", instance=ClientInstance(cluster.namesrv_addr, request_timeout=0.5), retries=2,
                      auto_batch=auto_batch) as p:  # (request_timeout: its unregistering at close is not answered)
@@ -237,6 +237,6 @@ async def test_the_send_timeout_is_a_budget_for_the_whole_send(cluster: Cluster,
                                           for i in range(sends)), return_exceptions=True)
         took = time.monotonic() - begin
     assert all(isinstance(o, ClientTimeoutError) and "Silent" in str(o) for o in outcomes), outcomes
-    assert timeout <= took < timeout + 1.2, took  # three attempts took 3 s
+    assert timeout <= took < 2 * timeout, took  # three attempts took three timeouts (a generous bound: no hang)
     sent = [c for c in codes if c in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)]
     assert len(sent) < 3 and (not auto_batch or RequestCode.SEND_BATCH_MESSAGE in sent), codes

@@ -222,7 +222,7 @@ async def test_producer_send_timeout_and_retries(cluster: Cluster) -> None:
                                                          r" no answer from 127.0.0.1:\d+ in time \(send to TO/\d\)"):
                 await p.send(Message("TO", b"lost"), timeout=0.1)
             # the timeout is the whole send's (as RocketMQ's): its first attempt spent it, no retry is made
-            assert len(writes) == 1 and 0.09 < time.monotonic() - t0 < 1
+            assert len(writes) == 1 and 0.09 < time.monotonic() - t0 < 5  # (a bound that catches a hang)
             task = asyncio.ensure_future(p.send(Message("TO", b"cancelled"), timeout=30))
             await asyncio.sleep(0.05)
             task.cancel()

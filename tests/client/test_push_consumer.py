@@ -434,6 +434,23 @@ async def test_offset_moved_jumps_to_the_brokers_next_offset_and_persists_it(clu
     assert broker.offsets.query("moved", "Moved", 0) == 4
 
 
+async def test_a_new_subscription_is_not_skipped_by_a_pull_held_with_the_old_one(cluster: Cluster) -> None:
+    """A pull held by the broker carries the filter it was sent with. Re-subscribing while it was held, its answer
+    (woken by the broker's periodic check, or at its timeout) was read as if for the new subscription: the broker
+    had filtered by the old one, and its next offset passed the messages that match only the new one. Lost for
+    this consumer. The answer of a pull sent with a subscription no longer in force is dropped now."""
+    await create_topic(cluster, "Resub", 1)
+    listener = Collector()
+    c = consumer(cluster, "resub", listener)
+    c.subscribe("Resub", "A")
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p, c:
+        held = cluster.brokers[0].hold._table  # (topic, queue id) -> the pulls held there
+        await eventually(lambda: ("Resub", 0) in held, what="the pull held with tag A")
+        c.subscribe("Resub", "B")
+        await p.send(Message("Resub", b"b", tags="B"))
+        await eventually(lambda: listener.bodies == [b"b"], timeout=30, what="the B message")
+
+
 async def test_subscribe_and_unsubscribe_while_running(cluster: Cluster) -> None:
     await create_topic(cluster, "Early", 2)
     await create_topic(cluster, "Later", 2)

@@ -657,6 +657,11 @@ class PushConsumer:
         code = response.code
         if code not in _PULL_ANSWERS:
             raise BrokerError(code, response.remark or "", addr=addr, context=f"pull {mq.topic}/{mq.queue_id}")
+        if self._subscriptions.get(mq.topic) is not sub:
+            # The subscription changed while this pull was out (held by the broker): the broker filtered by the old
+            # one, and its nextBeginOffset may pass messages that match only the new one. Dropped: the next pull asks
+            # again from the same offset with the new filter.
+            return []
         ext = response.ext_fields
         try:
             next_offset = int(ext["nextBeginOffset"])

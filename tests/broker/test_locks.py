@@ -252,3 +252,27 @@ async def test_only_queues_and_groups_the_broker_has_are_locked(start_broker: St
                                                        LockBatchBody("Unknown", "id-1", frozenset(qs(0))).encode()))
         assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
         assert no_auto.locks.table == {}
+
+
+async def test_a_late_close_frees_only_the_locks_taken_on_that_connection(start_broker: StartBroker) -> None:
+    """A client that reconnected (a network split, say) and locked its queues again on the new connection, before
+    heartbeating there, lost those locks when the broker noticed the old connection's close late: every lock of the
+    client id was freed, and another consumer could take the queues while this one still consumed them. A close now
+    frees only the locks last taken on that connection."""
+    b = await start_broker()
+    async with RemotingClient() as old, RemotingClient() as new, RemotingClient() as other:
+        await create_topics(other, b.addr, "T")
+        r = await old.invoke(b.addr, make_request(RequestCode.HEART_BEAT, {}, HeartbeatData(
+            "id-1", (), (ConsumerData("G"),)).encode()))
+        assert r.code == ResponseCode.SUCCESS
+        assert await lock(old, b.addr, "G", "id-1", qs(0, 1)) == qs(0, 1)
+        assert await lock(new, b.addr, "G", "id-1", qs(0, 1)) == qs(0, 1)  # renewed on the new connection
+        await old.close()
+        for _ in range(200):
+            if not b.consumers.has_client("id-1"):
+                break
+            await asyncio.sleep(0.01)
+        assert not b.consumers.has_client("id-1")  # the close was seen: the client has no registration left
+        await asyncio.sleep(0.05)
+        assert b.locks.owner("G", *qs(0)) == "id-1" and b.locks.owner("G", *qs(1)) == "id-1"
+        assert await lock(other, b.addr, "G", "id-2", qs(0, 1)) == frozenset()

@@ -320,7 +320,7 @@ class AdminProcessor:
             if cfg is not None and mq.broker_name == name and \
                     0 <= mq.queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
                 wanted.append(mq)
-        got = self.locks.try_lock_batch(body.consumer_group, wanted, body.client_id)
+        got = self.locks.try_lock_batch(body.consumer_group, wanted, body.client_id, conn)
         return ok(cmd, body=encode_lock_ok(got))
 
     async def unlock_batch(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

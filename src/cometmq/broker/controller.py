@@ -466,8 +466,9 @@ class BrokerController:
         client_id = conn.attributes.get("client_id")
         if client_id and not self.consumers.has_client(client_id):
             # The client is gone (closed or killed): free its queue locks now, so the orderly consumers that
-            # take over its queues need not wait for the lock lifetime (60 s) to pass.
-            released = self.locks.unlock_client(client_id)
+            # take over its queues need not wait for the lock lifetime (60 s) to pass. Only those taken on this
+            # connection: a client that reconnected may have locked again on its new one before heartbeating there.
+            released = self.locks.unlock_client(client_id, conn=conn)
             if released:
                 log.info("released %d queue locks of departed client %s", released, client_id)
 

@@ -17,6 +17,9 @@ from cometmq.protocol.client_bodies import MessageQueue
 class LockEntry:
     client_id: str
     last_update_ms: int
+    #: the connection the lock was last taken or renewed on (compared by identity), if known: a close of another
+    #: of the client's connections leaves the lock alone
+    conn: object | None = None
 
 
 class RebalanceLockManager:
@@ -28,8 +31,10 @@ class RebalanceLockManager:
     def _expired(self, entry: LockEntry, now: int) -> bool:
         return now - entry.last_update_ms > self.lock_max_live_ms
 
-    def try_lock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> set[MessageQueue]:
-        """Lock (or renew) what is free, expired or already ours; return the queues ``client_id`` now holds."""
+    def try_lock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str,
+                       conn: object | None = None) -> set[MessageQueue]:
+        """Lock (or renew) what is free, expired or already ours; return the queues ``client_id`` now holds.
+        ``conn``: the connection the request came on, remembered with each lock (``unlock_client``)."""
         now = self.clock()
         locks = self.table.get(group)
         got: set[MessageQueue] = set()
@@ -38,7 +43,7 @@ class RebalanceLockManager:
                 locks = self.table[group] = {}  # only when there is a queue to lock: no empty groups left
             entry = locks.get(mq)
             if entry is None or entry.client_id == client_id or self._expired(entry, now):
-                locks[mq] = LockEntry(client_id, now)
+                locks[mq] = LockEntry(client_id, now, conn)
                 got.add(mq)
         return got
 
@@ -68,14 +73,15 @@ class RebalanceLockManager:
         if not locks:
             del self.table[group]
 
-    def unlock_client(self, client_id: str, group: str | None = None) -> int:
-        """Release everything a departed client held (in ``group`` only, when given: one of its consumers left),
-        so others need not wait for expiry."""
+    def unlock_client(self, client_id: str, group: str | None = None, conn: object | None = None) -> int:
+        """Release everything a departed client held (in ``group`` only, when given: one of its consumers left;
+        only the locks last taken on ``conn``, when given: that connection closed, and a lock the client took again
+        on a new connection since is not its to free), so others need not wait for expiry."""
         released = 0
         groups = list(self.table) if group is None else [group] if group in self.table else []
         for name in groups:
             locks = self.table[name]
-            for mq in [mq for mq, e in locks.items() if e.client_id == client_id]:
+            for mq in [mq for mq, e in locks.items() if e.client_id == client_id and (conn is None or e.conn is conn)]:
                 del locks[mq]
                 released += 1
             if not locks:

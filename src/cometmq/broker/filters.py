@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from cometmq.common.java_text import JAVA_TRIM
 from cometmq.common.memo import cached_by_length
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import record_properties
-from cometmq.protocol.taghash import JAVA_TRIM, java_string_hash, split_tags
+from cometmq.protocol.taghash import java_string_hash, split_tags
 
 TagFilter = Callable[[int], bool]
 PropertyFilter = Callable[[Mapping[str, str]], bool]

@@ -10,8 +10,9 @@ from typing import Any
 
 from cometmq.client.errors import InvalidArgumentError
 from cometmq.client.message import MessageExt
+from cometmq.common.java_text import JAVA_TRIM
 from cometmq.protocol.client_bodies import SubscriptionData
-from cometmq.protocol.taghash import JAVA_TRIM, split_tags
+from cometmq.protocol.taghash import split_tags
 
 
 def _now_ms() -> int:

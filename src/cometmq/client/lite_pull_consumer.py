@@ -53,13 +53,13 @@ from cometmq.client.lite_pull_state import Batch, QueueState, Subscription
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.pulled import decode_pulled
 from cometmq.client.rebalance import AllocateStrategy
+from cometmq.common.java_text import JAVA_TRIM
 from cometmq.common.periodic import Periodic
 from cometmq.protocol.acl import Credentials
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.remoting import make_request
-from cometmq.protocol.taghash import JAVA_TRIM
 
 log = logging.getLogger(__name__)
 

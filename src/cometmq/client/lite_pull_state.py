@@ -6,8 +6,9 @@ import asyncio
 import dataclasses
 
 from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.common.java_text import JAVA_TRIM
 from cometmq.protocol.client_bodies import SubscriptionData
-from cometmq.protocol.taghash import JAVA_TRIM, split_tags
+from cometmq.protocol.taghash import split_tags
 
 __all__ = ["Batch", "QueueState", "Subscription"]
 

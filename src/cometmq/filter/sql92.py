@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
+from cometmq.common.java_text import JAVA_TRIM
 from cometmq.common.memo import cached_by_length
 
 __all__ = [
@@ -116,7 +117,6 @@ def _tokenize(text: str) -> list[_Token]:
 _LONG_RE: Final = re.compile(r"[+-]?[0-9]+")
 _UNICODE_LONG_RE: Final = re.compile(r"[+-]?(?:(?![\U00010000-\U0010ffff])\d)+")  # \d: Unicode category Nd
 _DOUBLE_RE: Final = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
-_JAVA_TRIM: Final = "".join(map(chr, range(33)))  # String.trim() strips every char <= ' '
 
 
 def _to_long(s: str) -> int | None:
@@ -139,7 +139,7 @@ def _to_double(s: str) -> float | None:
     """``Double.valueOf`` on a property value (decimal forms, NaN, Infinity); None when it would throw."""
     if s.isdigit() and s.isascii():
         return float(s)
-    t = s.strip(_JAVA_TRIM)
+    t = s.strip(JAVA_TRIM)
     if _DOUBLE_RE.fullmatch(t) is None:
         return None
     return float(t[:-1] if t[-1] in "fFdD" else t)

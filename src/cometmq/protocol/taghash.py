@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from cometmq.common.java_text import JAVA_TRIM
+
 
 @lru_cache(maxsize=4096)
 def java_string_hash(text: str) -> int:
@@ -15,11 +17,6 @@ def java_string_hash(text: str) -> int:
     for i in range(0, len(data), 2):
         h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
-
-
-#: what Java's ``String.trim()`` strips from both ends: every char <= ' ' (and no other white space, such as
-#: U+00A0 or U+3000, which ``str.strip()`` would take too)
-JAVA_TRIM = "".join(map(chr, range(33)))
 
 
 def split_tags(expression: str) -> list[str]:

@@ -58,6 +58,12 @@ async def test_bad_sends_are_refused_with_a_remark(start_broker: StartBroker, cl
     assert r.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in (r.remark or "")
     r = await client.invoke(b.addr, send_request("bad topic!", b"x"))
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "topic" in (r.remark or "")
+    # A name ending in a newline passed the name check (a regex whose $ matches before a final newline), and the
+    # topic was created with it (an operator's UPDATE_AND_CREATE_TOPIC, a send with auto-creation).
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": "Newline\n", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}))
+    assert r.code != ResponseCode.SUCCESS and "letters, digits" in (r.remark or ""), r.remark
+    assert "Newline\n" not in b.topics.topics
     r = await client.invoke(b.addr, send_request("T", b"x", queueId="zero"))
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "queueId" in (r.remark or "")
     # A reserved topic (RocketMQ's TopicValidator.isNotAllowedSendTopic) refuses client sends (issue [15]).

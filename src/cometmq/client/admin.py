@@ -41,6 +41,7 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import iter_records
 from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
 from cometmq.protocol.properties import UNIQ_KEY
 from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.protocol.route import PERM_READ, PERM_READ_WRITE, PERM_WRITE, ClusterInfo, TopicList, TopicRouteData
@@ -60,20 +61,19 @@ __all__ = [
     "to_millis",
 ]
 
-_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789%|-_")
 _MAX_QUEUE_NUMS = 1024
 
 
 # -- argument checks --------------------------------------------------------------------------------------------
 def check_topic(topic: str) -> str:
     """A valid topic name (RocketMQ's rule: 1..127 characters of letters, digits, ``%|-_``), else raise."""
-    if not isinstance(topic, str) or not topic or len(topic) > 127 or not _TOPIC_CHARS.issuperset(topic):
+    if not isinstance(topic, str) or not topic or len(topic) > TOPIC_NAME_MAX or not has_name_chars_only(topic):
         raise InvalidArgumentError(f"topic {topic!r} is not a valid topic name (1..127 of letters, digits, %|-_)")
     return topic
 
 
 def check_group(group: str) -> str:
-    if not isinstance(group, str) or not group or len(group) > 255 or not _TOPIC_CHARS.issuperset(group):
+    if not isinstance(group, str) or not group or len(group) > 255 or not has_name_chars_only(group):
         raise InvalidArgumentError(f"group {group!r} is not a valid group name (1..255 of letters, digits, %|-_)")
     return group
 

@@ -71,6 +71,7 @@ from cometmq.protocol.client_bodies import (
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
+from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,7 @@ class PushConsumer:
     def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
         """Take the topic's messages that match ``expression``: tags ("TagA || TagB", "*") or, with
         ``expression_type="SQL92"``, a property filter the broker evaluates ("a > 5 AND b = 'x'")."""
-        if not topic or len(topic) > 127 or not all(c.isalnum() or c in "%|-_" for c in topic):
+        if not topic or len(topic) > TOPIC_NAME_MAX or not has_name_chars_only(topic):
             raise InvalidArgumentError(f"topic {topic!r} is not a valid topic name")
         if topic.startswith(RETRY_TOPIC_PREFIX):
             raise InvalidArgumentError(f"{topic} is a retry topic: the consumer subscribes to its own by itself")

@@ -5,18 +5,15 @@ to a broker: a refused request changes nothing."""
 
 from __future__ import annotations
 
-import string
-
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.convert import duration_ms, message_type_of, timestamp_ms
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
+from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
 
 #: RocketMQ's TopicValidator: names of letters, digits and ``%|-_``; topics up to 127 characters, groups up to 120
 #: (they become part of %RETRY% and %DLQ% topic names)
-_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "%|-_")
-TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 120
 #: RocketMQ's system topics (TopicValidator's SYSTEM_TOPIC_SET, and every name starting ``rmq_sys_``) and system
 #: consumer groups (``CID_RMQ_SYS_``): no client of the gRPC endpoint may name them
@@ -34,7 +31,7 @@ def _name_problem(name: str, max_length: int) -> str | None:
         return "is blank"
     if len(name) > max_length:
         return f"is {len(name)} characters long: longer than {max_length}"
-    if not _NAME_CHARS.issuperset(name):
+    if not has_name_chars_only(name):
         return "has characters other than letters, digits, %, |, - and _"
     return None
 
@@ -42,7 +39,7 @@ def _name_problem(name: str, max_length: int) -> str | None:
 def check_topic(topic: pb.Resource) -> None:
     """ILLEGAL_TOPIC for a topic name RocketMQ's proxy refuses (GrpcValidator.validateTopic)."""
     name = topic.name
-    problem = _name_problem(name, TOPIC_MAX_LENGTH)
+    problem = _name_problem(name, TOPIC_NAME_MAX)
     if problem is not None:
         raise GrpcError(pb.Code.ILLEGAL_TOPIC, f"topic name {name!r} {problem}")
     if name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX):

@@ -187,8 +187,9 @@ class CometServer(Server):
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
-        self.namesrv_port, self.broker_port = free_ports(2)
-        self.conf = {"flushDiskType": self.flush, "messageIndexEnable": "false"}
+        # the HA port too: by default it is the broker's port + 1, which nothing reserved (another process may hold it)
+        self.namesrv_port, self.broker_port, ha_port = free_ports(3)
+        self.conf = {"flushDiskType": self.flush, "messageIndexEnable": "false", "haListenPort": str(ha_port)}
         (workdir / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in self.conf.items()))
 
     @classmethod

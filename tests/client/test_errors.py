@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from cometmq.client.consume_types import Subscription
 from cometmq.client.errors import BrokerError, raise_unreadable, reading_reply
 from cometmq.client.message import MessageQueue
 from cometmq.client.process_queue import ProcessQueue, PullRequest
@@ -54,11 +53,12 @@ async def test_a_pull_answer_with_an_unreadable_body_is_the_brokers_error() -> N
     """A SUCCESS pull answer whose records do not parse: a BrokerError naming the broker; nothing is queued and the
     pull position stays."""
     consumer = PushConsumer("g-unreadable", namesrv="127.0.0.1:1", listener=lambda msgs: None)
+    consumer.subscribe("T")  # (an answer to a pull sent with a subscription no longer in force is dropped unread)
     mq = MessageQueue("T", "broker-a", 0)
     req = PullRequest(mq, ProcessQueue(5), 5)
     answer = RemotingCommand(ResponseCode.SUCCESS, flag=1, body=b"\x00\x00\x00\x10garbage",
                              ext_fields={"nextBeginOffset": "6", "minOffset": "0", "maxOffset": "6"})
     with pytest.raises(BrokerError, match="undecodable pull body: truncated") as info:
-        await consumer._on_pull_answer(req, Subscription("T", "*"), answer, "10.0.0.1:10911")
+        await consumer._on_pull_answer(req, consumer.subscriptions["T"], answer, "10.0.0.1:10911")
     assert info.value.addr == "10.0.0.1:10911"
     assert req.next_offset == 5 and req.pq.count == 0

@@ -1,5 +1,8 @@
 """Start and stop each broker on 127.0.0.1 free ports with its data in a temp folder, by PID.
 
+Ports are picked as the test suite picks them (tests/kit/ports.py): below the kernel's ephemeral range, where an
+outgoing connection of another process cannot take one between the pick and the server's bind.
+
 Every server is a subprocess this module started; ``stop()`` signals only that PID (and, for RabbitMQ, the
 epmd this module started for it), waits, and SIGKILLs what is left of the process tree it started.
 """
@@ -20,17 +23,14 @@ from typing import Any
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: tests.kit
+from tests.kit.ports import free_port
+
 RABBIT_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")  # not /usr/sbin's wrapper, which su's to rabbitmq
 
 
 class ServerError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def free_ports(n: int) -> list[int]:

@@ -14,8 +14,8 @@ registers under a replica id.
 In controller mode (``controller_mode``; ``controller_client.py`` talks to the controller) the broker starts
 unconfirmed: it takes no writes until the controller has named its role (#6508), and it acts only on a master
 epoch above the one it last acted on (``apply_role``). A master proposes SyncStateSet changes instead of making
-them (``SyncState.propose``), and stops acknowledging writes once it has heard neither from the controller nor
-from any replica for ``lease_ms`` (#7017).
+them (``SyncState.propose``), and stops acknowledging writes once its lease is over (#7017): ``lease_ms`` after the
+controller's last answer or, with allAckInSyncStateSet, after the last report of a replica.
 """
 
 from __future__ import annotations
@@ -380,12 +380,24 @@ class ReplicationService:
         self._contact_ms = self.clock()
 
     def lease_expired(self) -> bool:
-        """A master in controller mode that heard neither from the controller nor from a replica for longer
-        than ``lease_ms``: a new master may have been elected meanwhile, so it acknowledges nothing (#7017)."""
+        """A master in controller mode whose lease is over: a new master may have been elected meanwhile, so it
+        acknowledges nothing (#7017). The controller's answers renew the lease; with allAckInSyncStateSet a
+        replica's reports do too (every write needs the acks of the set, and a member elected elsewhere stops
+        acking), without it they must not: the master acks writes alone, and its replica's reports, read after a
+        pause or while the controller is cut off, would keep it taking writes beside the master elected meanwhile."""
         if not self.controller_mode or self.role is not Role.MASTER or self.lease_ms <= 0:
             return False
-        heard = max(self._contact_ms, self.sync.last_heard() or 0)
+        heard = self._contact_ms
+        if self.config.all_ack:
+            heard = max(heard, self.sync.last_heard() or 0)
         return self.clock() - heard > self.lease_ms
+
+    def _lease_remark(self) -> str:
+        if self.config.all_ack:
+            return f"this master heard neither from the controller nor from a replica for {self.lease_ms} ms: it " \
+                   f"takes no writes until the controller answers"
+        return f"this master has not heard from the controller for {self.lease_ms} ms (with allAckInSyncStateSet=" \
+               f"false a replica's acks do not renew its lease): it takes no writes until the controller answers"
 
     # -- the gate the appender asks ---------------------------------------------------------------------------
     def refusal(self) -> PutResult | None:
@@ -393,9 +405,7 @@ class ReplicationService:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="this broker's role is not confirmed by the controller yet")
         if self.controller_mode and self.lease_expired():
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
-                             remark=f"this master heard neither from the controller nor from a replica for "
-                                    f"{self.lease_ms} ms: it takes no writes until the controller answers")
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=self._lease_remark())
         if self.role is not Role.MASTER:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="this broker is a replica (slave) of its group: writes go to the master")

@@ -15,7 +15,8 @@ In controller mode (``controller_mode``; ``controller_client.py`` talks to the c
 unconfirmed: it takes no writes until the controller has named its role (#6508), and it acts only on a master
 epoch above the one it last acted on (``apply_role``). A master proposes SyncStateSet changes instead of making
 them (``SyncState.propose``), and stops acknowledging writes once its lease is over (#7017): ``lease_ms`` after the
-controller's last answer or, with allAckInSyncStateSet, after the last report of a replica.
+controller's last answer (counted from when the request went out) or, with allAckInSyncStateSet, after the
+last report of a replica.
 """
 
 from __future__ import annotations
@@ -314,9 +315,10 @@ class ReplicationService:
             raise ValueError("a controller-assigned broker id is 1 or more")
         self.replica_id = broker_id
 
-    async def apply_role(self, info: RoleInfo) -> str:
+    async def apply_role(self, info: RoleInfo, *, asked_at: int | None = None) -> str:
         """Take the role the controller names, only at a master epoch above the last one acted on (the first
-        answer after a start may also confirm the role at the broker's own epoch). Returns what was done."""
+        answer after a start may also confirm the role at the broker's own epoch). Returns what was done.
+        ``asked_at``: when the request this answers was sent (None: a notification, taken as of now)."""
         me, epoch = self.replica_id, info.master_epoch
         newer = epoch > self.acted_epoch or (not self.confirmed and epoch == self.acted_epoch)
         if not newer:
@@ -345,7 +347,7 @@ class ReplicationService:
             log.warning("ignoring the controller's role at master epoch %d: %s", epoch, exc)
             return "ignored"
         self.acted_epoch, self.confirmed = epoch, True
-        self._contact_ms = self.clock()
+        self.controller_contact(asked_at)
         self._adopt(info)
         return done
 
@@ -375,9 +377,10 @@ class ReplicationService:
             self.sync.pending = None
             self._publish_confirm()
 
-    def controller_contact(self) -> None:
-        """The controller leader answered (lease renewal)."""
-        self._contact_ms = self.clock()
+    def controller_contact(self, sent_at: int | None = None) -> None:
+        """The controller leader answered a request sent at ``sent_at`` (ms; None: now), which renews the lease
+        from then: an answer read late (the broker was stopped, or slow) proves nothing about the time between."""
+        self._contact_ms = max(self._contact_ms, self.clock() if sent_at is None else sent_at)
 
     def lease_expired(self) -> bool:
         """A master in controller mode whose lease is over: a new master may have been elected meanwhile, so it

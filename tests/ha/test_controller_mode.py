@@ -42,6 +42,9 @@ class FakeController:
         #: ALTER_SYNC_STATE_SET waits for this (a test holds the answer back)
         self.alter_gate = asyncio.Event()
         self.alter_gate.set()
+        #: GET_REPLICA_INFO waits for this (a test holds the answers back)
+        self.info_gate = asyncio.Event()
+        self.info_gate.set()
         self.refuse_alter: int | None = None
         #: REGISTER_BROKER answers SYSTEM_ERROR while this is False
         self.register_ok = True
@@ -110,6 +113,7 @@ class FakeController:
             return make_response(cmd, ResponseCode.SUCCESS, None, {"newSyncStateSetEpoch": self.set_epoch},
                                  answer.encode())
         assert cmd.code == RC.CONTROLLER_GET_REPLICA_INFO
+        await self.info_gate.wait()
         return self._role(cmd)
 
 
@@ -121,6 +125,7 @@ async def fake() -> AsyncIterator[FakeController]:
         yield c
     finally:
         c.alter_gate.set()
+        c.info_gate.set()
         await c.server.stop()
 
 
@@ -279,6 +284,30 @@ async def test_the_lease_stops_acks_when_the_controller_and_replicas_are_gone(
     await eventually(lambda: not broker.replication.lease_expired(), 10, what="the lease renewed")
     assert (await client.invoke(broker.addr, send_request("T", b"c"), 5)).code == ResponseCode.SUCCESS
     await asyncio.sleep(0)
+
+
+async def test_a_late_answer_renews_the_lease_only_from_when_it_was_asked(
+        start_broker: StartBroker, fake: FakeController, client: RemotingClient, tmp_path: Path) -> None:
+    """An answer that took longer than the lease (the controller, or this broker, was stalled) proves only that the
+    controller named this master when it was asked: it must not renew the lease as of its arrival."""
+    broker = await start_broker(tmp_path / "b", **controller_mode(fake, controller_heartbeat_timeout_ms=600,
+                                                                  sync_controller_metadata_period_ms=600_000))
+    await eventually(lambda: broker.replication.role is Role.MASTER, 10, what="the master elected")
+    assert (await client.invoke(broker.addr, send_request("T", b"a"), 5)).code == ResponseCode.SUCCESS
+    fake.info_gate.clear()  # the master's polls (its lease renewals) get no answer for now
+    await eventually(lambda: broker.replication.lease_expired(), 5, what="the lease expired")
+    await asyncio.sleep(0.6)  # (the poll held since is older than the lease)
+    held = fake.calls.count(RC.CONTROLLER_GET_REPLICA_INFO)
+    fake.info_gate.set()  # answer the held poll (naming this master), and hold the next ones again
+    fake.info_gate.clear()
+    await asyncio.sleep(0.2)
+    assert fake.calls.count(RC.CONTROLLER_GET_REPLICA_INFO) >= held
+    assert broker.replication.lease_expired()
+    refused = await client.invoke(broker.addr, send_request("T", b"b"), 5)
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE, (refused.code, refused.remark)
+    fake.info_gate.set()  # prompt answers again: the lease is renewed
+    await eventually(lambda: not broker.replication.lease_expired(), 10, what="the lease renewed")
+    assert (await client.invoke(broker.addr, send_request("T", b"c"), 5)).code == ResponseCode.SUCCESS
 
 
 def test_the_keys_are_rocketmqs() -> None:

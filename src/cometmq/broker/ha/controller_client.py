@@ -89,6 +89,8 @@ class ControllerClient:
         self._alter_task: asyncio.Task[None] | None = None
         self._metadata_at: int | None = None
         self._replica_info_at = 0
+        #: when the request of the leader's last answer was sent (ms): the lease it renews starts there
+        self._asked_at: int | None = None
 
     async def start(self) -> None:
         self._heartbeats.start()
@@ -128,7 +130,7 @@ class ControllerClient:
             self.propose()
 
     async def _take(self, info: RoleInfo) -> None:
-        done = await self.replication.apply_role(info)
+        done = await self.replication.apply_role(info, asked_at=self._asked_at)
         if done not in ("unchanged", "set"):
             log.info("controller: master %s at epoch %d -> %s", info.master_id, info.master_epoch, done)
         if not self.replication.confirmed:
@@ -141,7 +143,7 @@ class ControllerClient:
     async def _invoke(self, code: int, fields: dict[str, object], body: bytes = b"") -> RemotingCommand:
         """The leader's answer to a request: tried on the known leader first, then on each controller; a
         CONTROLLER_NOT_LEADER answer makes it learn the leader and go there. Any leader's answer renews the
-        lease."""
+        lease, as of when the request was sent."""
         tried: set[str] = set()
         while True:
             candidates = ([self.leader] if self.leader else []) + list(self.config.controller_addrs)
@@ -149,6 +151,7 @@ class ControllerClient:
             if addr is None:
                 raise ControllerUnavailable(f"no controller leader answered request {code} (tried {sorted(tried)})")
             tried.add(addr)
+            sent = self.clock()
             try:
                 reply = await self.client.invoke(addr, make_request(code, fields, body), self.config.request_timeout_s)
             except Exception as exc:  # down, unreachable, timed out: the next one
@@ -162,12 +165,14 @@ class ControllerClient:
                 await self._refresh_leader()
                 continue
             self.leader = addr
-            self.replication.controller_contact()
+            self._asked_at = sent
+            self.replication.controller_contact(sent)
             return reply
 
     async def _refresh_leader(self) -> None:
         self._metadata_at = self.clock()
         for addr in self.config.controller_addrs:
+            sent = self.clock()
             try:
                 reply = await self.client.invoke(addr, make_request(RequestCode.CONTROLLER_GET_METADATA_INFO),
                                                  self.config.request_timeout_s)
@@ -179,7 +184,7 @@ class ControllerClient:
             fields = reply.ext_fields
             if fields.get("isLeader", "").lower() == "true":
                 self.leader = addr
-                self.replication.controller_contact()
+                self.replication.controller_contact(sent)
                 return
             if fields.get("controllerLeaderAddress"):
                 self.leader = fields["controllerLeaderAddress"]

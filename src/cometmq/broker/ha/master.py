@@ -116,8 +116,8 @@ class HAMaster:
             link = await self._handshake(reader, writer, peer)
             if link is not None:
                 await link.run()
-        except (ha.HAProtocolError, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.warning("HA link from %s closed: %s", peer, exc)
+        except (ha.HAProtocolError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("HA link from %s closed: %s", peer, exc if str(exc) else type(exc).__name__)
         except asyncio.CancelledError:
             pass
         finally:
@@ -179,12 +179,19 @@ class _Link:
         self.idle = False
 
     async def run(self) -> None:
-        sender = asyncio.get_running_loop().create_task(self._send_loop(), name=f"ha-send-{self.replica_id}")
+        """Until either loop ends the link; its error is raised here (and logged by ``_accept``): a send loop that
+        failed alone would leave the link open, silent, until the replica's silence timed it out."""
+        loop = asyncio.get_running_loop()
+        sender = loop.create_task(self._send_loop(), name=f"ha-send-{self.replica_id}")
+        reader = loop.create_task(self._read_loop(), name=f"ha-read-{self.replica_id}")
         try:
-            await self._read_loop()
+            done, _ = await asyncio.wait((sender, reader), return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
         finally:
             sender.cancel()
-            await asyncio.gather(sender, return_exceptions=True)
+            reader.cancel()
+            await asyncio.gather(sender, reader, return_exceptions=True)
 
     # -- acks -------------------------------------------------------------------------------------------------
     async def _read_loop(self) -> None:
@@ -209,8 +216,16 @@ class _Link:
                                      f"master's log end {end}")
         if self.offset is None:  # the first report: where the replica's log ends after its truncation
             start = frame.max_offset
+            first = m.store.commitlog.min_offset
             if start == 0:
-                start = m.store.commitlog.min_offset
+                start = first
+            elif start < first:
+                # What it lacks next is gone: it can never catch up over this link (RocketMQ's master idles on
+                # it). Said once per link; the replica reconnects and is told again.
+                raise ha.HAProtocolError(
+                    f"replica {self.replica_id} cannot catch up: its log ends at {start}, before this master's log "
+                    f"start {first} (retention deleted the bytes it needs next); empty its store for it to copy "
+                    f"again from {first}")
             self.offset = start
             m.sync.connected(self.replica_id, m.clock())
             log.info("replica %d (%s) linked; transfer starts at %d", self.replica_id, self.peer, start)

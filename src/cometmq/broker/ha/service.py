@@ -14,8 +14,9 @@ registers under a replica id.
 In controller mode (``controller_mode``; ``controller_client.py`` talks to the controller) the broker starts
 unconfirmed: it takes no writes until the controller has named its role (#6508), and it acts only on a master
 epoch above the one it last acted on (``apply_role``). A master proposes SyncStateSet changes instead of making
-them (``SyncState.propose``), and stops acknowledging writes once it has heard neither from the controller nor
-from any replica for ``lease_ms`` (#7017).
+them (``SyncState.propose``), and stops acknowledging writes once its lease is over (#7017): ``lease_ms`` after the
+controller's last answer (counted from when the request went out) or, with allAckInSyncStateSet, after the
+last report of a replica.
 """
 
 from __future__ import annotations
@@ -314,9 +315,10 @@ class ReplicationService:
             raise ValueError("a controller-assigned broker id is 1 or more")
         self.replica_id = broker_id
 
-    async def apply_role(self, info: RoleInfo) -> str:
+    async def apply_role(self, info: RoleInfo, *, asked_at: int | None = None) -> str:
         """Take the role the controller names, only at a master epoch above the last one acted on (the first
-        answer after a start may also confirm the role at the broker's own epoch). Returns what was done."""
+        answer after a start may also confirm the role at the broker's own epoch). Returns what was done.
+        ``asked_at``: when the request this answers was sent (None: a notification, taken as of now)."""
         me, epoch = self.replica_id, info.master_epoch
         newer = epoch > self.acted_epoch or (not self.confirmed and epoch == self.acted_epoch)
         if not newer:
@@ -345,7 +347,7 @@ class ReplicationService:
             log.warning("ignoring the controller's role at master epoch %d: %s", epoch, exc)
             return "ignored"
         self.acted_epoch, self.confirmed = epoch, True
-        self._contact_ms = self.clock()
+        self.controller_contact(asked_at)
         self._adopt(info)
         return done
 
@@ -375,17 +377,30 @@ class ReplicationService:
             self.sync.pending = None
             self._publish_confirm()
 
-    def controller_contact(self) -> None:
-        """The controller leader answered (lease renewal)."""
-        self._contact_ms = self.clock()
+    def controller_contact(self, sent_at: int | None = None) -> None:
+        """The controller leader answered a request sent at ``sent_at`` (ms; None: now), which renews the lease
+        from then: an answer read late (the broker was stopped, or slow) proves nothing about the time between."""
+        self._contact_ms = max(self._contact_ms, self.clock() if sent_at is None else sent_at)
 
     def lease_expired(self) -> bool:
-        """A master in controller mode that heard neither from the controller nor from a replica for longer
-        than ``lease_ms``: a new master may have been elected meanwhile, so it acknowledges nothing (#7017)."""
+        """A master in controller mode whose lease is over: a new master may have been elected meanwhile, so it
+        acknowledges nothing (#7017). The controller's answers renew the lease; with allAckInSyncStateSet a
+        replica's reports do too (every write needs the acks of the set, and a member elected elsewhere stops
+        acking), without it they must not: the master acks writes alone, and its replica's reports, read after a
+        pause or while the controller is cut off, would keep it taking writes beside the master elected meanwhile."""
         if not self.controller_mode or self.role is not Role.MASTER or self.lease_ms <= 0:
             return False
-        heard = max(self._contact_ms, self.sync.last_heard() or 0)
+        heard = self._contact_ms
+        if self.config.all_ack:
+            heard = max(heard, self.sync.last_heard() or 0)
         return self.clock() - heard > self.lease_ms
+
+    def _lease_remark(self) -> str:
+        if self.config.all_ack:
+            return f"this master heard neither from the controller nor from a replica for {self.lease_ms} ms: it " \
+                   f"takes no writes until the controller answers"
+        return f"this master has not heard from the controller for {self.lease_ms} ms (with allAckInSyncStateSet=" \
+               f"false a replica's acks do not renew its lease): it takes no writes until the controller answers"
 
     # -- the gate the appender asks ---------------------------------------------------------------------------
     def refusal(self) -> PutResult | None:
@@ -393,9 +408,7 @@ class ReplicationService:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="this broker's role is not confirmed by the controller yet")
         if self.controller_mode and self.lease_expired():
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
-                             remark=f"this master heard neither from the controller nor from a replica for "
-                                    f"{self.lease_ms} ms: it takes no writes until the controller answers")
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=self._lease_remark())
         if self.role is not Role.MASTER:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
                              remark="this broker is a replica (slave) of its group: writes go to the master")

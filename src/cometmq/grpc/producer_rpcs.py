@@ -17,6 +17,7 @@ from cometmq.grpc import convert, limits
 from cometmq.grpc.backend import PROXY_PRODUCER_GROUP, any_master
 from cometmq.grpc.handles import TransactionRef, recall_broker_name
 from cometmq.grpc.rpc import Caller, RpcBase, client_id_of, metadata_of, settings_needs, unary
+from cometmq.grpc.sessions import Outbox
 from cometmq.grpc.status import OK_STATUS, GrpcError, from_remoting, status
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
@@ -115,24 +116,26 @@ class ProducerRpcs(RpcBase):
             yield spb.TelemetryCommand(status=status(pb.Code.CLIENT_ID_REQUIRED, "x-mq-client-id is missing"))
             return
         session = self.sessions.get(client_id)
-        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        outbox = Outbox()
         session.outbox = outbox
 
         async def read() -> None:
+            # Each answer waits for room in the outbox before the next command is read: a client that writes
+            # and never reads is held by flow control, not answered into the endpoint's memory without end.
             try:
                 async for cmd in request_iterator:
                     if cmd.HasField("settings"):
                         try:
                             self.check_settings(caller, cmd.settings)
                         except GrpcError as exc:  # refused: answered, nothing applied, and the stream ends
-                            outbox.put_nowait(spb.TelemetryCommand(status=status(exc.code, exc.message)))
+                            await outbox.put(spb.TelemetryCommand(status=status(exc.code, exc.message)))
                             break
-                        outbox.put_nowait(await self._settings_reply(session, cmd.settings))
+                        await outbox.put(await self._settings_reply(session, cmd.settings))
                     # thread stack traces and verify results are answers we never asked for: ignored
             except Exception as exc:  # the client went away mid-stream
                 log.debug("telemetry stream of %s ended: %s", client_id, exc)
             finally:
-                outbox.put_nowait(None)
+                outbox.close()
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
@@ -338,7 +341,8 @@ class ProducerRpcs(RpcBase):
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
             message=message, transaction_id=ref.encode()))
         if self.sessions.send_to_publisher(topic, command) is None:
-            log.info("transaction check for %s on %s: no producer of the topic is connected", topic, broker_addr)
+            log.info("transaction check for %s on %s: no producer of the topic is connected with room on its Telemetry "
+                     "stream; the broker checks again later", topic, broker_addr)
 
     @unary(spb.RecallMessageResponse)
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:

@@ -15,6 +15,59 @@ SESSION_EXPIRY_S = 120.0
 #: the silent ones are looked for at most this often (each look scans the table: once per new client id made a
 #: flood of made-up ids cost quadratic time)
 EXPIRY_SCAN_S = 1.0
+#: what one Telemetry stream holds for a client that does not read it (commands, and their bytes): past either, the
+#: endpoint reads none of the client's commands (HTTP/2 flow control then holds the client's writes) and sends its
+#: transaction checks to another producer, or leaves them to the broker's next check
+OUTBOX_MAX = 64
+OUTBOX_MAX_BYTES = 8 << 20
+
+
+class Outbox:
+    """The commands waiting to go out on one Telemetry stream, in order, then ``None`` once it is to end. Bounded
+    (``OUTBOX_MAX``, ``OUTBOX_MAX_BYTES``): the answers to a client's commands wait for room (:meth:`put`), a
+    command of the endpoint's own is refused when there is none (:meth:`offer`). The end mark always goes in."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        self._bytes = 0
+        self._room = asyncio.Event()
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def has_room(self) -> bool:
+        return self._queue.qsize() < OUTBOX_MAX and self._bytes < OUTBOX_MAX_BYTES
+
+    def offer(self, command: spb.TelemetryCommand) -> bool:
+        """Queue ``command`` if there is room; False (nothing queued) otherwise."""
+        if not self.has_room():
+            return False
+        self._bytes += command.ByteSize()
+        self._queue.put_nowait(command)
+        return True
+
+    async def put(self, command: spb.TelemetryCommand) -> None:
+        """Queue ``command`` once there is room (the stream took what was waiting)."""
+        while not self.has_room():
+            self._room.clear()
+            await self._room.wait()
+        self._bytes += command.ByteSize()
+        self._queue.put_nowait(command)
+
+    def close(self) -> None:
+        """The stream is to end after what is queued."""
+        self._queue.put_nowait(None)
+
+    async def get(self) -> spb.TelemetryCommand | None:
+        item = await self._queue.get()
+        if item is not None:
+            self._bytes -= item.ByteSize()
+        self._room.set()
+        return item
 
 
 @dataclass
@@ -26,7 +79,7 @@ class ClientSession:
     topics: set[str] = field(default_factory=set)
     #: whether the consumer group consumes in order (as answered in the Settings reply)
     fifo: bool = False
-    outbox: asyncio.Queue[spb.TelemetryCommand | None] | None = None
+    outbox: Outbox | None = None
     last_seen: float = field(default_factory=time.monotonic)
 
 
@@ -52,7 +105,7 @@ class Sessions:
     def remove(self, client_id: str) -> None:
         s = self._sessions.pop(client_id, None)
         if s is not None and s.outbox is not None:
-            s.outbox.put_nowait(None)
+            s.outbox.close()
 
     def publishers_all(self) -> list[ClientSession]:
         """Sessions with an open Telemetry stream."""
@@ -63,13 +116,14 @@ class Sessions:
         return [s for s in self._sessions.values() if s.outbox is not None and topic in s.topics]
 
     def send_to_publisher(self, topic: str, command: spb.TelemetryCommand) -> ClientSession | None:
-        """Send ``command`` to one producer of ``topic`` (any; RocketMQ picks one too); None if there is none."""
-        candidates = self.publishers(topic)
+        """Send ``command`` to one producer of ``topic`` (any; RocketMQ picks one too) whose stream has room for it;
+        None if there is none (a producer that does not read its stream is not sent more)."""
+        candidates = [s for s in self.publishers(topic) if s.outbox is not None and s.outbox.has_room()]
         if not candidates:
             return None
         s = random.choice(candidates)
         assert s.outbox is not None
-        s.outbox.put_nowait(command)
+        s.outbox.offer(command)
         return s
 
     def _expire(self) -> None:

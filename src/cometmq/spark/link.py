@@ -15,8 +15,9 @@ answering.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from cometmq.client.admin import all_topics, max_offset, min_offset, search_offset, update_consumer_offset
@@ -29,6 +30,8 @@ from cometmq.spark.options import TlsOptions
 __all__ = ["Link", "is_system_topic"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: topics the brokers keep for themselves; never matched by subscribePattern
 _SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest",
@@ -71,6 +74,18 @@ class Link:
                             "cluster uses TLS, set the option tls=true)", *exc.args[1:])
             raise
 
+    def query(self, make: Callable[[], Awaitable[T]]) -> T:
+        """``run(make())`` for a request that changes nothing (routes, offsets), made once more when it fails to
+        talk to a server. The loop runs only during calls, so a connection the server closed in between (its idle
+        timeout, serverChannelMaxIdleTimeSeconds; a restart) is noticed only when a request on it fails; the second
+        try opens a new one. A streaming query's driver calls far apart (a trigger every few minutes), or across a
+        broker's restart, would otherwise fail the query on a server that is up."""
+        try:
+            return self.run(make())
+        except ClientConnectionError as exc:
+            log.info("retrying on a new connection: %s", exc)
+            return self.run(make())
+
     def close(self) -> None:
         if self.closed:
             return
@@ -90,7 +105,7 @@ class Link:
     # -- routes -------------------------------------------------------------------------------------------------
     def topics(self) -> list[str]:
         """Every user topic the nameservers know, sorted (system topics left out)."""
-        return [t for t in self.run(all_topics(self.instance)) if not is_system_topic(t)]
+        return [t for t in self.query(lambda: all_topics(self.instance)) if not is_system_topic(t)]
 
     def queues(self, topics: Iterable[str], *, missing_ok: bool) -> dict[str, list[MessageQueue]]:
         """The readable queues of each topic, fresh from the nameserver; an unknown topic raises NoRouteError
@@ -100,7 +115,7 @@ class Link:
         async def go() -> list[list[MessageQueue]]:
             return list(await asyncio.gather(*(self.instance.subscribe_queues(t, refresh=True) for t in topics)))
 
-        out = dict(zip(topics, self.run(go()), strict=True))
+        out = dict(zip(topics, self.query(go), strict=True))
         if not missing_ok:
             unknown = [t for t, qs in out.items() if not qs]
             if unknown:
@@ -126,7 +141,7 @@ class Link:
         async def go() -> list[int]:
             return list(await asyncio.gather(*(make(q) for q in queues)))
 
-        return dict(zip(queues, self.run(go()), strict=True))
+        return dict(zip(queues, self.query(go), strict=True))
 
     def min_offsets(self, queues: list[MessageQueue]) -> dict[MessageQueue, int]:
         return self._each(queues, lambda q: min_offset(self.instance, q))

@@ -420,10 +420,12 @@ class _SliceReader:
                 body = bytearray()
                 if code == ResponseCode.PULL_OFFSET_MOVED or (
                         code == ResponseCode.PULL_RETRY_IMMEDIATELY and response.remark == "MESSAGE_WAS_REMOVING"):
-                    if nxt <= offset:
-                        raise DataLossError(f"{p.label}: offset {offset} is past the queue's end ({nxt}); "
-                                            f"the range [{p.start}, {p.end}) is no longer there")
-                    self._lost(offset, min(nxt, p.end), "were deleted before they were read (retention?)")
+                    if nxt <= offset:  # the queue ends below the offset now (the broker says: start again)
+                        self._lost(offset, p.end, f"are past the queue's end ({ext.get('maxOffset', '?')}): it "
+                                   "went back (its topic deleted and made again, or messages the broker lost)")
+                        nxt = p.end
+                    else:
+                        self._lost(offset, min(nxt, p.end), "were deleted before they were read (retention?)")
                 elif code == ResponseCode.PULL_RETRY_IMMEDIATELY:
                     pass  # nothing matched the filter in the part scanned
                 elif code == ResponseCode.PULL_NOT_FOUND:
@@ -435,6 +437,11 @@ class _SliceReader:
                 raise BrokerError(code, f"pull made no progress at offset {offset}", addr=self.addr,
                                   context=p.label)
             if not body and code != ResponseCode.SUCCESS:
+                if chunks and not p.filtered:  # the answers before the skip follow the offsets before it
+                    batch = self._decode(chunks, expect)
+                    chunks, size = [], 0
+                    if batch.num_rows:
+                        yield batch
                 expect = nxt  # what was skipped was reported above
             if p.filtered:
                 follow = nxt

@@ -22,10 +22,17 @@ async def test_sql92_pull_filters_on_properties(start_broker: StartBroker, clien
     r = await client.invoke(b.addr, pull_request("S", 0, subscription="a BETWEEN 2 AND 6 AND region = 'eu'",
                                                  sys_flag=4, expressionType="SQL92"))
     assert r.code == ResponseCode.SUCCESS
-    assert [x.body for x in iter_records(r.body)] == [b"m5"]  # m3 has no 'a': NULL never matches
+    assert [x.body for x in iter_records(r.body)] == [b"m5"]  # m3 has no 'a': BETWEEN a NULL is unknown
     r = await client.invoke(b.addr, pull_request("S", 0, subscription="a IS NULL", sys_flag=4,
                                                  expressionType="SQL92"))
     assert [x.body for x in iter_records(r.body)] == [b"m3"]
+    # RocketMQ's lopsided NULL: '<>' with the missing property on its right is TRUE, on its left unknown
+    r = await client.invoke(b.addr, pull_request("S", 0, subscription="'7' <> a AND region = 'eu'", sys_flag=4,
+                                                 expressionType="SQL92"))
+    assert [x.body for x in iter_records(r.body)] == [b"m1", b"m3", b"m5", b"m9"]
+    r = await client.invoke(b.addr, pull_request("S", 0, subscription="a <> '7' AND region = 'eu'", sys_flag=4,
+                                                 expressionType="SQL92"))
+    assert [x.body for x in iter_records(r.body)] == [b"m1", b"m5", b"m9"]
     r = await client.invoke(b.addr, pull_request("S", 0, subscription="a > 100", sys_flag=4, expressionType="SQL92"))
     assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY and r.ext_fields["nextBeginOffset"] == "10"
     r = await client.invoke(b.addr, pull_request("S", 0, subscription="a >", sys_flag=4, expressionType="SQL92"))

@@ -48,7 +48,11 @@ def test_rocketmq_doc_example() -> None:
         ("a NOT BETWEEN 1 AND 5", False),
         ("NOT (a BETWEEN 1 AND 5)", False),
         ("a IS NULL OR a = 'hello'", True),
-        ("a = b", False),
+        ("'x' = a", False),
+        ("'x' <> a", True),  # RocketMQ: = with only its right side NULL is FALSE, so <> is TRUE
+        ("NOT ('x' = a)", True),
+        ("a = b", True),  # RocketMQ: = with both sides NULL is TRUE
+        ("a <> b", False),
         ("a", False),
         ("NOT a", False),
     ],
@@ -439,7 +443,8 @@ def test_fuzz_typed_expressions(expr: str, maps: list[Mapping[str, str]]) -> Non
 
 
 # A reference model of the subset {comparisons with integers, IS [NOT] NULL, TRUE/FALSE, AND, OR, NOT},
-# rendered with the fewest parentheses the precedence rules allow, checks parsing and 3-valued logic.
+# rendered with the fewest parentheses the precedence rules allow, checks parsing and 3-valued logic
+# (RocketMQ's: a NULL on the right of = or <> is not unknown).
 
 Tree = tuple[object, ...]
 leaves = st.one_of(
@@ -487,6 +492,8 @@ def reference(t: Tree, props: Mapping[str, str]) -> bool | None:
     kind = t[0]
     if kind == "cmp":
         raw = props.get(str(t[1]))
+        if raw is None and t[4] and t[2] in ("=", "<>"):  # RocketMQ: '5 = a' is FALSE, '5 <> a' TRUE
+            return t[2] == "<>"
         if raw is None or re.fullmatch("[+-]?[0-9]+", raw) is None:  # Long.valueOf syntax
             return None
         v, c = int(raw), t[3]

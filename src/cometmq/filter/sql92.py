@@ -18,9 +18,21 @@ As in RocketMQ, prefix NOT binds tighter than comparisons, so ``NOT a > 5`` is r
 when the whole expression is TRUE. Property values are strings, converted like RocketMQ does:
 against an integer literal with ``Long.valueOf`` rules (any decimal digit of the BMP, fullwidth ones too),
 against a decimal with ``Double.valueOf`` rules (ASCII digits only), against TRUE/FALSE with
-``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. A missing property or a
-failed conversion makes the comparison unknown. Literal strings, booleans and NULL are rejected by
-``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
+``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. A failed conversion makes the
+comparison unknown. Literal strings, booleans and NULL are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at
+compile time, as in RocketMQ.
+
+NULL (a missing property, or a value that is NULL: ``-a`` of a non-number, an unknown condition) follows
+RocketMQ exactly, lopsided as it is:
+
+* ``x = y`` is unknown when only ``x`` is NULL, FALSE when only ``y`` is, TRUE when both are; ``x <> y`` is
+  NOT (x = y): unknown, TRUE, FALSE. So ``'v' <> a`` takes a message without ``a``, ``a <> 'v'`` does not;
+  ``a = b`` takes a message with neither.
+* ``>``, ``>=``, ``<``, ``<=``, BETWEEN, NOT BETWEEN, IN, NOT IN: unknown when a side is NULL.
+* CONTAINS, STARTSWITH, ENDSWITH and their NOT forms: FALSE for NULL (so ``NOT (a CONTAINS 'v')`` is TRUE).
+* IS NULL / IS NOT NULL: TRUE / FALSE for NULL; NOT of unknown is unknown; AND and OR are SQL's three-valued
+  ones (FALSE AND unknown = FALSE, TRUE OR unknown = TRUE); a bare property as a condition is unknown when
+  missing and FALSE otherwise.
 The package docstring (cometmq.filter) lists the few deliberate differences from RocketMQ.
 """
 
@@ -178,6 +190,7 @@ def _pair(lv: Value, rv: Value, relational: bool) -> tuple[Any, Any] | None:
 _OPS: Final[dict[str, Callable[[Any, Any], bool]]] = {
     "=": operator.eq, "<>": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
 }
+_REL_OPS: Final = frozenset({">", ">=", "<", "<="})
 _MIRROR: Final = {"=": "=", "<>": "<>", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 _STRING_OPS: Final[dict[str, Callable[[str, str], bool]]] = {
     "CONTAINS": str.__contains__, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith,
@@ -287,25 +300,25 @@ def _check_operand(e: _Expr, op: str) -> None:
                                 "than comparisons: write NOT (...))", e.pos)
 
 
-def _specialized(op: str, left: _Expr, right: _Expr) -> Evaluator | None:
-    """Fast closures for ``property <op> constant``."""
+def _specialized(op: str, left: _Expr, right: _Expr, missing: Value) -> Evaluator | None:
+    """Fast closures for ``property <op> constant``; ``missing`` is the answer when the property is missing."""
     c = right.value
     if left.kind is not _Kind.PROP or not right.folded or c is None:
         return None
     name = left.name
     if isinstance(c, bool):
         want = c if op == "=" else not c
-        return lambda p: None if (v := p.get(name)) is None else (v.lower() == "true") is want
+        return lambda p: missing if (v := p.get(name)) is None else (v.lower() == "true") is want
     if isinstance(c, str):
         equal = op == "="  # only = and <> reach here: ordering a string literal is a compile error
-        return lambda p: None if (v := p.get(name)) is None else (v == c) is equal
+        return lambda p: missing if (v := p.get(name)) is None else (v == c) is equal
     conv = _to_long if isinstance(c, int) else _to_double
     cmp = _OPS[op]
 
     def number(p: Props) -> Value:
         v = p.get(name)
         if v is None:
-            return None
+            return missing
         n = conv(v)
         return None if n is None else cmp(n, c)
 
@@ -317,15 +330,34 @@ def _compare(op: str, left: _Expr, right: _Expr, pos: int) -> _Expr:
     _check_operand(right, op)
     if op in ("=", "<>") and left.kind is _Kind.BOOL and right.kind is _Kind.CONST:
         raise FilterSyntaxError(f"a boolean literal cannot be compared with a {right.kind.value}", pos)
-    fn = _specialized(op, left, right) or _specialized(_MIRROR[op], right, left)
-    if fn is None:
-        lf, rf, cmp, relational = left.fn, right.fn, _OPS[op], op not in ("=", "<>")
+    # RocketMQ's = is lopsided about NULL: unknown when only the left side is NULL, FALSE when only the right one
+    # is, TRUE when both are; <> is its negation. Ordering comparisons are unknown when either side is NULL.
+    equal = op == "="
+    right_null = None if op in _REL_OPS else not equal
+    fn = _specialized(op, left, right, None) or _specialized(_MIRROR[op], right, left, right_null)
+    if fn is not None:
+        return _Expr(_Kind.PRED, fn, pos, max(left.depth, right.depth) + 1)
+    if op in _REL_OPS:
+        lf, rf, cmp = left.fn, right.fn, _OPS[op]
 
-        def generic(p: Props) -> Value:
-            pair = _pair(lf(p), rf(p), relational)
+        def ordering(p: Props) -> Value:
+            pair = _pair(lf(p), rf(p), True)
             return None if pair is None else cmp(pair[0], pair[1])
 
-        fn = generic
+        fn = ordering
+    else:
+        lf, rf, cmp = left.fn, right.fn, _OPS[op]
+
+        def equality(p: Props) -> Value:
+            lv, rv = lf(p), rf(p)
+            if lv is None:
+                return equal if rv is None else None
+            if rv is None:
+                return right_null
+            pair = _pair(lv, rv, False)
+            return None if pair is None else cmp(pair[0], pair[1])
+
+        fn = equality
     return _Expr(_Kind.PRED, fn, pos, max(left.depth, right.depth) + 1)
 
 
@@ -361,7 +393,6 @@ def _is_null(e: _Expr, negated: bool, pos: int) -> _Expr:
 
 # ---------------------------------------------------------------------------------------------- parser
 
-_REL_OPS: Final = frozenset({">", ">=", "<", "<="})
 _NOT_FOLLOWERS: Final = frozenset({"BETWEEN", "IN", "CONTAINS", "STARTSWITH", "ENDSWITH"})
 
 

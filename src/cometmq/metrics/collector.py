@@ -265,7 +265,11 @@ class BrokerCollector(Collector):
                                      "clean (disk over diskSpaceCleanForciblyRatio) before their reserved time, "
                                      "consumed or not", labels=labels)
         forced.add_metric(values, store.cleaner.forced_deleted_messages)
-        yield from (size, flush, dispatch, forced)
+        unindexed = CounterMetricFamily("cometmq_storage_unindexed_keys", "Message keys not indexed for want of disk "
+                                        "space (never indexed later, as RocketMQ's IndexService drops them)",
+                                        labels=labels)
+        unindexed.add_metric(values, store.index.unindexed_keys if store.index is not None else 0)
+        yield from (size, flush, dispatch, forced, unindexed)
 
     # -- POP, transactions, timer, long polling ---------------------------------------------------------------
     def _services(self) -> Iterator[Metric]:

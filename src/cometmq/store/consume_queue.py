@@ -18,13 +18,12 @@ from pathlib import Path
 
 from cometmq.store.batch_codec import C_BATCH
 from cometmq.store.config import CQ_UNIT_SIZE
-from cometmq.store.cq_file import ConsumeQueueFile, ConsumeQueueFiles, MappingLRU
+from cometmq.store.cq_file import ConsumeQueueFile, ConsumeQueueFiles, MappingLRU, first_unit, units_end
 from cometmq.store.message import DispatchRequest
 
 log = logging.getLogger(__name__)
 
 CQ_UNIT = struct.Struct(">qiq")
-_SIZE_FIELD = struct.Struct(">8xi").unpack_from
 
 #: a queue offset gap is filled with (empty, sparse) files up to this many; a larger one is refused
 MAX_GAP_FILES = 64
@@ -84,11 +83,10 @@ class ConsumeQueue:
         if first is None:
             return
         base = first.file_from_offset // CQ_UNIT_SIZE
-        buf = first.buf()
-        for i in range(first.wrote_position // CQ_UNIT_SIZE):
-            if _SIZE_FIELD(buf, i * CQ_UNIT_SIZE)[0] > 0:
-                self._min_offset = base + i
-                return
+        n = first.wrote_position // CQ_UNIT_SIZE
+        i = first_unit(first.buf(), 0, n)
+        if i < n:
+            self._min_offset = base + i
 
     def first_bad_unit(self, matches: Callable[[int, int, int, int], bool], min_phy: int) -> int | None:
         """The queue offset of the first unit of the last file (those pointing at or past ``min_phy``) that does
@@ -300,10 +298,12 @@ class ConsumeQueue:
         deleted = 0
         while len(self.files.files) > 1:
             first = self.files.files[0]
-            last_pos = first.wrote_position - CQ_UNIT_SIZE
-            if last_pos < 0:
+            if first.wrote_position < CQ_UNIT_SIZE:
                 break
-            phy = CQ_UNIT.unpack_from(first.buf(), last_pos)[0]
+            # Its last unit that holds a record: a queue offset gap may end the file with empty units.
+            buf = first.buf()
+            last = units_end(buf, 0, first.wrote_position // CQ_UNIT_SIZE) - 1
+            phy = CQ_UNIT.unpack_from(buf, last * CQ_UNIT_SIZE)[0] if last >= 0 else 0
             if phy >= min_phy:
                 break
             self.files.delete_first(1)
@@ -312,20 +312,24 @@ class ConsumeQueue:
         return deleted
 
     def _correct_min_offset(self, min_phy: int) -> None:
+        """Move the min offset to the first unit of the first file whose record is still in the log (at or past
+        ``min_phy``). Units holding records are in log order; empty ones (a queue offset gap) say nothing and are
+        stepped over: the search is for the first unit from which the next one holding a record is still there."""
         first = self.files.first
         if first is None:
             return
         base = first.file_from_offset // CQ_UNIT_SIZE
-        lo, hi = max(self._min_offset - base, 0), first.wrote_position // CQ_UNIT_SIZE
+        n = first.wrote_position // CQ_UNIT_SIZE
+        lo, hi = max(self._min_offset - base, 0), n
         buf = first.buf()
         while lo < hi:
             mid = (lo + hi) // 2
-            phy, size, _ = CQ_UNIT.unpack_from(buf, mid * CQ_UNIT_SIZE)
-            if size == 0 or phy < min_phy:
-                lo = mid + 1
+            j = first_unit(buf, mid, n)
+            if j < n and CQ_UNIT.unpack_from(buf, j * CQ_UNIT_SIZE)[0] < min_phy:
+                lo = j + 1
             else:
                 hi = mid
-        self._min_offset = max(self._min_offset, base + lo)
+        self._min_offset = max(self._min_offset, base + first_unit(buf, lo, n))
 
     def flush(self, least_pages: int = 0) -> None:
         """Flush the queue when ``flush_due(least_pages)``; the store's policy flushes through ``take_flush``."""

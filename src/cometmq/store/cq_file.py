@@ -9,7 +9,8 @@ takes disk and memory, because a broker may have 100,000 queues, most holding a 
   disk the growth fails with ENOSPC (the dispatch stops there and is retried from the commit log) and a write to the
   mapping can never fault on a missing block (SIGBUS). A queue holding a few units takes one page of disk. The
   on-disk length is therefore no record of how much is written: past it, and past the written units inside it, the
-  file reads as zeros (units of size 0), which is what recovery's scan for the last unit stops at. A file left short
+  file reads as zeros (units of size 0): recovery counts up to the last unit that is not (empty units before it
+  are a queue offset gap, written so by the dispatch, and stay). A file left short
   that is not its queue's last (a queue offset gap marked it full) is extended as a sparse file at load, so every
   read inside a file's size stays inside the file.
 * **Mappings are a cache.** A file is mapped when it is first read or written and stays mapped while it is among the
@@ -58,10 +59,11 @@ _EMPTY = b""
 _SIZE_FIELD = struct.Struct(">8xi").unpack_from
 
 
-def _first_nonzero(buf: bytes | bytearray | mmap.mmap, end: int) -> int:
-    """Where the first byte of ``buf[:end]`` that is not zero is (``end`` when there is none), a chunk at a time."""
+def _first_nonzero(buf: bytes | bytearray | mmap.mmap, start: int, end: int) -> int:
+    """Where the first byte of ``buf[start:end]`` that is not zero is (``end`` when there is none), a chunk at a
+    time."""
     chunk = 1 << 16
-    pos = 0
+    pos = start
     while pos < end:
         n = min(chunk, end - pos)
         rest = buf[pos : pos + n].lstrip(b"\x00")
@@ -69,6 +71,50 @@ def _first_nonzero(buf: bytes | bytearray | mmap.mmap, end: int) -> int:
             return pos + n - len(rest)
         pos += n
     return end
+
+
+def _last_nonzero(buf: bytes | bytearray | mmap.mmap, start: int, end: int) -> int:
+    """One past the last byte of ``buf[start:end]`` that is not zero (``start`` when there is none), a chunk at a
+    time from the end."""
+    chunk = 1 << 16
+    pos = end
+    while pos > start:
+        n = min(chunk, pos - start)
+        rest = buf[pos - n : pos].rstrip(b"\x00")
+        if rest:
+            return pos - n + len(rest)
+        pos -= n
+    return start
+
+
+def first_unit(buf: bytes | bytearray | mmap.mmap, start: int, end: int) -> int:
+    """The index of the first unit of ``buf``'s units ``[start, end)`` that holds a record (size > 0); ``end`` when
+    none does. Units of size 0 are a queue offset gap (or a leading hole) and are stepped over."""
+    pos = start * CQ_UNIT_SIZE
+    stop = end * CQ_UNIT_SIZE
+    while True:
+        pos = _first_nonzero(buf, pos, stop)
+        if pos >= stop:
+            return end
+        k = pos // CQ_UNIT_SIZE
+        if _SIZE_FIELD(buf, k * CQ_UNIT_SIZE)[0] > 0:
+            return k
+        pos = (k + 1) * CQ_UNIT_SIZE
+
+
+def units_end(buf: bytes | bytearray | mmap.mmap, start: int, end: int) -> int:
+    """One past the last unit of ``buf``'s units ``[start, end)`` that holds a record (size > 0); ``start`` when
+    none does. Empty units before it (a gap) are inside; bytes after it that make no unit (a torn write) are not."""
+    lo = start * CQ_UNIT_SIZE
+    pos = end * CQ_UNIT_SIZE
+    while True:
+        pos = _last_nonzero(buf, lo, pos)
+        if pos <= lo:
+            return start
+        k = (pos - 1) // CQ_UNIT_SIZE
+        if _SIZE_FIELD(buf, k * CQ_UNIT_SIZE)[0] > 0:
+            return k + 1
+        pos = k * CQ_UNIT_SIZE
 
 
 def mapping_bound(configured: int) -> int:
@@ -376,30 +422,22 @@ class ConsumeQueueFile:
         return memoryview(self.buf())[pos : pos + size]
 
     def count_units(self, units_per_file: int) -> int:
-        """Units in use: binary search for the first unit whose size field is 0 (the file's unwritten tail, and
-        anything past its length on disk, reads as such), after the leading empty units of a queue that starts
-        inside its first file (a replica whose log starts where its master's does, past 0): those are zeros too,
-        and a search that landed in them would end the queue before its first unit."""
+        """Units in use: up to the last unit that holds a record (size > 0); the file's unwritten tail, and anything
+        past its length on disk, reads as zeros. Empty units before that one stay: a queue offset gap (a record that
+        named a queue offset past its queue's end is written there, after empty units) or the leading hole of a
+        queue that starts inside its first file. A search that stopped at the first empty unit (as RocketMQ's
+        recovery does: it never writes a gap) ended the queue inside such a gap. A torn unit after the last (bytes
+        but no size) is not counted: recovery cuts it."""
         limit = min(units_per_file, self._len // CQ_UNIT_SIZE)
         if limit == 0:
             return 0
         src: bytes | bytearray | mmap.mmap | None = self.load_image()
         if src is None:
             src = self.buf()
-        lo, hi = 0, limit
-        if _SIZE_FIELD(src, 0)[0] <= 0:
-            lo = _first_nonzero(src, limit * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
-            if lo >= limit:
-                return 0  # nothing written in it
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _SIZE_FIELD(src, mid * CQ_UNIT_SIZE)[0] > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        if self._image is not None and len(self._image) > lo * CQ_UNIT_SIZE:
-            self._image = self._image[: lo * CQ_UNIT_SIZE]  # recovery reads nothing past the last unit
-        return lo
+        n = units_end(src, 0, limit)
+        if self._image is not None and len(self._image) > n * CQ_UNIT_SIZE:
+            self._image = self._image[: n * CQ_UNIT_SIZE]  # recovery reads nothing past the last unit
+        return n
 
     # -- durability ------------------------------------------------------------------------
     def flush(self) -> int:

@@ -20,7 +20,9 @@ A file is sparse (its size is set, not written), but every byte is given its dis
 before the mapping writes it: the header and the hash slots when the file is made (or first written after a
 restart), the entries a step ahead of the count. A write into a mapped hole on a full disk would otherwise kill the
 process (SIGBUS), and a recovery re-indexing on that full disk would kill it again at every start. On a full disk
-the reservation fails instead: the keys it could not take are not indexed (logged), as when no file can be made.
+the reservation fails instead: the keys it could not take are not indexed, as when no file can be made, and are
+never indexed later (RocketMQ's IndexService drops a key it cannot index too): logged once until keys are indexed
+again, and counted (``IndexService.unindexed_keys``).
 """
 
 from __future__ import annotations
@@ -93,8 +95,8 @@ class IndexFile:
         self.released_entries = 0
         #: bytes from the file's start given disk blocks by this process (0: none yet, e.g. a file from disk)
         self.reserved = 0
-        #: the last reservation failed (a full disk): logged once
-        self.no_space = False
+        #: why the last reservation failed (a full disk), None when it did not
+        self.no_space: OSError | None = None
 
     def release_flushed(self, full: bool) -> None:
         """Drop this process's mapping of entries already on disk (the page cache keeps them), so RSS
@@ -164,7 +166,7 @@ class IndexFile:
     def reserve_entries(self, count: int) -> int:
         """Give disk blocks to the file up to entry ``count`` (the header and slots too, when nothing was reserved
         yet), a step ahead, in whole pages; returns how many entries the reserved part holds: fewer than ``count``
-        when the disk is full (logged once until space is found again; the caller writes only that many)."""
+        when the disk is full (``no_space`` says why; the caller writes only that many)."""
         count = min(count, self.max_entries)
         need = self.entry_base + (count + 1) * ENTRY_SIZE
         if need > self.reserved:
@@ -178,15 +180,10 @@ class IndexFile:
                     error = exc
                     continue
                 self.reserved = target
-                if self.no_space:
-                    log.warning("index %s: disk space found again; keys are indexed again", self.path.name)
-                    self.no_space = False
+                self.no_space = None
                 break
             else:
-                if not self.no_space:
-                    log.error("index %s: no disk space for entries past %d (%s): keys are not indexed until there is",
-                              self.path.name, self.count, error)
-                    self.no_space = True
+                self.no_space = error
         return max(0, min(self.max_entries, (self.reserved - self.entry_base) // ENTRY_SIZE - 1))
 
     # -- chains ------------------------------------------------------------------------------
@@ -254,6 +251,12 @@ class IndexService:
         # it, and so do fsync and query, which run without _lock so that puts are never held up by them.
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
+        #: keys not indexed for want of disk space (no new file, or no blocks for entries); never indexed later
+        self.unindexed_keys = 0
+        #: in a spell of keys not indexed (a full disk): logged at its start and end only
+        self._failing = False
+        #: why the last new file could not be made
+        self._roll_error = ""
 
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self) -> None:
@@ -313,6 +316,7 @@ class IndexService:
         truncates what lies past it."""
         n = len(entries)
         i = 0
+        reason = ""
         with self._lock:
             f = self.files[-1] if self.files else None
             while i < n:
@@ -321,11 +325,23 @@ class IndexService:
                         _I32_MIN <= ts0 - f.anchor_ts <= _I32_MAX or f.count == 0):
                     f = self._roll()
                     if f is None:
+                        reason = self._roll_error
                         break
                 done = self._put_run(f, entries, i)
-                if done == i:  # no disk space for the entries (logged): the rest is not indexed
+                if done == i:  # no disk space for the entries: the rest is not indexed
+                    reason = f"no disk space for entries past {f.count} in {f.path.name} ({f.no_space})"
                     break
                 i = done
+            if i < n:
+                self.unindexed_keys += n - i
+                if not self._failing:
+                    self._failing = True
+                    log.error("index: %s: %d key(s) not indexed; keys are not indexed until there is space, nor "
+                              "later (as RocketMQ's IndexService drops them): counted, logged once", reason, n - i)
+            elif n and self._failing:
+                self._failing = False
+                log.warning("index: disk space found again; keys are indexed again (%d in all were not)",
+                            self.unindexed_keys)
         return i
 
     def _put_run(self, f: IndexFile, entries: list[tuple[int, int, int]], i: int) -> int:
@@ -384,7 +400,8 @@ class IndexService:
         return True
 
     def _roll(self) -> IndexFile | None:
-        """Start a new file (called with _lock held); None, logged, when the disk refuses."""
+        """Start a new file (called with _lock held); None when the disk refuses (``_roll_error`` says why: the
+        caller logs it once)."""
         now_ms = time.time_ns() // 1_000_000
         stamp = int(time.strftime("%Y%m%d%H%M%S", time.gmtime(now_ms // 1000))) * 1000 + now_ms % 1000
         if self.files:
@@ -398,10 +415,10 @@ class IndexService:
             except FileExistsError:
                 continue
             except OSError as exc:
-                log.error("cannot create an index file in %s: %s", self.directory, exc)
+                self._roll_error = f"cannot create an index file in {self.directory}: {exc}"
                 return None
         else:
-            log.error("cannot create an index file in %s: names taken", self.directory)
+            self._roll_error = f"cannot create an index file in {self.directory}: names taken"
             return None
         self.files.append(f)
         return f

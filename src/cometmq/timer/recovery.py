@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from cometmq.common.atomic_file import read_optional, write_atomic
@@ -114,8 +115,10 @@ class TimerRecovery(TimerServiceBase):
             self.read_slot = now_slot
             self.enqueue_offset = 0
             if tl.files.files:
-                log.error("timer: a timer log but no checkpoint; every entry is re-linked from slot %d", now_slot)
                 self.recovered_abnormally = True
+                self.read_slot = self._read_slot_without_checkpoint(now_slot)
+                log.error("timer: a timer log but no (readable) checkpoint; every entry is re-linked from slot %d "
+                          "(now %d)", self.read_slot, now_slot)
                 self._full_rebuild()
             else:
                 tl.set_end(0)
@@ -152,6 +155,38 @@ class TimerRecovery(TimerServiceBase):
         total, deletes = wheel.rebuild(self.read_slot)
         self._pending = total - deletes
         self._next_occ_valid = False
+
+    def _read_slot_without_checkpoint(self, now_slot: int) -> int:
+        """Where delivery resumes when the checkpoint is lost: the first slot holding a message not yet put.
+
+        Slots are delivered (and rolled) in order and every copy names its timer record (TIMER_SRC_PHY), so the
+        records put are found in the commit log from the oldest entry's record on; every slot before the newest
+        one put from is done. Resuming there (not at now) delivers the messages that fell due while the broker was
+        down; replay skips those already put (``_recovered_src``). Entries before it without a copy were cancelled
+        or lost their record; a pending one beyond the wheel's reach from it cannot be linked and is logged."""
+        tl = self._tl()
+        first = next(iter(tl.scan(tl.min_pos)), None)
+        if first is None:
+            return now_slot
+        scan_from = max(first.offset_py, self.store.commitlog.min_offset)
+        self._find_delivered(scan_from)
+        put = self._recovered_src
+        done_below = max((e.slot for e in tl.scan(tl.min_pos) if e.offset_py in put), default=-1)
+
+        def pending() -> Iterator[int]:
+            return (e.slot for e in tl.scan(tl.min_pos)
+                    if not e.is_delete and e.offset_py not in put and e.slot >= done_below)
+
+        read_slot = min(min(pending(), default=now_slot), now_slot)
+        reach = read_slot + self._wh().slots
+        out_of_reach = sum(1 for slot in pending() if slot >= reach)
+        if out_of_reach:
+            log.error("timer: %d pending messages lie beyond the wheel's %d slots from slot %d and cannot be "
+                      "re-linked without a checkpoint; they will not be delivered", out_of_reach, self._wh().slots,
+                      read_slot)
+        if put:
+            self._replay_floor = (scan_from, now_slot)
+        return read_slot
 
     def _outstanding(self) -> bool:
         """Whether any pending slot holds an entry replay would still put (a geometry change waits)."""

@@ -10,7 +10,7 @@ from typing import Any
 from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.store.commitlog import dispatch_request_from_record
 from cometmq.timer.base import TimerServiceBase, log
-from cometmq.timer.message import TIMER_SRC_PHY, TIMER_TOPIC
+from cometmq.timer.message import TIMER_SRC_PHY, TIMER_TOPIC, queued_records_floor
 from cometmq.timer.timerlog import UNIT_SIZE
 
 
@@ -78,9 +78,23 @@ class TimerRecovery(TimerServiceBase):
             snap = self._snapshot(clean=clean)
             await asyncio.to_thread(self._flush_files)
             await asyncio.to_thread(self._write_checkpoint, snap)
+            await asyncio.to_thread(self._update_floor, snap)
             if self.timerlog is not None:
                 self.timerlog.release_flushed()
                 self._delete_done_segments(int(snap["read_slot"]))
+
+    def _update_floor(self, snap: dict[str, Any]) -> None:
+        """The lowest commit-log offset a pending message's record lies at, as of ``snap``: the first TimerLog entry
+        in a slot not durably done (entries follow their records' order), or the first record not yet indexed."""
+        tl = self._tl()
+        read_slot = int(snap["read_slot"])
+        if read_slot < self._pin_slot:  # (a replica following a new master from an earlier slot)
+            self._pin_pos = 0
+        self._pin_slot = read_slot
+        self._pin_pos, entry = tl.first_from_slot(max(self._pin_pos, tl.min_pos), int(snap["timerlog_end"]),
+                                                  read_slot)
+        queued = queued_records_floor(self.store, int(snap["enqueue_offset"]))
+        self._floor = min((x for x in (entry, queued) if x is not None), default=None)
 
     def _delete_done_segments(self, durable_read_slot: int) -> None:
         tl = self._tl()

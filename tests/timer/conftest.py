@@ -34,8 +34,9 @@ class Timer:
         cfg.setdefault("timerlog_file_size", 56 * 4096)
         cfg.setdefault("preallocate", False)
         cfg.setdefault("flush_interval_ms", 100)
+        store_changes = cfg.pop("store_changes", {})
         self.config = TimerConfig(**cfg)
-        self.store = MessageStore(store_config(path), clock=clock)
+        self.store = MessageStore(store_config(path).replace(**store_changes), clock=clock)
         self.service = TimerMessageService(self.store, self.config, self.put, clock=clock)
         self.puts = 0
 

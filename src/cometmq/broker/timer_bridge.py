@@ -38,6 +38,7 @@ from cometmq.timer.message import (
     RecallHandle,
     Rewrite,
     delete_marker,
+    queued_records_floor,
     recall_handle_for,
     requested_delivery,
     rewrite_for_timer,
@@ -75,6 +76,9 @@ class TimerBridge(BuiltOnFirstUse["TimerMessageService"]):
         self._build_soon: asyncio.Handle | asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._retry_s = RETRY_FIRST_S
+        if self.config.enable:
+            # Until the service is built (it then answers for itself): every record of the timer topic is kept.
+            store.cleaner.pin("timer", lambda: queued_records_floor(store))
 
     @property
     def service(self) -> TimerMessageService | None:

@@ -84,6 +84,28 @@ class CleanService(ServiceThread):
         self.forced_deleted_segments = 0
         self.forced_deleted_messages = 0
         self._warned_forcible_off = False
+        #: name -> the lowest commit-log offset that user still needs, or None (the timer: the records of its pending
+        #: messages). Called from this thread: each must answer from state it keeps up to date, without blocking.
+        self.pins: dict[str, Callable[[], int | None]] = {}
+        #: the segment a pin last held back past its reserved time (logged once a segment)
+        self._held: int | None = None
+
+    def pin(self, name: str, floor: Callable[[], int | None]) -> None:
+        """Keep the segments holding offsets from ``floor()`` on past their reserved time (a forced clean still
+        deletes them, and says so)."""
+        self.pins[name] = floor
+
+    def _floor(self) -> tuple[str, int] | None:
+        low: tuple[str, int] | None = None
+        for name, floor in list(self.pins.items()):
+            try:
+                at = floor()
+            except Exception:  # a user's bug must not stop retention: it holds the log back at its start instead
+                log.exception("retention: the %s pin failed; keeping every segment", name)
+                at = 0
+            if at is not None and (low is None or at < low[1]):
+                low = (name, at)
+        return low
 
     def request_delete(self) -> None:
         """Delete expired files now, whatever the hour (the admin 'deleteExpiredCommitLog')."""
@@ -130,6 +152,7 @@ class CleanService(ServiceThread):
         reserved_s = cfg.file_reserved_time_h * 3600
         files = store.commitlog.files
         deleted = early = 0
+        pinned = self._floor()
         with store.lock:
             while len(files.files) > 1 and deleted < MAX_DELETE_PER_PASS:
                 first = files.files[0]
@@ -138,6 +161,17 @@ class CleanService(ServiceThread):
                     break
                 if first.end_offset > store.reput.reput_offset:
                     break  # never delete what the dispatcher has not seen
+                if pinned is not None and first.end_offset > pinned[1]:
+                    if not force:
+                        if self._held != first.file_from_offset:
+                            self._held = first.file_from_offset
+                            log.warning("retention: commit-log segment %d is kept past its reserved time "
+                                        "(fileReservedTime %gh): the %s still needs the records from offset %d",
+                                        first.file_from_offset, cfg.file_reserved_time_h, pinned[0], pinned[1])
+                        break
+                    log.error("disk over diskSpaceCleanForciblyRatio %d%%: deleting commit-log segment %d, which "
+                              "holds records the %s still needs (from offset %d): those are lost",
+                              cfg.disk_force_clean_ratio, first.file_from_offset, pinned[0], pinned[1])
                 files.delete_first(1)
                 deleted += 1
                 if not expired:

@@ -17,6 +17,7 @@ from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult
 from cometmq.timer.config import TimerConfig, timer_files
+from cometmq.timer.message import queued_records_floor
 from cometmq.timer.slotwork import BurstGcPause, ClosedSlot, SlotWork
 from cometmq.timer.stats import TimerStats
 from cometmq.timer.timerlog import TimerLog
@@ -76,6 +77,12 @@ class TimerServiceBase:
         #: so a second crash finds those records again instead of putting them twice.
         self._replay_floor: tuple[int, int] | None = None
         self._seg_max: dict[int, int] = {}
+        #: the TimerLog position of the first entry not known done, the slot that was judged from, and the lowest
+        #: commit-log offset a pending message's record lies at (None: none): retention keeps the log from there
+        self._pin_pos = 0
+        self._pin_slot = 0
+        self._floor: int | None = None
+        store.cleaner.pin("timer", self.retention_floor)
         #: scheduled messages minus delete markers in pending slots (not counting the open slot)
         self._pending = 0
         self._next_occ: int | None = None
@@ -104,6 +111,13 @@ class TimerServiceBase:
         self._ck_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._gc_pause = BurstGcPause(_GC_PAUSE_MAX_S)
+
+    def retention_floor(self) -> int | None:
+        """The lowest commit-log offset the timer still needs (a pending message's record), None when none: the
+        store's retention keeps the log from there (called from its clean thread; answers from kept state)."""
+        if not self.loaded:  # (before the first checkpoint's look: every record of the timer topic)
+            return queued_records_floor(self.store)
+        return self._floor
 
     # == geometry shortcuts ======================================================================
     @property

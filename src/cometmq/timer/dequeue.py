@@ -242,8 +242,13 @@ class TimerDequeue(TimerServiceBase):
         except (ValueError, IndexError):  # a segment removed under us
             rec = None
         if rec is None or not rec.is_timer_topic or rec.queue_offset != entry.queue_offset:
-            log.warning("timer: the record of entry %d (commit log %d) is gone or is not a timer record",
-                        entry.pos, entry.offset_py)
+            start = self.store.commitlog.min_offset
+            if entry.offset_py < start:
+                log.error("timer: a message due at %d is lost: its record (commit log %d) was deleted by the log's "
+                          "retention (the log now starts at %d)", entry.due_ms, entry.offset_py, start)
+            else:
+                log.warning("timer: the record of entry %d (commit log %d) is gone or is not a timer record",
+                            entry.pos, entry.offset_py)
             self.stats.lost += 1
             return None
         slot_start = work.slot * self.precision_ms

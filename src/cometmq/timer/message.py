@@ -18,6 +18,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from sys import intern
+from typing import TYPE_CHECKING
 
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import TRANSACTION_MASK
@@ -35,6 +36,9 @@ from cometmq.protocol.properties import (
 from cometmq.protocol.record_layout import HOST_V6_FLAGS, LAYOUT_V4, LAYOUTS, MAGIC_CODE, layout_for
 from cometmq.protocol.taghash import tags_code
 from cometmq.store.message import TRANSACTION_PREPARED_TYPE, MessageInner
+
+if TYPE_CHECKING:
+    from cometmq.store.message_store import MessageStore
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_OUT_MS = "TIMER_OUT_MS"
@@ -306,3 +310,16 @@ def roll_message(rec: TimerRecord, src_phy: int) -> MessageInner:
                         properties_raw=encode_properties(props), flag=rec.flag, sys_flag=rec.sys_flag,
                         born_timestamp=rec.born_timestamp, born_host=rec.born_host,
                         reconsume_times=rec.reconsume_times)
+
+
+def queued_records_floor(store: MessageStore, queue_offset: int = 0) -> int | None:
+    """The commit-log offset of the timer topic's record at ``queue_offset`` (or its first kept one): below it, no
+    record the timer has still to index. None when the queue holds none from there."""
+    cq = store.queues.get((TIMER_TOPIC, 0))
+    if cq is None:
+        return None
+    queue_offset = max(queue_offset, cq.min_offset)
+    if queue_offset >= cq.max_offset:
+        return None
+    unit = cq.get_unit(queue_offset)
+    return unit[0] if unit is not None else None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.store.commitlog import dispatch_request_from_record
 from cometmq.timer.base import TimerServiceBase, log
-from cometmq.timer.message import TIMER_SRC_PHY, TIMER_TOPIC
+from cometmq.timer.message import TIMER_SRC_PHY, TIMER_TOPIC, queued_records_floor
 from cometmq.timer.timerlog import UNIT_SIZE
 
 
@@ -77,9 +78,23 @@ class TimerRecovery(TimerServiceBase):
             snap = self._snapshot(clean=clean)
             await asyncio.to_thread(self._flush_files)
             await asyncio.to_thread(self._write_checkpoint, snap)
+            await asyncio.to_thread(self._update_floor, snap)
             if self.timerlog is not None:
                 self.timerlog.release_flushed()
                 self._delete_done_segments(int(snap["read_slot"]))
+
+    def _update_floor(self, snap: dict[str, Any]) -> None:
+        """The lowest commit-log offset a pending message's record lies at, as of ``snap``: the first TimerLog entry
+        in a slot not durably done (entries follow their records' order), or the first record not yet indexed."""
+        tl = self._tl()
+        read_slot = int(snap["read_slot"])
+        if read_slot < self._pin_slot:  # (a replica following a new master from an earlier slot)
+            self._pin_pos = 0
+        self._pin_slot = read_slot
+        self._pin_pos, entry = tl.first_from_slot(max(self._pin_pos, tl.min_pos), int(snap["timerlog_end"]),
+                                                  read_slot)
+        queued = queued_records_floor(self.store, int(snap["enqueue_offset"]))
+        self._floor = min((x for x in (entry, queued) if x is not None), default=None)
 
     def _delete_done_segments(self, durable_read_slot: int) -> None:
         tl = self._tl()
@@ -114,8 +129,10 @@ class TimerRecovery(TimerServiceBase):
             self.read_slot = now_slot
             self.enqueue_offset = 0
             if tl.files.files:
-                log.error("timer: a timer log but no checkpoint; every entry is re-linked from slot %d", now_slot)
                 self.recovered_abnormally = True
+                self.read_slot = self._read_slot_without_checkpoint(now_slot)
+                log.error("timer: a timer log but no (readable) checkpoint; every entry is re-linked from slot %d "
+                          "(now %d)", self.read_slot, now_slot)
                 self._full_rebuild()
             else:
                 tl.set_end(0)
@@ -152,6 +169,38 @@ class TimerRecovery(TimerServiceBase):
         total, deletes = wheel.rebuild(self.read_slot)
         self._pending = total - deletes
         self._next_occ_valid = False
+
+    def _read_slot_without_checkpoint(self, now_slot: int) -> int:
+        """Where delivery resumes when the checkpoint is lost: the first slot holding a message not yet put.
+
+        Slots are delivered (and rolled) in order and every copy names its timer record (TIMER_SRC_PHY), so the
+        records put are found in the commit log from the oldest entry's record on; every slot before the newest
+        one put from is done. Resuming there (not at now) delivers the messages that fell due while the broker was
+        down; replay skips those already put (``_recovered_src``). Entries before it without a copy were cancelled
+        or lost their record; a pending one beyond the wheel's reach from it cannot be linked and is logged."""
+        tl = self._tl()
+        first = next(iter(tl.scan(tl.min_pos)), None)
+        if first is None:
+            return now_slot
+        scan_from = max(first.offset_py, self.store.commitlog.min_offset)
+        self._find_delivered(scan_from)
+        put = self._recovered_src
+        done_below = max((e.slot for e in tl.scan(tl.min_pos) if e.offset_py in put), default=-1)
+
+        def pending() -> Iterator[int]:
+            return (e.slot for e in tl.scan(tl.min_pos)
+                    if not e.is_delete and e.offset_py not in put and e.slot >= done_below)
+
+        read_slot = min(min(pending(), default=now_slot), now_slot)
+        reach = read_slot + self._wh().slots
+        out_of_reach = sum(1 for slot in pending() if slot >= reach)
+        if out_of_reach:
+            log.error("timer: %d pending messages lie beyond the wheel's %d slots from slot %d and cannot be "
+                      "re-linked without a checkpoint; they will not be delivered", out_of_reach, self._wh().slots,
+                      read_slot)
+        if put:
+            self._replay_floor = (scan_from, now_slot)
+        return read_slot
 
     def _outstanding(self) -> bool:
         """Whether any pending slot holds an entry replay would still put (a geometry change waits)."""

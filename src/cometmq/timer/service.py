@@ -98,7 +98,9 @@ class TimerMessageService(TimerReplica, TimerRecovery, TimerEnqueue, TimerDequeu
             else:
                 log.warning("timer: %d messages are pending on a wheel of %s; the configured %s takes effect "
                             "once none are", self._pending, self.geometry, wanted)
-        self._write_checkpoint(self._snapshot(clean=False))
+        snap = self._snapshot(clean=False)
+        self._write_checkpoint(snap)
+        self._update_floor(snap)
         self._release_wheel_pages()
         self.loaded = True
         log.info("timer loaded in %.3f s: %d scheduled, enqueue offset %d, read slot %d%s",

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 _BODY = struct.Struct(">iqiqqqiq")
 _CRC = struct.Struct(">I")
+#: an entry's slot and offset_py, 24 bytes in
+_SLOT_OFFSET = struct.Struct(">qq")
 UNIT_SIZE = _BODY.size + _CRC.size  # 56
 MAGIC_DEFAULT = 1
 MAGIC_ROLL = 1 << 1
@@ -162,6 +164,25 @@ class TimerLog:
                 yield entry
                 local += UNIT_SIZE
             pos = mf.end_offset
+
+    def first_from_slot(self, start: int, end: int, slot: int) -> tuple[int, int | None]:
+        """The position of the first entry in ``[start, end)`` linked into ``slot`` or later, and the commit-log
+        offset of its record; ``(end, None)`` when there is none. Entries below ``end`` were written whole (no CRC
+        check: only two fields are read, a few hundred thousand entries a second)."""
+        pos = max(start, self.files.min_offset)
+        while pos < end:
+            mf = self.files.find(pos)
+            if mf is None:
+                return end, None
+            base = mf.file_from_offset
+            local, stop, mm = pos - base, min(mf.size, end - base), mf.mm
+            while local + UNIT_SIZE <= stop:
+                at, offset_py = _SLOT_OFFSET.unpack_from(mm, local + 24)
+                if at >= slot:
+                    return base + local, offset_py
+                local += UNIT_SIZE
+            pos = base + local
+        return end, None
 
     def chain(self, head: int, stop: int = -1, limit: int | None = None) -> Iterator[TimerEntry]:
         """Entries from ``head`` back through ``prev_pos``, until ``stop`` (exclusive) or the start.

@@ -45,6 +45,7 @@ from cometmq.protocol.properties import ORIGIN_MESSAGE_ID, UNIQ_KEY, encode_prop
 from cometmq.store.message import DispatchRequest, MessageInner
 from cometmq.store.message_store import MessageStore
 from cometmq.store.status import PutResult
+from cometmq.timer.message import TIMER_SRC_PHY
 
 if TYPE_CHECKING:
     from cometmq.net.connection import RemotingConnection
@@ -315,6 +316,7 @@ class PopService:
             props.setdefault(ORIGIN_MESSAGE_ID, props.get(UNIQ_KEY) or offset_msg_id(
                 self.store.commitlog.store_host, rec.physical_offset))
             props["RETRY_TOPIC"] = topic
+            props.pop(TIMER_SRC_PHY, None)  # no copy put by the timer (recovery and a replica skip what one names)
             msgs.append(((off, d.pop_time), MessageInner(
                 topic=dlq, body=rec.body, queue_id=0, properties=props, properties_raw=encode_properties(props),
                 flag=rec.flag, sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,

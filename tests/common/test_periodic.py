@@ -131,3 +131,73 @@ async def test_the_step_may_stop_its_own_service_and_it_can_start_again() -> Non
     p.start()
     await eventually(lambda: calls == 2, 2, what="a pass after the restart")
     await p.stop()
+
+
+async def test_a_lasting_failure_is_logged_once_a_spell_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A step that fails on every pass for one lasting cause (a full disk) logs its traceback once, not once a pass;
+    a different failure is logged again; the first pass that succeeds ends the spell with one line."""
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 20:
+            raise OSError(28, "No space left on device")
+        if calls == 21:
+            raise ValueError("another cause")
+
+    logger = logging.getLogger("tests.periodic.spell")
+    p = Periodic("full-disk", 0.001, step, logger=logger)
+    with caplog.at_level(logging.WARNING, logger="tests.periodic.spell"):
+        p.start()
+        await eventually(lambda: calls >= 25, 5, what="passes after the spell")
+        await p.stop()
+    records = [r for r in caplog.records if r.name == "tests.periodic.spell"]
+    errors = [r for r in records if r.levelno == logging.ERROR]
+    assert [r.exc_info[1].__class__ for r in errors if r.exc_info] == [OSError, ValueError], \
+        [r.getMessage() for r in records]
+    assert len(errors) == 2
+    [end] = [r for r in records if r.levelno == logging.WARNING]
+    assert "full-disk passes again, after 21 failed pass(es)" in end.getMessage()
+
+
+def test_a_service_thread_logs_a_lasting_failure_once_and_repeats_it_as_a_count(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The thread base (common/service.py) uses the same rule; past ``repeat_s`` the spell is reported again as a
+    count of the passes that failed, without a traceback."""
+    import threading
+    import time
+
+    from cometmq.common.service import ServiceThread
+
+    class Full(ServiceThread):
+        def __init__(self) -> None:
+            super().__init__("FlushConsumeQueueService", 0.001)
+            self.calls = 0
+            self.many = threading.Event()
+
+        def run_once(self) -> None:
+            self.calls += 1
+            if self.calls >= 30:
+                self.many.set()
+            raise OSError(28, "No space left on device")
+
+        def on_shutdown(self) -> None:
+            pass
+
+    svc = Full()
+    svc._failures.repeat_s = 3600.0
+    with caplog.at_level(logging.ERROR, logger="cometmq.common.service"):
+        svc.start()
+        assert svc.many.wait(10)
+        svc._failures.repeat_s = 0.0  # the next failed pass is past the repeat interval: one count line
+        calls = svc.calls
+        deadline = time.monotonic() + 10
+        while svc.calls < calls + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        svc.stop()
+    records = [r for r in caplog.records if r.name == "cometmq.common.service"]
+    assert records[0].exc_info is not None and "FlushConsumeQueueService failed a pass" in records[0].getMessage()
+    counts = [r for r in records[1:] if "more passes failed so since the last report" in r.getMessage()]
+    assert counts and all(r.exc_info is None for r in records[1:])
+    assert len(records) < 10  # not one a pass (~30 passes and more failed)

@@ -4,8 +4,8 @@ The asyncio counterpart of ``ServiceThread`` (common/service.py, for loops that 
 holds a ``Periodic`` per loop, starts it in its own ``start`` and stops it in its own ``stop``; the step is a
 plain or async callable (what it returns is ignored, unless it is awaitable). ``wakeup()`` runs the step at once
 instead of at the end of the interval; a wakeup during a pass runs another pass right after it, so none is lost.
-An exception in one step is logged with the service's name and the loop goes on: a background loop must survive
-one bad pass.
+An exception in one step is logged with the service's name (once a spell of the same failure: common/failures.py)
+and the loop goes on: a background loop must survive one bad pass.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import inspect
 import logging
 from collections.abc import Callable
 
+from cometmq.common.failures import Failures
 from cometmq.common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ class Periodic:
         self.name = name
         self.interval_s = interval_s
         self._step = step
-        self._log = logger or log
+        #: failing steps, logged once a spell (a lasting cause would otherwise log a traceback every pass)
+        self._failures = Failures(logger or log, name)
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
 
@@ -75,7 +77,9 @@ class Periodic:
                     await result
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                self._log.exception("%s failed a pass; it runs again in %.3g s", self.name, self.interval_s)
+            except Exception as exc:
+                self._failures.failed(exc, f"{self.name} failed a pass; it runs again in {self.interval_s:.3g} s")
+            else:
+                self._failures.passed()
             if self._task is not asyncio.current_task():
                 return  # stopped (or restarted) by the step itself

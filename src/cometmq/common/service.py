@@ -11,6 +11,8 @@ import abc
 import logging
 import threading
 
+from cometmq.common.failures import Failures
+
 log = logging.getLogger(__name__)
 
 
@@ -23,6 +25,8 @@ class ServiceThread(abc.ABC):
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        #: failing passes, logged once a spell (a lasting cause would otherwise log a traceback every pass)
+        self._failures = Failures(log, f"service {name}")
 
     # -- to override -------------------------------------------------------------------
     @abc.abstractmethod
@@ -65,8 +69,10 @@ class ServiceThread(abc.ABC):
                 break
             try:
                 self.run_once()
-            except Exception:  # a background loop must survive one bad pass
-                log.exception("service %s failed a pass", self.name)
+            except Exception as exc:  # a background loop must survive one bad pass
+                self._failures.failed(exc, f"service {self.name} failed a pass")
+            else:
+                self._failures.passed()
         try:
             self.on_shutdown()
         except Exception:

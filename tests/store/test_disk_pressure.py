@@ -260,3 +260,47 @@ def test_keys_not_indexed_on_a_full_disk_are_logged_once_and_counted(small_fs: P
     assert report["unindexed"] > 0 and report["indexed"] + report["unindexed"] == 2 * 200
     assert out.stderr.count("keys are not indexed") == 1, out.stderr
     assert out.stderr.count("keys are indexed again") == 1 and report["after"] == 1
+
+
+def test_a_dispatch_the_full_disk_stops_answers_stored_and_goes_on_once_there_is_room(
+        small_fs: Path, make_store: Callable[..., MessageStore], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills between the store's disk checks (above its ratio only once it is 100 % full): the record goes
+    into the preallocated log segment, but a new queue's consume-queue file cannot grow. The put raised OSError
+    after storing it: the producer was told SYSTEM_ERROR and sent the message again (a duplicate). Now the put is
+    answered stored, the dispatch stops there (logged once) and goes on from the log once there is room: at the
+    next append, or at the maintenance pass when no append comes."""
+    monkeypatch.setattr(message_store, "DISK_CHECK_INTERVAL_S", 3600.0)  # checked at the first put only
+    store = make_store(small_fs / "store", commitlog_segment_size=2 * MIB, consume_queue_units_per_file=1000)
+    assert store.put_message(msg()).ok
+    ballast = small_fs / "ballast"
+    try:
+        _stall_and_go_on(store, ballast, caplog)
+    finally:
+        ballast.unlink(missing_ok=True)
+
+
+def _stall_and_go_on(store: MessageStore, ballast: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with open(ballast, "ab", buffering=0) as f:  # every block left, in 64 KiB steps then smaller ones
+        for step in (64 * 1024, 4096, 1):
+            try:
+                while True:
+                    f.write(b"\x01" * step)
+            except OSError:
+                pass
+    # A new queue's first page is a buffer in memory; once it is full (204 units) its file must be made: ENOSPC.
+    with caplog.at_level(logging.ERROR, logger="cometmq.store.dispatch"):
+        results = [store.put_message(msg(topic="New")) for _ in range(300)]
+    assert all(r.ok for r in results), {r.status for r in results}
+    assert store.reput.stalled is not None
+    assert store.max_offset("New", 0) < 300  # all stored, not all dispatched yet
+    stops = [r for r in caplog.records if r.name == "cometmq.store.dispatch"]
+    assert len(stops) == 1 and stops[0].exc_info is not None  # once a spell, not once a put
+    ballast.unlink()
+    with store.lock:  # what the maintenance pass does when no append comes
+        store.reput.retry()
+    assert store.reput.stalled is None and store.reput.reput_offset == store.commitlog.max_offset
+    got = store.get_messages("New", 0, 0, 500)
+    assert list(got.queue_offsets) == list(range(300))
+    assert store.put_message(msg(topic="New")).ok
+    assert store.max_offset("New", 0) == 301

@@ -5,6 +5,11 @@ It runs in the appending thread right after an append (no polling loop), so list
 message in the same call that stored it. When replication holds the confirmed offset back, the
 requests wait in ``pending`` until ``confirm`` moves it; records that arrived as raw bytes (a
 replica) are read from the log by ``CommitLog.dispatch_requests`` (store/record_walk.py).
+
+A dispatch that fails to write (a full disk: a consume-queue file cannot grow) stops where it is: the records
+stay in the log, the append that stored them is answered as stored (a producer told otherwise would send the
+message again: a duplicate), and the dispatch goes on from the log at the next append or ``retry`` (the store's
+maintenance pass), rewriting nothing already written (a unit already there is skipped).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
+from cometmq.common.failures import Failures
 from cometmq.store.commitlog import CommitLog
 from cometmq.store.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, DispatchRequest
 from cometmq.store.record_walk import BLANK, LIMIT, UNDECODABLE
@@ -42,18 +48,46 @@ class ReputService:
         self.batch_listeners: list[BatchDispatcher] = []
         self.pending: deque[DispatchRequest] = deque()
         self.tag_code_hooks: list[TagCodeHook] = []
+        #: the write error that stopped the dispatch (None: it is not stopped), and the offset to go on to
+        self.stalled: OSError | None = None
+        self._stalled_to = 0
+        self._failures = Failures(log, "the dispatch")
 
     def submit(self, requests: list[DispatchRequest], confirmed: int) -> None:
         """Requests built by an append, then dispatch everything up to ``confirmed``."""
         if not self.pending and requests and requests[-1].phy_offset + requests[-1].size <= confirmed \
                 and requests[0].phy_offset == self.reput_offset:
-            self._dispatch_all(requests)
+            try:
+                self._dispatch_all(requests)
+            except OSError as exc:  # the reput offset stays before them: the log has them
+                self._stall(exc, confirmed)
             return
         self.pending.extend(requests)
         self.confirm(confirmed)
 
     def confirm(self, confirmed: int) -> None:
-        """Dispatch pending requests (or records decoded from the log) up to ``confirmed``."""
+        """Dispatch pending requests (or records decoded from the log) up to ``confirmed``; a write error stops it
+        (logged, see ``retry``)."""
+        try:
+            self._confirm(confirmed)
+        except OSError as exc:
+            self._stall(exc, confirmed)
+            return
+        if self.stalled is not None:
+            self.stalled = None
+            self._failures.passed()
+
+    def retry(self) -> None:
+        """Go on with a dispatch a write error stopped (call it with the store's lock held)."""
+        if self.stalled is not None:
+            self.confirm(self._stalled_to)
+
+    def _stall(self, exc: OSError, confirmed: int) -> None:
+        self.stalled, self._stalled_to = exc, max(confirmed, self._stalled_to)
+        self._failures.failed(exc, f"the dispatch stopped at commit-log offset {self.reput_offset}: the records are "
+                                   "stored, and are dispatched once the next append or maintenance pass can write")
+
+    def _confirm(self, confirmed: int) -> None:
         ready: list[DispatchRequest] = []
         while self.pending and self.pending[0].phy_offset + self.pending[0].size <= confirmed:
             req = self.pending.popleft()

@@ -42,6 +42,9 @@ class MaintenanceService(ServiceThread):
     def run_once(self) -> None:
         store = self.store
         cfg = store.config
+        if store.reput.stalled is not None:  # a full disk stopped the dispatch: go on if it can now
+            with store.lock:
+                store.reput.retry()
         now = self._monotonic()
         thorough = now - self._last_thorough >= cfg.flush_consume_queue_thorough_interval_ms / 1000
         index = thorough or now - self._last_index >= cfg.flush_interval_index_ms / 1000

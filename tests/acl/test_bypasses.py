@@ -134,6 +134,30 @@ async def test_a_send_back_of_a_message_the_user_consumed_still_works(broker: Br
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
+async def test_the_cpp_clients_send_back_without_origin_topic_is_checked_on_the_messages_topic(
+        broker: BrokerController) -> None:
+    """The 4.x C++ client's CONSUMER_SEND_MSG_BACK carries only group, delayLevel and offset (no originTopic).
+    RocketMQ asks SUB on the group's retry topic for it; it was refused here (no originTopic), so a C++ consumer
+    under ACL never got a failed message again. It is now checked on the topic of the message at the offset."""
+    r = await _call(broker.addr, send_request("allowed", b"retry me"), USER)
+    offset = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+
+    def cpp_send_back(at: int) -> RemotingCommand:  # the C++ client's header: every value a string
+        return make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "G", "delayLevel": "0", "offset": str(at)})
+
+    r = await _call(broker.addr, cpp_send_back(offset), USER)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    await asyncio.sleep(1.5)
+    code, body = await _pull_all(broker.addr, "%RETRY%G", "G", USER)
+    assert code == ResponseCode.SUCCESS and b"retry me" in body
+    # again from the retry topic (its record's topic is the group's retry topic: SUB on the group)
+    r = await _call(broker.addr, cpp_send_back(next(iter_records(body)).physical_offset), USER)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    # an offset where no message starts: refused, naming it
+    r = await _call(broker.addr, cpp_send_back(offset + 1), USER)
+    assert r.code == ResponseCode.NO_PERMISSION and f"no message at commit-log offset {offset + 1}" in (r.remark or "")
+
+
 async def test_a_message_is_read_by_its_offset_only_with_the_right_to_its_topic(broker: BrokerController) -> None:
     """VIEW_MESSAGE_BY_ID names a commit-log offset, any message of the log: it was open to every account."""
     offsets = {}

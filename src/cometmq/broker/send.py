@@ -287,8 +287,8 @@ class SendProcessor:
         view = self._read_record(offset)
         if view is None:
             return None
-        try:
-            return decode_record(view)[0].topic
+        try:  # the CRC: an offset inside a body that holds a made-up record header names no message
+            return decode_record(view, check_crc=True)[0].topic
         except ProtocolError:
             return None
 
@@ -305,7 +305,14 @@ class SendProcessor:
         view = self._read_record(header.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")
-        rec, _ = decode_record(view)
+        checked = self.config.acl_enable or bool(header.origin_topic)
+        try:
+            # checked (below) the body CRC too: a user may publish a body holding a made-up record header (of a topic
+            # it may read, with a body length running over the next records) and name the offset of that header
+            rec, _ = decode_record(view, check_crc=checked)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.NO_PERMISSION if checked else ResponseCode.SYSTEM_ERROR,
+                                f"no message at commit-log offset {header.offset}: {exc}") from None
         props = dict(rec.properties)
         if header.origin_topic and header.origin_topic not in (rec.topic, props.get(RETRY_TOPIC)):
             # an ACL (the broker's, or a gRPC endpoint's in front of it, whose ForwardMessageToDeadLetterQueue names

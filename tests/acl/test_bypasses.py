@@ -134,6 +134,30 @@ async def test_a_send_back_of_a_message_the_user_consumed_still_works(broker: Br
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
+async def test_the_cpp_clients_send_back_without_origin_topic_is_checked_on_the_messages_topic(
+        broker: BrokerController) -> None:
+    """The 4.x C++ client's CONSUMER_SEND_MSG_BACK carries only group, delayLevel and offset (no originTopic).
+    RocketMQ asks SUB on the group's retry topic for it; it was refused here (no originTopic), so a C++ consumer
+    under ACL never got a failed message again. It is now checked on the topic of the message at the offset."""
+    r = await _call(broker.addr, send_request("allowed", b"retry me"), USER)
+    offset = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+
+    def cpp_send_back(at: int) -> RemotingCommand:  # the C++ client's header: every value a string
+        return make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "G", "delayLevel": "0", "offset": str(at)})
+
+    r = await _call(broker.addr, cpp_send_back(offset), USER)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    await asyncio.sleep(1.5)
+    code, body = await _pull_all(broker.addr, "%RETRY%G", "G", USER)
+    assert code == ResponseCode.SUCCESS and b"retry me" in body
+    # again from the retry topic (its record's topic is the group's retry topic: SUB on the group)
+    r = await _call(broker.addr, cpp_send_back(next(iter_records(body)).physical_offset), USER)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    # an offset where no message starts: refused, naming it
+    r = await _call(broker.addr, cpp_send_back(offset + 1), USER)
+    assert r.code == ResponseCode.NO_PERMISSION and f"no message at commit-log offset {offset + 1}" in (r.remark or "")
+
+
 async def test_a_message_is_read_by_its_offset_only_with_the_right_to_its_topic(broker: BrokerController) -> None:
     """VIEW_MESSAGE_BY_ID names a commit-log offset, any message of the log: it was open to every account."""
     offsets = {}
@@ -273,3 +297,46 @@ async def test_refusals_of_made_up_access_keys_hold_no_memory_and_log_short_line
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "cometmq.acl"]
     assert lines and max(len(line) for line in lines) < 1024
     assert sum(len(line) for line in lines) < 16 * 1024
+
+
+async def test_an_offset_inside_a_message_body_is_no_message(broker: BrokerController) -> None:
+    """VIEW_MESSAGE_BY_ID and CONSUMER_SEND_MSG_BACK read the record at a client-named commit-log offset and check
+    its topic. A user may publish a body that holds a made-up record header (topic 'allowed', a body length that
+    runs over the next records) and name the offset of that header: the record read there then held another
+    topic's message, which the broker handed out (or copied into the user's retry topic). A record is now read at
+    such an offset only if its body CRC holds, which a made-up header cannot give over bytes it does not know."""
+    from cometmq.protocol.message import encode_parts
+
+    async def send(topic: str, body: bytes, creds: tuple[str, str]) -> int:
+        r = await _call(broker.addr, send_request(topic, body), creds)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        return decode_offset_msg_id(r.ext_fields["msgId"]).offset
+
+    head = len(encode_parts(topic=b"", body=b"", properties=b"")) - 3  # a record's bytes before its body
+    tail = b"\x07allowed\x00\x00"  # the made-up record's topic and (no) properties, in a later message's body
+    secret = b"the payload of a topic the user may not read"
+    # the sizes the records will have (a dry run of the same lengths)
+    a0 = await send("allowed", b"x" * head, USER)
+    v0 = await send("denied", b"y" * len(secret), ADMIN)
+    c0 = await send("allowed", tail, USER)
+    size_a, size_v = v0 - a0, c0 - v0
+    # the header, at the start of the user's message A's body; its body runs to message C's body, past V
+    a = broker.store.commitlog.max_offset
+    fake_at = a + head
+    body_len = (a + size_a + size_v + head) - (fake_at + head)
+    fake = encode_parts(topic=b"allowed", body=b"\0" * body_len, properties=b"")[:head]
+    assert await send("allowed", fake, USER) == a
+    v = await send("denied", secret, ADMIN)
+    c = await send("allowed", tail, USER)
+    assert (v, c) == (a + size_a, a + size_a + size_v)
+
+    r = await _call(broker.addr, make_request(RequestCode.VIEW_MESSAGE_BY_ID,
+                                              {"offset": fake_at, "topic": "allowed"}), USER)
+    assert r.code != ResponseCode.SUCCESS and secret not in bytes(r.body or b""), "read another topic's message"
+    for ext in ({"originTopic": "allowed"}, {}):
+        r = await _call(broker.addr, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+            "group": "G", "offset": fake_at, "delayLevel": 0, **ext}), USER)
+        assert r.code != ResponseCode.SUCCESS, (ext, "copied another topic's message into the user's retry topic")
+    await asyncio.sleep(1.5)
+    _, body = await _pull_all(broker.addr, "%RETRY%G", "G", USER)
+    assert secret not in body

@@ -216,12 +216,13 @@ def test_hot_reload_keeps_the_old_acl_on_a_bad_file(tmp_path: Path, caplog: pyte
     assert set(ac.config.accounts) == {"RocketMQ", "rocketmq2"}
     assert not ac.reload_if_changed()
     _write(path, ROCKETMQ_EXAMPLE.replace("rocketmq2", "rocketmq3"))
+    assert not ac.reload_if_changed()  # a change is put in force once the next look reads the same file
     assert ac.reload_if_changed()
     assert set(ac.config.accounts) == {"RocketMQ", "rocketmq3"}
     with caplog.at_level(logging.ERROR, "cometmq.acl"):
         _write(path, "accounts:\n  - accessKey: RocketMQ\n    secretKey: 12345678\n    admin: maybe\n")
-        assert not ac.reload_if_changed()
-        assert not ac.reload_if_changed()  # one error per bad version, not one per poll
+        for _ in range(3):  # one error per bad version, not one per poll
+            assert not ac.reload_if_changed()
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "line 4" in errors[0].getMessage() and "admin" in errors[0].getMessage()
     assert set(ac.config.accounts) == {"RocketMQ", "rocketmq3"}
@@ -292,8 +293,8 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path, caplog: pytes
     ac.load()
     path.write_bytes(ROCKETMQ_EXAMPLE.replace("rocketmq2", "rocketm\xe92").encode("latin-1"))
     with caplog.at_level(logging.ERROR, "cometmq.acl"):
-        assert not ac.reload_if_changed()
-        assert not ac.reload_if_changed()
+        for _ in range(3):
+            assert not ac.reload_if_changed()
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "UTF-8" in errors[0].getMessage()
     assert set(ac.config.accounts) == {"RocketMQ", "rocketmq2"}

@@ -98,7 +98,7 @@ async def test_settings_are_checked_against_the_acl_in_force(secured: Endpoint) 
     await call.write(spb.TelemetryCommand(settings=producer("TeleOk")))
     assert (await call.read()).status.code == pb.Code.OK
     acl.path.write_text(ACL.replace("TeleOk=PUB|SUB", "TeleOk=SUB") + "\n")
-    assert acl.reload_if_changed()
+    await acl.reload_settled()
     await call.write(spb.TelemetryCommand(settings=producer("TeleOk")))
     reply = await call.read()
     assert reply.status.code == pb.Code.FORBIDDEN and "topic=TeleOk" in reply.status.message

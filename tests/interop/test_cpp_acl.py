@@ -84,3 +84,22 @@ def test_cpp_client_with_credentials(cpp_client: CppClientRunner, acl_server: Co
         return sum(o.max_offset for o in denied.values()), sum(o.max_offset for o in ok.values())
 
     assert asyncio.run(stats()) == (0, 3)
+
+
+def test_cpp_push_consumer_under_acl_gets_its_failed_messages_again(cpp_client: CppClientRunner,
+                                                                    acl_server: CometServer) -> None:
+    """The 4.x C++ client's send-back (CONSUMER_SEND_MSG_BACK) names no originTopic: only the group, the delay level
+    and the message's commit-log offset. RocketMQ's ACL asks SUB on the group's retry topic for it; cometmq refused
+    it (it asked for an originTopic), so a C++ consumer under ACL never got a failed message from the broker again."""
+    server = acl_server
+    ok = _produce(cpp_client, server, "AclOk", USER, count=2)
+    assert len([m for m in ok.messages if m["status"] == "OK"]) == 2, ok.describe()
+    res = cpp_client.run("push_consume", namesrv=server.namesrv, topic="AclOk", group="CG_acl_retry",
+                         access_key=USER[0], secret_key=USER[1], reconsume_later_until=1, count=2, seconds=60,
+                         timeout=80)
+    log = server.log_text()
+    assert "request code 36" not in log, log[-3000:]
+    retried = [m for m in res.messages if m["reconsume_times"] == 1 and m["status"] == "CONSUME_SUCCESS"]
+    assert sorted(m["body"] for m in retried) == ["msg-0", "msg-1"], res.describe() + server.log_tail()
+    for m in retried:  # redelivered by the broker, from the group's retry topic (not a local retry)
+        assert m["props"]["retry_topic"] == "AclOk", m

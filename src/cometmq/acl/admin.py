@@ -45,13 +45,19 @@ class AclAdminProcessor:
                 RequestCode.GET_BROKER_CLUSTER_ACL_INFO: self.version,
                 RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: self.get_config}
 
-    def _reread(self) -> None:
-        """Changes start from the file as it is now (an operator may have edited it since the last poll)."""
-        self.acl.reload_if_changed()
+    async def _reread(self) -> str | None:
+        """Changes start from the file as it is now (an operator may have edited it since the last poll); the
+        remark of a refusal when the file is still being written (a change then would overwrite it)."""
+        try:
+            await self.acl.reload_settled()
+        except AclConfigError as exc:
+            return str(exc)
+        return None
 
     async def update_account(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         ext = cmd.ext_fields
-        self._reread()
+        if (busy := await self._reread()) is not None:
+            return make_response(cmd, UPDATE_AND_CREATE_ACL_CONFIG_FAILED, busy)
         config = self.acl.config
         key = ext.get("accessKey", "")
         old = config.accounts.get(key)
@@ -71,7 +77,8 @@ class AclAdminProcessor:
 
     async def delete_account(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         key = cmd.ext_fields.get("accessKey", "")
-        self._reread()
+        if (busy := await self._reread()) is not None:
+            return make_response(cmd, DELETE_ACL_CONFIG_FAILED, busy)
         config = self.acl.config
         if key not in config.accounts:
             return make_response(cmd, DELETE_ACL_CONFIG_FAILED, f"The accesskey:{key} is not configured in the ACL")
@@ -85,7 +92,8 @@ class AclAdminProcessor:
             patterns = tuple(p for p in (AddressPattern.parse(item) for item in text.split(",")) if p is not None)
         except (ValueError, AclConfigError) as exc:
             return make_response(cmd, UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, str(exc))
-        self._reread()
+        if (busy := await self._reread()) is not None:
+            return make_response(cmd, UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, busy)
         self.acl.save(replace(self.acl.config, global_white=patterns))
         return make_response(cmd, ResponseCode.SUCCESS)
 
@@ -94,14 +102,14 @@ class AclAdminProcessor:
         return {"counter": c.counter, "timestamp": c.timestamp, "stateVersion": 0}
 
     async def version(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        self._reread()
+        await self._reread()  # (still being written: the ACL in force answers)
         version = json.dumps(self._version())
         return make_response(cmd, ResponseCode.SUCCESS, ext_fields={
             "version": version, "allAclFileVersion": json.dumps({str(self.acl.path): self._version()}),
             "brokerName": self.broker_name, "brokerAddr": self.broker_addr(), "clusterName": self.cluster_name})
 
     async def get_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        self._reread()
+        await self._reread()
         c = self.acl.config
         body = {"globalWhiteAddrs": [p.text for p in c.global_white],
                 "plainAccessConfigs": [a.to_yaml() for a in c.accounts.values()]}

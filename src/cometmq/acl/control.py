@@ -13,6 +13,7 @@ minute, so a misconfigured client retrying in a loop does not flood the log.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import stat
@@ -29,6 +30,10 @@ log = logging.getLogger("cometmq.acl")
 
 #: how often the ACL file's mtime is looked at
 DEFAULT_RELOAD_INTERVAL_S = 3.0
+#: an ACL change (mqadmin updateAclConfig & co.) starts from the file as it is: a file that changed since the last
+#: poll is read again this often until two reads agree, at most SETTLE_READS times
+SETTLE_GAP_S = 0.5
+SETTLE_READS = 6
 #: a refusal with the same (host, reason) is logged again after this long, with the count in between
 LOG_EVERY_S = 60.0
 _MAX_LOG_KEYS = 10_000
@@ -77,6 +82,10 @@ class AccessControl:
     A missing file is an empty ACL (every request that needs credentials is refused, as in RocketMQ) and is
     picked up when it appears; a file that does not parse fails ``load()`` (startup) with the line and key, and
     on a reload is logged while the previous ACL stays in force.
+
+    A changed file is put in force only once two polls in a row read the same mtime, size and content: an editor
+    or ``cp`` writing the file in place leaves it half-written in between, and a truncated list of accounts still
+    parses (RocketMQ's watcher reloads at the first change of the file's hash, half-written or not).
     """
 
     def __init__(self, path: str | Path, *, reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S,
@@ -85,6 +94,8 @@ class AccessControl:
         self.reload_interval_s = reload_interval_s
         self.config = AclConfig()
         self._stamp: tuple[int, int] | None = None
+        #: a change seen at the last look and not yet in force: its (mtime, size) and the content's digest
+        self._pending: tuple[tuple[int, int], bytes] | None = None
         self._clock = clock
         self._logged: dict[tuple[str, str], list[float]] = {}
         #: host -> [start of its current minute, lines logged in it, refusals held back past LINES_PER_HOST]
@@ -113,12 +124,20 @@ class AccessControl:
         if stamp is None:
             log.warning("ACL file %s does not exist: requests that need credentials are refused until it does",
                         self.path)
-            self.config, self._stamp = AclConfig(), None
+            self.config, self._stamp, self._pending = AclConfig(), None, None
             return
+        self._apply(stamp, self._read())
+
+    def _read(self) -> bytes:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            return self.path.read_bytes()
         except OSError as exc:
             raise AclConfigError(f"cannot read {self.path}: {exc}") from None
+
+    def _apply(self, stamp: tuple[int, int], data: bytes) -> None:
+        self._pending = None
+        try:
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise AclConfigError(f"{self.path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
         self.config = parse_acl(text, str(self.path))
@@ -126,24 +145,51 @@ class AccessControl:
         log.info("ACL loaded from %s: %d accounts, %d global allow-list patterns", self.path,
                  len(self.config.accounts), len(self.config.global_white))
 
+    @property
+    def settling(self) -> bool:
+        """Whether the file changed at the last look and waits for one more read that agrees."""
+        return self._pending is not None
+
     def reload_if_changed(self) -> bool:
-        """Reload when the file's mtime or size changed; True when a new ACL is in force."""
+        """Reload when the file's mtime or size changed and it reads the same as at the last call (a file still
+        being written waits); True when a new ACL is in force."""
         if self.path == Path(os.devnull):
             return False
         stamp = self._file_stamp()
         if stamp == self._stamp:
+            self._pending = None  # (changed and changed back)
             return False
         if stamp is None:
             log.warning("ACL file %s was removed; keeping the ACL last read from it", self.path)
-            self._stamp = None
+            self._stamp, self._pending = None, None
             return False
         try:
-            self.load()
+            data = self._read()
+            digest = hashlib.sha256(data).digest()
+            pending = self._pending
+            if pending is None or pending[0] != stamp or pending[1] != digest or self._file_stamp() != stamp:
+                self._pending = (stamp, digest)  # put in force at the next look if it is still this
+                return False
+            self._apply(stamp, data)
         except AclConfigError as exc:
-            self._stamp = stamp  # one error per bad version of the file, not one per poll
+            self._stamp, self._pending = stamp, None  # one error per bad version of the file, not one per poll
             log.error("ACL file changed but cannot be used (the previous ACL stays in force): %s", exc)
             return False
         return True
+
+    async def reload_settled(self, gap_s: float = SETTLE_GAP_S, reads: int = SETTLE_READS) -> None:
+        """Put a changed file in force now rather than at the next polls (an ACL change starts from the file as
+        it is): read it again every ``gap_s`` until two reads agree; AclConfigError if it is still changing after
+        ``reads`` reads (the ACL in force is unchanged then)."""
+        self.reload_if_changed()
+        for _ in range(reads - 1):
+            if not self.settling:
+                return
+            await asyncio.sleep(gap_s)
+            self.reload_if_changed()
+        if self.settling:
+            raise AclConfigError(f"{self.path} is still being written (it changed at each of {reads} reads "
+                                 f"{gap_s} s apart); try again once it is complete")
 
     def start(self) -> None:
         """Poll the file every ``reload_interval_s`` (on the running loop) until ``stop()``."""
@@ -179,7 +225,7 @@ class AccessControl:
             mode = 0o600
         write_atomic(self.path, config.dumps().encode("utf-8"), mode=mode)
         self.config = config
-        self._stamp = self._file_stamp()
+        self._stamp, self._pending = self._file_stamp(), None
 
     # -- the check ----------------------------------------------------------------------------------------------
     def globally_allowed(self, host: str) -> bool:

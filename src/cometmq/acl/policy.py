@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cometmq.acl.model import ANY, PUB, SUB
 from cometmq.protocol.client_bodies import HeartbeatData
@@ -63,12 +63,33 @@ def _group(key: str) -> Callable[[RemotingCommand], list[Need]]:
     return lambda cmd: group_need(cmd.ext_fields.get(key))
 
 
-def _send_back(cmd: RemotingCommand) -> list[Need]:
-    # RocketMQ asks PUB on the origin topic; a send-back is part of consuming, so SUB on it here
-    ext = cmd.ext_fields
-    if not ext.get("originTopic"):  # (the broker copies the message only when it is of this topic)
-        raise ValueError("a send-back must name its originTopic")
-    return group_need(ext.get("group")) + topic_need(ext.get("originTopic"), SUB)
+def send_back_needs(topic_at: Callable[[int], str | None]) -> NeedsFn:
+    """CONSUMER_SEND_MSG_BACK: the broker copies the message at a commit-log ``offset`` into the group's retry (or
+    dead-letter) topic. RocketMQ asks SUB on the group (its retry topic) only; here SUB on the topic of the message
+    copied as well, else any message of the log could be copied into the caller's own retry topic and read there:
+    the ``originTopic`` the request names (the broker copies the message only when it is of that topic), or, when it
+    names none (the 4.x C++ client sends only group, delayLevel and offset), the topic of the record at ``offset``
+    (``topic_at``: None when there is none)."""
+
+    def needs(cmd: RemotingCommand) -> list[Need]:
+        ext = cmd.ext_fields
+        origin = ext.get("originTopic")
+        if not origin:
+            raw = ext.get("offset")
+            try:
+                offset = int(raw or "")
+            except ValueError:
+                raise ValueError(f"offset {raw!r} is not a commit-log offset") from None
+            origin = topic_at(offset)
+            if origin is None:
+                raise ValueError(f"no message at commit-log offset {offset}")
+        return group_need(ext.get("group")) + topic_need(origin, SUB)
+
+    return needs
+
+
+def _no_record(offset: int) -> str | None:
+    return None
 
 
 def _heartbeat(cmd: RemotingCommand) -> list[Need]:
@@ -110,7 +131,8 @@ BROKER_NEEDS: dict[int, NeedsFn] = {
     # cometmq's field too (the broker then decides only that topic's halves); without it, an admin account
     # (Policy.admin_without): no older client sends this request
     C.END_TRANSACTION_BATCH: lambda cmd: topic_need(cmd.ext_fields.get("topic"), PUB),
-    C.CONSUMER_SEND_MSG_BACK: _send_back,
+    # the broker's own policy reads the record a send-back without originTopic names (BrokerController)
+    C.CONSUMER_SEND_MSG_BACK: send_back_needs(_no_record),
     C.PULL_MESSAGE: _sub("topic", "consumerGroup"),
     C.LITE_PULL_MESSAGE: _sub("topic", "consumerGroup"),
     C.QUERY_MESSAGE: lambda cmd: topic_need(cmd.ext_fields.get("topic"), SUB),
@@ -205,5 +227,10 @@ NAMESRV_POLICY = Policy("namesrv", {}, frozenset(), NAMESRV_PUBLIC_CODES, admin_
 #: a standalone controller's port (``cometmq controller`` with aclEnable): the embedded controller's rule
 CONTROLLER_POLICY = Policy("controller", {}, frozenset(), CONTROLLER_PUBLIC_CODES, admin_by_default=True)
 
-__all__ = ["ANY", "BROKER_POLICY", "CONTROLLER_POLICY", "NAMESRV_POLICY", "Need", "Policy", "group_need",
-           "topic_need"]
+def broker_policy(topic_at: Callable[[int], str | None]) -> Policy:
+    """BROKER_POLICY with a send-back that names no originTopic checked on the topic of the record it names."""
+    return replace(BROKER_POLICY, needs={**BROKER_NEEDS, C.CONSUMER_SEND_MSG_BACK: send_back_needs(topic_at)})
+
+
+__all__ = ["ANY", "BROKER_POLICY", "CONTROLLER_POLICY", "NAMESRV_POLICY", "Need", "Policy", "broker_policy",
+           "group_need", "send_back_needs", "topic_need"]

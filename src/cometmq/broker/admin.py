@@ -104,6 +104,16 @@ def parse(cls: type[H], cmd: RemotingCommand) -> H:
 _QUERY_BODY_MAX = DEFAULT_MAX_FRAME_SIZE - 64 * 1024
 
 
+def _topic_of(view: memoryview, offset: int) -> str:
+    """The topic of the record ``view`` a client named by its commit-log offset; NO_PERMISSION unless it decodes and
+    its body CRC holds: a user may publish a body holding a made-up record header (of a topic it may read, with a
+    body length running over the next records) and name the offset of that header."""
+    try:
+        return decode_record(view, check_crc=True)[0].topic
+    except ProtocolError as exc:
+        raise RemotingError(ResponseCode.NO_PERMISSION, f"no message at commit-log offset {offset}: {exc}") from None
+
+
 def ok(cmd: RemotingCommand, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
     return make_response(cmd, ResponseCode.SUCCESS, None, ext or {}, body)
 
@@ -278,7 +288,7 @@ class AdminProcessor:
         view = self.store.read_record(h.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {h.offset}")
-        if h.topic and self.config.acl_enable and decode_record(view)[0].topic != h.topic:
+        if h.topic and self.config.acl_enable and _topic_of(view, h.offset) != h.topic:
             # the ACL checked the topic named (an account that names none must be an admin): the offset must be a
             # message of it, else any message of the log could be read by its offset
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the message at commit-log offset {h.offset} is not "

@@ -272,10 +272,10 @@ class BrokerController:
         # off only, as every request then goes through the ACL check of the handler table.
         fast_path: FastPath | None = SendFastPath(self.send_processor, self.store.commitlog, self.dispatcher)
         if self.acl is not None:
-            from cometmq.acl.policy import BROKER_POLICY
+            from cometmq.acl.policy import broker_policy
             from cometmq.acl.remoting import guard
 
-            table = guard(self.dispatcher, self.acl, BROKER_POLICY)
+            table = guard(self.dispatcher, self.acl, broker_policy(self.send_processor.record_topic))
             fast_path = None
         self.server = server = RemotingServer(
             self.config.listen_host, self.config.listen_port, table, fast_path=fast_path,

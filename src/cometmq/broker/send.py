@@ -281,6 +281,17 @@ class SendProcessor:
         return make_response(cmd, code, None, ext)
 
     # -- CONSUMER_SEND_MSG_BACK ---------------------------------------------------------------------------
+    def record_topic(self, offset: int) -> str | None:
+        """The topic of the record at commit-log ``offset`` (None when none starts there): what the broker's ACL
+        checks a send-back that names no originTopic on (acl.policy.send_back_needs)."""
+        view = self._read_record(offset)
+        if view is None:
+            return None
+        try:  # the CRC: an offset inside a body that holds a made-up record header names no message
+            return decode_record(view, check_crc=True)[0].topic
+        except ProtocolError:
+            return None
+
     async def send_back(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)  # a bad header: answered at the dispatch
         cfg = self.groups.find(header.group)
@@ -294,14 +305,21 @@ class SendProcessor:
         view = self._read_record(header.offset)
         if view is None:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {header.offset}")
-        rec, _ = decode_record(view)
+        checked = self.config.acl_enable or bool(header.origin_topic)
+        try:
+            # checked (below) the body CRC too: a user may publish a body holding a made-up record header (of a topic
+            # it may read, with a body length running over the next records) and name the offset of that header
+            rec, _ = decode_record(view, check_crc=checked)
+        except ProtocolError as exc:
+            raise RemotingError(ResponseCode.NO_PERMISSION if checked else ResponseCode.SYSTEM_ERROR,
+                                f"no message at commit-log offset {header.offset}: {exc}") from None
         props = dict(rec.properties)
-        if (self.config.acl_enable or header.origin_topic) and \
-                header.origin_topic not in (rec.topic, props.get(RETRY_TOPIC)):
+        if header.origin_topic and header.origin_topic not in (rec.topic, props.get(RETRY_TOPIC)):
             # an ACL (the broker's, or a gRPC endpoint's in front of it, whose ForwardMessageToDeadLetterQueue names
             # the receipt handle's topic and offset, both client-written) checked the request's originTopic: the
             # offset must name a message of that topic, else any message of the log could be copied into the
-            # caller's own retry or dead-letter topic and read there. (RocketMQ does not check this.)
+            # caller's own retry or dead-letter topic and read there. (RocketMQ does not check this.) Without one
+            # (the 4.x C++ client), the broker's ACL checked the topic of this record (``record_topic``).
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the message at commit-log offset {header.offset} is "
                                                             f"not one of topic {header.origin_topic}")
         props.setdefault(RETRY_TOPIC, rec.topic)

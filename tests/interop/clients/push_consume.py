@@ -64,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-max-size", type=int, default=0, help="consumeMessageBatchMaxSize (0 = default)")
     ap.add_argument("--instance-name", default=None, help="client instance name (clientID suffix)")
     ap.add_argument("--log-level", choices=sorted(c.LOG_LEVELS), default=None)
+    c.add_credential_args(ap)
     ap.add_argument("--max-print", type=int, default=4096,
                     help="print at most this many body bytes (-1 = all); sha256 is always exact")
     return ap.parse_args(argv)
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_max_size:
         consumer.set_message_batch_max_size(args.batch_max_size)
     c.set_log_level("PushConsumer", consumer._handle, args.log_level)
+    if args.access_key:  # ACL (docs/security.md): the client signs every request
+        consumer.set_session_credentials(args.access_key, args.secret_key, args.channel)
 
     lock = threading.Lock()
     stop = threading.Event()

@@ -71,6 +71,7 @@ from cometmq.protocol.client_bodies import (
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY
 from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
@@ -107,6 +108,9 @@ class PushConsumer:
     SUSPEND_CURRENT_QUEUE_A_MOMENT (doubled per retry of the same batch, up to 30 s); a message still failing
     after ``max_reconsume_times`` retries goes where ``orderly_give_up`` says: "dlq", "retry" (CLUSTERING only) or
     "never".
+    ``max_inflated_body_size`` bounds the inflating of a COMPRESSED body (default 16 MiB, four times the producers'
+    default max_message_size; a few KiB stored can inflate to gigabytes): one that inflates to more is delivered as
+    stored, ``sys_flag & 1`` set (an inflated body has that bit cleared, as in RocketMQ's clients).
     """
 
     #: delay before a pull is tried again after an error (doubling per consecutive error, up to the max)
@@ -141,7 +145,8 @@ class PushConsumer:
                  suspend_timeout_ms: int = 15_000, max_reconsume_times: int = 16, auto_commit_interval: float = 5.0,
                  offset_store_dir: str | Path = "~/.cometmq_offsets", rebalance_interval: float = 20.0,
                  close_timeout: float = 10.0, orderly: bool = False, auto_commit: bool = True,
-                 suspend_time_ms: int = 1000, orderly_give_up: str = "dlq", pop: bool = False) -> None:
+                 suspend_time_ms: int = 1000, orderly_give_up: str = "dlq", pop: bool = False,
+                 max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY) -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a push consumer needs namesrv='host:port' or a ClientInstance")
         if not group or not all(c.isalnum() or c in "%|-_" for c in group) or len(group) > 255:
@@ -167,7 +172,7 @@ class PushConsumer:
             # up there would be read by nobody
             raise InvalidArgumentError("orderly_give_up='retry' needs CLUSTERING: a BROADCASTING consumer does not "
                                        "read the group's retry topic (use 'dlq' or 'never')")
-        _positive(suspend_time_ms=suspend_time_ms)
+        _positive(suspend_time_ms=suspend_time_ms, max_inflated_body_size=max_inflated_body_size)
         self.group = group
         self.message_model = model
         self.consume_from, self.consume_timestamp = _parse_consume_from(consume_from)
@@ -185,6 +190,7 @@ class PushConsumer:
         self.auto_commit = auto_commit
         self.suspend_time_ms = suspend_time_ms
         self.orderly_give_up = orderly_give_up
+        self.max_inflated_body_size = max_inflated_body_size
         self.instance = instance or ClientInstance(namesrv or "", credentials=credentials)
         self.offset_store: OffsetStore
         if model == CLUSTERING:
@@ -676,7 +682,8 @@ class PushConsumer:
             return consume
         if code == ResponseCode.SUCCESS:
             try:
-                msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
+                # lazy: fields are read from the record when asked for
+                msgs = decode_pulled(response.body, mq, self.max_inflated_body_size)
             except ProtocolError as exc:  # (as ``with reading_reply(...)``, without its calls on the latency path)
                 raise_unreadable("undecodable pull body", exc, addr=addr)
             self.stats.pulled += len(msgs)

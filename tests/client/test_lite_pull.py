@@ -101,7 +101,7 @@ def test_decode_pulled_handles_compression_and_refuses_garbage() -> None:
             MessageRecord("T", b"", queue_offset=8, properties={})]
     body = b"".join(encode_record(r) for r in recs)
     a, b = decode_pulled(body, q)
-    assert a.body == b"big" * 100 and a.sys_flag == 1 and a.queue_offset == 7 and a.msg_id == "A" * 32
+    assert a.body == b"big" * 100 and a.sys_flag == 0 and a.queue_offset == 7 and a.msg_id == "A" * 32
     assert b.body == b"" and b.properties == {} and b.msg_id == b.offset_msg_id and b.queue_offset == 8
     assert decode_pulled(b"", q) == []
     # dataclasses.replace (the push consumer's local retry, a listener's own copy) gives a plain MessageExt

@@ -418,6 +418,35 @@ async def test_give_up_never_keeps_retrying_in_place(cluster: Cluster) -> None:
     assert committed(cluster, "ng", "Nev") == 0
 
 
+async def test_by_default_an_orderly_consumer_retries_a_failing_message_without_limit(cluster: Cluster) -> None:
+    """As RocketMQ's DefaultMQPushConsumer, whose maxReconsumeTimes defaults to -1: for an orderly consumer that is
+    Integer.MAX_VALUE (ConsumeMessageOrderlyService.getMaxReconsumeTimes), for a concurrent one 16. The orderly one
+    gave a failing message up to the DLQ after 16 retries, breaking the queue's order where a Java consumer goes on
+    retrying it in place. -1 may be given explicitly; a limit given still applies (the tests above)."""
+    assert PushConsumer("g", namesrv="127.0.0.1:1").max_reconsume_times == 16
+    assert PushConsumer("g", namesrv="127.0.0.1:1", max_reconsume_times=-1).max_reconsume_times == 16
+    assert OrderlyPushConsumer("g", namesrv="127.0.0.1:1").max_reconsume_times == 2**31 - 1
+    assert OrderlyPushConsumer("g", namesrv="127.0.0.1:1", max_reconsume_times=5).max_reconsume_times == 5
+    with pytest.raises(InvalidArgumentError, match="max_reconsume_times"):
+        PushConsumer("g", namesrv="127.0.0.1:1", max_reconsume_times=-2)
+    await create_topic(cluster, "Inf", 1)
+    got: list[int] = []
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        got.append(msgs[0].reconsume_times)
+        ctx.suspend_current_queue_time_ms = 1
+        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+    c = orderly(cluster, "ig", listener)
+    c.subscribe("Inf")
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        await p.send(Message("Inf", b"x"))
+        async with c:
+            await eventually(lambda: len(got) >= 20, what="20 attempts")
+    assert got[:20] == list(range(20)) and c.stats.given_up == 0
+    assert stored(cluster, "%DLQ%ig") == [] and committed(cluster, "ig", "Inf") == 0
+
+
 # -- producer -----------------------------------------------------------------------------------------------
 async def test_send_orderly_reports_a_failure_instead_of_using_another_queue(cluster: Cluster) -> None:
     b = await cluster.add_broker("broker-b")

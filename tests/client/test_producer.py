@@ -240,3 +240,28 @@ async def test_the_send_timeout_is_a_budget_for_the_whole_send(cluster: Cluster,
     assert timeout <= took < 2 * timeout, took  # three attempts took three timeouts (a generous bound: no hang)
     sent = [c for c in codes if c in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)]
     assert len(sent) < 3 and (not auto_batch or RequestCode.SEND_BATCH_MESSAGE in sent), codes
+
+
+async def test_the_send_timeout_is_one_budget_for_a_whole_send_batch(cluster: Cluster) -> None:
+    """send_batch cuts a batch past max_batch_bytes into requests sent one after the other; each request had the
+    whole timeout, so three slow answers (0.4 s each) made a 1 s send_batch take 1.2 s and succeed. As send's, the
+    timeout is now one budget for the whole call: the third request gets what is left (0.2 s) and the call ends
+    with ClientTimeoutError at its timeout, saying how many messages went before."""
+    async with Admin(namesrv=cluster.namesrv_addr) as admin:
+        await admin.create_topic("Slow")
+    host, port = cluster.brokers[0].addr.rsplit(":", 1)
+    msgs = [Message("Slow", bytes(300)) for _ in range(6)]  # (500 bytes each by batch_chunks' estimate)
+    async with FaultProxy((host, int(port))) as proxy, \
+            Producer("pg", namesrv=cluster.namesrv_addr, max_batch_bytes=1000) as p:
+        q = MessageQueue("Slow", "broker-a", 0)
+        await p.send(Message("Slow", b"warm-up"), queue=q)  # the route is known
+        p.instance.brokers["broker-a"] = {0: proxy.addr}  # the sends go through the proxy
+        proxy.delay(0.2, Direction.BOTH)  # 0.4 s a request
+        begin = time.monotonic()
+        with pytest.raises(ClientTimeoutError, match=r"send_batch to Slow ran out of its 1s: 4 of its 6 messages"):
+            await p.send_batch(msgs, queue=q, timeout=1.0)
+        took = time.monotonic() - begin
+        assert 1.0 <= took < 1.15, took
+        # a batch within its budget goes whole
+        proxy.heal()
+        assert len(await p.send_batch(msgs, queue=q, timeout=1.0)) == 6

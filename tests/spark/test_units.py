@@ -361,6 +361,21 @@ def test_decode_records_to_arrow() -> None:
     assert "properties" not in lean.schema.names and lean.num_rows == 3
 
 
+@pytest.mark.parametrize("helper", ["c", "python"])
+def test_decode_inflates_a_compressed_body_to_16_mib_at_most(helper: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A COMPRESSED body inflated whole: 64 KiB stored inflated to 64 MiB (4 MiB stored: ~4 GiB) in the executor's
+    memory, for each read of it. Now to 16 MiB at most (the SDK consumers' default); past it, as stored."""
+    from cometmq.spark import decode
+
+    if helper == "python":
+        monkeypatch.setattr(decode, "C_HELPER", None)
+    at_limit, bomb = b"a" * (16 << 20), bytes(64 << 20)
+    stored = [zlib.compress(at_limit), zlib.compress(bomb)]
+    buf = b"".join(record(i, body, {}, int(SysFlag.COMPRESSED)) for i, body in enumerate(stored))
+    rows = decode_records(buf, "T", "b", arrow_schema(read_schema())).to_pylist()
+    assert [r["body"] for r in rows] == [at_limit, stored[1]]
+
+
 @pytest.mark.parametrize("cut", [1, 50, 95])
 def test_decode_refuses_truncated_or_corrupt_answers(cut: int) -> None:
     buf = record(1, b"x" * 20, {"UNIQ_KEY": "u"}) * 2

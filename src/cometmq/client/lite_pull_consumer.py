@@ -59,6 +59,7 @@ from cometmq.protocol.acl import Credentials
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY
 from cometmq.protocol.remoting import make_request
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,9 @@ class LitePullConsumer:
     send more per round trip. ``consume_from`` applies to queues the group never committed an offset for:
     ``"last"`` (the end of the queue), ``"first"`` (the start) or a timestamp (epoch ms or datetime).
     Unlike the Java client, "last" is not turned into "first" for queues that still start at offset 0.
+    ``max_inflated_body_size`` bounds the inflating of a COMPRESSED body (default 16 MiB, four times the producers'
+    default max_message_size; a few KiB stored can inflate to gigabytes): one that inflates to more is polled as
+    stored, ``sys_flag & 1`` set (an inflated body has that bit cleared, as in RocketMQ's clients).
     """
 
     def __init__(self, group: str, *, namesrv: str | Iterable[str] | None = None,
@@ -98,7 +102,8 @@ class LitePullConsumer:
                  auto_commit_interval: float = 5.0, consume_from: ConsumeFrom = "last",
                  pull_threshold_for_all: int = 10_000, pull_threshold_for_queue: int = 1_000,
                  long_poll_timeout: float = 15.0, error_backoff: float = 1.0,
-                 route_refresh_interval: float = 30.0, allocate: AllocateStrategy | None = None) -> None:
+                 route_refresh_interval: float = 30.0, allocate: AllocateStrategy | None = None,
+                 max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY) -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a consumer needs namesrv='host:port' or a ClientInstance")
         check_group(group)
@@ -108,6 +113,9 @@ class LitePullConsumer:
             raise InvalidArgumentError("auto_commit_interval and long_poll_timeout must be > 0, error_backoff >= 0")
         if pull_threshold_for_all < 1 or pull_threshold_for_queue < 1:
             raise InvalidArgumentError("pull thresholds must be >= 1")
+        if not isinstance(max_inflated_body_size, int) or max_inflated_body_size < 1:
+            raise InvalidArgumentError(f"max_inflated_body_size must be a positive number of bytes, "
+                                       f"got {max_inflated_body_size!r}")
         if consume_from not in ("last", "first"):
             to_millis(consume_from)  # type: ignore[arg-type]  # checks int / datetime
         self.group = group
@@ -122,6 +130,7 @@ class LitePullConsumer:
         self.error_backoff = error_backoff
         self.route_refresh_interval = route_refresh_interval
         self.allocate = allocate
+        self.max_inflated_body_size = max_inflated_body_size
         self._rebalance_task: asyncio.Task[None] | None = None
         self._mode: Literal["assign", "subscribe"] | None = None
         self._subscriptions: dict[str, Subscription] = {}
@@ -421,7 +430,7 @@ class LitePullConsumer:
                 code = response.code
                 if code == ResponseCode.SUCCESS:
                     next_offset = int(response.ext_fields["nextBeginOffset"])
-                    msgs = decode_pulled(response.body, q)
+                    msgs = decode_pulled(response.body, q, self.max_inflated_body_size)
                     if st.tags is not None:  # a tag whose hash code collides with a wanted one
                         msgs = [m for m in msgs if m.tags in st.tags]
                     st.pull_offset = next_offset

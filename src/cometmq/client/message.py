@@ -11,7 +11,14 @@ from typing import Any
 from cometmq.client.errors import InvalidArgumentError
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.client_bodies import MessageQueue
-from cometmq.protocol.message import MessageRecord, SysFlag, host_string, pack_host
+from cometmq.protocol.message import (
+    DEFAULT_MAX_INFLATED_BODY,
+    MessageRecord,
+    SysFlag,
+    host_string,
+    inflate_body,
+    pack_host,
+)
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import (
     DELAY,
@@ -245,15 +252,18 @@ class MessageExt:
         return [k for k in self.properties.get(KEYS, "").split(" ") if k]
 
     @classmethod
-    def from_record(cls, rec: MessageRecord, broker_name: str) -> MessageExt:
-        import zlib
-
+    def from_record(cls, rec: MessageRecord, broker_name: str, *,
+                    max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY) -> MessageExt:
+        """The message of a stored record. A COMPRESSED body is inflated when it inflates to at most
+        ``max_inflated_body_size`` bytes, and its COMPRESSED bit cleared (as RocketMQ's MessageDecoder does); else it
+        stays as stored, the bit set: ``sys_flag`` says whether ``body`` is still compressed."""
         body = rec.body
-        if rec.sys_flag & SysFlag.COMPRESSED:
-            try:
-                body = zlib.decompress(body)
-            except zlib.error:
-                pass  # leave it as stored; the flag tells the caller
+        sys_flag = rec.sys_flag
+        if sys_flag & SysFlag.COMPRESSED:
+            inflated = inflate_body(body, max_inflated_body_size)
+            if inflated is not None:
+                body = inflated
+                sys_flag &= ~SysFlag.COMPRESSED
         topic = rec.topic
         retry_of = rec.properties.get(RETRY_TOPIC)
         if retry_of and topic.startswith("%RETRY%"):
@@ -262,7 +272,7 @@ class MessageExt:
         values = (topic, body, rec.properties, rec.properties.get(UNIQ_KEY) or offset_id, offset_id,
                   MessageQueue(rec.topic, broker_name, rec.queue_id), rec.queue_offset, rec.physical_offset,
                   rec.born_timestamp, rec.store_timestamp, host_string(rec.born_host), host_string(rec.store_host),
-                  rec.reconsume_times, rec.sys_flag, rec.flag)
+                  rec.reconsume_times, int(sys_flag), rec.flag)
         if cls is not MessageExt:
             return cls(*values)
         # What the frozen dataclass's __init__ does, without an object.__setattr__ call per field.

@@ -27,8 +27,9 @@ How a consumer built with ``PushConsumer(..., orderly=True)`` (or :class:`Orderl
   ``auto_commit=False`` (or ``context.auto_commit = False``) SUCCESS only moves on, COMMIT commits everything
   consumed so far and ROLLBACK puts everything since the last commit back to be consumed again.
 - SUSPEND_CURRENT_QUEUE_A_MOMENT retries the batch in place after ``context.suspend_current_queue_time_ms``
-  or, when the listener did not set one, after ``suspend_time_ms`` doubled per attempt (up to 30 s). A
-  message still failing after ``max_reconsume_times`` retries goes, by ``orderly_give_up``, to the group's
+  or, when the listener did not set one, after ``suspend_time_ms`` doubled per attempt (up to 30 s), by
+  default without limit (``max_reconsume_times`` -1: Integer.MAX_VALUE, as RocketMQ's orderly consumers). Given
+  a limit, a message still failing after ``max_reconsume_times`` retries goes, by ``orderly_give_up``, to the group's
   dead-letter topic ("dlq", the default), to the retry topic ("retry", CLUSTERING only: it comes back later, out
   of order), or is retried forever ("never": the C++ client's behaviour). Each give-up is logged and counted in
   ``stats.given_up``, so one bad message does not block its queue unnoticed.

@@ -28,6 +28,7 @@ from cometmq.client.errors import ClientStateError, InvalidArgumentError, MQClie
 from cometmq.client.instance import ClientInstance
 from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer
 from cometmq.common.tasks import cancel_and_wait
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class PopPushConsumer:
                  receivers: int = 1, invisible_duration: float = 30.0, long_polling_timeout: float = 15.0,
                  auto_renew: bool = True, ordered: bool = False, orderly: bool | None = None,
                  consume_from: Literal["last", "first"] = "last", close_timeout: float = 10.0,
-                 **ignored: Any) -> None:
+                 max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY, **ignored: Any) -> None:
         if ignored:
             log.debug("PopPushConsumer ignores pull-mode options %s", sorted(ignored))
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
@@ -55,7 +56,8 @@ class PopPushConsumer:
         self.ordered = bool(ordered or orderly)
         self.simple = SimpleConsumer(group, namesrv=namesrv, instance=instance,
                                      invisible_duration=invisible_duration, await_duration=long_polling_timeout,
-                                     ordered=self.ordered, consume_from=consume_from)
+                                     ordered=self.ordered, consume_from=consume_from,
+                                     max_inflated_body_size=max_inflated_body_size)
         self.group = self.simple.group
         self.max_concurrency = max_concurrency
         self.batch_size = batch_size

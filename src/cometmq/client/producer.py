@@ -417,17 +417,29 @@ class Producer:
 
     async def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> list[SendResult]:
-        """Send many messages of one topic, packed into as few requests as ``max_batch_bytes`` allows."""
+        """Send many messages of one topic, packed into as few requests as ``max_batch_bytes`` allows, one after the
+        other. ``timeout`` (default ``send_timeout``) bounds the whole call, route lookup included, as send's does:
+        each request gets what is left of it; when it runs out, ClientTimeoutError says how many messages the
+        requests answered before stored."""
         if not msgs:
             return []
         self._check_batch(msgs)
         topic = msgs[0].topic
+        timeout = self.send_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         if queue is None:
             queues = await self._queues(topic)
             queue = queues[next(self._next_queue) % len(queues)]
         results: list[SendResult] = []
         for chunk in batch_chunks(msgs, self.max_batch_bytes):
-            results.extend(await self._send_batch_to(queue, chunk, timeout))
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise ClientTimeoutError(f"no time left for the request of the next {len(chunk)}")
+                results.extend(await self._send_batch_to(queue, chunk, left))
+            except ClientTimeoutError as exc:
+                raise ClientTimeoutError(f"send_batch to {topic} ran out of its {timeout:g}s: {len(results)} of its "
+                                         f"{len(msgs)} messages were stored; {exc}") from None
         return results
 
     # -- wire -----------------------------------------------------------------------------------------------
@@ -557,12 +569,11 @@ class Producer:
                                           born_timestamp=_now_ms(), properties="", batch=True)
         return make_request(RequestCode.SEND_BATCH_MESSAGE, send_header_to_v2(header), body)
 
-    async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float | None) -> list[SendResult]:
+    async def _send_batch_to(self, q: MessageQueue, msgs: list[Message], timeout: float) -> list[SendResult]:
         cmd, uniqs = self._batch_request(q, msgs)
         try:
             addr = await self._addr(q)
-            response = await self.instance.invoke(addr, cmd, self.send_timeout if timeout is None else timeout,
-                                                  context=f"batch to {q.topic}/{q.queue_id}")
+            response = await self.instance.invoke(addr, cmd, timeout, context=f"batch to {q.topic}/{q.queue_id}")
             return self._batch_result(response, q, uniqs, addr)
         except MQClientError as exc:
             if route_stale(exc):  # a batch is not retried (a part may be stored); the next send finds the master

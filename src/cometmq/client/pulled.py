@@ -8,15 +8,15 @@ three slices.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import struct
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
 from cometmq.client.admin import queue_label
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.errors import ProtocolError, RemoteProtocolError
-from cometmq.protocol.message import SysFlag, host_string, unpack_host
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY, SysFlag, host_string, inflate_body, unpack_host
 from cometmq.protocol.properties import RETRY_TOPIC, UNIQ_KEY, decode_properties
 from cometmq.protocol.record_layout import (
     BORN_TIMESTAMP_POS,
@@ -33,6 +33,8 @@ from cometmq.protocol.record_layout import (
 )
 
 __all__ = ["decode_pulled"]
+
+log = logging.getLogger(__name__)
 
 #: TOTALSIZE, MAGIC, SYSFLAG and BODYLEN (of a record with IPv4 hosts): all a pull needs to cut a record out
 _CUT = LAYOUT_V4.struct_of("total_size", "magic_code", "sys_flag", "body_length")
@@ -52,8 +54,8 @@ def _host(rec: bytes, at: int, size: int) -> str:
 
 class _PulledMessage(MessageExt):
     """A MessageExt made from a pulled record without decoding it: ``body`` and ``queue`` are set, ``_r`` keeps
-    the record's bytes, and the other fields are read from them when asked for (properties once, then cached).
-    Pickling and copying give a plain :class:`MessageExt`.
+    the record's bytes (its COMPRESSED bit cleared when the body was inflated), and the other fields are read from
+    them when asked for (properties once, then cached). Pickling and copying give a plain :class:`MessageExt`.
     """
 
     __slots__ = ("_r",)
@@ -166,10 +168,26 @@ def _body_with_v6_hosts(body: bytes, pos: int, total: int, sys_flag: int) -> tup
     return layout.body_pos, _I32.unpack_from(body, pos + layout.body_length_pos)[0]
 
 
-def decode_pulled(body: bytes, queue: MessageQueue) -> list[MessageExt]:
+def _inflated(record: bytes, payload: bytes, queue: MessageQueue, limit: int) -> tuple[bytes, bytes]:
+    """(record, body) of a COMPRESSED record: the body inflated and the record's COMPRESSED bit cleared (as RocketMQ's
+    MessageDecoder clears it), when the body inflates to at most ``limit`` bytes; else both as they are."""
+    inflated = inflate_body(payload, limit)
+    if inflated is None:
+        log.warning("the compressed body of the message at offset %d of %s does not inflate to at most %d bytes "
+                    "(max_inflated_body_size): delivered as stored, sys_flag COMPRESSED", _I64.unpack_from(
+                        record, QUEUE_OFFSET_POS)[0], queue_label(queue), limit)
+        return record, payload
+    at = SYS_FLAG_POS + 3  # the low byte of the big-endian SYSFLAG
+    return record[:at] + bytes((record[at] & ~_COMPRESSED,)) + record[at + 1 :], inflated
+
+
+def decode_pulled(body: bytes, queue: MessageQueue, max_inflated: int = DEFAULT_MAX_INFLATED_BODY
+                  ) -> list[MessageExt]:
     """The records of a pull response body as lazy :class:`MessageExt` objects; ProtocolError when malformed.
 
-    Per record: one small unpack, two slices (the record, the body) and a bare object with three slots set.
+    Per record: one small unpack, two slices (the record, the body) and a bare object with three slots set. A
+    COMPRESSED body is inflated when it inflates to at most ``max_inflated`` bytes (its COMPRESSED bit then
+    cleared); else it stays as stored, the bit set.
     """
     out: list[MessageExt] = []
     append = out.append
@@ -189,14 +207,13 @@ def decode_pulled(body: bytes, queue: MessageQueue) -> list[MessageExt]:
                 or body_len > total - (body_at + 3):
             raise ProtocolError(f"malformed record at {pos} of a pull of {queue_label(queue)}")
         m = _new(_PulledMessage)
-        _set_r(m, body[pos:stop])
-        _set_queue(m, queue)
         payload = body[pos + body_at : pos + body_at + body_len]
         if sys_flag & _COMPRESSED:
-            try:
-                payload = zlib.decompress(payload)
-            except zlib.error:
-                pass  # left as stored; sys_flag tells the caller
+            record, payload = _inflated(body[pos:stop], payload, queue, max_inflated)
+            _set_r(m, record)
+        else:
+            _set_r(m, body[pos:stop])
+        _set_queue(m, queue)
         _set_body(m, payload)
         append(m)
         pos = stop

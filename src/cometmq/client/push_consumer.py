@@ -71,6 +71,7 @@ from cometmq.protocol.client_bodies import (
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY
 from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
@@ -106,7 +107,11 @@ class PushConsumer:
     with COMMIT and rolls back with ROLLBACK. ``suspend_time_ms`` is the wait after
     SUSPEND_CURRENT_QUEUE_A_MOMENT (doubled per retry of the same batch, up to 30 s); a message still failing
     after ``max_reconsume_times`` retries goes where ``orderly_give_up`` says: "dlq", "retry" (CLUSTERING only) or
-    "never".
+    "never". ``max_reconsume_times`` -1 (the default), as RocketMQ's: 16, and for an orderly consumer 2**31 - 1
+    (Integer.MAX_VALUE: a failing message is retried in place, its queue held, until it succeeds).
+    ``max_inflated_body_size`` bounds the inflating of a COMPRESSED body (default 16 MiB, four times the producers'
+    default max_message_size; a few KiB stored can inflate to gigabytes): one that inflates to more is delivered as
+    stored, ``sys_flag & 1`` set (an inflated body has that bit cleared, as in RocketMQ's clients).
     """
 
     #: delay before a pull is tried again after an error (doubling per consecutive error, up to the max)
@@ -138,10 +143,11 @@ class PushConsumer:
                  consume_from: str | int | datetime.datetime = "last", allocate: AllocateStrategy | None = None,
                  max_concurrency: int = 20, batch_max_size: int = 1, pull_batch_size: int = 32,
                  pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue_mib: int = 100,
-                 suspend_timeout_ms: int = 15_000, max_reconsume_times: int = 16, auto_commit_interval: float = 5.0,
+                 suspend_timeout_ms: int = 15_000, max_reconsume_times: int = -1, auto_commit_interval: float = 5.0,
                  offset_store_dir: str | Path = "~/.cometmq_offsets", rebalance_interval: float = 20.0,
                  close_timeout: float = 10.0, orderly: bool = False, auto_commit: bool = True,
-                 suspend_time_ms: int = 1000, orderly_give_up: str = "dlq", pop: bool = False) -> None:
+                 suspend_time_ms: int = 1000, orderly_give_up: str = "dlq", pop: bool = False,
+                 max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY) -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a push consumer needs namesrv='host:port' or a ClientInstance")
         if not group or not all(c.isalnum() or c in "%|-_" for c in group) or len(group) > 255:
@@ -157,8 +163,9 @@ class PushConsumer:
             raise InvalidArgumentError(f"batch_max_size must be within 1..1024, not {batch_max_size}")
         if not 1 <= pull_batch_size <= 1024:
             raise InvalidArgumentError(f"pull_batch_size must be within 1..1024, not {pull_batch_size}")
-        if max_reconsume_times < 0:
-            raise InvalidArgumentError(f"max_reconsume_times must not be negative, not {max_reconsume_times}")
+        if max_reconsume_times < -1:
+            raise InvalidArgumentError(f"max_reconsume_times must be -1 (the default) or more, "
+                                       f"not {max_reconsume_times}")
         if orderly_give_up not in GIVE_UP_POLICIES:
             raise InvalidArgumentError(f"orderly_give_up must be one of {', '.join(GIVE_UP_POLICIES)}, "
                                        f"not {orderly_give_up!r}")
@@ -167,7 +174,7 @@ class PushConsumer:
             # up there would be read by nobody
             raise InvalidArgumentError("orderly_give_up='retry' needs CLUSTERING: a BROADCASTING consumer does not "
                                        "read the group's retry topic (use 'dlq' or 'never')")
-        _positive(suspend_time_ms=suspend_time_ms)
+        _positive(suspend_time_ms=suspend_time_ms, max_inflated_body_size=max_inflated_body_size)
         self.group = group
         self.message_model = model
         self.consume_from, self.consume_timestamp = _parse_consume_from(consume_from)
@@ -178,13 +185,15 @@ class PushConsumer:
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size_for_queue_mib = pull_threshold_size_for_queue_mib
         self.suspend_timeout_ms = suspend_timeout_ms
-        self.max_reconsume_times = max_reconsume_times
+        # -1, as RocketMQ's DefaultMQPushConsumer: 16 retries, or for an orderly consumer Integer.MAX_VALUE
+        self.max_reconsume_times = max_reconsume_times if max_reconsume_times >= 0 else (2**31 - 1 if orderly else 16)
         self.auto_commit_interval = auto_commit_interval
         self.close_timeout = close_timeout
         self.orderly = orderly
         self.auto_commit = auto_commit
         self.suspend_time_ms = suspend_time_ms
         self.orderly_give_up = orderly_give_up
+        self.max_inflated_body_size = max_inflated_body_size
         self.instance = instance or ClientInstance(namesrv or "", credentials=credentials)
         self.offset_store: OffsetStore
         if model == CLUSTERING:
@@ -676,7 +685,8 @@ class PushConsumer:
             return consume
         if code == ResponseCode.SUCCESS:
             try:
-                msgs = decode_pulled(response.body, mq)  # lazy: fields are read from the record when asked for
+                # lazy: fields are read from the record when asked for
+                msgs = decode_pulled(response.body, mq, self.max_inflated_body_size)
             except ProtocolError as exc:  # (as ``with reading_reply(...)``, without its calls on the latency path)
                 raise_unreadable("undecodable pull body", exc, addr=addr)
             self.stats.pulled += len(msgs)

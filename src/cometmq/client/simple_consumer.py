@@ -48,6 +48,7 @@ from cometmq.protocol.acl import Credentials
 from cometmq.protocol.client_bodies import CLUSTERING, CONSUME_ACTIVELY, ConsumerData
 from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import RemoteProtocolError
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY
 from cometmq.protocol.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
@@ -138,11 +139,23 @@ def _seconds(name: str, value: float, *, minimum: float = 0.0) -> int:
 
 
 class SimpleConsumer:
+    """A POP consumer: receive, ack, change invisible time (RocketMQ 5's SimpleConsumer, over remoting).
+
+    ``max_inflated_body_size`` bounds the inflating of a COMPRESSED body (default 16 MiB, four times the producers'
+    default max_message_size; a few KiB stored can inflate to gigabytes): one that inflates to more is received as
+    stored, ``sys_flag & 1`` set (an inflated body has that bit cleared, as in RocketMQ's clients).
+    """
+
     def __init__(self, group: str, *, namesrv: str | None = None, instance: ClientInstance | None = None,
                  invisible_duration: float = 30.0, await_duration: float = 20.0, ordered: bool = False,
                  consume_from: Literal["last", "first"] = "last", request_timeout: float = 3.0,
-                 credentials: Credentials | tuple[str, str] | None = None) -> None:
+                 credentials: Credentials | tuple[str, str] | None = None,
+                 max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY) -> None:
         self.group = check_group(group)
+        if not isinstance(max_inflated_body_size, int) or max_inflated_body_size < 1:
+            raise InvalidArgumentError(f"max_inflated_body_size must be a positive number of bytes, "
+                                       f"got {max_inflated_body_size!r}")
+        self.max_inflated_body_size = max_inflated_body_size
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a SimpleConsumer needs namesrv= or instance=")
         if consume_from not in ("last", "first"):
@@ -252,7 +265,7 @@ class SimpleConsumer:
         # (the tag check reads each record's properties, decoded lazily: inside the block, as the rest of the answer)
         with reading_reply("unreadable POP answer", addr=addr):
             msgs = self._decode(response.body, PopMessageResponseHeader.from_ext(response.ext_fields), sub.topic,
-                                broker_name)
+                                broker_name, self.max_inflated_body_size)
             for msg, info in msgs:
                 received = ReceivedMessage(msg, info, group, addr)
                 if tags is not None and msg.tags not in tags:
@@ -264,8 +277,8 @@ class SimpleConsumer:
         return out
 
     @staticmethod
-    def _decode(body: bytes, rh: PopMessageResponseHeader, topic: str,
-                broker_name: str) -> list[tuple[MessageExt, ExtraInfo]]:
+    def _decode(body: bytes, rh: PopMessageResponseHeader, topic: str, broker_name: str,
+                max_inflated: int = DEFAULT_MAX_INFLATED_BODY) -> list[tuple[MessageExt, ExtraInfo]]:
         """The messages of a POP answer with their handles. The body holds the records queue by queue, in the
         order of the header's msgOffsetInfo, so each queue's run of records is decoded as one pull body."""
         starts = parse_offset_info(rh.start_offset_info)
@@ -279,7 +292,7 @@ class SimpleConsumer:
                 if pos + 4 > len(body):
                     raise RemoteProtocolError("a POP answer's body is shorter than its msgOffsetInfo says")
                 pos += int.from_bytes(body[pos:pos + 4], "big")
-            msgs = decode_pulled(body[begin:pos], MessageQueue(topic, broker_name, qid))
+            msgs = decode_pulled(body[begin:pos], MessageQueue(topic, broker_name, qid), max_inflated)
             if len(msgs) != len(offsets):
                 raise RemoteProtocolError("a POP answer's records do not match its msgOffsetInfo")
             ck = starts.get((flag, qid), offsets[:1])[0]

@@ -13,7 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.protocol import properties as P
-from cometmq.protocol.message import MessageRecord, SysFlag
+from cometmq.protocol.message import MessageRecord, SysFlag, inflate_body
 from cometmq.protocol.msgid import offset_msg_id
 from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH, encode_properties
 
@@ -151,18 +151,6 @@ def _type_of_record(props: Mapping[str, str]) -> int:
     return pb.NORMAL
 
 
-def inflate_stored(body: bytes, limit: int) -> bytes | None:
-    """A COMPRESSED record's body (a zlib stream, as the 4.x producers write it) inflated, but never past ``limit``
-    bytes: a stored body of 4 MiB can inflate a thousandfold. None when it does not inflate (not zlib, truncated)
-    or inflates to more than ``limit``."""
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error:
-        return None
-    return out if inflater.eof and len(out) <= limit else None
-
-
 def record_to_message(rec: MessageRecord, *, namespace: str = "", topic: str | None = None,
                       receipt_handle: str | None = None, invisible_ms: int | None = None,
                       max_body_size: int = 4 * 1024 * 1024) -> pb.Message:
@@ -171,7 +159,7 @@ def record_to_message(rec: MessageRecord, *, namespace: str = "", topic: str | N
     props = rec.properties
     body = rec.body
     if rec.sys_flag & SysFlag.COMPRESSED:
-        inflated = inflate_stored(body, max_body_size)
+        inflated = inflate_body(body, max_body_size)
         if inflated is not None:
             body = inflated
         # else not ours to fix: hand it over as stored, the digest still matches what is sent

@@ -45,12 +45,12 @@ from cometmq.protocol.record_layout import (
 )
 
 __all__ = [
-    "BLANK_FILL_SIZE", "BLANK_MAGIC_CODE", "BORNHOST_V6_FLAG", "HEADER", "HEADER_SIZE", "HOST_V6_FLAGS", "LAYOUTS",
-    "LAYOUT_V4", "MAGIC_CODE", "MAX_PROPERTIES_LENGTH", "MAX_TOPIC_LENGTH", "MIN_RECORD_SIZE", "PHYSICAL_OFFSET_POS",
-    "QUEUE_OFFSET_POS", "STOREHOST_V6_FLAG", "STORE_TIMESTAMP_POS", "SYS_FLAG_POS", "TRANSACTION_MASK",
-    "MessageRecord", "RecordLayout", "SysFlag", "body_crc", "decode_record", "encode_parts", "encode_record",
-    "host_flags", "host_string", "iter_records", "layout_for", "pack_host", "record_layout", "record_properties",
-    "record_size_at", "transaction_value", "unpack_host",
+    "BLANK_FILL_SIZE", "BLANK_MAGIC_CODE", "BORNHOST_V6_FLAG", "DEFAULT_MAX_INFLATED_BODY", "HEADER", "HEADER_SIZE",
+    "HOST_V6_FLAGS", "LAYOUTS", "LAYOUT_V4", "MAGIC_CODE", "MAX_PROPERTIES_LENGTH", "MAX_TOPIC_LENGTH",
+    "MIN_RECORD_SIZE", "PHYSICAL_OFFSET_POS", "QUEUE_OFFSET_POS", "STOREHOST_V6_FLAG", "STORE_TIMESTAMP_POS",
+    "SYS_FLAG_POS", "TRANSACTION_MASK", "MessageRecord", "RecordLayout", "SysFlag", "body_crc", "decode_record",
+    "encode_parts", "encode_record", "host_flags", "host_string", "inflate_body", "iter_records", "layout_for",
+    "pack_host", "record_layout", "record_properties", "record_size_at", "transaction_value", "unpack_host",
 ]
 
 #: TOTALSIZE .. PREPAREDTRANSACTIONOFFSET of a record with IPv4 hosts (address and port apart)
@@ -77,6 +77,23 @@ class SysFlag(enum.IntFlag):
 
 
 TRANSACTION_MASK = 0xC
+
+#: how far a consumer inflates a COMPRESSED body unless told otherwise: four times the producers' default
+#: maxMessageSize (4 MiB), which RocketMQ's producers and this SDK's check on a body before they compress it. A
+#: stored body of 4 MiB can inflate a thousandfold (zlib's ratio): 4 GiB in each consumer's memory, unbounded.
+DEFAULT_MAX_INFLATED_BODY = 16 * 1024 * 1024
+
+
+def inflate_body(body: bytes | bytearray | memoryview, limit: int) -> bytes | None:
+    """A COMPRESSED record's body (a zlib stream, as the 4.x producers write it) inflated, but never past ``limit``
+    bytes: the work and the memory stop at ``limit`` + 1. None when it does not inflate (not zlib, truncated, another
+    compression type) or inflates to more than ``limit``: the caller leaves the body as stored."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error:
+        return None
+    return out if inflater.eof and len(out) <= limit else None
 
 
 def transaction_value(sys_flag: int) -> int:

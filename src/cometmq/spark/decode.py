@@ -8,7 +8,8 @@ IPv6 host moves are read again for the records that have one), the bodies and th
 each. The properties are split with numpy on the separator positions into zero-copy name and value arrays;
 the well-known names are found by comparing each name's first 8 bytes as one integer. Property strings of an
 unusual shape (a separator inside a value, no final separator) take Arrow's string kernels instead.
-Compressed bodies, rare, are inflated one by one.
+Compressed bodies, rare, are inflated one by one, each to 16 MiB at most (one that inflates to more stays as
+stored).
 
 An optional C helper (``cometmq.spark._decodec``, built by setup.py when a compiler is there; ``COMETMQ_PURE_PYTHON=1``
 turns it off) does the same in one pass over the records, copying each value once straight into the Arrow
@@ -20,7 +21,6 @@ give the same batch or the same error (tests compare them).
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.message import SysFlag
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY, SysFlag, inflate_body
 from cometmq.protocol.properties import KEYS, TAGS, UNIQ_KEY
 from cometmq.protocol.record_layout import (
     HOST_FLAGS_SHIFT,
@@ -74,6 +74,13 @@ _MOVED = {column: (np.array([layout.position(name) for layout in LAYOUTS], dtype
           for column, (name, kind) in _HEAD_FIELDS.items()
           if len({layout.position(name) for layout in LAYOUTS}) > 1}
 _BODY_POS = np.array([layout.body_pos for layout in LAYOUTS], dtype=np.int64)
+
+
+def _inflated(body: bytes) -> bytes:
+    """A COMPRESSED body inflated, but to DEFAULT_MAX_INFLATED_BODY (16 MiB) at most: a few KiB stored can inflate
+    to gigabytes, in the executor's memory. Past it, or when it does not inflate, as stored (as the SDK does)."""
+    inflated = inflate_body(body, DEFAULT_MAX_INFLATED_BODY)
+    return body if inflated is None else inflated
 
 
 def _walk_slow(buf: bytes) -> np.ndarray:
@@ -382,10 +389,7 @@ def _decode_c(helper: Any, answers: Sequence[Buffer], topic: str, broker_name: s
     if packed:
         bodies: list[bytes | None] = body.to_pylist()
         for i in np.frombuffer(packed, dtype=np.int64).tolist():
-            try:
-                bodies[i] = zlib.decompress(bodies[i] or b"")
-            except zlib.error:
-                pass  # left as stored, as the SDK does
+            bodies[i] = _inflated(bodies[i] or b"")
         body = pa.array(bodies, pa.binary())
     columns: dict[str, pa.Array] = {
         "topic": _constant(topic, n),
@@ -448,10 +452,7 @@ def _decode_py(buf: bytes, topic: str, broker_name: str, schema: pa.Schema) -> p
     if len(compressed):
         bodies: list[bytes | None] = body.to_pylist()
         for i in compressed.tolist():
-            try:
-                bodies[i] = zlib.decompress(bodies[i] or b"")
-            except zlib.error:
-                pass  # left as stored, as the SDK does
+            bodies[i] = _inflated(bodies[i] or b"")
         body = pa.array(bodies, pa.binary())
 
     include_map = "properties" in schema.names

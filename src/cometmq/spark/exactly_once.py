@@ -86,6 +86,7 @@ from cometmq.client.transaction_producer import (
 )
 from cometmq.common import failpoints
 from cometmq.protocol.codes import ResponseCode
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY, inflate_body
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.properties import PGROUP
 from cometmq.protocol.transaction_batch import MAX_END_ENTRIES
@@ -197,9 +198,11 @@ class Markers:
         order: list[str] = []
         for m in msgs:  # oldest first
             try:
-                doc = json.loads(zlib.decompress(m.body))
+                # (inflated to 16 MiB at most: a part of PART_HALVES ranges is a few MiB; whatever writes to the
+                # topic could store a few KiB that inflate to gigabytes in the driver)
+                doc = json.loads(inflate_body(m.body, DEFAULT_MAX_INFLATED_BODY) or b"")
                 cid = str(doc["commit"])
-            except (ValueError, KeyError, TypeError, zlib.error):
+            except (ValueError, KeyError, TypeError):
                 log.warning("unreadable commit marker %s in %s", m.msg_id, self.topic)
                 continue
             if cid not in parts:

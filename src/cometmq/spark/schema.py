@@ -12,7 +12,7 @@ queueOffset        long                            the message's offset in its q
 msgId              string                          the producer's unique id (UNIQ_KEY), else the offset id
 tags               string (null: none)             the message's tag
 keys               string (null: none)             its keys, space separated, as stored
-body               binary                          the body (decompressed)
+body               binary                          the body (inflated; as stored past 16 MiB inflated)
 properties         map<string,string>              the other properties (left out: ``includeProperties``)
 bornTimestamp      timestamp                       when the producer made it
 storeTimestamp     timestamp                       when the broker stored it

@@ -1,0 +1,130 @@
+"""A COMPRESSED body (sysFlag 1, a zlib stream) is inflated by the consumers only up to a limit.
+
+A stored body of a few KiB can inflate a thousandfold (4 MiB stored: ~4 GiB): every push, lite-pull, simple and
+POP push consumer inflated it whole, in its memory. Now a body is inflated when it inflates to at most the
+consumer's ``max_inflated_body_size`` (default 16 MiB); past it, or when it does not inflate, it is delivered as
+stored with the COMPRESSED bit of ``sys_flag`` set. An inflated body has that bit cleared, as RocketMQ's
+MessageDecoder does: the bit says whether ``body`` is still compressed. Nothing stops the consumer's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+import pytest
+
+from cometmq.client import (
+    Admin,
+    ConsumeStatus,
+    InvalidArgumentError,
+    LitePullConsumer,
+    Message,
+    MessageExt,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+)
+from cometmq.client.pulled import decode_pulled
+from cometmq.client.simple_consumer import SimpleConsumer
+from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY, MessageRecord, encode_record, iter_records
+
+from .conftest import Cluster
+
+LIMIT = 64 << 10
+AT_LIMIT = b"a" * LIMIT
+OVER = b"o" * (LIMIT + 1)
+BOMB = bytes(64 << 20)  # 64 MiB of zeros: ~64 KiB stored
+
+
+def _records(*bodies: bytes, sys_flag: int = 1) -> bytes:
+    return b"".join(encode_record(MessageRecord("T", b, sys_flag=sys_flag, queue_offset=i, physical_offset=100 * i,
+                                                properties={"UNIQ_KEY": f"U{i}"}))
+                    for i, b in enumerate(bodies))
+
+
+def test_decode_pulled_inflates_up_to_the_limit_and_clears_the_flag() -> None:
+    q = MessageQueue("T", "b", 0)
+    stored = [zlib.compress(b) for b in (AT_LIMIT, OVER, BOMB)] + [b"not zlib"]
+    body = _records(*stored)
+    got = decode_pulled(body, q, LIMIT)
+    assert [m.body for m in got] == [AT_LIMIT, *stored[1:]]
+    assert [m.sys_flag & 1 for m in got] == [0, 1, 1, 1]
+    # the lazy messages are what the eager decoder makes of the same records, with the same limit
+    assert got == [MessageExt.from_record(rec, "b", max_inflated_body_size=LIMIT) for rec in iter_records(body)]
+    assert [m.msg_id for m in got] == ["U0", "U1", "U2", "U3"] and got[0].queue_offset == 0
+    # the default: 16 MiB, four times the producers' default maxMessageSize
+    assert DEFAULT_MAX_INFLATED_BODY == 16 << 20
+    bomb, small = decode_pulled(_records(stored[2], zlib.compress(OVER)), q)
+    assert (bomb.body, bomb.sys_flag) == (stored[2], 1) and (small.body, small.sys_flag) == (OVER, 0)
+    [rec] = iter_records(_records(stored[2]))
+    assert MessageExt.from_record(rec, "b").body == stored[2]
+
+
+async def _send_bodies(cluster: Cluster, topic: str) -> None:
+    async with Admin(namesrv=cluster.namesrv_addr) as admin:
+        await admin.create_topic(topic, read_queues=1, write_queues=1)
+    # a producer whose max_message_size lets the 64 MiB body through: it goes compressed (64 KiB), as a 4.x one
+    async with Producer("zip-pg", namesrv=cluster.namesrv_addr, max_message_size=128 << 20) as p:
+        for body in (AT_LIMIT, BOMB, OVER, b"plain"):
+            assert (await p.send(Message(topic, body))).ok
+
+
+def _check(got: list[MessageExt]) -> None:
+    assert [len(m.body) for m in got] == [LIMIT, len(zlib.compress(BOMB)), len(zlib.compress(OVER)), 5]
+    assert [m.sys_flag & 1 for m in got] == [0, 1, 1, 0]
+    assert got[0].body == AT_LIMIT and zlib.decompress(got[1].body) == BOMB and got[3].body == b"plain"
+
+
+async def test_push_consumer_inflates_up_to_its_limit(cluster: Cluster) -> None:
+    await _send_bodies(cluster, "ZipPush")
+    got: list[MessageExt] = []
+    done = asyncio.Event()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(msgs)
+        if len(got) >= 4:
+            done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    with pytest.raises(InvalidArgumentError, match="max_inflated_body_size"):
+        PushConsumer("zip-g", namesrv=cluster.namesrv_addr, max_inflated_body_size=0)
+    c = PushConsumer("zip-g", namesrv=cluster.namesrv_addr, listener=listener, consume_from="first",
+                     max_concurrency=1, max_inflated_body_size=LIMIT)
+    c.subscribe("ZipPush")
+    async with c:
+        await asyncio.wait_for(done.wait(), 15)
+    _check(sorted(got, key=lambda m: m.queue_offset))
+
+
+async def test_lite_pull_consumer_inflates_up_to_its_limit(cluster: Cluster) -> None:
+    await _send_bodies(cluster, "ZipLite")
+    with pytest.raises(InvalidArgumentError, match="max_inflated_body_size"):
+        LitePullConsumer("zip-lite", namesrv=cluster.namesrv_addr, max_inflated_body_size=-1)
+    got: list[MessageExt] = []
+    async with LitePullConsumer("zip-lite", namesrv=cluster.namesrv_addr, consume_from="first",
+                                long_poll_timeout=1.0, max_inflated_body_size=LIMIT) as c:
+        await c.subscribe("ZipLite")
+        for _ in range(40):
+            got += await c.poll(0.5)
+            if len(got) >= 4:
+                break
+    _check(sorted(got, key=lambda m: m.queue_offset))
+
+
+async def test_simple_consumer_inflates_up_to_its_limit(cluster: Cluster) -> None:
+    await _send_bodies(cluster, "ZipPop")
+    with pytest.raises(InvalidArgumentError, match="max_inflated_body_size"):
+        SimpleConsumer("zip-pop", namesrv=cluster.namesrv_addr, max_inflated_body_size=0)
+    sc = SimpleConsumer("zip-pop", namesrv=cluster.namesrv_addr, consume_from="first", await_duration=1.0,
+                        max_inflated_body_size=LIMIT)
+    sc.subscribe("ZipPop")
+    got: list[MessageExt] = []
+    async with sc:
+        for _ in range(20):
+            msgs = await sc.receive(32, wait=1.0)
+            got += [r.message for r in msgs]
+            await sc.ack_many(msgs)
+            if len(got) >= 4:
+                break
+    _check(sorted(got, key=lambda m: m.queue_offset))

@@ -265,3 +265,17 @@ async def test_the_send_timeout_is_one_budget_for_a_whole_send_batch(cluster: Cl
         # a batch within its budget goes whole
         proxy.heal()
         assert len(await p.send_batch(msgs, queue=q, timeout=1.0)) == 6
+
+
+async def test_send_batch_counts_what_messages_give_besides_their_bodies(cluster: Cluster) -> None:
+    """send_batch cuts a batch into requests of max_batch_bytes; it counted each message as its body and 200 bytes,
+    so 300 small messages carrying 16 KiB of properties each (4.8 MiB in all) went as one request, which the broker
+    refused (over its 4 MiB max message size). Tags, keys and user properties are counted now."""
+    msgs = [Message("Heavy", f"m{i}".encode(), tags="t", keys=["k", f"key-{i}"], properties={"blob": "ü" * 8192})
+            for i in range(300)]
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        q = MessageQueue("Heavy", "broker-a", 0)
+        results = await p.send_batch(msgs, queue=q)
+        assert [r.queue_offset for r in results] == list(range(300))
+    recs = stored(cluster, "Heavy", 0)
+    assert [r.body for r in recs] == [m.body for m in msgs]  # type: ignore[attr-defined]

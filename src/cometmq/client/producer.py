@@ -756,14 +756,33 @@ def _wait_error(exc: BaseException, conn: SdkConnection, opaque: int, future: as
     return request_error(exc, addr, f"send to {q.topic}/{q.queue_id}")
 
 
+#: what a batch item takes besides its body and the properties its message was given (tags, keys, user properties),
+#: counted from above: the item's head, UNIQ_KEY and WAIT (the Spark sink counts its rows with it too)
+BATCH_ITEM_OVERHEAD = 200
+
+
+def batch_item_estimate(m: Message) -> int:
+    """The bytes ``m`` takes in a batch body, counted from above: its body, the UTF-8 bytes of its tags, keys and
+    user properties (up to 32 KiB: a chunk counted by its bodies alone could pass the broker's max message size
+    many times over), and ``BATCH_ITEM_OVERHEAD``."""
+    est = len(m.body) + BATCH_ITEM_OVERHEAD
+    if m.properties:
+        est += sum(len(k.encode()) + len(v.encode()) + 2 for k, v in m.properties.items())
+    if m.keys:
+        est += len(m.keys.encode()) if isinstance(m.keys, str) else sum(len(k.encode()) + 1 for k in m.keys)
+    if m.tags:
+        est += len(m.tags.encode())
+    return est
+
+
 def batch_chunks(msgs: Sequence[Message], max_bytes: int) -> list[list[Message]]:
-    """``msgs`` cut into batches of at most ``max_bytes`` (an estimate: the body and 200 bytes of properties and
-    framing per message); a message larger than that goes alone."""
+    """``msgs`` cut into batches of at most ``max_bytes`` (counted by :func:`batch_item_estimate`); a message larger
+    than that goes alone."""
     chunks: list[list[Message]] = []
     chunk: list[Message] = []
     size = 0
     for m in msgs:
-        est = len(m.body) + 200
+        est = batch_item_estimate(m)
         if chunk and size + est > max_bytes:
             chunks.append(chunk)
             chunk, size = [], 0

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cometmq.client.errors import InvalidArgumentError
 from cometmq.client.message import RESERVED_PROPERTIES, Message
@@ -30,7 +31,7 @@ from cometmq.protocol.batch import encode_batch_raw
 from cometmq.protocol.errors import LocalProtocolError
 from cometmq.protocol.properties import MAX_PROPERTIES_LENGTH, encode_properties
 
-__all__ = ["Columns", "check_suffix", "encode_rows", "encode_rows_py", "message_id"]
+__all__ = ["Columns", "check_suffix", "encode_rows", "encode_rows_py", "given_bytes", "message_id"]
 
 #: cometmq.spark._encodec when built, else None: the same bytes either way
 C_HELPER: Any = load_c_helper("cometmq.spark._encodec")
@@ -55,6 +56,40 @@ class Columns:
             return batch.column(name) if name in names else None
 
         return cls(batch.column("body"), col("tags"), col("keys"), col("properties"))
+
+
+def _per_row(item_bytes: np.ndarray, array: pa.Array) -> np.ndarray:
+    """Per row of the list or map ``array``, the sum of ``item_bytes`` (one figure per item of ``array.values``, the
+    whole child array: a slice's offsets point into it) over the row's items; 0 for a null row."""
+    offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    sums = np.concatenate(([0], np.cumsum(item_bytes, dtype=np.int64)))
+    out: np.ndarray = sums[offsets[1:]] - sums[offsets[:-1]]
+    if array.null_count:
+        out[~array.is_valid().to_numpy(zero_copy_only=False)] = 0
+    return out
+
+
+def _utf8_bytes(values: pa.Array) -> np.ndarray:
+    lengths: np.ndarray = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
+    return lengths.astype(np.int64)
+
+
+def given_bytes(cols: Columns) -> np.ndarray:
+    """Per row, the bytes of what the row gives besides its body (tags, keys, properties, as UTF-8; a separator a
+    key, two a property), as ``Producer.send_batch`` counts a message's (client.producer.batch_item_estimate)."""
+    out = np.zeros(len(cols.body), dtype=np.int64)
+    for column in (cols.tags, cols.keys):
+        if column is None:
+            continue
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            out += _per_row(_utf8_bytes(column.values) + 1, column)
+        else:
+            out += _utf8_bytes(column)
+    props = cols.properties
+    if props is not None:
+        entries = props.values  # (a map's entries: a struct of key and value)
+        out += _per_row(_utf8_bytes(entries.field("key")) + _utf8_bytes(entries.field("value")) + 2, props)
+    return out
 
 
 def message_id(prefix: str, value: int) -> str:

@@ -44,8 +44,8 @@ from pyspark.sql.types import StructType
 
 from cometmq.client.errors import InvalidArgumentError, MQClientError
 from cometmq.client.message import RESERVED_PROPERTIES, Message, MessageQueue, SendResult, SendStatus
-from cometmq.client.producer import Producer
-from cometmq.spark.encode import Columns, encode_rows
+from cometmq.client.producer import BATCH_ITEM_OVERHEAD, Producer
+from cometmq.spark.encode import Columns, encode_rows, given_bytes
 from cometmq.spark.link import Link
 from cometmq.spark.options import OptionError, WriteOptions
 from cometmq.spark.schema import WRITE_COLUMNS
@@ -358,8 +358,9 @@ class _Sender:
                                        f"more than {limit}")
         dest, where, timed = await self._route(batch, first_row)
         cols = Columns.of(batch)
+        sizes = lengths.astype(np.int64) + given_bytes(cols)
         for code, rows in _groups(dest):
-            await self._enqueue(where[code], cols, rows, lengths, first_row)
+            await self._enqueue(where[code], cols, rows, sizes, first_row)
         if timed.any():
             for out in to_messages(batch, topic, first_row, np.flatnonzero(timed).tolist()):
                 target = None
@@ -428,14 +429,15 @@ class _Sender:
         dest[timed] = -1
         return dest, where, timed
 
-    async def _enqueue(self, key: str | MessageQueue, cols: Columns, rows: np.ndarray, lengths: np.ndarray,
+    async def _enqueue(self, key: str | MessageQueue, cols: Columns, rows: np.ndarray, sizes: np.ndarray,
                        first_row: int) -> None:
         """Encode ``rows`` (not empty) for ``key`` into requests of up to ``batchSize`` rows and the producer's
-        ``max_batch_bytes`` (len(body) + 200 per row, counted as ``Producer.send_batch`` does); send the full
-        ones, keep the rest for the next batch."""
+        ``max_batch_bytes`` (each row counted as ``Producer.send_batch`` counts a message: ``sizes``, its body and
+        what it gives besides, and BATCH_ITEM_OVERHEAD); send the full ones, keep the rest for the next batch."""
         pend = self.pending.pop(key, None) or _Pending()
         size, cap = self.opts.batch_size, self.producer.max_batch_bytes
-        est = lengths[rows].astype(np.int64) + 200
+        est = sizes[rows] + (BATCH_ITEM_OVERHEAD + sum(len(k.encode()) + len(v.encode()) + 2
+                                                       for k, v in (self.suffix or {}).items()))
         # Plan: (end of the next run of rows, whether the request is then full and goes).
         plan: list[tuple[int, bool]] = []
         a, count, used = 0, pend.count, pend.est

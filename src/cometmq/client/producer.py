@@ -782,7 +782,7 @@ def batch_chunks(msgs: Sequence[Message], max_bytes: int) -> list[list[Message]]
     chunk: list[Message] = []
     size = 0
     for m in msgs:
-        est = batch_item_estimate(m)
+        est = batch_item_estimate(m) if m.properties or m.keys or m.tags else len(m.body) + BATCH_ITEM_OVERHEAD
         if chunk and size + est > max_bytes:
             chunks.append(chunk)
             chunk, size = [], 0

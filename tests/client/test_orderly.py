@@ -548,3 +548,30 @@ async def test_an_offset_reset_is_not_undone_by_a_commit_that_was_on_its_way(clu
             await eventually(lambda: len(seen) == 12, timeout=5, what="the six consumed again")
             await eventually(lambda: committed(cluster, "og-late", "OLate") == 6, what="committed again")
     assert [s.offset for s in seen] == [*range(6), *range(6)]
+
+
+async def test_an_order_conf_keeps_a_down_brokers_queues_in_the_publish_list(cluster: Cluster) -> None:
+    """`updateTopic -o true` writes the topic's order conf to the nameservers, which hand it out with the route. As
+    RocketMQ's producer, the SDK publishes to the queues it lists, whether their broker is up or not: a key whose
+    broker is down fails, it does not move to another broker's queue (out of order). The SDK ignored the conf: once
+    the route no longer named broker-b, key 2 went to broker-a, and a conf listing fewer queues was not followed."""
+    from cometmq.client import Admin
+
+    b = await cluster.add_broker("broker-b")
+    await create_topic(cluster, "OConf", 2)
+    async with Admin(namesrv=cluster.namesrv_addr) as admin:
+        await admin.update_order_conf("OConf", "broker-a:2;broker-b:2")
+    await b.stop()
+    cluster.brokers.remove(b)  # (stopping unregisters it: the route names broker-a's queues only)
+    async with Producer("pg", namesrv=cluster.namesrv_addr, retries=0) as p:
+        queues = await p.queues("OConf")
+        assert [(q.broker_name, q.queue_id) for q in queues] == [("broker-a", 0), ("broker-a", 1),
+                                                                  ("broker-b", 0), ("broker-b", 1)]
+        with pytest.raises(MQClientError):
+            await p.send_orderly(Message("OConf", b"k2"), 2)  # key 2 -> broker-b queue 0, which is down
+        assert (await p.send_orderly(Message("OConf", b"k5"), 5)).queue == MessageQueue("OConf", "broker-a", 1)
+    assert stored(cluster, "OConf", 0) == []  # key 2 did not move to broker-a
+    async with Admin(namesrv=cluster.namesrv_addr) as admin:
+        await admin.update_order_conf("OConf", "broker-a:1")
+    async with Producer("pg2", namesrv=cluster.namesrv_addr) as p:
+        assert [(q.broker_name, q.queue_id) for q in await p.queues("OConf")] == [("broker-a", 0)]

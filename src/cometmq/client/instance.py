@@ -401,7 +401,17 @@ class ClientInstance:
         return addrs.get(prefer_id) or addrs.get(0) or next(iter(addrs.values()), None)
 
     @staticmethod
-    def queues_of(route: TopicRouteData, topic: str, *, writable: bool) -> list[MessageQueue]:
+    def queues_of(route: TopicRouteData, topic: str, *, writable: bool, order_conf: bool = True
+                  ) -> list[MessageQueue]:
+        """The topic's queues to publish to (``writable``) or to read. A route carrying an order conf (``updateTopic
+        -o true``: ``brokerName:queueNums;...``) is published to as the conf lists it, whatever the queues'
+        permissions and whether the broker is up, as RocketMQ's topicRouteData2TopicPublishInfo: a key whose
+        broker is down then fails instead of moving to another broker's queue, out of order. ``order_conf=False``:
+        from the queues alone (RocketMQ's proxy does so)."""
+        if writable and order_conf and route.order_topic_conf:
+            ordered = _order_conf_queues(route.order_topic_conf, topic)
+            if ordered:
+                return ordered
         masters = {bd.broker_name for bd in route.broker_datas if bd.master_addr is not None}
         out: list[MessageQueue] = []
         for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -581,3 +591,18 @@ class ClientInstance:
                  {f"{q.topic}/{q.broker_name}/{q.queue_id}": o for q, o in offsets.items()})
         self._spawn(reset(offsets))
         return None
+
+
+def _order_conf_queues(conf: str, topic: str) -> list[MessageQueue]:
+    """The queues an order conf (``brokerName:queueNums;...``) lists, in its order; entries that are not
+    ``name:number`` are left out (logged)."""
+    out: list[MessageQueue] = []
+    for item in conf.split(";"):
+        name, _, nums = item.partition(":")
+        if not item:
+            continue
+        if not name or not (nums.isascii() and nums.isdigit()) or int(nums) > 1024:
+            log.warning("order conf of topic %s: entry %r is not brokerName:queueNums; left out", topic, item[:100])
+            continue
+        out.extend(MessageQueue(topic, name, i) for i in range(int(nums)))
+    return out

@@ -102,7 +102,8 @@ class Backend:
         hit = self._writable.get(topic)
         if hit is not None and hit[0] is route:
             return hit[1]
-        queues = ClientInstance.queues_of(route, topic, writable=True)
+        # (as RocketMQ's proxy: its MessageQueueView is made from the queue data, not from an order conf)
+        queues = ClientInstance.queues_of(route, topic, writable=True, order_conf=False)
         self._writable[topic] = (route, queues)
         return queues
 

@@ -396,3 +396,29 @@ async def test_a_long_immune_half_does_not_hold_the_restart_progress_back(
     assert [m.body for m in delivered] == [b"m%d" % i for i in range(300)] + [b"immune"]
     assert "TRAN_CHECK_FROM_MS" not in delivered[-1].properties
     assert delivered[-1].properties["UNIQ_KEY"] == "U-immune"
+
+
+async def test_the_restart_progress_is_written_only_over_a_flushed_log(
+        start_broker: StartBroker, producer_factory: list[Producer], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress pair may point past a renewal's copy. With an async flush the log's tail is not on disk yet: a
+    power cut would take the copy back and leave a pair past the surviving original (that transaction lost at the
+    restart). So a pair is written once the log is flushed past what it was computed on."""
+    monkeypatch.setattr(tx_progress, "RENEW_LAG", 64)
+    data = tmp_path / "b4"
+    b = await start_broker(data, store_flush_interval_commitlog_ms=3_600_000,
+                           store_flush_commitlog_thorough_interval_ms=3_600_000)
+    p = make_producer(producer_factory, b)
+    await p.half("TxFl", b"immune", uniq="U-immune", CHECK_IMMUNITY_TIME_IN_SECONDS="86400")
+    for i in range(200):
+        sent = await p.half("TxFl", b"m%d" % i, uniq=f"U{i}")
+        assert (await p.end(sent, 8)).code == ResponseCode.SUCCESS
+    tx = b.transactions
+    await eventually(lambda: tx.metrics.renewed > 0, 20.0, what="the immune half renewed")
+    path = data / "config" / "transactionProgress.json"
+    await asyncio.sleep(2.5)  # two persist passes
+    assert b.store.flushed_offset < b.store.commitlog.max_offset
+    assert not path.exists()  # nothing flushed: no pair written
+    await asyncio.to_thread(b.store.flush_service._flush_now)
+    await eventually(path.exists, 10.0, what="the pair written once the log is flushed")
+    assert json.loads(path.read_bytes())["halfOffset"] > 0

@@ -140,6 +140,8 @@ class TransactionalMessageService:
         self._rr = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._persisted: tuple[int, int] | None = None
+        #: the progress pair of the last pass and the log's end then: written once the log is flushed that far
+        self._staged: tuple[tuple[int, int], int] | None = None
         self._last_persist = 0.0
         #: how (at least) the last ``RESOLVED_MEMORY`` transactions ended ("committed" / "rolled back" /
         #: "discarded"), so that a late END_TRANSACTION asking the opposite is refused instead of answered "already
@@ -672,9 +674,11 @@ class TransactionalMessageService:
                                                                 now + self.timeout_ms, _CHECK_BATCH)
                 except Exception:
                     log.exception("renewing lagging halves failed")
-                progress = self._progress()
-                if progress != self._persisted:
-                    await asyncio.to_thread(self._write_progress, progress)
+                # A progress pair is written once the log is flushed past what it was computed on: it may point past
+                # records (a renewal's copy) a power cut would take back with an async flush's unflushed tail.
+                ready, self._staged = self._staged, (self._progress(), self.store.commitlog.max_offset)
+                if ready is not None and ready[0] != self._persisted and self.store.flushed_offset >= ready[1]:
+                    await asyncio.to_thread(self._write_progress, ready[0])
             nxt = self.table.next_due()
             wait_ms = _PERSIST_INTERVAL_S * 1000 if nxt is None else min(max(0, nxt - now),
                                                                        _PERSIST_INTERVAL_S * 1000)

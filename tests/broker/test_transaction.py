@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from cometmq.broker.controller import BrokerController
 from cometmq.broker.transaction import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from cometmq.broker.transaction import progress as tx_progress
 from cometmq.net.client import RemotingClient
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.batch import encode_batch
@@ -348,3 +350,75 @@ async def test_restart_rebuild_reads_only_from_the_progress_point(start_broker: 
     assert "already resolved" in ((await p2.end(sent[1], 8)).remark or "")
     bodies = [m.body for m in await pull_all(p2.client, b2, "TxP", 0)]
     assert bodies == [b"m0", b"m2", b"m3"]
+
+
+async def test_a_long_immune_half_does_not_hold_the_restart_progress_back(
+        start_broker: StartBroker, producer_factory: list[Producer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A half immune from checks for a day, then 300 transactions: the half is renewed (re-appended, as RocketMQ
+    puts a half still immune back into the half queue) once they are more than RENEW_LAG records past it, so the
+    restart progress moves on. Before, it stayed at the half (0, not even written): every restart read every half
+    and op record since. The restarted broker reads only the last ones, keeps the half's due time, and a commit
+    naming its first record delivers it once, without the broker's TRAN_CHECK_FROM_MS."""
+    monkeypatch.setattr(tx_progress, "RENEW_LAG", 64)
+    data = tmp_path / "b3"
+    b = await start_broker(data)
+    p = make_producer(producer_factory, b)
+    immune = await p.half("TxPin", b"immune", uniq="U-immune", CHECK_IMMUNITY_TIME_IN_SECONDS="86400")
+    due = b.transactions.table.pending[0].next_check_ms
+    for i in range(300):
+        sent = await p.half("TxPin", b"m%d" % i, uniq=f"U{i}")
+        assert (await p.end(sent, 8)).code == ResponseCode.SUCCESS
+    tx = b.transactions
+
+    def caught_up() -> bool:
+        return tx.metrics.renewed > 0 and tx.store.max_offset(HALF_TOPIC, 0) - tx.table.pending[0].latest_offset <= 64
+
+    await eventually(caught_up, 20.0, what="the immune half renewed near the half queue's end")
+    latest = tx.table.pending[0].latest_offset
+    assert tx.table.pending[0].next_check_ms == due  # (renewing does not postpone, nor advance, its check)
+    await b.stop()
+    progress = json.loads((data / "config" / "transactionProgress.json").read_bytes())
+    assert progress["halfOffset"] == latest > 300 - 64
+
+    caplog.set_level(logging.INFO, logger="cometmq.broker.transaction.service")
+    b2 = await start_broker(data)
+    [loaded] = [r.getMessage() for r in caplog.records if "unresolved after reading" in r.getMessage()]
+    read = int(loaded.split("after reading ")[1].split()[0])
+    assert read <= 64 + 2, loaded  # (before: all 301 half records and 300 op records)
+    assert sorted(b2.transactions.table.pending) == [0] and b2.transactions.table.pending[0].next_check_ms == due
+    p2 = make_producer(producer_factory, b2)
+    r = await p2.end(immune, 8)
+    assert r.code == ResponseCode.SUCCESS and not r.remark
+    assert b2.transactions.metrics.committed == 1 and len(b2.transactions.table) == 0
+    got = b2.store.get_messages("TxPin", 0, 0, 1000)
+    delivered = [decode_record(v)[0] for v in got.buffers]
+    assert [m.body for m in delivered] == [b"m%d" % i for i in range(300)] + [b"immune"]
+    assert "TRAN_CHECK_FROM_MS" not in delivered[-1].properties
+    assert delivered[-1].properties["UNIQ_KEY"] == "U-immune"
+
+
+async def test_the_restart_progress_is_written_only_over_a_flushed_log(
+        start_broker: StartBroker, producer_factory: list[Producer], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress pair may point past a renewal's copy. With an async flush the log's tail is not on disk yet: a
+    power cut would take the copy back and leave a pair past the surviving original (that transaction lost at the
+    restart). So a pair is written once the log is flushed past what it was computed on."""
+    monkeypatch.setattr(tx_progress, "RENEW_LAG", 64)
+    data = tmp_path / "b4"
+    b = await start_broker(data, store_flush_interval_commitlog_ms=3_600_000,
+                           store_flush_commitlog_thorough_interval_ms=3_600_000)
+    p = make_producer(producer_factory, b)
+    await p.half("TxFl", b"immune", uniq="U-immune", CHECK_IMMUNITY_TIME_IN_SECONDS="86400")
+    for i in range(200):
+        sent = await p.half("TxFl", b"m%d" % i, uniq=f"U{i}")
+        assert (await p.end(sent, 8)).code == ResponseCode.SUCCESS
+    tx = b.transactions
+    await eventually(lambda: tx.metrics.renewed > 0, 20.0, what="the immune half renewed")
+    path = data / "config" / "transactionProgress.json"
+    await asyncio.sleep(2.5)  # two persist passes
+    assert b.store.flushed_offset < b.store.commitlog.max_offset
+    assert not path.exists()  # nothing flushed: no pair written
+    await asyncio.to_thread(b.store.flush_service._flush_now)
+    await eventually(path.exists, 10.0, what="the pair written once the log is flushed")
+    assert json.loads(path.read_bytes())["halfOffset"] > 0

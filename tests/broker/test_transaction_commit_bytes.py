@@ -55,8 +55,8 @@ HOSTS = [pack_host("127.0.0.1", 5000), pack_host("10.9.8.7", -1), pack_host("::1
 # -- the half records -------------------------------------------------------------------------------------------
 TEXT = st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",))
 NAMES = st.one_of(st.sampled_from([REAL_TOPIC, REAL_QID, TRAN_MSG, tm.TRAN_PREPARED_QUEUE_OFFSET,
-                                   tm.TRANSACTION_CHECK_TIMES, tm.CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TAGS, KEYS,
-                                   UNIQ_KEY, "color", "ü-名"]),
+                                   tm.TRANSACTION_CHECK_TIMES, tm.CHECK_IMMUNITY_TIME_IN_SECONDS, tm.TRAN_CHECK_FROM_MS,
+                                   PGROUP, TAGS, KEYS, UNIQ_KEY, "color", "ü-名"]),
                   st.text(TEXT, min_size=1, max_size=12))
 #: numbers as Python's int() reads them, and not
 NUMBERS = st.sampled_from(["0", "1", "7", "15", "123456789", "1234567890", "2147483648", "99999999999", "+1", " 2",
@@ -320,6 +320,30 @@ def test_known_half() -> None:
     assert copy_half is not None and copy_half.record is None and copy_half.origin == 11
     assert tm.committed(copy_half, 4400).properties_raw == encode_properties(
         {UNIQ_KEY: "U", TAGS: "t", KEYS: "k1 k2", "writeId": "w", PGROUP: "g", tm.TRANSACTION_CHECK_TIMES: "2"})
+
+
+
+def test_a_renewed_halfs_commit_drops_the_time_its_check_counts_from() -> None:
+    """A half renewed before its check (broker/transaction/progress.py) carries TRAN_CHECK_FROM_MS: a commit naming
+    it delivers the message without it, from its bytes (the C helper when built, and Python) as the reference."""
+    props = {UNIQ_KEY: "U", TAGS: "t", tm.CHECK_IMMUNITY_TIME_IN_SECONDS: "86400", "color": "blue", TRAN_MSG: "true",
+             PGROUP: "g", REAL_TOPIC: "Orders", REAL_QID: "3"}
+    data = encode_parts(topic=HALF_TOPIC.encode(), body=b"b", properties=encode_properties(props), queue_offset=11,
+                        physical_offset=4000, store_timestamp=1234, born_host=HOSTS[1], store_host=STORE_HOST)
+    renewed = tm.renewed(decode_record(data)[0], 11)
+    assert renewed.properties[tm.TRAN_CHECK_FROM_MS] == "1234"
+    copy_data = encode_parts(topic=HALF_TOPIC.encode(), body=b"b", properties=encode_properties(renewed.properties),
+                             queue_offset=900, physical_offset=90_000, born_host=HOSTS[1], store_host=STORE_HOST)
+    want = encode_properties({UNIQ_KEY: "U", TAGS: "t", tm.CHECK_IMMUNITY_TIME_IN_SECONDS: "86400", "color": "blue",
+                              PGROUP: "g"})
+    copy_half = tm.read_half(copy_data)
+    assert copy_half is not None and copy_half.record is None and copy_half.origin == 11
+    assert tm.committed(copy_half, 90_000).properties_raw == want
+    assert tm._committed_plain_py(copy_data, 90_000).properties_raw == want  # type: ignore[union-attr]
+    assert tm.committed_reference(decode_record(copy_data)[0], 90_000).properties_raw == want
+    if C is not None:
+        read = tm.commit_records([memoryview(copy_data)], 1, 900, 90_000, "g", True)
+        assert read is not None and read[2] is not None and read[2][0].properties_raw == want
 
 
 # -- appended by real stores ------------------------------------------------------------------------------------

@@ -94,6 +94,38 @@ def test_record_builders_round_trip() -> None:
     assert tm.discarded(rec).topic == tm.CHECK_MAX_TOPIC
 
 
+def test_a_renewed_half_keeps_its_due_time_and_a_producer_cannot_set_it() -> None:
+    """A renewal (progress.py) copies the half with the store time its check counts from: the copy's due time is
+    the original's (a renewal of a renewal too); a check's copy counts from its own store time again. A producer's
+    TRAN_CHECK_FROM_MS is dropped from its half (both paths), and a discarded half goes without it."""
+    props = {"UNIQ_KEY": "U", "TRAN_MSG": "true", "PGROUP": "g", "REAL_TOPIC": "T", "REAL_QID": "0",
+             "CHECK_IMMUNITY_TIME_IN_SECONDS": "86400"}
+    first = MessageRecord(topic=tm.HALF_TOPIC, body=b"b", queue_offset=4, physical_offset=400, store_timestamp=1000,
+                          properties=props)
+    day = 86_400_000
+    assert tm.due_ms(first.properties, 1000, 6000, 500) == 1000 + day
+    renewed = tm.renewed(first, 4)
+    assert renewed.properties[tm.TRAN_CHECK_FROM_MS] == "1000" and tm.origin_of(renewed.properties, 50) == 4
+    again = dataclasses.replace(first, properties=dict(renewed.properties), queue_offset=50, store_timestamp=70_000)
+    assert tm.due_ms(again.properties, 70_000, 6000, 500) == 1000 + day
+    twice = tm.renewed(again, 4)
+    assert twice.properties[tm.TRAN_CHECK_FROM_MS] == "1000" and tm.check_times_of(twice.properties) == 0
+    checked = tm.copy_for_check(again, 4, 1)
+    assert tm.TRAN_CHECK_FROM_MS not in checked.properties
+    assert tm.due_ms(checked.properties, day + 5000, 6000, 500) == day + 5500
+    later = tm.renewed(dataclasses.replace(first, properties=dict(checked.properties), store_timestamp=day + 5000), 4)
+    assert later.properties[tm.TRAN_CHECK_FROM_MS] == str(day + 5000) and tm.check_times_of(later.properties) == 1
+    assert tm.TRAN_CHECK_FROM_MS not in tm.discarded(again).properties
+    forged = {"UNIQ_KEY": "U", "TRAN_MSG": "true", "PGROUP": "g", tm.TRAN_CHECK_FROM_MS: "0"}
+    msg = MessageInner(topic="T", body=b"b", queue_id=0, properties=dict(forged))
+    tm.to_half(msg, "g")
+    assert tm.TRAN_CHECK_FROM_MS not in msg.properties
+    raw = encode_properties(forged)
+    msg = MessageInner(topic="T", body=b"b", queue_id=0, properties=RawProperties(raw), properties_raw=raw)
+    tm.to_half(msg, "g")
+    assert tm.TRAN_CHECK_FROM_MS not in decode_properties(msg.properties_raw or encode_properties(msg.properties))
+
+
 _op_offsets = st.one_of(
     st.lists(st.integers(-(2**70), 2**70), max_size=40),
     st.builds(lambda a, n: list(range(a, a + n)), st.integers(0, 2**63 - 1), st.integers(0, 300)),  # one range

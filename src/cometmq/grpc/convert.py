@@ -34,6 +34,7 @@ SYSTEM_PROPERTIES = frozenset({
     "CHECK_IMMUNITY_TIME_IN_SECONDS", "MSG_REGION", "TRACE_ON", "POP_CK", "1ST_POP_TIME", "INNER_NUM",
     "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", SHARDING_KEY, TRACE_CONTEXT, TRANSACTION_ID, BORN_HOST,
     DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, "CORRECTION_FLAG", "MSG_TYPE", "CLUSTER", "UNIQ_KEY",
+    "TRAN_CHECK_FROM_MS",  # (cometmq's: on a renewed half, broker/transaction/messages.py)
 })
 
 #: a delivery timestamp above this many seconds is taken to be in milliseconds (year 5138 in seconds)

@@ -51,10 +51,12 @@ REMOVE_TAG = "d"
 TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+#: cometmq's own: on a renewed half (:func:`renewed`), the store time (ms) its next check counts from
+TRAN_CHECK_FROM_MS = "TRAN_CHECK_FROM_MS"
 #: Properties that only the broker's bookkeeping needs; the committed message goes out without them.
-_BOOKKEEPING = (REAL_TOPIC, REAL_QID, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET)
+_BOOKKEEPING = (REAL_TOPIC, REAL_QID, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET, TRAN_CHECK_FROM_MS)
 #: properties a producer's half must not bring: the broker sets them (or drops them)
-_SET_BY_BROKER = (REAL_TOPIC, REAL_QID, TRANSACTION_CHECK_TIMES, TRAN_PREPARED_QUEUE_OFFSET)
+_SET_BY_BROKER = (REAL_TOPIC, REAL_QID, TRANSACTION_CHECK_TIMES, TRAN_PREPARED_QUEUE_OFFSET, TRAN_CHECK_FROM_MS)
 #: the C helper (broker/transaction/_txc.c) bound to MessageInner and RawProperties, or None (Python does it all)
 C_TX: Any = load_bound("cometmq.broker.transaction._txc", requests=False)
 
@@ -90,8 +92,8 @@ def to_half(msg: MessageInner, producer_group: str) -> tuple[str, str | None]:
     props[TRAN_MSG] = "true"
     if not props.get(PGROUP):
         props[PGROUP] = producer_group
-    props.pop(TRANSACTION_CHECK_TIMES, None)
-    props.pop(TRAN_PREPARED_QUEUE_OFFSET, None)
+    for name in _SET_BY_BROKER[2:]:  # (REAL_TOPIC and REAL_QID: set above)
+        props.pop(name, None)
     msg.properties_raw = None
     msg.topic = HALF_TOPIC
     msg.queue_id = 0
@@ -143,6 +145,15 @@ def immunity_ms(properties: Mapping[str, str], timeout_ms: int) -> int:
     return immunity_of(properties.get(CHECK_IMMUNITY_TIME_IN_SECONDS), timeout_ms)
 
 
+def due_ms(properties: Mapping[str, str], store_timestamp: int, timeout_ms: int, interval_ms: int) -> int:
+    """When the transaction of a half record (its latest) is checked next: its first check :func:`immunity_ms` after
+    the half was stored, a later one ``interval_ms`` after the last check's copy was; a renewed record counts from
+    the store time it carries (TRAN_CHECK_FROM_MS: its original's) instead of its own."""
+    carried = properties.get(TRAN_CHECK_FROM_MS)
+    start = int(carried) if carried is not None and carried.isdigit() else store_timestamp
+    return start + (immunity_ms(properties, timeout_ms) if check_times_of(properties) == 0 else interval_ms)
+
+
 def immunity_of(value: str | None, timeout_ms: int) -> int:
     """:func:`immunity_ms` of the property's value (None: absent)."""
     try:
@@ -159,10 +170,23 @@ def _inner(rec: MessageRecord, topic: str, queue_id: int, props: dict[str, str],
 
 
 def copy_for_check(rec: MessageRecord, origin: int, check_times: int) -> MessageInner:
-    """The re-appended half of a check-back: same message, one more check counted, pointing at its origin."""
+    """The re-appended half of a check-back: same message, one more check counted, pointing at its origin (its next
+    check counts from its own store time)."""
     props = dict(rec.properties)
     props[TRANSACTION_CHECK_TIMES] = str(check_times)
     props[TRAN_PREPARED_QUEUE_OFFSET] = str(origin)
+    props.pop(TRAN_CHECK_FROM_MS, None)
+    return _inner(rec, HALF_TOPIC, 0, props, rec.sys_flag)
+
+
+def renewed(rec: MessageRecord, origin: int) -> MessageInner:
+    """A pending half's latest record appended again before its check is due (RocketMQ re-appends a half still
+    immune from checks), so that the restart progress moves past it: the same message and check count, pointing
+    at its origin, and carrying the store time its next check counts from (TRAN_CHECK_FROM_MS: the renewed
+    record's own, or the one it carries), so :func:`due_ms` of the copy is that of the record it renews."""
+    props = dict(rec.properties)
+    props[TRAN_PREPARED_QUEUE_OFFSET] = str(origin)
+    props.setdefault(TRAN_CHECK_FROM_MS, str(rec.store_timestamp))
     return _inner(rec, HALF_TOPIC, 0, props, rec.sys_flag)
 
 
@@ -458,7 +482,9 @@ def committed_reference(rec: MessageRecord, half_commit_log_offset: int) -> Mess
 
 def discarded(rec: MessageRecord) -> MessageInner:
     """A half checked ``transactionCheckMax`` times, kept for inspection under TRANS_CHECK_MAX_TIME_TOPIC."""
-    return _inner(rec, CHECK_MAX_TOPIC, 0, dict(rec.properties), rec.sys_flag & ~TRANSACTION_MASK)
+    props = dict(rec.properties)
+    props.pop(TRAN_CHECK_FROM_MS, None)
+    return _inner(rec, CHECK_MAX_TOPIC, 0, props, rec.sys_flag & ~TRANSACTION_MASK)
 
 
 _OP_PROPERTIES_RAW = encode_properties({TAGS: REMOVE_TAG})

@@ -6,7 +6,8 @@ system topics, so the store's own recovery covers them. What differs, and why:
 - The unresolved transactions are kept in memory (``state.py``) and rebuilt from the two queues at start,
   reading only from the persisted progress pair on. Checks are due-time driven (a heap), not a periodic scan:
   the first check comes ``transactionTimeOut`` (or the producer's CHECK_IMMUNITY_TIME_IN_SECONDS) after the half
-  was stored, and further ones every ``transactionCheckInterval``.
+  was stored, and further ones every ``transactionCheckInterval``. A half whose check is far off is re-appended
+  meanwhile when much half traffic came after it (``progress.py``), so that the restart progress moves on.
 - A transaction is identified by its first half record, whichever copy an END_TRANSACTION names, and a commit
   appends the delivered message and its op record in ONE contiguous append. So a commit is delivered once:
   a second END (the producer's own plus a check's answer, a retried oneway, a restart in between) finds the
@@ -21,7 +22,6 @@ import asyncio
 import bisect
 import functools
 import itertools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -41,9 +41,9 @@ from cometmq.broker.transaction.front import (
     check_transaction_config,
     wants_transaction,
 )
+from cometmq.broker.transaction.progress import read_progress, renew_lagging, write_progress
 from cometmq.broker.transaction.ranges import READ_BYTES, Chunk, range_halves, unit_points_at
 from cometmq.broker.transaction.state import OutcomeMemory, PendingHalf, TransactionTable
-from cometmq.common.atomic_file import read_optional, write_atomic
 from cometmq.common.tasks import cancel_and_wait
 from cometmq.net.connection import Handler, RemotingConnection
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
@@ -96,6 +96,8 @@ class TransactionMetrics:
     discarded: int = 0
     #: halves whose record had gone (retention) before they were resolved
     lost: int = 0
+    #: halves re-appended before their check was due, so that the restart progress moves on (progress.py)
+    renewed: int = 0
 
 
 #: resolved transactions whose outcome is remembered (a few MB at most)
@@ -138,6 +140,8 @@ class TransactionalMessageService:
         self._rr = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._persisted: tuple[int, int] | None = None
+        #: the progress pair of the last pass and the log's end then: written once the log is flushed that far
+        self._staged: tuple[tuple[int, int], int] | None = None
         self._last_persist = 0.0
         #: how (at least) the last ``RESOLVED_MEMORY`` transactions ended ("committed" / "rolled back" /
         #: "discarded"), so that a late END_TRANSACTION asking the opposite is refused instead of answered "already
@@ -154,12 +158,13 @@ class TransactionalMessageService:
         """Create the system topics and rebuild the unresolved transactions from the half and op queues. What was
         tracked before goes (a broker promoted again: its log may have been cut while it was a replica, and the
         half-queue offsets it knew given to other halves), as a restart forgets it."""
+        started = time.monotonic()
         self.table = TransactionTable()
         self._outcomes = OutcomeMemory(RESOLVED_MEMORY)
         topics = self.topics
         topics.create_system_topic(HALF_TOPIC, 1, perm=0)
         topics.create_system_topic(OP_TOPIC, 1, perm=0)
-        half_from, op_from = self._read_progress()
+        half_from, op_from = read_progress(self.progress_path)
         store = self.store
         half_from = min(max(half_from, store.min_offset(HALF_TOPIC, 0)), store.max_offset(HALF_TOPIC, 0))
         op_from = min(max(op_from, store.min_offset(OP_TOPIC, 0)), store.max_offset(OP_TOPIC, 0))
@@ -169,8 +174,7 @@ class TransactionalMessageService:
             halves += 1
             origin = tm.origin_of(rec.properties, rec.queue_offset)
             times = tm.check_times_of(rec.properties)
-            due[origin] = rec.store_timestamp + (
-                tm.immunity_ms(rec.properties, self.timeout_ms) if times == 0 else self.check_interval_ms)
+            due[origin] = tm.due_ms(rec.properties, rec.store_timestamp, self.timeout_ms, self.check_interval_ms)
             if self.table.get(origin) is None:
                 self.table.add(PendingHalf(origin, rec.queue_offset, rec.physical_offset,
                                            rec.properties.get(PGROUP, ""), times, 0, op_from))
@@ -187,7 +191,8 @@ class TransactionalMessageService:
             self.table.schedule(half, max(due[half.origin], earliest))
         self._persisted = (half_from, op_from)
         log.info("transactions: %d unresolved after reading %d half records from offset %d and %d op records "
-                 "from offset %d", len(self.table), halves, half_from, ops, op_from)
+                 "from offset %d in %.3f s", len(self.table), halves, half_from, ops, op_from,
+                 time.monotonic() - started)
 
     async def start(self) -> None:
         self.start_checking()
@@ -664,9 +669,16 @@ class TransactionalMessageService:
                 continue
             if time.monotonic() - self._last_persist >= _PERSIST_INTERVAL_S:
                 self._last_persist = time.monotonic()
-                progress = self._progress()
-                if progress != self._persisted:
-                    await asyncio.to_thread(self._write_progress, progress)
+                try:  # (what a check's failure is: logged, tried again next time)
+                    self.metrics.renewed += await renew_lagging(self.store, self.appender, self.table,
+                                                                now + self.timeout_ms, _CHECK_BATCH)
+                except Exception:
+                    log.exception("renewing lagging halves failed")
+                # A progress pair is written once the log is flushed past what it was computed on: it may point past
+                # records (a renewal's copy) a power cut would take back with an async flush's unflushed tail.
+                ready, self._staged = self._staged, (self._progress(), self.store.commitlog.max_offset)
+                if ready is not None and ready[0] != self._persisted and self.store.flushed_offset >= ready[1]:
+                    await asyncio.to_thread(self._write_progress, ready[0])
             nxt = self.table.next_due()
             wait_ms = _PERSIST_INTERVAL_S * 1000 if nxt is None else min(max(0, nxt - now),
                                                                        _PERSIST_INTERVAL_S * 1000)
@@ -771,24 +783,12 @@ class TransactionalMessageService:
                 break
             offset = got.next_begin_offset
 
-    def _read_progress(self) -> tuple[int, int]:
-        raw = read_optional(self.progress_path)
-        if not raw:
-            return 0, 0
-        try:
-            data = json.loads(raw)
-            return int(data["halfOffset"]), int(data["opOffset"])
-        except (ValueError, KeyError, TypeError) as exc:
-            log.error("cannot read %s (%s): rebuilding transactions from the start of the queues",
-                      self.progress_path, exc)
-            return 0, 0
-
     def _progress(self) -> tuple[int, int]:
         store = self.store
         return self.table.progress(store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
 
     def _write_progress(self, progress: tuple[int, int]) -> None:
-        write_atomic(self.progress_path, json.dumps({"halfOffset": progress[0], "opOffset": progress[1]}).encode())
+        write_progress(self.progress_path, progress)
         self._persisted = progress
 
     def _persist_progress(self) -> None:

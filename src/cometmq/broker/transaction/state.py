@@ -9,7 +9,8 @@ Restart progress
     half queue from ``half_offset`` and the op queue from ``op_offset`` (:meth:`TransactionTable.progress`):
 
     - ``half_offset`` is the lowest queue offset of the *latest* half record of any pending transaction: every
-      pending transaction has its latest record at or past it (each check re-appends one).
+      pending transaction has its latest record at or past it (each check re-appends one, and so does a renewal of
+      a half whose check is far off: progress.py).
     - ``op_offset`` is what the op queue's end was when that record was appended. An op that resolves a
       transaction is written after every half record of it, so ops for transactions with a record at or past
       ``half_offset`` all lie at or past ``op_offset``. Older ops concern only older transactions.

@@ -18,9 +18,15 @@ As in RocketMQ, prefix NOT binds tighter than comparisons, so ``NOT a > 5`` is r
 when the whole expression is TRUE. Property values are strings, converted like RocketMQ does:
 against an integer literal with ``Long.valueOf`` rules (any decimal digit of the BMP, fullwidth ones too),
 against a decimal with ``Double.valueOf`` rules (ASCII digits only), against TRUE/FALSE with
-``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. A failed conversion makes the
-comparison unknown. Literal strings, booleans and NULL are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at
-compile time, as in RocketMQ.
+``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. Literal strings, booleans and NULL
+are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
+
+Where RocketMQ's evaluation throws, the message does not match, whatever the rest of the expression says (its
+broker logs the error and skips the message): a property that does not convert (``a = 5 OR TRUE`` takes no
+message whose ``a`` is 'x'), and a boolean on the left of ``=``/``<>`` with a string on the right (``TRUE = a``,
+``(b > 1) <> a`` with ``a`` present: RocketMQ casts the string to a Boolean). As in RocketMQ, AND and OR
+evaluate left to right and stop at the first operand that decides them, so ``TRUE OR a = 5`` matches whatever
+``a`` is, and ``=`` evaluates both sides, ``>`` and the like stop at a NULL left side.
 
 NULL (a missing property, or a value that is NULL: ``-a`` of a non-number, an unknown condition) follows
 RocketMQ exactly, lopsided as it is:
@@ -131,6 +137,11 @@ _UNICODE_LONG_RE: Final = re.compile(r"[+-]?(?:(?![\U00010000-\U0010ffff])\d)+")
 _DOUBLE_RE: Final = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
 
 
+class _Unconvertible(Exception):
+    """RocketMQ's evaluation throws (a value that does not convert): the message does not match, whatever the
+    rest of the expression says (the broker logs the error and skips the message)."""
+
+
 def _to_long(s: str) -> int | None:
     """``Long.valueOf`` on a property value; None when it would throw."""
     if s.isdigit() and s.isascii() and len(s) < 19:
@@ -158,31 +169,40 @@ def _to_double(s: str) -> float | None:
 
 
 def _convert(s: str, like: Value) -> Value:
+    """A string converted as RocketMQ does for a comparison with ``like``; raises _Unconvertible when it throws."""
     if isinstance(like, bool):
         return s.lower() == "true"
+    n: int | float | None
     if isinstance(like, int):
-        return _to_long(s)
-    if isinstance(like, float):
-        return _to_double(s)
-    return s
+        n = _to_long(s)
+    elif isinstance(like, float):
+        n = _to_double(s)
+    else:
+        return s
+    if n is None:
+        raise _Unconvertible
+    return n
 
 
 def _pair(lv: Value, rv: Value, relational: bool) -> tuple[Any, Any] | None:
-    """Bring two runtime values to comparable form as RocketMQ does; None means unknown."""
+    """Bring two runtime values to comparable form as RocketMQ does; None when one is NULL (unknown). Raises
+    _Unconvertible where RocketMQ's evaluation throws."""
     if lv is None or rv is None:
         return None
     if type(lv) is type(rv):
         if relational and isinstance(lv, str) and isinstance(rv, str):
-            a, b = _to_double(lv), _to_double(rv)
-            return None if a is None or b is None else (a, b)
+            a, b = _to_double(lv), _to_double(rv)  # ordering two strings: both as doubles
+            if a is None or b is None:
+                raise _Unconvertible
+            return a, b
         return lv, rv
     if isinstance(lv, str):
-        c = _convert(lv, rv)
-        return None if c is None else (c, rv)
-    if isinstance(rv, str):
-        c = _convert(rv, lv)
-        return None if c is None else (lv, c)
-    if isinstance(lv, bool) or isinstance(rv, bool):
+        lv = _convert(lv, rv)
+    elif isinstance(rv, str):
+        if isinstance(lv, bool):  # RocketMQ casts the string to a Boolean here, and that throws
+            raise _Unconvertible
+        rv = _convert(rv, lv)
+    elif isinstance(lv, bool) or isinstance(rv, bool):
         return 0, 1  # Boolean vs Number: RocketMQ's comparator answers -1
     return lv, rv
 
@@ -300,19 +320,28 @@ def _check_operand(e: _Expr, op: str) -> None:
                                 "than comparisons: write NOT (...))", e.pos)
 
 
-def _specialized(op: str, left: _Expr, right: _Expr, missing: Value) -> Evaluator | None:
-    """Fast closures for ``property <op> constant``; ``missing`` is the answer when the property is missing."""
+def _specialized(op: str, left: _Expr, right: _Expr, missing: Value, mirrored: bool) -> Evaluator | None:
+    """Fast closures for ``property <op> constant`` (``constant <op'> property`` when mirrored); ``missing`` is the
+    answer when the property is missing."""
     c = right.value
     if left.kind is not _Kind.PROP or not right.folded or c is None:
         return None
     name = left.name
     if isinstance(c, bool):
+        if mirrored:  # TRUE = a: RocketMQ casts the property's string to a Boolean, which throws
+
+            def cast_error(p: Props) -> Value:
+                if p.get(name) is None:
+                    return missing
+                raise _Unconvertible
+
+            return cast_error
         want = c if op == "=" else not c
         return lambda p: missing if (v := p.get(name)) is None else (v.lower() == "true") is want
     if isinstance(c, str):
         equal = op == "="  # only = and <> reach here: ordering a string literal is a compile error
         return lambda p: missing if (v := p.get(name)) is None else (v == c) is equal
-    conv = _to_long if isinstance(c, int) else _to_double
+    conv: Callable[[str], int | float | None] = _to_long if isinstance(c, int) else _to_double
     cmp = _OPS[op]
 
     def number(p: Props) -> Value:
@@ -320,7 +349,9 @@ def _specialized(op: str, left: _Expr, right: _Expr, missing: Value) -> Evaluato
         if v is None:
             return missing
         n = conv(v)
-        return None if n is None else cmp(n, c)
+        if n is None:
+            raise _Unconvertible
+        return cmp(n, c)
 
     return number
 
@@ -334,7 +365,7 @@ def _compare(op: str, left: _Expr, right: _Expr, pos: int) -> _Expr:
     # is, TRUE when both are; <> is its negation. Ordering comparisons are unknown when either side is NULL.
     equal = op == "="
     right_null = None if op in _REL_OPS else not equal
-    fn = _specialized(op, left, right, None) or _specialized(_MIRROR[op], right, left, right_null)
+    fn = _specialized(op, left, right, None, False) or _specialized(_MIRROR[op], right, left, right_null, True)
     if fn is not None:
         return _Expr(_Kind.PRED, fn, pos, max(left.depth, right.depth) + 1)
     if op in _REL_OPS:
@@ -565,7 +596,10 @@ def compile_sql92(expr: str) -> Predicate:
         raise FilterSyntaxError("expression is too deeply nested", 0) from None
 
     def matches(properties: Props) -> bool:
-        return fn(properties) is True
+        try:
+            return fn(properties) is True
+        except _Unconvertible:  # RocketMQ's evaluation throws: the broker does not deliver the message
+            return False
 
     return matches
 

@@ -69,6 +69,30 @@ ERRORS: list[tuple[str, dict[str, str], str]] = [
     ('5 <> (b > 1)', {'b': '2'}, 'T'),
 ]
 
+# An integer literal that fits an int (5, 5L, -5) converts the property with Integer.valueOf, a bigger one with
+# Long.valueOf (-2147483648 is the negation of a long)
+INT_RANGE: list[tuple[str, dict[str, str], str]] = [
+    ('a = 5', {'a': '3000000000'}, 'E'),
+    ('a <> 5', {'a': '3000000000'}, 'E'),
+    ('a > 5', {'a': '3000000000'}, 'E'),
+    ('a = 5L', {'a': '3000000000'}, 'E'),
+    ('a > 3000000000', {'a': '5'}, 'F'),
+    ('a < 3000000000', {'a': '3000000000'}, 'F'),
+    ('a = 2147483647', {'a': '2147483647'}, 'T'),
+    ('a < 2147483647', {'a': '2147483648'}, 'E'),
+    ('a > -5', {'a': '-2147483648'}, 'F'),
+    ('a > -5', {'a': '-2147483649'}, 'E'),
+    ('a = -2147483648', {'a': '-2147483649'}, 'F'),
+    ('a = -2147483648', {'a': '-2147483648'}, 'T'),
+    ('a = -2147483647', {'a': '-2147483648'}, 'F'),
+    ('a BETWEEN 1 AND 3000000000', {'a': '3000000000'}, 'E'),
+    ('a BETWEEN 1 AND 3000000000', {'a': '5'}, 'T'),
+    ('5 = a OR TRUE', {'a': '9223372036854775807'}, 'E'),
+    ('a = 9223372036854775807', {'a': '9223372036854775807'}, 'T'),
+    ('a = 5', {'a': '+\uff15'}, 'T'),
+    ('a > 5', {'a': '\uff13\uff13\uff13\uff13\uff13\uff13\uff13\uff13\uff13\uff13'}, 'E'),
+]
+
 
 def rocketmq_result(expr: str, props: dict[str, str]) -> str:
     """The row's letter as cometmq computes it, from what the broker would deliver."""
@@ -82,4 +106,9 @@ def rocketmq_result(expr: str, props: dict[str, str]) -> str:
 
 @pytest.mark.parametrize(("expr", "props", "want"), ERRORS)
 def test_evaluation_errors(expr: str, props: dict[str, str], want: str) -> None:
+    assert rocketmq_result(expr, props) == want
+
+
+@pytest.mark.parametrize(("expr", "props", "want"), INT_RANGE)
+def test_int_and_long_range(expr: str, props: dict[str, str], want: str) -> None:
     assert rocketmq_result(expr, props) == want

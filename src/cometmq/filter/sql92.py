@@ -16,7 +16,8 @@ Grammar (RocketMQ's JMS-selector subset; keywords case-insensitive; ``--`` line 
 As in RocketMQ, prefix NOT binds tighter than comparisons, so ``NOT a > 5`` is rejected (write
 ``NOT (a > 5)``). Evaluation uses three-valued logic (``None`` = unknown); a message matches only
 when the whole expression is TRUE. Property values are strings, converted like RocketMQ does:
-against an integer literal with ``Long.valueOf`` rules (any decimal digit of the BMP, fullwidth ones too),
+against an integer literal with ``Integer.valueOf`` rules when the literal fits an int and ``Long.valueOf`` ones
+otherwise (any decimal digit of the BMP, fullwidth ones too; so '3000000000' does not convert against ``5``),
 against a decimal with ``Double.valueOf`` rules (ASCII digits only), against TRUE/FALSE with
 ``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. Literal strings, booleans and NULL
 are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
@@ -142,6 +143,16 @@ class _Unconvertible(Exception):
     rest of the expression says (the broker logs the error and skips the message)."""
 
 
+_INT_MIN: Final = -(2**31)
+_INT_MAX: Final = 2**31 - 1
+
+
+def _int_typed(c: int) -> bool:
+    """Whether an integer constant is an Integer to RocketMQ, not a Long: a literal that fits an int, or its
+    negation (-2147483648 is the negation of a long)."""
+    return -_INT_MAX <= c <= _INT_MAX
+
+
 def _to_long(s: str) -> int | None:
     """``Long.valueOf`` on a property value; None when it would throw."""
     if s.isdigit() and s.isascii() and len(s) < 19:
@@ -156,6 +167,15 @@ def _to_long(s: str) -> int | None:
         return None
     n = -int(digits) if s[0] == "-" else int(digits)
     return n if _LONG_MIN <= n <= _LONG_MAX else None
+
+
+def _to_int(s: str) -> int | None:
+    """``Integer.valueOf`` on a property value (RocketMQ's conversion against an integer literal that fits an
+    int); None when it would throw."""
+    if s.isdigit() and s.isascii() and len(s) < 10:
+        return int(s)
+    n = _to_long(s)
+    return n if n is not None and _INT_MIN <= n <= _INT_MAX else None
 
 
 def _to_double(s: str) -> float | None:
@@ -174,7 +194,7 @@ def _convert(s: str, like: Value) -> Value:
         return s.lower() == "true"
     n: int | float | None
     if isinstance(like, int):
-        n = _to_long(s)
+        n = _to_int(s) if _int_typed(like) else _to_long(s)
     elif isinstance(like, float):
         n = _to_double(s)
     else:
@@ -341,7 +361,11 @@ def _specialized(op: str, left: _Expr, right: _Expr, missing: Value, mirrored: b
     if isinstance(c, str):
         equal = op == "="  # only = and <> reach here: ordering a string literal is a compile error
         return lambda p: missing if (v := p.get(name)) is None else (v == c) is equal
-    conv: Callable[[str], int | float | None] = _to_long if isinstance(c, int) else _to_double
+    conv: Callable[[str], int | float | None]
+    if isinstance(c, int):  # Integer.valueOf for a literal that fits an int, Long.valueOf for a bigger one
+        conv = _to_int if _int_typed(c) else _to_long
+    else:
+        conv = _to_double
     cmp = _OPS[op]
 
     def number(p: Props) -> Value:

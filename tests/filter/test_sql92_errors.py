@@ -93,6 +93,43 @@ INT_RANGE: list[tuple[str, dict[str, str], str]] = [
     ('a > 5', {'a': '\uff13\uff13\uff13\uff13\uff13\uff13\uff13\uff13\uff13\uff13'}, 'E'),
 ]
 
+# Doubles: Double.compareTo's order (NaN above every number and equal to itself, -0.0 below 0.0), Double.valueOf's
+# hexadecimal forms, and an integer meeting a double compared as a double
+DOUBLES: list[tuple[str, dict[str, str], str]] = [
+    ('a > 2.5', {'a': 'NaN'}, 'T'),
+    ('a >= 2.5', {'a': 'NaN'}, 'T'),
+    ('a < 2.5', {'a': 'NaN'}, 'F'),
+    ('a <= 2.5', {'a': 'NaN'}, 'F'),
+    ('a = 2.5', {'a': 'NaN'}, 'F'),
+    ('a <> 2.5', {'a': 'NaN'}, 'T'),
+    ('2.5 < a', {'a': 'NaN'}, 'T'),
+    ('2.5 >= a', {'a': 'NaN'}, 'F'),
+    ('a > 2.5', {'a': '-NaN'}, 'T'),
+    ('a BETWEEN 1.5 AND 2.5', {'a': 'NaN'}, 'F'),
+    ('a NOT BETWEEN 1.5 AND 2.5', {'a': 'NaN'}, 'T'),
+    ('a > 1.5', {'a': 'Infinity'}, 'T'),
+    ('a < -1.5', {'a': '-Infinity'}, 'T'),
+    ('a > b', {'a': 'NaN', 'b': 'Infinity'}, 'T'),
+    ('a >= b', {'a': 'NaN', 'b': 'NaN'}, 'T'),
+    ('a < b', {'a': 'NaN', 'b': '1'}, 'F'),
+    ('a > b', {'a': '0.0', 'b': '-0.0'}, 'T'),
+    ('a >= b', {'a': '-0', 'b': '0'}, 'F'),
+    ('a <= b', {'a': '0', 'b': '-0.0'}, 'F'),
+    ('a = 8.0', {'a': '0x1p3'}, 'T'),
+    ('a = 3.0', {'a': '0X1.8P1'}, 'T'),
+    ('a = 0.5', {'a': ' -0x.8p0d '}, 'F'),
+    ('a > 2.5', {'a': '0x10'}, 'E'),
+    ('a > 2.5', {'a': '0x1p99999'}, 'T'),
+    ('a < -2.5', {'a': '-0x1.0P+2000'}, 'T'),
+    ('a < 1.5', {'a': '0x1p-99999'}, 'T'),
+    ('a = 1.5', {'a': '0x1.8p0f'}, 'T'),
+    ('a > 2.5', {'a': '0x1g'}, 'E'),
+    ('a = 8.0', {'a': '+0x8p0'}, 'T'),
+    ('a = 5', {'a': '0x5'}, 'E'),
+    ('9007199254740993 = 9007199254740992.0', {}, 'T'),
+    ('9007199254740993 > 9007199254740992.0', {}, 'F'),
+]
+
 
 def rocketmq_result(expr: str, props: dict[str, str]) -> str:
     """The row's letter as cometmq computes it, from what the broker would deliver."""
@@ -111,4 +148,9 @@ def test_evaluation_errors(expr: str, props: dict[str, str], want: str) -> None:
 
 @pytest.mark.parametrize(("expr", "props", "want"), INT_RANGE)
 def test_int_and_long_range(expr: str, props: dict[str, str], want: str) -> None:
+    assert rocketmq_result(expr, props) == want
+
+
+@pytest.mark.parametrize(("expr", "props", "want"), DOUBLES)
+def test_doubles(expr: str, props: dict[str, str], want: str) -> None:
     assert rocketmq_result(expr, props) == want

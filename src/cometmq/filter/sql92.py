@@ -18,9 +18,10 @@ As in RocketMQ, prefix NOT binds tighter than comparisons, so ``NOT a > 5`` is r
 when the whole expression is TRUE. Property values are strings, converted like RocketMQ does:
 against an integer literal with ``Integer.valueOf`` rules when the literal fits an int and ``Long.valueOf`` ones
 otherwise (any decimal digit of the BMP, fullwidth ones too; so '3000000000' does not convert against ``5``),
-against a decimal with ``Double.valueOf`` rules (ASCII digits only), against TRUE/FALSE with
-``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. Literal strings, booleans and NULL
-are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
+against a decimal with ``Double.valueOf`` rules (ASCII digits only, hexadecimal forms such as ``0x1p3`` too),
+against TRUE/FALSE with ``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles, and doubles
+order as ``Double.compareTo`` does (NaN above every number and equal to itself, -0.0 below 0.0). Literal
+strings, booleans and NULL are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
 
 Where RocketMQ's evaluation throws, the message does not match, whatever the rest of the expression says (its
 broker logs the error and skips the message): a property that does not convert (``a = 5 OR TRUE`` takes no
@@ -45,12 +46,13 @@ The package docstring (cometmq.filter) lists the few deliberate differences from
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 from cometmq.common.java_text import JAVA_TRIM
 from cometmq.common.memo import cached_by_length
@@ -136,6 +138,7 @@ def _tokenize(text: str) -> list[_Token]:
 _LONG_RE: Final = re.compile(r"[+-]?[0-9]+")
 _UNICODE_LONG_RE: Final = re.compile(r"[+-]?(?:(?![\U00010000-\U0010ffff])\d)+")  # \d: Unicode category Nd
 _DOUBLE_RE: Final = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
+_HEX_DOUBLE_RE: Final = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?")
 
 
 class _Unconvertible(Exception):
@@ -179,13 +182,19 @@ def _to_int(s: str) -> int | None:
 
 
 def _to_double(s: str) -> float | None:
-    """``Double.valueOf`` on a property value (decimal forms, NaN, Infinity); None when it would throw."""
+    """``Double.valueOf`` on a property value (decimal and hexadecimal forms, NaN, Infinity); None when it would
+    throw."""
     if s.isdigit() and s.isascii():
         return float(s)
     t = s.strip(JAVA_TRIM)
-    if _DOUBLE_RE.fullmatch(t) is None:
+    if _DOUBLE_RE.fullmatch(t) is not None:
+        return float(t[:-1] if t[-1] in "fFdD" else t)
+    if _HEX_DOUBLE_RE.fullmatch(t) is None:
         return None
-    return float(t[:-1] if t[-1] in "fFdD" else t)
+    try:  # float.fromhex rounds as Double.valueOf does, and takes any exponent
+        return float.fromhex(t[:-1] if t[-1] in "fFdD" else t)
+    except OverflowError:
+        return float("-inf") if t[0] == "-" else float("inf")
 
 
 def _convert(s: str, like: Value) -> Value:
@@ -204,6 +213,18 @@ def _convert(s: str, like: Value) -> Value:
     return n
 
 
+def _java_order(x: float) -> tuple[int, float, float]:
+    """A sort key in ``Double.compareTo``'s order: -0.0 below 0.0, NaN above everything and equal to itself."""
+    return (1, 0.0, 0.0) if x != x else (0, x, math.copysign(1.0, x))
+
+
+def _doubles(a: float, b: float) -> tuple[Any, Any]:
+    """Two doubles as RocketMQ compares them (``Double.compareTo``)."""
+    if a != a or b != b or a == b == 0:
+        return _java_order(a), _java_order(b)
+    return a, b
+
+
 def _pair(lv: Value, rv: Value, relational: bool) -> tuple[Any, Any] | None:
     """Bring two runtime values to comparable form as RocketMQ does; None when one is NULL (unknown). Raises
     _Unconvertible where RocketMQ's evaluation throws."""
@@ -214,7 +235,11 @@ def _pair(lv: Value, rv: Value, relational: bool) -> tuple[Any, Any] | None:
             a, b = _to_double(lv), _to_double(rv)  # ordering two strings: both as doubles
             if a is None or b is None:
                 raise _Unconvertible
+            if a != a or b != b or a == b == 0:  # _doubles, inlined
+                return _java_order(a), _java_order(b)
             return a, b
+        if type(lv) is float:
+            return _doubles(lv, cast(float, rv))
         return lv, rv
     if isinstance(lv, str):
         lv = _convert(lv, rv)
@@ -224,6 +249,9 @@ def _pair(lv: Value, rv: Value, relational: bool) -> tuple[Any, Any] | None:
         rv = _convert(rv, lv)
     elif isinstance(lv, bool) or isinstance(rv, bool):
         return 0, 1  # Boolean vs Number: RocketMQ's comparator answers -1
+    if isinstance(lv, float) or isinstance(rv, float):  # an Integer or Long meeting a Double becomes a Double
+        assert isinstance(lv, int | float) and isinstance(rv, int | float)
+        return _doubles(float(lv), float(rv))
     return lv, rv
 
 
@@ -366,6 +394,19 @@ def _specialized(op: str, left: _Expr, right: _Expr, missing: Value, mirrored: b
         conv = _to_int if _int_typed(c) else _to_long
     else:
         conv = _to_double
+        if op in (">", ">="):  # Double.compareTo puts NaN above every number: NaN > c holds
+            below = operator.le if op == ">" else operator.lt
+
+            def above(p: Props) -> Value:
+                v = p.get(name)
+                if v is None:
+                    return missing
+                n = conv(v)
+                if n is None:
+                    raise _Unconvertible
+                return not below(n, c)
+
+            return above
     cmp = _OPS[op]
 
     def number(p: Props) -> Value:

@@ -16,11 +16,19 @@ Grammar (RocketMQ's JMS-selector subset; keywords case-insensitive; ``--`` line 
 As in RocketMQ, prefix NOT binds tighter than comparisons, so ``NOT a > 5`` is rejected (write
 ``NOT (a > 5)``). Evaluation uses three-valued logic (``None`` = unknown); a message matches only
 when the whole expression is TRUE. Property values are strings, converted like RocketMQ does:
-against an integer literal with ``Long.valueOf`` rules (any decimal digit of the BMP, fullwidth ones too),
-against a decimal with ``Double.valueOf`` rules (ASCII digits only), against TRUE/FALSE with
-``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles. A failed conversion makes the
-comparison unknown. Literal strings, booleans and NULL are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at
-compile time, as in RocketMQ.
+against an integer literal with ``Integer.valueOf`` rules when the literal fits an int and ``Long.valueOf`` ones
+otherwise (any decimal digit of the BMP, fullwidth ones too; so '3000000000' does not convert against ``5``),
+against a decimal with ``Double.valueOf`` rules (ASCII digits only, hexadecimal forms such as ``0x1p3`` too),
+against TRUE/FALSE with ``Boolean.valueOf``; ``>``/``<`` between two strings parses both as doubles, and doubles
+order as ``Double.compareTo`` does (NaN above every number and equal to itself, -0.0 below 0.0). Literal
+strings, booleans and NULL are rejected by ``>``/``>=``/``<``/``<=``/BETWEEN at compile time, as in RocketMQ.
+
+Where RocketMQ's evaluation throws, the message does not match, whatever the rest of the expression says (its
+broker logs the error and skips the message): a property that does not convert (``a = 5 OR TRUE`` takes no
+message whose ``a`` is 'x'), and a boolean on the left of ``=``/``<>`` with a string on the right (``TRUE = a``,
+``(b > 1) <> a`` with ``a`` present: RocketMQ casts the string to a Boolean). As in RocketMQ, AND and OR
+evaluate left to right and stop at the first operand that decides them, so ``TRUE OR a = 5`` matches whatever
+``a`` is, and ``=`` evaluates both sides, ``>`` and the like stop at a NULL left side.
 
 NULL (a missing property, or a value that is NULL: ``-a`` of a non-number, an unknown condition) follows
 RocketMQ exactly, lopsided as it is:
@@ -38,12 +46,13 @@ The package docstring (cometmq.filter) lists the few deliberate differences from
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 from cometmq.common.java_text import JAVA_TRIM
 from cometmq.common.memo import cached_by_length
@@ -129,6 +138,22 @@ def _tokenize(text: str) -> list[_Token]:
 _LONG_RE: Final = re.compile(r"[+-]?[0-9]+")
 _UNICODE_LONG_RE: Final = re.compile(r"[+-]?(?:(?![\U00010000-\U0010ffff])\d)+")  # \d: Unicode category Nd
 _DOUBLE_RE: Final = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
+_HEX_DOUBLE_RE: Final = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?")
+
+
+class _Unconvertible(Exception):
+    """RocketMQ's evaluation throws (a value that does not convert): the message does not match, whatever the
+    rest of the expression says (the broker logs the error and skips the message)."""
+
+
+_INT_MIN: Final = -(2**31)
+_INT_MAX: Final = 2**31 - 1
+
+
+def _int_typed(c: int) -> bool:
+    """Whether an integer constant is an Integer to RocketMQ, not a Long: a literal that fits an int, or its
+    negation (-2147483648 is the negation of a long)."""
+    return -_INT_MAX <= c <= _INT_MAX
 
 
 def _to_long(s: str) -> int | None:
@@ -147,43 +172,86 @@ def _to_long(s: str) -> int | None:
     return n if _LONG_MIN <= n <= _LONG_MAX else None
 
 
+def _to_int(s: str) -> int | None:
+    """``Integer.valueOf`` on a property value (RocketMQ's conversion against an integer literal that fits an
+    int); None when it would throw."""
+    if s.isdigit() and s.isascii() and len(s) < 10:
+        return int(s)
+    n = _to_long(s)
+    return n if n is not None and _INT_MIN <= n <= _INT_MAX else None
+
+
 def _to_double(s: str) -> float | None:
-    """``Double.valueOf`` on a property value (decimal forms, NaN, Infinity); None when it would throw."""
+    """``Double.valueOf`` on a property value (decimal and hexadecimal forms, NaN, Infinity); None when it would
+    throw."""
     if s.isdigit() and s.isascii():
         return float(s)
     t = s.strip(JAVA_TRIM)
-    if _DOUBLE_RE.fullmatch(t) is None:
+    if _DOUBLE_RE.fullmatch(t) is not None:
+        return float(t[:-1] if t[-1] in "fFdD" else t)
+    if _HEX_DOUBLE_RE.fullmatch(t) is None:
         return None
-    return float(t[:-1] if t[-1] in "fFdD" else t)
+    try:  # float.fromhex rounds as Double.valueOf does, and takes any exponent
+        return float.fromhex(t[:-1] if t[-1] in "fFdD" else t)
+    except OverflowError:
+        return float("-inf") if t[0] == "-" else float("inf")
 
 
 def _convert(s: str, like: Value) -> Value:
+    """A string converted as RocketMQ does for a comparison with ``like``; raises _Unconvertible when it throws."""
     if isinstance(like, bool):
         return s.lower() == "true"
+    n: int | float | None
     if isinstance(like, int):
-        return _to_long(s)
-    if isinstance(like, float):
-        return _to_double(s)
-    return s
+        n = _to_int(s) if _int_typed(like) else _to_long(s)
+    elif isinstance(like, float):
+        n = _to_double(s)
+    else:
+        return s
+    if n is None:
+        raise _Unconvertible
+    return n
+
+
+def _java_order(x: float) -> tuple[int, float, float]:
+    """A sort key in ``Double.compareTo``'s order: -0.0 below 0.0, NaN above everything and equal to itself."""
+    return (1, 0.0, 0.0) if x != x else (0, x, math.copysign(1.0, x))
+
+
+def _doubles(a: float, b: float) -> tuple[Any, Any]:
+    """Two doubles as RocketMQ compares them (``Double.compareTo``)."""
+    if a != a or b != b or a == b == 0:
+        return _java_order(a), _java_order(b)
+    return a, b
 
 
 def _pair(lv: Value, rv: Value, relational: bool) -> tuple[Any, Any] | None:
-    """Bring two runtime values to comparable form as RocketMQ does; None means unknown."""
+    """Bring two runtime values to comparable form as RocketMQ does; None when one is NULL (unknown). Raises
+    _Unconvertible where RocketMQ's evaluation throws."""
     if lv is None or rv is None:
         return None
     if type(lv) is type(rv):
         if relational and isinstance(lv, str) and isinstance(rv, str):
-            a, b = _to_double(lv), _to_double(rv)
-            return None if a is None or b is None else (a, b)
+            a, b = _to_double(lv), _to_double(rv)  # ordering two strings: both as doubles
+            if a is None or b is None:
+                raise _Unconvertible
+            if a != a or b != b or a == b == 0:  # _doubles, inlined
+                return _java_order(a), _java_order(b)
+            return a, b
+        if type(lv) is float:
+            return _doubles(lv, cast(float, rv))
         return lv, rv
     if isinstance(lv, str):
-        c = _convert(lv, rv)
-        return None if c is None else (c, rv)
-    if isinstance(rv, str):
-        c = _convert(rv, lv)
-        return None if c is None else (lv, c)
-    if isinstance(lv, bool) or isinstance(rv, bool):
+        lv = _convert(lv, rv)
+    elif isinstance(rv, str):
+        if isinstance(lv, bool):  # RocketMQ casts the string to a Boolean here, and that throws
+            raise _Unconvertible
+        rv = _convert(rv, lv)
+    elif isinstance(lv, bool) or isinstance(rv, bool):
         return 0, 1  # Boolean vs Number: RocketMQ's comparator answers -1
+    if isinstance(lv, float) or isinstance(rv, float):  # an Integer or Long meeting a Double becomes a Double
+        assert isinstance(lv, int | float) and isinstance(rv, int | float)
+        return _doubles(float(lv), float(rv))
     return lv, rv
 
 
@@ -300,19 +368,45 @@ def _check_operand(e: _Expr, op: str) -> None:
                                 "than comparisons: write NOT (...))", e.pos)
 
 
-def _specialized(op: str, left: _Expr, right: _Expr, missing: Value) -> Evaluator | None:
-    """Fast closures for ``property <op> constant``; ``missing`` is the answer when the property is missing."""
+def _specialized(op: str, left: _Expr, right: _Expr, missing: Value, mirrored: bool) -> Evaluator | None:
+    """Fast closures for ``property <op> constant`` (``constant <op'> property`` when mirrored); ``missing`` is the
+    answer when the property is missing."""
     c = right.value
     if left.kind is not _Kind.PROP or not right.folded or c is None:
         return None
     name = left.name
     if isinstance(c, bool):
+        if mirrored:  # TRUE = a: RocketMQ casts the property's string to a Boolean, which throws
+
+            def cast_error(p: Props) -> Value:
+                if p.get(name) is None:
+                    return missing
+                raise _Unconvertible
+
+            return cast_error
         want = c if op == "=" else not c
         return lambda p: missing if (v := p.get(name)) is None else (v.lower() == "true") is want
     if isinstance(c, str):
         equal = op == "="  # only = and <> reach here: ordering a string literal is a compile error
         return lambda p: missing if (v := p.get(name)) is None else (v == c) is equal
-    conv = _to_long if isinstance(c, int) else _to_double
+    conv: Callable[[str], int | float | None]
+    if isinstance(c, int):  # Integer.valueOf for a literal that fits an int, Long.valueOf for a bigger one
+        conv = _to_int if _int_typed(c) else _to_long
+    else:
+        conv = _to_double
+        if op in (">", ">="):  # Double.compareTo puts NaN above every number: NaN > c holds
+            below = operator.le if op == ">" else operator.lt
+
+            def above(p: Props) -> Value:
+                v = p.get(name)
+                if v is None:
+                    return missing
+                n = conv(v)
+                if n is None:
+                    raise _Unconvertible
+                return not below(n, c)
+
+            return above
     cmp = _OPS[op]
 
     def number(p: Props) -> Value:
@@ -320,7 +414,9 @@ def _specialized(op: str, left: _Expr, right: _Expr, missing: Value) -> Evaluato
         if v is None:
             return missing
         n = conv(v)
-        return None if n is None else cmp(n, c)
+        if n is None:
+            raise _Unconvertible
+        return cmp(n, c)
 
     return number
 
@@ -334,7 +430,7 @@ def _compare(op: str, left: _Expr, right: _Expr, pos: int) -> _Expr:
     # is, TRUE when both are; <> is its negation. Ordering comparisons are unknown when either side is NULL.
     equal = op == "="
     right_null = None if op in _REL_OPS else not equal
-    fn = _specialized(op, left, right, None) or _specialized(_MIRROR[op], right, left, right_null)
+    fn = _specialized(op, left, right, None, False) or _specialized(_MIRROR[op], right, left, right_null, True)
     if fn is not None:
         return _Expr(_Kind.PRED, fn, pos, max(left.depth, right.depth) + 1)
     if op in _REL_OPS:
@@ -565,7 +661,10 @@ def compile_sql92(expr: str) -> Predicate:
         raise FilterSyntaxError("expression is too deeply nested", 0) from None
 
     def matches(properties: Props) -> bool:
-        return fn(properties) is True
+        try:
+            return fn(properties) is True
+        except _Unconvertible:  # RocketMQ's evaluation throws: the broker does not deliver the message
+            return False
 
     return matches
 

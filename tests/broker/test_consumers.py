@@ -459,3 +459,26 @@ async def test_a_send_back_naming_another_topic_than_its_messages_is_refused_wit
         "group": "G", "offset": mine, "delayLevel": -1, "originTopic": "Mine"}))
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert b.store.max_offset("%DLQ%G", 0) == 1
+
+
+async def test_a_deleted_topic_is_durable_when_its_deletion_is_answered(start_broker: StartBroker,
+                                                                        client: RemotingClient) -> None:
+    """Recovery after a crash re-dispatches the log from the checkpoint's dispatched offset, which the deleted
+    topic's unflushed queue units held back; its consumers' offsets were flushed every few seconds. A crash soon
+    after DELETE_TOPIC_IN_BROKER brought both back (its old messages redelivered under the name). The answer now
+    comes after the offsets are written and a thorough pass moved the checkpoint past the log's end."""
+    from cometmq.store.checkpoint import Checkpoint
+
+    b = await start_broker(store_flush_interval_consume_queue_ms=3_600_000)  # no periodic pass meanwhile
+    await create_topics(client, b.addr, "Gone")
+    for i in range(5):
+        assert (await client.invoke(b.addr, send_request("Gone", b"m%d" % i))).code == ResponseCode.SUCCESS
+    b.offsets.commit("g", "Gone", 0, 3)
+    end = b.store.commitlog.max_offset
+    before = Checkpoint.load(b.store.checkpoint_file)
+    assert before is None or before.dispatched_offset < end
+    r = await client.invoke(b.addr, make_request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Gone"}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    after = Checkpoint.load(b.store.checkpoint_file)
+    assert after is not None and after.dispatched_offset >= end
+    assert "Gone@g" not in json.loads(b.offsets.path.read_bytes())["offsetTable"]

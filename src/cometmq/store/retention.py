@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -38,19 +39,44 @@ class MaintenanceService(ServiceThread):
         #: passes that flushed something, and the thorough ones among them
         self.passes = 0
         self.thorough_passes = 0
+        #: callers of ``checkpoint_now`` waiting for a thorough pass (one that began after they asked)
+        self._forced: list[threading.Event] = []
+        self._forced_lock = threading.Lock()
+
+    def checkpoint_now(self, timeout_s: float) -> bool:
+        """Run a thorough pass (every dirty queue flushed, the checkpoint written) in this service's thread, as the
+        next one, and wait for it; False when it did not end within ``timeout_s`` (or the service is not running).
+        A topic deleted must not come back from the log at a restart after a crash: recovery re-dispatches what the
+        checkpoint has not passed, and the checkpoint is held back by units of the queues just deleted."""
+        done = threading.Event()
+        with self._forced_lock:
+            self._forced.append(done)
+        self.wakeup()
+        return done.wait(timeout_s)
 
     def run_once(self) -> None:
+        with self._forced_lock:
+            forced, self._forced = self._forced, []
+        try:
+            self._pass(forced=bool(forced))
+        finally:
+            for done in forced:
+                done.set()
+
+    def _pass(self, *, forced: bool) -> None:
         store = self.store
         cfg = store.config
+        if forced and store.index_builder is not None:
+            store.index_builder.drain()  # (the checkpoint claims no more than is indexed)
         if store.reput.stalled is not None:  # a full disk stopped the dispatch: go on if it can now
             with store.lock:
                 store.reput.retry()
         now = self._monotonic()
-        thorough = now - self._last_thorough >= cfg.flush_consume_queue_thorough_interval_ms / 1000
+        thorough = forced or now - self._last_thorough >= cfg.flush_consume_queue_thorough_interval_ms / 1000
         index = thorough or now - self._last_index >= cfg.flush_interval_index_ms / 1000
         state = (store.reput.reput_offset, store.flushed_offset)
-        if state == self._saved and not (thorough and store.dirty_queues) and not store.cq_mappings.pending \
-                and not (index and self._index_behind):
+        if not forced and state == self._saved and not (thorough and store.dirty_queues) \
+                and not store.cq_mappings.pending and not (index and self._index_behind):
             # Nothing new; queues left dirty below the threshold wait for the thorough pass. The first such pass
             # after writes drops the index's pages from the mapping (slots written at random stay mapped while
             # keys keep coming).

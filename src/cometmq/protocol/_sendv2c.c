@@ -166,9 +166,9 @@ static int parse_int(parser *ps, long long *out) {
     const unsigned char *d = p;
     long long v = 0;
     while (p < end && *p >= '0' && *p <= '9') {
+        if (p - d >= 18) return -1; /* a 19th digit: not taken (and v * 10 would overflow) */
         v = v * 10 + (*p - '0');
         p++;
-        if (p - d > 18) return -1;
     }
     if (p == d || (*d == '0' && p - d > 1)) return -1;
     if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return -1;

@@ -656,11 +656,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         const unsigned char *r = rec->start;
         qid[i] = (int32_t)be32(r + QUEUE_ID_POS);
         qoff[i] = (int64_t)be64(r + QUEUE_OFFSET_POS);
-        born[i] = (int64_t)be64(r + BORN_TIMESTAMP_POS) * 1000;
+        born[i] = (int64_t)(be64(r + BORN_TIMESTAMP_POS) * 1000u); /* (wraps as the reference's numpy product) */
         /* The fields an IPv6 host moves, written for a constant layout in the common case (fixed offsets). */
 #define MOVED_FIELDS(layout)                                                                                     \
     do {                                                                                                         \
-        store[i] = (int64_t)be64(r + (layout)->store_timestamp) * 1000;                                        \
+        store[i] = (int64_t)(be64(r + (layout)->store_timestamp) * 1000u);                                     \
         rc[i] = (int32_t)be32(r + (layout)->reconsume_times);                                                  \
         memcpy(bdata + bo, r + (layout)->body_at, (size_t)rec->body_len);                                      \
         if (rec->at[2] == NULL) { /* the offset message id: store host and commit-log offset in hex */         \

@@ -137,6 +137,29 @@ def test_pages_need_a_login_and_a_wrong_password_is_refused(browser: Any, secure
     assert _request(secured + f"/topics/{TOPIC}/delete", {"confirm": "yes"}, origin=secured)[0] == 401
 
 
+def test_the_page_after_the_login_is_never_another_site(browser: Any, cluster: dict[str, Any], secured: str,
+                                                       data: None) -> None:
+    """``next`` (where the login goes back to) refused '//host' and backslashes but let a tab or a newline through:
+    '/<TAB>/host/' (``?next=/%09/host/`` in a link) was sent as the Location after the login, and the browser,
+    which drops tabs and newlines from URLs, went to //host/: a link to the real dashboard's login led the user,
+    once logged in, to another site (a look-alike asking for the password again). Such a ``next`` now goes to
+    /cluster."""
+    from selenium.webdriver.common.by import By
+
+    other = urllib.parse.urlsplit(cluster["url"]).netloc  # another site: here the open dashboard's port
+    for bad in (f"/\t/{other}/topics", f"/\n/{other}/topics", f"/\r\n/{other}/topics"):
+        browser.delete_all_cookies()
+        open_page(browser, secured + "/login?" + urllib.parse.urlencode({"next": bad}))
+        browser.find_element(By.ID, "username").send_keys(ADMIN)
+        browser.find_element(By.ID, "password").send_keys(ADMIN_PW)
+        browser.find_element(By.ID, "login").click()
+        wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#user, #topics, body"))
+        time.sleep(0.5)
+        assert browser.current_url == secured + "/cluster", (repr(bad), browser.current_url)
+        assert browser.find_elements(By.ID, "user")
+        logout(browser)
+
+
 def test_failed_logins_are_throttled(cluster: dict[str, Any], users_file: str, data: None) -> None:
     board, url = _dashboard(cluster, users_file, "throttled")  # its own: this test locks 127.0.0.1 out
     try:

@@ -225,9 +225,11 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 # -- login ------------------------------------------------------------------------------------------------------
 def _safe_next(value: str | None) -> str:
-    """A local path to go back to after the login (never another site: no scheme, no '//', no backslash)."""
+    """A local path to go back to after the login (never another site: no scheme, no '//', no backslash, no
+    control character: browsers drop tabs and newlines from a Location, so '/<TAB>/host' goes to //host)."""
     v = (value or "").strip()
-    if not v.startswith("/") or v.startswith("//") or "\\" in v or v.startswith("/login"):
+    if (not v.startswith("/") or v.startswith("//") or "\\" in v or v.startswith("/login")
+            or any(c < " " or c == "\x7f" for c in v)):
         return "/cluster"
     return v
 

@@ -295,12 +295,8 @@ async def test_a_deleted_topic_leaves_no_series_and_the_totals_stay(setup: Setup
             assert int(again[key]) == int(totals[key]) >= len(topics)
 
 
-async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
-    """The endpoint waited for a scraper to read the whole answer with no time limit: a client that asked for
-    /metrics and never read held the answer (megabytes on a large broker) and its connection for good, and many
-    such clients held as many. A scraper that has not read the answer within the time limit is now cut off."""
-    import socket
-
+async def _large_answer(setup: Setup) -> int:
+    """Offsets of 10000 groups on the broker: their lag series, ~10 MB of text; the size of the answer."""
     from cometmq.client import Admin
     from cometmq.net.client import RemotingClient
     from cometmq.protocol.codes import RequestCode
@@ -308,13 +304,22 @@ async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
 
     async with Admin(namesrv=setup.namesrv_addr) as admin:
         await admin.create_topic("IdleReader", read_queues=1)
-    async with RemotingClient() as client:  # the offsets of 10000 groups: their lag series, ~10 MB of text
+    async with RemotingClient() as client:
         for start in range(0, 10_000, 500):
             await asyncio.gather(*(client.invoke(setup.broker.addr, make_request(
                 RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": f"idle-reader-cg-{i}", "topic": "IdleReader",
                                                      "queueId": 0, "commitOffset": 0}))
                 for i in range(start, start + 500)))
-    size = len(setup.exporter.render())
+    return len(setup.exporter.render())
+
+
+async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
+    """The endpoint waited for a scraper to read the whole answer with no time limit: a client that asked for
+    /metrics and never read held the answer (megabytes on a large broker) and its connection for good, and many
+    such clients held as many. A scraper that has not read the answer within the time limit is now cut off."""
+    import socket
+
+    size = await _large_answer(setup)
     assert size > 8 << 20, size  # more than the kernel's buffers take
     setup.exporter.write_timeout = 1.0
     loop = asyncio.get_running_loop()
@@ -335,3 +340,48 @@ async def test_a_scraper_that_does_not_read_is_let_go(setup: Setup) -> None:
         assert got < size
     finally:
         sock.close()
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_scrapers_that_do_not_read_hold_a_bounded_number_of_answers(setup: Setup) -> None:
+    """Each scrape was answered at once, however many were being written: clients that asked for /metrics on many
+    connections and did not read each held a whole answer (megabytes on a large broker, for the write time limit),
+    so 32 of them held ~32 answers of the broker's memory, and more would have run it out. At most
+    ``MAX_ANSWERS`` answers are now written at once; a scrape waits for its turn (a 503 past the read time limit),
+    and the memory held is that of those answers, whatever the number of connections."""
+    import socket
+
+    from cometmq.metrics.exporter import MAX_ANSWERS
+
+    size = await _large_answer(setup)
+    assert size > 8 << 20, size
+    loop = asyncio.get_running_loop()
+    socks = []
+    base = _rss()
+    try:
+        for _ in range(32):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            socks.append(sock)
+            await loop.sock_connect(sock, ("127.0.0.1", setup.exporter.port))
+            await loop.sock_sendall(sock, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await asyncio.sleep(3.0)  # every scrape had its time to be answered; none read
+        held = _rss() - base
+        answered = []
+        for sock in socks:
+            try:
+                answered.append(len(await asyncio.wait_for(loop.sock_recv(sock, 64), 0.2)) > 0)
+            except TimeoutError:
+                answered.append(False)
+        assert sum(answered) <= MAX_ANSWERS, sum(answered)
+        assert held < 4 * MAX_ANSWERS * size, (held >> 20, size >> 20)  # (~2 copies each; 32: ~330 MB)
+    finally:
+        for sock in socks:
+            sock.close()
+    # the connections gone, the turns are free again: a scrape is answered
+    status, _, body = await asyncio.wait_for(http_get(setup.exporter.port), 30)
+    assert status == 200 and len(body) > 8 << 20

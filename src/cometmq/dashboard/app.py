@@ -8,6 +8,7 @@ handlers of its own, so the same code runs as ``cometmq dashboard`` and inside a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import ipaddress
 import logging
@@ -15,7 +16,7 @@ import math
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -53,6 +54,26 @@ class Auth:
         self.users = users
         self.sessions = sessions or Sessions()
         self.throttle = throttle or LoginThrottle()
+        #: client address -> (its login lock, the attempts holding or waiting for it)
+        self._attempts: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def attempt(self, addr: str) -> AsyncIterator[None]:
+        """One login attempt of ``addr`` at a time: the throttle's look, the password check (in a thread) and
+        the failure noted, with no other attempt of the address in between. Else attempts sent at once on many
+        connections would all pass the look before the first failure is noted, each a password guess."""
+        entry = self._attempts.get(addr)
+        if entry is None:
+            entry = self._attempts[addr] = (asyncio.Lock(), [0])
+        lock, count = entry
+        count[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            count[0] -= 1
+            if not count[0]:
+                del self._attempts[addr]
 
 
 AUTH = web.AppKey("auth", Auth)  # absent: no users file, no login
@@ -204,9 +225,11 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 # -- login ------------------------------------------------------------------------------------------------------
 def _safe_next(value: str | None) -> str:
-    """A local path to go back to after the login (never another site: no scheme, no '//', no backslash)."""
+    """A local path to go back to after the login (never another site: no scheme, no '//', no backslash, no
+    control character: browsers drop tabs and newlines from a Location, so '/<TAB>/host' goes to //host)."""
     v = (value or "").strip()
-    if not v.startswith("/") or v.startswith("//") or "\\" in v or v.startswith("/login"):
+    if (not v.startswith("/") or v.startswith("//") or "\\" in v or v.startswith("/login")
+            or any(c < " " or c == "\x7f" for c in v)):
         return "/cluster"
     return v
 
@@ -236,20 +259,21 @@ async def login(request: web.Request) -> web.StreamResponse:
         return render(request, "login.html", status=status, headers=headers, nav="login", login_page=True,
                       next=nxt, username=name, login_error=error)
 
-    wait = auth.throttle.retry_after(addr)
-    if wait > 0:
-        return page(429, f"Too many failed logins from {addr}: try again in {math.ceil(wait)} s.", wait)
-    # scrypt takes tens of ms: off the event loop (a broker's, inside a broker)
-    user = await asyncio.to_thread(auth.users.authenticate, name, password)
-    if user is None:
-        wait = auth.throttle.failed(addr)
-        log.warning("dashboard: failed login for user %r from %s%s", name[:64], addr,
-                    f" (locked out for {wait:.0f} s)" if wait else "")
+    async with auth.attempt(addr):
+        wait = auth.throttle.retry_after(addr)
         if wait > 0:
-            return page(429, f"Wrong user name or password. Too many failed logins from {addr}: try again in "
-                             f"{math.ceil(wait)} s.", wait)
-        return page(401, "Wrong user name or password.")
-    auth.throttle.succeeded(addr)
+            return page(429, f"Too many failed logins from {addr}: try again in {math.ceil(wait)} s.", wait)
+        # scrypt takes tens of ms: off the event loop (a broker's, inside a broker)
+        user = await asyncio.to_thread(auth.users.authenticate, name, password)
+        if user is None:
+            wait = auth.throttle.failed(addr)
+            log.warning("dashboard: failed login for user %r from %s%s", name[:64], addr,
+                        f" (locked out for {wait:.0f} s)" if wait else "")
+            if wait > 0:
+                return page(429, f"Wrong user name or password. Too many failed logins from {addr}: try again "
+                                 f"in {math.ceil(wait)} s.", wait)
+            return page(401, "Wrong user name or password.")
+        auth.throttle.succeeded(addr)
     token, _ = auth.sessions.issue(user)
     log.info("dashboard: %s logged in from %s", user.name, addr)
     resp = web.HTTPSeeOther(nxt)

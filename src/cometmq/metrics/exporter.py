@@ -26,6 +26,10 @@ _READ_TIMEOUT_S = 10.0
 #: a scraper has this long to read the answer: past it the connection is cut (a client that never reads would hold
 #: the answer, megabytes on a large broker, for good)
 WRITE_TIMEOUT_S = 30.0
+#: answers written at once: each is held in memory until its scraper has read it (megabytes on a large broker), so
+#: clients that ask on many connections and do not read hold this many, not one per connection. A scrape waits
+#: for its turn (Prometheus servers and dashboards scrape a few at a time), a 503 past the read time limit.
+MAX_ANSWERS = 4
 
 
 class MetricsExporter:
@@ -38,6 +42,7 @@ class MetricsExporter:
         self.registry.register(BrokerCollector(broker))
         self._server: asyncio.Server | None = None
         self.write_timeout = WRITE_TIMEOUT_S
+        self._turns = asyncio.Semaphore(MAX_ANSWERS)
 
     @property
     def addr(self) -> str:
@@ -61,6 +66,7 @@ class MetricsExporter:
         return generate_latest(self.registry)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        turn = False
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
             if len(head) > _MAX_HEAD:
@@ -70,7 +76,16 @@ class MetricsExporter:
             if method not in ("GET", "HEAD"):
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET /metrics\n"
             elif path in ("/metrics", "/"):
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.render()
+                try:
+                    await asyncio.wait_for(self._turns.acquire(), _READ_TIMEOUT_S)
+                    turn = True
+                except TimeoutError:
+                    pass
+                if turn:
+                    status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.render()
+                else:
+                    status, ctype, body = ("503 Service Unavailable", "text/plain",
+                                           f"more than {MAX_ANSWERS} scrapes at once: try again\n".encode())
             else:
                 status, ctype, body = "404 Not Found", "text/plain", b"GET /metrics\n"
             head_out = (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
@@ -86,6 +101,8 @@ class MetricsExporter:
         except Exception:
             log.exception("metrics: answering a scrape failed")
         finally:
+            if turn:
+                self._turns.release()
             writer.close()
 
 

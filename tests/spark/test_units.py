@@ -37,6 +37,7 @@ NS = {"namesrv": "127.0.0.1:9876"}
     ({**NS, "subscribe": "T", "startingOffsets": '{"U": {"b:0": 1}}'}, False, "topics that are not read: U"),
     ({**NS, "subscribe": "T", "startingOffsets": "{nope"}, False, "valid JSON"),
     ({**NS, "subscribe": "T", "minPartitions": "0"}, False, "minPartitions='0' must be at least 1"),
+    ({**NS, "subscribe": "T", "minPartitions": "2147483648"}, False, "minPartitions='2147483648' must be at most"),
     ({**NS, "subscribe": "T", "failOnDataLoss": "maybe"}, False, "failOnDataLoss='maybe'"),
     ({**NS, "subscribePattern": "("}, True, "not a regular expression"),
     ({**NS, "subscribe": "bad topic"}, False, "not a valid topic name"),

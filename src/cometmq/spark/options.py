@@ -514,8 +514,9 @@ def parse_read(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", minimum=1),
         min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay=15 * 60.0 if delay is None else delay,
-        min_partitions=_int(opts, "minPartitions", minimum=1),
-        max_records_per_partition=_int(opts, "maxRecordsPerPartition", minimum=1),
+        # (Spark's Kafka source takes an Int: a larger one also overflowed the planner's float arithmetic)
+        min_partitions=_int(opts, "minPartitions", minimum=1, maximum=2**31 - 1),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", minimum=1, maximum=2**63 - 1),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         expression=expression, expression_type=expression_type,
         include_properties=include,

@@ -9,6 +9,7 @@ epmd this module started for it), waits, and SIGKILLs what is left of the proces
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -18,13 +19,25 @@ import subprocess
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: tests.kit
-from tests.kit.ports import free_port
+
+def _test_port_picker() -> Any:
+    """tests/kit/ports.py, loaded from its file: the package tests.kit imports pytest, which the compare's own
+    virtualenv does not have (the module itself needs the standard library only)."""
+    path = Path(__file__).resolve().parents[2] / "tests" / "kit" / "ports.py"
+    spec = importlib.util.spec_from_file_location("compare_lib._ports", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+free_port: Callable[[], int] = _test_port_picker().free_port
 
 RABBIT_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")  # not /usr/sbin's wrapper, which su's to rabbitmq
 

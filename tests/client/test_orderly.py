@@ -330,6 +330,34 @@ async def test_suspend_retries_the_batch_in_place_and_an_exception_counts_as_sus
     assert committed(cluster, "sg", "Sus") == 6
 
 
+
+async def test_a_listener_raising_cancelled_error_suspends_the_queue_and_it_goes_on(cluster: Cluster) -> None:
+    """A CancelledError of the listener's own (it awaited something cancelled) is a failure like an exception: the
+    batch is consumed again after suspend_time_ms. Taken as the consumer being cancelled, it ended the queue's
+    consume task: the queue stayed locked and assigned, never consumed again."""
+    await create_topic(cluster, "OCan", 1)
+    got: list[tuple[str, int]] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        m = msgs[0]
+        got.append((m.body.decode(), m.reconsume_times))
+        if m.body == b"m1" and m.reconsume_times == 0:
+            cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            cancelled.cancel()
+            await cancelled  # raises CancelledError in the listener
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = orderly(cluster, "ocan", listener, suspend_time_ms=50)
+    c.subscribe("OCan")
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p:
+        for i in range(3):
+            await p.send(Message("OCan", f"m{i}".encode()))
+        async with c:
+            await eventually(lambda: len(got) == 4, what="4 deliveries")
+    assert got == [("m0", 0), ("m1", 0), ("m1", 1), ("m2", 0)]
+    assert c.stats.failed == 1 and c.stats.consumed == 3
+    assert committed(cluster, "ocan", "OCan") == 3
+
 async def test_commit_and_rollback_with_auto_commit_off(cluster: Cluster) -> None:
     await create_topic(cluster, "Man", 1)
     got: list[str] = []

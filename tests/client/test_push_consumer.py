@@ -475,3 +475,43 @@ async def test_subscribe_and_unsubscribe_while_running(cluster: Cluster) -> None
         await asyncio.sleep(0.1)
     assert sorted(listener.bodies) == [b"early", b"later-x", b"later-x2"]
     assert committed(cluster, "dyn", "Early") == 1  # committed when its queues were given up
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_listener_raising_cancelled_error_is_a_failure_not_a_stuck_queue(cluster: Cluster, kind: str) -> None:
+    """A listener that raises CancelledError of its own (it awaited something cancelled; a plain one called result()
+    on a cancelled concurrent future) has failed, as any exception: the message is sent back and the queue's offset
+    moves on (RocketMQ's listener calls catch every Throwable). Not taken as the consumer being cancelled, which
+    left the message in flight for good: its offset never committed, the queue held back by flow control."""
+    seen: list[tuple[bytes, int]] = []
+
+    def check(m: MessageExt) -> None:
+        seen.append((m.body, m.reconsume_times))
+        if m.body == b"x1" and m.reconsume_times == 0:
+            if kind == "sync":
+                import concurrent.futures
+
+                f: concurrent.futures.Future[None] = concurrent.futures.Future()
+                f.cancel()
+                f.result()  # raises concurrent.futures.CancelledError
+            raise asyncio.CancelledError("the listener's own")
+
+    async def async_listener(msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            check(m)
+
+    def sync_listener(msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            check(m)
+
+    await create_topic(cluster, "Cancelled", 1)
+    c = consumer(cluster, "cancelled-" + kind, async_listener if kind == "async" else sync_listener,
+                 consume_from="first", auto_commit_interval=0.05)
+    c.subscribe("Cancelled")
+    async with Producer("pg", namesrv=cluster.namesrv_addr) as p, c:
+        for i in range(3):
+            await p.send(Message("Cancelled", f"x{i}".encode()))
+        await eventually(lambda: (b"x1", 1) in seen, timeout=10, what="x1 sent back and consumed again")
+        await eventually(lambda: committed(cluster, "cancelled-" + kind, "Cancelled") == 3, what="offset past x1")
+    assert sorted(b for b, _ in seen) == [b"x0", b"x1", b"x1", b"x2"]
+    assert c.stats.failed == 1 and c.stats.retried == 1

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from cometmq.client.consume_types import ConsumeStatus
+from cometmq.client.consume_types import ConsumeStatus, task_cancelled
 from cometmq.client.message import MessageExt
 from cometmq.client.process_queue import PullRequest
 from cometmq.common.tasks import cancel_and_wait
@@ -172,7 +172,12 @@ class ConcurrentConsumeService:
                 if inspect.isawaitable(result):
                     result = await result
         except asyncio.CancelledError:
-            raise
+            if task_cancelled():
+                raise
+            # Raised on, it would leave the messages in flight for good, the queue's offset held below them.
+            log.exception("the listener of %s raised CancelledError on %d messages (first %s); they will be "
+                          "consumed again", c.group, len(msgs), msgs[0].msg_id if msgs else "-")
+            return ConsumeStatus.RECONSUME_LATER
         except Exception:
             log.exception("the listener of %s raised on %d messages (first %s); they will be consumed again",
                           c.group, len(msgs), msgs[0].msg_id if msgs else "-")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import time
@@ -17,6 +18,15 @@ from cometmq.protocol.taghash import split_tags
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def task_cancelled() -> bool:
+    """For a CancelledError caught around a listener call: whether the calling task is being cancelled (the consumer
+    closing), not the listener raising one of its own (it awaited something cancelled; a plain one called result()
+    on a cancelled future) — that is a failure like any exception, as RocketMQ's listener calls catch every
+    Throwable."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 class ConsumeStatus(enum.Enum):

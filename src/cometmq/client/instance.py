@@ -460,6 +460,27 @@ class ClientInstance:
                 await self.route(topic, refresh=True)
             except Exception as exc:  # a nameserver hiccup must not stop the other topics
                 log.warning("refreshing the route of %s failed: %s", topic, exc)
+        self.clean_offline_brokers()
+
+    def clean_offline_brokers(self) -> None:
+        """Forget the broker addresses no route names any more (RocketMQ's MQClientInstance.cleanOfflineBroker, run
+        after each route poll): heartbeats and unregisters go to every known address, and one of a broker taken out
+        of service would be tried every 30 s for good. A route that could not be refreshed is kept, and so are its
+        brokers."""
+        routed = {addr for route in self.routes.values() for bd in route.broker_datas
+                  for addr in bd.broker_addrs.values()}
+        for name, addrs in list(self.brokers.items()):
+            left = {i: a for i, a in addrs.items() if a in routed}
+            if len(left) == len(addrs):
+                continue
+            log.info("broker %s: %s no longer in any route; forgotten", name,
+                     ", ".join(a for a in addrs.values() if a not in routed))
+            if left:
+                self.brokers[name] = left
+            else:
+                del self.brokers[name]
+        for addr in [a for a in self._heartbeat_known if a not in routed]:
+            del self._heartbeat_known[addr]
 
     # -- heartbeats -----------------------------------------------------------------------------------------
     def register_producer(self, group: str) -> None:

@@ -48,6 +48,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from cometmq.client.consume_types import task_cancelled
 from cometmq.client.errors import NoRouteError
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.process_queue import ProcessQueue, PullRequest
@@ -571,7 +572,13 @@ class OrderlyService:
                 if inspect.isawaitable(result):
                     result = await result
         except asyncio.CancelledError:
-            raise
+            if task_cancelled():
+                raise
+            # Raised on, it would end the queue's consume task: the queue held, never consumed again.
+            log.exception("the orderly listener of %s raised CancelledError on %d messages of %s/%d (first offset "
+                          "%d); the queue waits and consumes them again", c.group, len(msgs), ctx.queue.topic,
+                          ctx.queue.queue_id, msgs[0].queue_offset)
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
         except Exception:
             log.exception("the orderly listener of %s raised on %d messages of %s/%d (first offset %d); the queue "
                           "waits and consumes them again", c.group, len(msgs), ctx.queue.topic, ctx.queue.queue_id,

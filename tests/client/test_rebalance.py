@@ -253,3 +253,36 @@ async def test_local_offset_store_round_trip(tmp_path: Path) -> None:
     broken = LocalFileOffsetStore(tmp_path, "bc")
     await broken.load()
     assert await broken.read_stored(q0) == -1
+
+
+async def test_local_offset_store_persists_at_once_keep_the_newer_offsets(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two persists at once (the periodic one and a dropped queue's) each wrote the file from a thread: when the
+    first one's write was the slower (a slow disk), the older offsets landed last, and the newer ones were not written
+    again until an offset changed (a restart then consumed the messages between again)."""
+    import time as _time
+
+    from cometmq.client import offset_store
+
+    real = offset_store.write_atomic
+    calls: list[bytes] = []
+
+    def slow_first(path: Path, data: bytes, **kw: object) -> None:
+        calls.append(data)
+        if len(calls) == 1:
+            _time.sleep(0.3)  # the first write is slow to land
+        real(path, data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(offset_store, "write_atomic", slow_first)
+    store = LocalFileOffsetStore(tmp_path, "bc")
+    await store.load()
+    [q0] = mqs(1)
+    store.update(q0, 5)
+    first = asyncio.create_task(store.persist([q0]))
+    await asyncio.sleep(0.05)  # the first write under way
+    store.update(q0, 9)
+    await store.persist([q0])
+    await first
+    again = LocalFileOffsetStore(tmp_path, "bc")
+    await again.load()
+    assert await again.read_stored(q0) == 9

@@ -152,6 +152,9 @@ class LocalFileOffsetStore(_MemoryTable):
         self.path = Path(directory).expanduser() / group / "offsets.json"
         self._stored: dict[MessageQueue, int] = {}
         self._dirty = False
+        #: one persist at a time: two at once (the periodic one and a dropped queue's) each wrote the file from a
+        #: thread, and the older snapshot could land last, the newer offsets then not written again until a change
+        self._writing = asyncio.Lock()
 
     async def load(self) -> None:
         raw = await asyncio.to_thread(read_optional, self.path)
@@ -173,6 +176,10 @@ class LocalFileOffsetStore(_MemoryTable):
         return offset
 
     async def persist(self, mqs: Iterable[MessageQueue]) -> None:
+        async with self._writing:
+            await self._persist(mqs)
+
+    async def _persist(self, mqs: Iterable[MessageQueue]) -> None:
         changed = self._dirty
         for mq in mqs:
             off = self.read(mq)

@@ -90,6 +90,27 @@ async def test_reconsume_later_comes_back_with_a_higher_count(pop_cluster: PopCl
     assert attempts == [0, 1]
 
 
+async def test_a_listener_raising_cancelled_error_is_a_failure(pop_cluster: PopCluster) -> None:
+    """A listener that raises a CancelledError of its own (it awaited something cancelled) has failed, as with any
+    exception: the message comes back after the back-off. It was taken as the consumer being cancelled: the message
+    was neither acked nor made invisible for the back-off."""
+    await pop_cluster.create_topic(TOPIC, 1)
+    attempts: list[int] = []
+
+    async def cancelled_once(msgs: list[MessageExt]) -> None:
+        attempts.append(msgs[0].reconsume_times)
+        if len(attempts) == 1:
+            raise asyncio.CancelledError("the listener's own")
+
+    c = PushConsumer(GROUP, pop=True, namesrv=pop_cluster.namesrv_addr, listener=cancelled_once,
+                     consume_from="first", long_polling_timeout=1)
+    c.subscribe(TOPIC)
+    async with c:
+        await send(pop_cluster, 1)
+        await eventually(lambda: len(attempts) == 2, 20.0, what="the second attempt")
+    assert attempts == [0, 1]
+
+
 async def test_ordered_pop_push_consumes_each_queue_in_order(pop_cluster: PopCluster) -> None:
     await pop_cluster.create_topic(TOPIC, 2)
     order: dict[int, list[int]] = collections.defaultdict(list)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Literal
 
-from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener
+from cometmq.client.consume_types import ConsumerStats, ConsumeStatus, MessageListener, task_cancelled
 from cometmq.client.errors import ClientStateError, InvalidArgumentError, MQClientError
 from cometmq.client.instance import ClientInstance
 from cometmq.client.simple_consumer import ReceivedMessage, SimpleConsumer
@@ -264,7 +264,12 @@ class PopPushConsumer:
                 if inspect.isawaitable(result):
                     result = await result
         except asyncio.CancelledError:
-            raise
+            if task_cancelled():
+                raise
+            # the listener's own (it awaited something cancelled): a failure as any other, not the consumer closing
+            log.exception("the listener of %s raised CancelledError on message %s; it will be consumed again",
+                          self.group, msg.msg_id)
+            return ConsumeStatus.RECONSUME_LATER
         except Exception:
             log.exception("the listener of %s raised on message %s; it will be consumed again", self.group,
                           msg.msg_id)

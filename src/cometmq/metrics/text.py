@@ -5,7 +5,7 @@ broker's loop: label values and numbers only (strings, ints, floats, fresh lists
 that :func:`exposition` may run in another thread while the loop goes on changing the broker.
 
 :func:`exposition` writes what prometheus_client's ``generate_latest`` writes for the same families, byte for byte
-(tests/metrics/test_render.py compares them): ``# HELP``/``# TYPE`` lines, counters named ``<name>_total``, labels
+(tests/metrics/test_prometheus.py compares them): ``# HELP``/``# TYPE`` lines, counters named ``<name>_total``, labels
 sorted by name, histograms as ``_bucket`` (``le`` among the labels), ``_count`` and ``_sum``, numbers as Go formats
 them. ``generate_latest`` builds a sample object and a label dict per series and validates and escapes each label
 name on every line: on a broker with 10,000 consumer groups (~50,000 series) it took about a second. Here the label

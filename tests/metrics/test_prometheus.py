@@ -478,3 +478,15 @@ async def test_a_scrape_does_not_hold_the_brokers_loop(setup: Setup) -> None:
         await tick
     assert status == 200 and len(body) > 8 << 20
     assert max(gaps) < 0.3, f"the loop stood still {max(gaps):.3f} s during a scrape"
+
+
+def test_numbers_are_written_as_prometheus_client_writes_them() -> None:
+    """text.number takes a shortcut for ints; at its edges it must write what prometheus_client writes (Python's
+    float repr turns to an exponent from 10**16: '-1e+16', not '-10000000000000000.0')."""
+    from prometheus_client.utils import floatToGoString
+
+    from cometmq.metrics.text import number
+
+    values: list[float] = [0, 1, -1, 999_999, 1_000_000, 10**15, -10**15, -10**15 - 1, -10**16, -10**17 - 3, 2**63,
+                           0.5, -2.25, 1e-9, float("inf"), float("-inf"), 123456789.125]
+    assert [number(v) for v in values] == [floatToGoString(v) for v in values]  # type: ignore[no-untyped-call]

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import datetime as _dt
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -56,7 +57,44 @@ def _global_options(
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
-Namesrv = Annotated[str, typer.Option("-n", "--namesrvAddr", envvar="NAMESRV_ADDR",
+#: the largest value of a Java long and int: offsets, timestamps and ids past them do not fit the wire's fields
+I64_MAX = 2**63 - 1
+I32_MAX = 2**31 - 1
+
+
+def _option_name(param: typer.CallbackParam) -> str:
+    return "/".join(param.opts) or str(param.name)
+
+
+def check_addr(value: str, option: str) -> str:
+    """``host:port`` (``[v6]:port``) with a port 1..65535, else a usage error naming ``option``."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise typer.BadParameter(f"{value!r} is not host:port (a port 1-65535)", param_hint=option)
+    return value.strip()
+
+
+def addr_option(param: typer.CallbackParam, value: str | None) -> str | None:
+    """Option callback: an address, ``host:port``."""
+    return None if value is None else check_addr(value, _option_name(param))
+
+
+def broker_option(param: typer.CallbackParam, value: str | None) -> str | None:
+    """Option callback: a broker's name or address; a value with a ``:`` is an address, checked as one."""
+    if value is not None and ":" in value:
+        return check_addr(value, _option_name(param))
+    return value
+
+
+def _namesrv_option(param: typer.CallbackParam, value: str) -> str:
+    """``-n``: one or more ``host:port`` separated by ``;`` (empty: the default)."""
+    for part in value.replace(",", ";").split(";"):
+        if part.strip():
+            check_addr(part, "-n/--namesrvAddr")
+    return value
+
+
+Namesrv = Annotated[str, typer.Option("-n", "--namesrvAddr", envvar="NAMESRV_ADDR", callback=_namesrv_option,
                                       help="nameserver host:port[;host:port] (default: $NAMESRV_ADDR, else "
                                            f"{DEFAULT_NAMESRV})", show_default=False, show_envvar=False)]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON (for scripts) instead of tables")]
@@ -143,21 +181,63 @@ def parse_time(value: str | None, option: str) -> int | None:
     v = value.strip()
     if v == "now":
         return int(_dt.datetime.now().timestamp() * 1000)
-    if v.lstrip("-").isdigit():
+    if v.lstrip("-").isascii() and v.lstrip("-").isdigit():
         n = int(v)
         if n < 0:
             raise typer.BadParameter(f"{value!r} is negative", param_hint=option)
+        if n > I64_MAX:
+            raise typer.BadParameter(f"{value!r} is past the largest timestamp, {I64_MAX}", param_hint=option)
         return n
+    when: _dt.datetime | None = None
     for fmt in ("%Y-%m-%d#%H:%M:%S:%f", "%Y-%m-%d#%H:%M:%S"):
         try:
-            return int(_dt.datetime.strptime(v, fmt).timestamp() * 1000)
+            when = _dt.datetime.strptime(v, fmt)
+            break
         except ValueError:
             pass
+    if when is None:
+        try:
+            when = _dt.datetime.fromisoformat(v)
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not now, epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS",
+                                     param_hint=option) from None
     try:
-        return int(_dt.datetime.fromisoformat(v).timestamp() * 1000)
-    except ValueError:
-        raise typer.BadParameter(f"{value!r} is not now, epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS",
-                                 param_hint=option) from None
+        ms = int(when.timestamp() * 1000)
+    except (OverflowError, OSError, ValueError):  # a time the platform cannot place (year 1, …)
+        ms = -1
+    if ms < 0:
+        raise typer.BadParameter(f"{value!r} is before 1970-01-01 (epoch milliseconds are not negative)",
+                                 param_hint=option)
+    return ms
+
+
+def parse_span(begin: str | None, end: str | None, begin_option: str, end_option: str
+               ) -> tuple[int | None, int | None]:
+    """A time range (:func:`parse_time` each); the begin not after the end."""
+    b, e = parse_time(begin, begin_option), parse_time(end, end_option)
+    if b is not None and e is not None and b > e:
+        raise typer.BadParameter(f"{begin!r} is after {end_option} {end!r}", param_hint=begin_option)
+    return b, e
+
+
+def check_charset(charset: str, option: str) -> str:
+    """A charset Python can decode with (a usage error before anything is asked)."""
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        raise typer.BadParameter(f"unknown charset {charset!r}", param_hint=option) from None
+    return charset
+
+
+def check_name(kind: str, value: str, option: str) -> str:
+    """A topic or group name as RocketMQ takes it (the SDK's check), else a usage error naming ``option``."""
+    from cometmq.client.admin import check_group, check_topic
+    from cometmq.client.errors import InvalidArgumentError
+
+    try:
+        return check_topic(value) if kind == "topic" else check_group(value)
+    except InvalidArgumentError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def print_json(obj: Any) -> None:
@@ -187,7 +267,10 @@ def ms_time(ms: object) -> str:
     """Epoch ms as local ISO time (mqadmin prints local time); ``-`` for none."""
     if not isinstance(ms, int) or ms <= 0:
         return "-"
-    return _dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+    try:
+        return _dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):  # past the year 9999: the number as it is
+        return str(ms)
 
 
 def message_json(m: MessageExt, charset: str = "utf-8", *, body: bool = True) -> dict[str, Any]:

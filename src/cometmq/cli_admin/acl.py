@@ -9,10 +9,21 @@ from typing import Annotated
 
 import typer
 
-from cometmq.cli_admin._common import AsJson, Namesrv, Timeout, admin_app, parse_bool, print_json, run, show, table
+from cometmq.cli_admin._common import (
+    AsJson,
+    Namesrv,
+    Timeout,
+    admin_app,
+    broker_option,
+    parse_bool,
+    print_json,
+    run,
+    show,
+    table,
+)
 
 _BROKER = Annotated[str | None, typer.Option("-b", "--brokerAddr", help="this broker only (address or name)",
-                                             show_default=False)]
+                                             show_default=False, callback=broker_option)]
 _CLUSTER = Annotated[str | None, typer.Option("-c", "--clusterName", help="the cluster (default: the only one)",
                                               show_default=False)]
 _ACCESS_KEY = Annotated[str, typer.Option("-a", "--accessKey", help="the account's access key")]

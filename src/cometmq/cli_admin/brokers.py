@@ -7,7 +7,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cometmq.cli_admin._common import AsJson, Namesrv, Timeout, admin_app, fail, print_json, run, show, table
+from cometmq.cli_admin._common import (
+    AsJson,
+    Namesrv,
+    Timeout,
+    admin_app,
+    broker_option,
+    fail,
+    print_json,
+    run,
+    show,
+    table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -15,7 +26,7 @@ if TYPE_CHECKING:
     from cometmq.client.admin import Admin
 
 _BROKER_ADDR = Annotated[str | None, typer.Option("-b", "--brokerAddr", help="this broker (address or name)",
-                                                  show_default=False)]
+                                                  show_default=False, callback=broker_option)]
 _CLUSTER = Annotated[str | None, typer.Option("-c", "--clusterName", help="every master of this cluster "
                                                                          "(default: the only one)",
                                               show_default=False)]
@@ -290,10 +301,13 @@ def _write_perm(verb: str, broker_name: str, namesrv: str, timeout: float, as_js
     if as_json:
         print_json(result)
         return
-    for addr, count in sorted(result.items()):
-        typer.echo(f"{verb} write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
     if not result:
         raise fail("no nameserver answered")
+    if not any(result.values()):  # a registered broker has topics (its system topics at least): a wrong name
+        raise fail(f"no nameserver has a topic of broker {broker_name!r} (-b names a broker, as clusterList "
+                   "shows them); nothing changed")
+    for addr, count in sorted(result.items()):
+        typer.echo(f"{verb} write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
 
 
 @admin_app.command("wipeWritePerm")

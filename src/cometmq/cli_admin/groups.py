@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cometmq.cli_admin._common import (
+    I64_MAX,
     AsJson,
     Namesrv,
     Timeout,
     admin_app,
+    broker_option,
     fail,
     ms_time,
     parse_attributes,
@@ -37,7 +39,7 @@ def update_sub_group(
     group: _GROUP,
     namesrv: Namesrv = "",
     broker: Annotated[str | None, typer.Option("-b", "--brokerAddr", help="on this broker only (address or name)",
-                                               show_default=False)] = None,
+                                               show_default=False, callback=broker_option)] = None,
     cluster: Annotated[str | None, typer.Option("-c", "--clusterName", help="on every master of this cluster "
                                                                            "(default: the only one)",
                                                 show_default=False)] = None,
@@ -122,7 +124,8 @@ def delete_sub_group(
     group: _GROUP,
     namesrv: Namesrv = "",
     broker: Annotated[str | None, typer.Option("-b", "--brokerAddr", help="from this broker only (address or "
-                                                                         "name)", show_default=False)] = None,
+                                                                         "name)",
+                                               show_default=False, callback=broker_option)] = None,
     cluster: Annotated[str | None, typer.Option("-c", "--clusterName", help="from every master of this cluster "
                                                                            "(default: the only one), and its "
                                                                            "%RETRY% and %DLQ% topics",
@@ -265,7 +268,7 @@ def consumer_connection(
     group: Annotated[str, typer.Option("-g", "--consumerGroup", help="consumer group name")],
     namesrv: Namesrv = "",
     broker: Annotated[str | None, typer.Option("-b", "--brokerAddr", help="ask this broker (address or name)",
-                                               show_default=False)] = None,
+                                               show_default=False, callback=broker_option)] = None,
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
 ) -> None:
@@ -329,10 +332,12 @@ def reset_offset_by_time(
     force: Annotated[str | None, typer.Option("-f", "--force", help="also move offsets forward (true)",
                                               **_BOOL)] = None,
     broker: Annotated[str | None, typer.Option("-b", "--broker", help="with -q: one queue of this broker "
-                                                                     "(address or name)", show_default=False)] = None,
+                                                                     "(address or name)",
+                                               show_default=False, callback=broker_option)] = None,
     queue: Annotated[int | None, typer.Option("-q", "--queue", min=0, help="with -b: this queue id",
                                               show_default=False)] = None,
-    offset: Annotated[int | None, typer.Option("-o", "--offset", min=0, help="with -b -q: this offset instead of "
+    offset: Annotated[int | None, typer.Option("-o", "--offset", min=0, max=I64_MAX,
+                                               help="with -b -q: this offset instead of "
                                                                             "the time's", show_default=False)] = None,
     as_json: AsJson = False,
     timeout: Timeout = 5.0,

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cometmq.cli_admin._common import admin_app
+from cometmq.cli_admin._common import addr_option, admin_app
 
 
 # -- replication (docs/replication.md) ------------------------------------------------------------------------
@@ -64,7 +64,7 @@ _TIMEOUT_HELP = "request timeout (seconds)"
 
 @admin_app.command("ha-status")
 def ha_status(
-    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP)],
+    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP, callback=addr_option)],
     as_json: Annotated[bool, typer.Option("--json", help="print the broker's GET_BROKER_HA_STATUS JSON")] = False,
     timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
 ) -> None:
@@ -79,7 +79,7 @@ def ha_status(
 
 @admin_app.command()
 def promote(
-    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP)],
+    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP, callback=addr_option)],
     epoch: Annotated[int | None, typer.Option(min=1, help="the new master epoch (default: the broker's + 1)",
                                               show_default=False)] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
@@ -92,15 +92,16 @@ def promote(
 
 @admin_app.command()
 def demote(
-    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP)],
-    master: Annotated[str, typer.Option("--master", help="the master's remoting address, host:port")],
+    broker: Annotated[str, typer.Option("-b", "--broker", help=_ADDR_HELP, callback=addr_option)],
+    master: Annotated[str, typer.Option("--master", help="the master's remoting address, host:port",
+                                                   callback=addr_option)],
     epoch: Annotated[int | None, typer.Option(min=1, help="the master's epoch (default: asked from the master)",
                                               show_default=False)] = None,
     broker_id: Annotated[int | None, typer.Option(min=1, help="this broker's replica id (default: the one it "
                                                               "has; 1 for a former master)",
                                                   show_default=False)] = None,
     master_ha: Annotated[str | None, typer.Option(help="the master's HA address (default: its host, port + 1)",
-                                                  show_default=False)] = None,
+                                                  show_default=False, callback=addr_option)] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
 ) -> None:
     """Make a broker follow a master as a replica (NOTIFY_BROKER_ROLE_CHANGED): it truncates what the master
@@ -120,7 +121,7 @@ def _replicas_text(replicas: Any) -> str:
 
 @admin_app.command("controller-metadata")
 def controller_metadata(
-    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP, callback=addr_option)],
     timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
 ) -> None:
     """The controller group, its leader and peers (GET_METADATA_INFO; mqadmin getControllerMetaData)."""
@@ -132,7 +133,7 @@ def controller_metadata(
 
 @admin_app.command("sync-state")
 def sync_state(
-    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP, callback=addr_option)],
     broker_names: Annotated[list[str], typer.Option("-b", "--broker-name", help="a broker group (repeatable)")],
     as_json: Annotated[bool, typer.Option("--json", help="print the groups as JSON")] = False,
     timeout: Annotated[float, typer.Option(min=0.1, help=_TIMEOUT_HELP)] = 5.0,
@@ -163,7 +164,7 @@ def sync_state(
 
 @admin_app.command("clean-broker-data")
 def clean_broker_data(
-    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP, callback=addr_option)],
     cluster: Annotated[str, typer.Option("--cluster", help="the broker group's cluster")],
     broker_name: Annotated[str, typer.Option("--broker-name", help="the broker group")],
     broker_ids: Annotated[str | None, typer.Option("-b", "--broker-ids",
@@ -189,7 +190,7 @@ def clean_broker_data(
 
 @admin_app.command("elect-master")
 def elect_master(
-    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP)],
+    controller: Annotated[str, typer.Option("-c", "--controller", help=_CONTROLLER_HELP, callback=addr_option)],
     cluster: Annotated[str, typer.Option("--cluster", help="the broker group's cluster")],
     broker_name: Annotated[str, typer.Option("--broker-name", help="the broker group")],
     broker_id: Annotated[int | None, typer.Option(min=1, help="the broker to make master (an alive member of the "

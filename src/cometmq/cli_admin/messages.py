@@ -8,16 +8,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cometmq.cli_admin._common import (
+    I64_MAX,
     AsJson,
     Namesrv,
     Timeout,
     admin_app,
+    check_charset,
+    check_name,
     decode_body,
     message_json,
     message_table,
     ms_time,
     parse_bool,
-    parse_time,
+    parse_span,
     print_json,
     run,
     show,
@@ -90,7 +93,7 @@ def query_msg_by_id(
     if (group is None) != (client_id is None):
         raise typer.BadParameter("-g and -d go together", param_hint="-g/-d")
     again = parse_bool(resend, "-s") is True
-    decode_body(b"", body_format)  # an unknown charset is a usage error before anything is asked
+    check_charset(body_format, "-f")  # a usage error before anything is asked
     del unit_name  # RocketMQ's unit deployment: nothing to set here
     if group is not None and client_id is not None:
         _consume_directly(namesrv, timeout, group, client_id, ids, topic, as_json)
@@ -184,7 +187,8 @@ def query_msg_by_key(
     timeout: Timeout = 5.0,
 ) -> None:
     """Messages of a topic whose keys hold a key (QUERY_MESSAGE on the topic's brokers), oldest first."""
-    b, e = parse_time(begin, "-b") or 0, parse_time(end, "-e")
+    b0, e = parse_span(begin, end, "-b", "-e")
+    b = b0 or 0
     msgs = run(namesrv, timeout, lambda admin: admin.query_messages_by_key(topic, key, max_num=max_num, begin=b,
                                                                            end=e))
     if as_json:
@@ -199,7 +203,7 @@ def query_msg_by_offset(
     topic: _TOPIC,
     broker: Annotated[str, typer.Option("-b", "--brokerName", help="the broker name")],
     queue_id: Annotated[int, typer.Option("-i", "--queueId", min=0, help="the queue id")],
-    offset: Annotated[int, typer.Option("-o", "--offset", min=0, help="the queue offset")],
+    offset: Annotated[int, typer.Option("-o", "--offset", min=0, max=I64_MAX, help="the queue offset")],
     namesrv: Namesrv = "",
     as_json: AsJson = False,
     timeout: Timeout = 5.0,
@@ -263,9 +267,9 @@ def print_msg(
     timeout: Timeout = 5.0,
 ) -> None:
     """Every message of a topic (stored between -b and -e) that matches -s, queue by queue."""
-    b, e = parse_time(begin, "-b"), parse_time(end, "-e")
+    b, e = parse_span(begin, end, "-b", "-e")
     body = parse_bool(print_body, "-d") is not False
-    decode_body(b"", charset)  # an unknown charset is a usage error before anything is read
+    check_charset(charset, "-c")  # a usage error before anything is read
 
     async def call(admin: Admin) -> list[MessageExt]:
         msgs: list[MessageExt] = []
@@ -284,7 +288,8 @@ def consume_message(
                                                show_default=False)] = None,
     queue_id: Annotated[int | None, typer.Option("-i", "--queueId", min=0, help="with -b: this queue only",
                                                  show_default=False)] = None,
-    offset: Annotated[int | None, typer.Option("-o", "--offset", min=0, help="with -b -i: from this offset",
+    offset: Annotated[int | None, typer.Option("-o", "--offset", min=0, max=I64_MAX,
+                                               help="with -b -i: from this offset",
                                                show_default=False)] = None,
     group: Annotated[str, typer.Option("-g", "--consumerGroup", help="the group to pull as (nothing is "
                                                                      "committed)")] = "TOOLS_CONSUMER",
@@ -304,7 +309,8 @@ def consume_message(
         raise typer.BadParameter("-i needs -b", param_hint="-i")
     if offset is not None and queue_id is None:
         raise typer.BadParameter("-o needs -b and -i", param_hint="-o")
-    b, e = parse_time(begin, "-s"), parse_time(end, "-e")
+    b, e = parse_span(begin, end, "-s", "-e")
+    check_name("group", group, "-g")
 
     async def call(admin: Admin) -> list[MessageExt]:
         queues = await admin.topic_queues(topic)
@@ -351,6 +357,7 @@ def send_message(
 
     if (broker is None) != (queue_id is None):
         raise typer.BadParameter("-b and -i go together", param_hint="-b/-i")
+    check_name("group", group, "--group")
 
     async def call(admin: Admin) -> SendResult:
         producer = Producer(group, instance=admin.instance, send_timeout=timeout)

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cometmq.cli_admin._common import admin_app
+from cometmq.cli_admin._common import admin_app, broker_option, check_addr
 
 #: (label, key in GET_TIMER_METRICS) in the order they are shown
 _TIMER_ROWS = (
@@ -106,12 +106,20 @@ def _timer_tables(metrics: dict[str, dict[str, Any]]) -> list[Table]:
     return tables
 
 
+def _namesrv(value: str | None) -> str | None:
+    if value is not None:
+        for part in value.replace(",", ";").split(";"):
+            if part.strip() or not value.strip():
+                check_addr(part, "--namesrv")
+    return value
+
+
 @admin_app.command("timer-status")
 def timer_status(
     namesrv: Annotated[str | None, typer.Option(help="nameserver host:port (every master, or the one --broker "
-                                                     "names)")] = None,
+                                                     "names)", callback=_namesrv)] = None,
     broker: Annotated[str | None, typer.Option(help="a broker name, or host:port (asked directly without "
-                                                    "--namesrv)")] = None,
+                                                    "--namesrv)", callback=broker_option)] = None,
     cluster: Annotated[str | None, typer.Option(help="the cluster (when the nameserver knows several)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the brokers' metrics as JSON")] = False,
     timeout: Annotated[float, typer.Option(min=0.1, help="request timeout (seconds)")] = 5.0,

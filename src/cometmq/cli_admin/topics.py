@@ -11,6 +11,7 @@ from cometmq.cli_admin._common import (
     Namesrv,
     Timeout,
     admin_app,
+    broker_option,
     ms_time,
     parse_bool,
     print_json,
@@ -47,7 +48,8 @@ def update_topic(
     topic: _TOPIC,
     namesrv: Namesrv = "",
     broker: Annotated[str | None, typer.Option("-b", "--brokerAddr", help="create on this broker only (address "
-                                                                         "or name)", show_default=False)] = None,
+                                                                         "or name)",
+                                               show_default=False, callback=broker_option)] = None,
     cluster: _CLUSTER = None,
     read_queues: Annotated[int, typer.Option("-r", "--readQueueNums", help="read queue count")] = 8,
     write_queues: Annotated[int, typer.Option("-w", "--writeQueueNums", help="write queue count")] = 8,

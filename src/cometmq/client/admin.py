@@ -62,6 +62,11 @@ __all__ = [
 ]
 
 _MAX_QUEUE_NUMS = 1024
+#: the largest Java long (offsets, ids) and int (counts) a request field holds
+_I64_MAX = 2**63 - 1
+_I32_MAX = 2**31 - 1
+#: the values of a topic's message.type attribute (RocketMQ's TopicMessageType)
+_MESSAGE_TYPES = frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"})
 
 
 # -- argument checks --------------------------------------------------------------------------------------------
@@ -358,6 +363,9 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, KvAdmin, AclAdmin)
         if isinstance(topic_sys_flag, bool) or not isinstance(topic_sys_flag, int) or topic_sys_flag & ~3:
             raise InvalidArgumentError(f"topic_sys_flag {topic_sys_flag!r} is not a combination of unit (1) and "
                                        "unit sub (2)")
+        if message_type is not None and message_type.upper() not in _MESSAGE_TYPES:
+            raise InvalidArgumentError(f"message type {message_type!r} is not one of "
+                                       f"{', '.join(sorted(_MESSAGE_TYPES))}")
         masters = await self._masters(cluster=cluster, broker=broker)
         fields: dict[str, object] = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queues,
                                      "writeQueueNums": write_queues, "perm": perm,
@@ -516,8 +524,14 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, KvAdmin, AclAdmin)
         """Create or update a subscription group (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) on every master of a
         cluster or on one broker. ``extra`` holds further RocketMQ config keys (camelCase), sent as they are."""
         check_group(group)
-        if retry_queue_nums < 0 or retry_max_times < -1:
-            raise InvalidArgumentError("retry_queue_nums must be >= 0 and retry_max_times >= -1")
+        if not 0 <= retry_queue_nums <= _MAX_QUEUE_NUMS:
+            raise InvalidArgumentError(f"retry_queue_nums must be within 0..{_MAX_QUEUE_NUMS}, got {retry_queue_nums}")
+        if not -1 <= retry_max_times <= _I32_MAX:
+            raise InvalidArgumentError(f"retry_max_times must be within -1..{_I32_MAX}, got {retry_max_times}")
+        for key in ("brokerId", "whichBrokerWhenConsumeSlowly"):  # Java longs
+            v = extra.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _I64_MAX):
+                raise InvalidArgumentError(f"{key} must be within 0..{_I64_MAX}, got {v!r}")
         masters = await self._masters(cluster=cluster, broker=broker)
         body = dumps({"groupName": group, "consumeEnable": consume_enable,
                       "consumeBroadcastEnable": consume_broadcast_enable,
@@ -592,8 +606,8 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, KvAdmin, AclAdmin)
         return await query_consumer_offset(self._check(), check_group(group), check_queue(queue))
 
     async def update_consumer_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidArgumentError(f"offset {offset!r} is not a non-negative integer")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= _I64_MAX:
+            raise InvalidArgumentError(f"offset {offset!r} is not within 0..{_I64_MAX}")
         await update_consumer_offset(self._check(), check_group(group), check_queue(queue), offset)
 
     # -- messages -------------------------------------------------------------------------------------------
@@ -606,6 +620,9 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, KvAdmin, AclAdmin)
             host, port, offset = decode_offset_msg_id(offset_msg_id)
         except ProtocolError as exc:
             raise InvalidArgumentError(f"not an offset message id: {exc}") from None
+        if not 0 < port < 65536:  # (an id of zeros, or one made up)
+            raise InvalidArgumentError(f"not an offset message id: {offset_msg_id!r} names no broker address "
+                                       f"({host}:{port})")
         addr = f"{host}:{port}"
         ext = {"offset": offset} if topic is None else {"offset": offset, "topic": check_topic(topic)}
         r = await inst.invoke_ok(addr, make_request(RequestCode.VIEW_MESSAGE_BY_ID, ext),

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cometmq.client.errors import BrokerError, InvalidArgumentError, NoRouteError, reading_reply
 from cometmq.client.message import MessageExt, MessageQueue
+from cometmq.net.client import split_address
 from cometmq.protocol.admin_bodies import (
     BrokerStatsData,
     Connection,
@@ -218,6 +219,10 @@ class AdminOpsMixin:
         with ``masters_only=False`` every broker of them, labelled ``name/id``. An address no nameserver knows
         is taken as it is."""
         if broker is not None and ":" in broker:
+            try:
+                split_address(broker)
+            except ValueError:
+                raise InvalidArgumentError(f"broker address {broker!r} is not host:port (a port 1-65535)") from None
             info = await self.cluster_info()
             if not any(broker in bd.broker_addrs.values() for bd in info.broker_addr_table.values()):
                 return {broker: broker}

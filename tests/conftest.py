@@ -31,8 +31,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 #: spark and interop share session fixtures (a SparkSession, the official clients' environments); the rest are the
 #: multi-process clusters (brokers, controllers, etcd, proxies killed and restarted under time bounds), kept one at a
 #: time so two of them never share the 2 cores; the other tests spread over both workers.
+#: Of tests/spark, only the tests that start a JVM (the session's SparkSession, a Spark Connect server, a Spark
+#: cluster) are in the group: its worker is the suite's longest, and the unit, wire and broker-only tests there
+#: spread like the rest.
 _GROUPS = {"spark": "spark", "interop": "interop", "chaos": "clusters", "ha": "clusters", "controller": "clusters",
            "test_cli_cluster.py": "clusters", "test_cli_controller.py": "clusters", "test_containers.py": "clusters"}
+_JVM_FIXTURES = frozenset({"spark", "connect", "cluster"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -40,5 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         top = os.path.relpath(str(item.path), here).split(os.sep)[0]
         group = _GROUPS.get(top)
+        if group == "spark" and _JVM_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            continue
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -19,6 +19,7 @@ from cometmq.dashboard.auth import (
     UsersFileError,
     hash_password,
     parse_users,
+    stand_in_secret,
     verify_password,
 )
 
@@ -61,6 +62,29 @@ def test_users_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path.write_text("broken\n")
     users._checked -= 2
     assert users.get("a") is not None  # a bad file is logged; the users before stay
+
+
+def test_an_unknown_name_costs_what_a_wrong_password_costs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Login time must not tell which user names exist: an unknown name's password is checked against a stand-in
+    of the form (and scrypt cost) most users have. It used to be a sha256 check (~1 µs against scrypt's ~50 ms)."""
+    a, b = hash_password("a", n=1 << 11), hash_password("b", n=1 << 11)
+    users = parse_users(f"u1={a}\nu2={b},1\nu3=plain-pw\n")
+    assert stand_in_secret(users).startswith("scrypt:2048:8:1:")
+    assert stand_in_secret(parse_users("u1=x\nu2=sha256:" + "0" * 64 + "\n")).startswith("sha256:")
+    path = tmp_path / "users.properties"
+    path.write_text(f"u1={a}\nu2={b}\n")
+    costs: list[int] = []
+    real = hashlib.scrypt
+
+    def counted(password: bytes, **kw: int) -> bytes:
+        costs.append(kw["n"])
+        return real(password, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hashlib, "scrypt", counted)
+    users_file = UsersFile(path)
+    assert users_file.authenticate("u1", "wrong") is None and users_file.authenticate("nobody", "a") is None
+    assert costs == [2048, 2048]  # one scrypt of the same cost for the wrong password and for the unknown name
+    assert users_file.authenticate("u1", "a") is not None
 
 
 def test_sessions_are_signed_expire_and_can_be_revoked() -> None:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from cometmq.acl.model import ANY, PUB, SUB
 from cometmq.protocol.client_bodies import HeartbeatData
 from cometmq.protocol.codes import RequestCode as C
+from cometmq.protocol.names import RETRY_TOPIC_PREFIX as RETRY_PREFIX
 from cometmq.protocol.remoting import RemotingCommand
 
-RETRY_PREFIX = "%RETRY%"
 #: RocketMQ's TopicValidator.RMQ_SYS_TRACE_TOPIC: sending traces to it is always allowed
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 

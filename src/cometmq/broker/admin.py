@@ -17,7 +17,7 @@ from cometmq.broker.locks import RebalanceLockManager
 from cometmq.broker.offsets import ConsumerOffsetManager
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.stats_windows import StatsWindows
-from cometmq.broker.topics import TopicConfigManager, check_read_queue, retry_topic
+from cometmq.broker.topics import TopicConfigManager, check_admin_topic, check_read_queue, retry_topic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.client_bodies import (
     CLUSTERING,
@@ -94,6 +94,24 @@ NOT_SUPPORTED: dict[int, str] = {
     RequestCode.QUERY_CONSUME_QUEUE: "cometmq does not serve raw consume-queue entries",
 }
 TOOL_REQUESTS.update((code, "not_supported") for code in NOT_SUPPORTED)
+
+
+def _message_type(attributes: str | None) -> str:
+    """The ``message.type`` of a create's ``attributes`` (``+message.type=FIFO``; ``-message.type`` resets it), the
+    only topic attribute cometmq keeps: SYSTEM_ERROR for any other, rather than leaving it unapplied unsaid."""
+    message_type = "NORMAL"
+    for item in (attributes or "").replace(";", ",").split(","):
+        key, sep, value = item.strip().partition("=")
+        if not key:
+            continue
+        if key == "-message.type" and not sep:
+            message_type = "NORMAL"
+        elif key.lstrip("+") == "message.type" and sep:
+            message_type = value.strip().upper()
+        else:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"unsupported topic attribute {item.strip()!r}: cometmq "
+                                                           "keeps +message.type only")
+    return message_type
 
 
 def parse(cls: type[H], cmd: RemotingCommand) -> H:
@@ -349,14 +367,10 @@ class AdminProcessor:
     # -- topics and groups ----------------------------------------------------------------------------------
     async def create_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(CreateTopicRequestHeader, cmd)
-        message_type = "NORMAL"
-        if h.attributes:
-            for item in h.attributes.replace(";", ",").split(","):
-                key, _, value = item.partition("=")
-                if key.strip().lstrip("+") == "message.type":
-                    message_type = value.strip().upper()
-        self.topics.put(TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type,
-                                      h.topic_sys_flag, h.order, message_type))
+        cfg = TopicConfig(h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type,
+                          h.topic_sys_flag, h.order, _message_type(h.attributes))
+        check_admin_topic(cfg)
+        self.topics.put(cfg)
         await self.topics.routes_settled()  # answered once the nameservers have it, as RocketMQ does
         return ok(cmd)
 

@@ -20,6 +20,7 @@ from cometmq.broker.admin import NOT_SUPPORTED
 from cometmq.broker.clients import ClientChannel
 from cometmq.broker.config import BROKER_KEYS, BrokerConfig, parse_properties
 from cometmq.broker.groups import SubscriptionGroupConfig
+from cometmq.broker.topics import check_admin_topic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.admin_bodies import (
     BrokerStatsData,
@@ -47,6 +48,7 @@ from cometmq.protocol.client_bodies import MessageQueue
 from cometmq.protocol.codes import RemotingError, RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError, RemoteProtocolError
 from cometmq.protocol.msgid import decode_offset_msg_id
+from cometmq.protocol.names import SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
 from cometmq.protocol.route import TopicConfig
 
@@ -60,10 +62,6 @@ log = logging.getLogger(__name__)
 CALL_CLIENT_TIMEOUT_S = 5.0
 LONG_MAX = 2**63 - 1
 
-#: TopicValidator's system topics (GET_SYSTEM_TOPIC_LIST_FROM_BROKER answers these and the rmq_sys_ ones held).
-SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC"})
 
 #: BrokerStatsManager's stats item names (VIEW_BROKER_STATS_DATA's statsName).
 STATS_NAMES = frozenset({"TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS", "GROUP_GET_SIZE",
@@ -220,7 +218,7 @@ class AdminTools:
         return _ok(cmd, encode_consume_time_span(spans))
 
     async def system_topics(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        held = {t for t in self.admin.topics.topics if t.startswith("rmq_sys_")}
+        held = {t for t in self.admin.topics.topics if t.startswith(SYSTEM_TOPIC_PREFIX)}
         return _ok(cmd, encode_topic_list(SYSTEM_TOPICS | held))
 
     # -- broker-wide stats ------------------------------------------------------------------------------------
@@ -500,6 +498,8 @@ class AdminTools:
         if not isinstance(items, list):
             raise RemoteProtocolError("topic config list: topicConfigList must be a list")
         configs = [TopicConfig.from_json(item) for item in items]
+        for cfg in configs:  # every one checked before any is put: a refused list changes nothing
+            check_admin_topic(cfg)
         for cfg in configs:
             self.admin.topics.put(cfg)
         await self.admin.topics.routes_settled()

@@ -14,8 +14,6 @@ from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.send_hooks import SendContext, SendHooks, SendKind
 from cometmq.broker.stats import BrokerStats, message_type, plain_message_type
 from cometmq.broker.topics import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TopicConfigManager,
     check_send_allowed,
@@ -35,6 +33,7 @@ from cometmq.protocol.headers import (
 )
 from cometmq.protocol.message import TRANSACTION_MASK, SysFlag, decode_record, pack_host
 from cometmq.protocol.msgid import offset_msg_id
+from cometmq.protocol.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 from cometmq.protocol.properties import (
     DELAY,
     MAX_RECONSUME_TIMES,
@@ -119,7 +118,7 @@ class SendProcessor:
             self._not_writable()
         check_send_allowed(header.topic)  # the broker's own topics: its appender writes them, clients may not
         batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
-        if batch and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (RocketMQ's sendBatchMessage)
+        if batch and header.topic.startswith(RETRY_TOPIC_PREFIX):  # (RocketMQ's sendBatchMessage)
             raise RemotingError(ResponseCode.MESSAGE_ILLEGAL, f"a batch cannot be sent to retry topic {header.topic}")
         topic_cfg = self.topics.topic_for_send(header.topic, header.default_topic, header.default_topic_queue_nums,
                                                conn.remote_address)
@@ -155,7 +154,7 @@ class SendProcessor:
                 marker in props for marker in _SPECIAL_MARKERS_STR)
             msgs = [self._single_message(header, cmd.body, queue_id, born_host, plain)]
         topic = header.topic
-        retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        retry = topic.startswith(RETRY_TOPIC_PREFIX)
         if retry:
             for m in msgs:
                 self._retry_or_dlq(m, header)
@@ -164,7 +163,7 @@ class SendProcessor:
             # No message names a delay, timer or transaction property, the send is no prepared half and goes to
             # no schedule or timer topic: the per-message checks below could not change anything.
             result = await self.appender.put(msgs)
-            if stats is not None and not retry and not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            if stats is not None and not retry and not topic.startswith(DLQ_TOPIC_PREFIX):
                 stats.put(topic, plain_message_type(header.properties), result)
             return self._response(cmd, result, queue_id)
         for m in msgs:
@@ -178,7 +177,7 @@ class SendProcessor:
         self.hooks.before_put(msgs, ctx)
         result = await self.appender.put(msgs, ctx.on_stored)
         self.hooks.after_put(msgs, result, ctx)
-        if stats is not None and not retry and not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        if stats is not None and not retry and not topic.startswith(DLQ_TOPIC_PREFIX):
             stats.put(topic, message_type(header.properties, header.sys_flag), result)
         response = self._response(cmd, result, queue_id)
         if ctx.response_ext and response.code == ResponseCode.SUCCESS:
@@ -250,7 +249,7 @@ class SendProcessor:
     def _retry_or_dlq(self, m: MessageInner, header: SendMessageRequestHeader) -> None:
         """A client sending straight to a retry topic (Java's ``sendMessageBack`` fallback): past the
         group's limit the message goes to the DLQ instead."""
-        group = m.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        group = m.topic[len(RETRY_TOPIC_PREFIX):]
         cfg = self.groups.find(group)
         limit = header.max_reconsume_times if header.max_reconsume_times is not None else (
             cfg.retryMaxTimes if cfg else self.config.max_reconsume_times)
@@ -360,7 +359,7 @@ class SendProcessor:
             answer_code(result)
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"{result.status.value}: {result.remark}")
         if self.stats is not None:
-            if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            if topic.startswith(DLQ_TOPIC_PREFIX):
                 self.stats.to_dlq(header.group, props[RETRY_TOPIC])
             else:
                 self.stats.to_retry(header.group, props[RETRY_TOPIC])

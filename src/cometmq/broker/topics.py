@@ -25,16 +25,21 @@ from pathlib import Path
 from cometmq.common.atomic_file import fsync_dir, read_optional, write_atomic
 from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.errors import ProtocolError
-from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
-from cometmq.protocol.route import PERM_INHERIT, PERM_READ_WRITE, TopicConfig
+from cometmq.protocol.names import (
+    DLQ_TOPIC_PREFIX,
+    RETRY_TOPIC_PREFIX,
+    TOPIC_MESSAGE_TYPES,
+    TOPIC_NAME_MAX,
+    has_name_chars_only,
+    is_system_topic,
+)
+from cometmq.protocol.route import MAX_QUEUE_NUMS, PERM_INHERIT, PERM_READ_WRITE, TopicConfig
 
 log = logging.getLogger(__name__)
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 #: Topics clients may not send to (RocketMQ's TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, answered NO_PERMISSION
 #: "Sending message to topic[...] is forbidden"): the broker's own logs, written through its appender only. cometmq
 #: adds TBW102 (the auto-create template: what is sent there no consumer reads), the timer's topic and the POP log
@@ -64,6 +69,22 @@ def check_topic_name(topic: str) -> None:
                             f"the topic name {topic!r} may only contain letters, digits, %, |, - and _")
 
 
+def check_admin_topic(cfg: TopicConfig) -> None:
+    """What an admin's create or update of a topic may set (RocketMQ's AdminBrokerProcessor and TopicAttributes):
+    RemotingError naming the problem, before anything changes. The broker's own topics are made by the broker."""
+    check_topic_name(cfg.topic_name)
+    if is_system_topic(cfg.topic_name):  # (TBW102 too: rewriting the template changed what auto-creation makes)
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"The topic[{cfg.topic_name}] is conflict with system topic.")
+    if not 0 <= cfg.perm <= 7:  # PermName.isValid
+        raise RemotingError(ResponseCode.SYSTEM_ERROR,
+                            f"topic perm {cfg.perm} is invalid: 0..7 (4 read, 2 write, 1 inherit)")
+    if cfg.message_type not in TOPIC_MESSAGE_TYPES:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"message.type {cfg.message_type!r} is not one of "
+                                                       f"{', '.join(sorted(TOPIC_MESSAGE_TYPES))}")
+    if not (1 <= cfg.read_queue_nums <= MAX_QUEUE_NUMS and 1 <= cfg.write_queue_nums <= MAX_QUEUE_NUMS):
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"queue numbers must be within 1..{MAX_QUEUE_NUMS}")
+
+
 def check_read_queue(cfg: TopicConfig, queue_id: int) -> None:
     """SYSTEM_ERROR (RocketMQ's answer) when ``queue_id`` is none of the topic's read queues."""
     if queue_id < 0 or queue_id >= cfg.read_queue_nums:
@@ -72,11 +93,11 @@ def check_read_queue(cfg: TopicConfig, queue_id: int) -> None:
 
 
 def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
+    return RETRY_TOPIC_PREFIX + group
 
 
 def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
+    return DLQ_TOPIC_PREFIX + group
 
 
 #: journal lines always allowed before the table is rewritten whole (beyond: half the table's size)
@@ -201,9 +222,8 @@ class TopicConfigManager:
 
     def put(self, cfg: TopicConfig) -> TopicConfig:
         check_topic_name(cfg.topic_name)
-        if cfg.read_queue_nums < 1 or cfg.write_queue_nums < 1 or cfg.read_queue_nums > 1024 \
-                or cfg.write_queue_nums > 1024:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
+        if not (1 <= cfg.read_queue_nums <= MAX_QUEUE_NUMS and 1 <= cfg.write_queue_nums <= MAX_QUEUE_NUMS):
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"queue numbers must be within 1..{MAX_QUEUE_NUMS}")
         self.topics[cfg.topic_name] = cfg
         self._changed(cfg.topic_name, cfg)
         return cfg
@@ -258,7 +278,7 @@ class TopicConfigManager:
         cfg = self.topics.get(topic)
         if cfg is not None:
             return cfg
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if topic.startswith(RETRY_TOPIC_PREFIX):
             return self.create_system_topic(topic, 1)
         created = self.create_in_send(topic, default_topic or AUTO_CREATE_TOPIC_KEY, queue_nums)
         if created is None:

@@ -41,10 +41,18 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.message import iter_records
 from cometmq.protocol.msgid import decode_offset_msg_id
-from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
+from cometmq.protocol.names import TOPIC_MESSAGE_TYPES, TOPIC_NAME_MAX, has_name_chars_only
 from cometmq.protocol.properties import UNIQ_KEY
 from cometmq.protocol.remoting import RemotingCommand, make_request
-from cometmq.protocol.route import PERM_READ, PERM_READ_WRITE, PERM_WRITE, ClusterInfo, TopicList, TopicRouteData
+from cometmq.protocol.route import (
+    MAX_QUEUE_NUMS,
+    PERM_READ,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    ClusterInfo,
+    TopicList,
+    TopicRouteData,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +69,9 @@ __all__ = [
     "to_millis",
 ]
 
-_MAX_QUEUE_NUMS = 1024
 #: the largest Java long (offsets, ids) and int (counts) a request field holds
 _I64_MAX = 2**63 - 1
 _I32_MAX = 2**31 - 1
-#: the values of a topic's message.type attribute (RocketMQ's TopicMessageType)
-_MESSAGE_TYPES = frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"})
 
 
 # -- argument checks --------------------------------------------------------------------------------------------
@@ -356,16 +361,16 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, KvAdmin, AclAdmin)
         check_topic(topic)
         write_queues = read_queues if write_queues is None else write_queues
         for what, n in (("read_queues", read_queues), ("write_queues", write_queues)):
-            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_QUEUE_NUMS:
-                raise InvalidArgumentError(f"{what} must be within 1..{_MAX_QUEUE_NUMS}, got {n!r}")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_QUEUE_NUMS:
+                raise InvalidArgumentError(f"{what} must be within 1..{MAX_QUEUE_NUMS}, got {n!r}")
         if perm & ~(PERM_READ | PERM_WRITE | 1) or not perm & (PERM_READ | PERM_WRITE):
             raise InvalidArgumentError(f"perm {perm} is not a combination of read (4), write (2) and inherit (1)")
         if isinstance(topic_sys_flag, bool) or not isinstance(topic_sys_flag, int) or topic_sys_flag & ~3:
             raise InvalidArgumentError(f"topic_sys_flag {topic_sys_flag!r} is not a combination of unit (1) and "
                                        "unit sub (2)")
-        if message_type is not None and message_type.upper() not in _MESSAGE_TYPES:
+        if message_type is not None and message_type.upper() not in TOPIC_MESSAGE_TYPES:
             raise InvalidArgumentError(f"message type {message_type!r} is not one of "
-                                       f"{', '.join(sorted(_MESSAGE_TYPES))}")
+                                       f"{', '.join(sorted(TOPIC_MESSAGE_TYPES))}")
         masters = await self._masters(cluster=cluster, broker=broker)
         fields: dict[str, object] = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queues,
                                      "writeQueueNums": write_queues, "perm": perm,
@@ -524,8 +529,8 @@ class Admin(ReplicationAdmin, ControllerAdmin, AdminOpsMixin, KvAdmin, AclAdmin)
         """Create or update a subscription group (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) on every master of a
         cluster or on one broker. ``extra`` holds further RocketMQ config keys (camelCase), sent as they are."""
         check_group(group)
-        if not 0 <= retry_queue_nums <= _MAX_QUEUE_NUMS:
-            raise InvalidArgumentError(f"retry_queue_nums must be within 0..{_MAX_QUEUE_NUMS}, got {retry_queue_nums}")
+        if not 0 <= retry_queue_nums <= MAX_QUEUE_NUMS:
+            raise InvalidArgumentError(f"retry_queue_nums must be within 0..{MAX_QUEUE_NUMS}, got {retry_queue_nums}")
         if not -1 <= retry_max_times <= _I32_MAX:
             raise InvalidArgumentError(f"retry_max_times must be within -1..{_I32_MAX}, got {retry_max_times}")
         for key in ("brokerId", "whichBrokerWhenConsumeSlowly"):  # Java longs

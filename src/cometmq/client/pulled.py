@@ -17,6 +17,7 @@ from cometmq.client.admin import queue_label
 from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.protocol.errors import ProtocolError, RemoteProtocolError
 from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY, SysFlag, host_string, inflate_body, unpack_host
+from cometmq.protocol.names import RETRY_TOPIC_PREFIX as _RETRY_PREFIX
 from cometmq.protocol.properties import RETRY_TOPIC, UNIQ_KEY, decode_properties
 from cometmq.protocol.record_layout import (
     BORN_TIMESTAMP_POS,
@@ -42,7 +43,6 @@ _BODY_AT = LAYOUT_V4.body_pos
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_RETRY_PREFIX = "%RETRY%"
 _COMPRESSED = int(SysFlag.COMPRESSED)  # a plain int: IntFlag's & costs microseconds
 _V6 = HOST_V6_FLAGS
 _props_slot = MessageExt.__dict__["properties"]  # the base class's slot, used as the properties cache

@@ -72,7 +72,7 @@ from cometmq.protocol.codes import RequestCode, ResponseCode
 from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader
 from cometmq.protocol.message import DEFAULT_MAX_INFLATED_BODY
-from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
+from cometmq.protocol.names import RETRY_TOPIC_PREFIX, TOPIC_NAME_MAX, has_name_chars_only
 from cometmq.protocol.remoting import RemotingCommand, make_request
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,6 @@ log = logging.getLogger(__name__)
 __all__ = ["ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus", "ConsumerStats", "MessageListener",
            "OrderlyPushConsumer", "PushConsumer", "Subscription"]
 
-RETRY_TOPIC_PREFIX = "%RETRY%"
 
 # PullSysFlag bits
 FLAG_COMMIT_OFFSET = 0x1

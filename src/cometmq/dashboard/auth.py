@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,8 +101,22 @@ def verify_password(secret: str, given: str) -> bool:
     return hmac.compare_digest(hashlib.sha256(g).digest(), hashlib.sha256(clear.encode()).digest())
 
 
-#: checked against when the user name is unknown, so that an unknown name takes as long as a wrong password
-_DUMMY = "sha256:" + "0" * 64
+def stand_in_secret(users: dict[str, User]) -> str:
+    """What an unknown user name's password is checked against: the form (and scrypt cost) most of ``users`` have,
+    with a random hash nothing matches, so that an unknown name takes as long as a wrong password of a user."""
+    forms = Counter(_cost_form(u.secret) for u in users.values())
+    form = max(forms, key=lambda f: (forms[f], f)) if forms else "sha256"
+    if form == "sha256":
+        return "sha256:" + secrets.token_hex(32)
+    n, r, p = (int(x) for x in form.split(":")[1:])
+    return f"scrypt:{n}:{r}:{p}:{_b64(secrets.token_bytes(16))}:{_b64(secrets.token_bytes(32))}"
+
+
+def _cost_form(secret: str) -> str:
+    if secret.startswith("scrypt:"):
+        n, r, p, _, _ = _scrypt_parts(secret)
+        return f"scrypt:{n}:{r}:{p}"
+    return "sha256"  # clear and plain: passwords are compared as sha256 digests too
 
 
 def parse_users(text: str, source: str = "users file") -> dict[str, User]:
@@ -146,6 +161,7 @@ class UsersFile:
         except OSError as exc:
             raise UsersFileError(f"cannot read the users file {self.path}: {exc}") from None
         self.users = parse_users(text, str(self.path))
+        self._stand_in = stand_in_secret(self.users)
         self._checked = time.monotonic()
         self._mode_warned = False
         self._warn_mode()
@@ -183,6 +199,7 @@ class UsersFile:
         self._stamp = stamp
         try:
             self.users = parse_users(self.path.read_text(encoding="utf-8"), str(self.path))
+            self._stand_in = stand_in_secret(self.users)
             log.info("dashboard users file %s read again: %d users", self.path, len(self.users))
             self._warn_mode()
         except (OSError, UsersFileError) as exc:
@@ -190,7 +207,7 @@ class UsersFile:
 
     def authenticate(self, name: str, password: str) -> User | None:
         user = self.get(name)
-        ok = verify_password(user.secret if user is not None else _DUMMY, password)
+        ok = verify_password(user.secret if user is not None else self._stand_in, password)
         return user if ok and user is not None else None
 
 

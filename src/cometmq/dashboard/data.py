@@ -23,18 +23,18 @@ from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageExt
 from cometmq.protocol.admin_bodies import TopicStatsTable
 from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.names import DLQ_TOPIC_PREFIX as DLQ_PREFIX
+from cometmq.protocol.names import RETRY_TOPIC_PREFIX as RETRY_PREFIX
+from cometmq.protocol.names import SYSTEM_GROUP_PREFIX, SYSTEM_TOPIC_PREFIX
+from cometmq.protocol.names import SYSTEM_TOPICS as ROCKETMQ_SYSTEM_TOPICS
 from cometmq.protocol.remoting import make_request
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 #: topics and groups a user did not create (RocketMQ's system names and cometmq's own)
-SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "DefaultCluster", "DefaultHeartBeatSyncerTopic"})
+SYSTEM_TOPICS = ROCKETMQ_SYSTEM_TOPICS | {"DefaultCluster", "DefaultHeartBeatSyncerTopic"}
 SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
                            "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL", "CID_RMQ_SYS_TRANS",
                            "__MONITOR_CONSUMER", "CID_SYS_RMQ_TRANS"})
@@ -44,12 +44,12 @@ _CONSUME_TYPES = {"CONSUME_PASSIVELY": "push", "CONSUME_ACTIVELY": "pull", "CONS
 
 
 def is_system_topic(topic: str) -> bool:
-    return (topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", "RMQ_SYS_", RETRY_PREFIX, DLQ_PREFIX))
-            or topic.endswith("_REPLY_TOPIC"))
+    return (topic in SYSTEM_TOPICS or topic.endswith("_REPLY_TOPIC")
+            or topic.startswith((SYSTEM_TOPIC_PREFIX, "RMQ_SYS_", RETRY_PREFIX, DLQ_PREFIX)))
 
 
 def is_system_group(group: str) -> bool:
-    return group in SYSTEM_GROUPS or group.startswith(("CID_RMQ_SYS_", "rmq_sys_"))
+    return group in SYSTEM_GROUPS or group.startswith((SYSTEM_GROUP_PREFIX, SYSTEM_TOPIC_PREFIX))
 
 
 def make_admin(namesrv: str, *, access_key: str | None = None, secret_key: str | None = None,

@@ -10,20 +10,11 @@ from cometmq.grpc.convert import duration_ms, message_type_of, timestamp_ms
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
-from cometmq.protocol.names import TOPIC_NAME_MAX, has_name_chars_only
+from cometmq.protocol.names import SYSTEM_GROUP_PREFIX, TOPIC_NAME_MAX, has_name_chars_only, is_system_topic
 
 #: RocketMQ's TopicValidator: names of letters, digits and ``%|-_``; topics up to 127 characters, groups up to 120
 #: (they become part of %RETRY% and %DLQ% topic names)
 GROUP_MAX_LENGTH = 120
-#: RocketMQ's system topics (TopicValidator's SYSTEM_TOPIC_SET, and every name starting ``rmq_sys_``) and system
-#: consumer groups (``CID_RMQ_SYS_``): no client of the gRPC endpoint may name them
-SYSTEM_TOPICS = frozenset({
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-    "CHECKPOINT_TOPIC",
-})
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 
 
 def _name_problem(name: str, max_length: int) -> str | None:
@@ -42,7 +33,7 @@ def check_topic(topic: pb.Resource) -> None:
     problem = _name_problem(name, TOPIC_NAME_MAX)
     if problem is not None:
         raise GrpcError(pb.Code.ILLEGAL_TOPIC, f"topic name {name!r} {problem}")
-    if name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX):
+    if is_system_topic(name):
         raise GrpcError(pb.Code.ILLEGAL_TOPIC, f"topic {name} is a system topic")
 
 

@@ -33,32 +33,26 @@ from cometmq.broker.stats import (
     RPC_SUM_NS,
     BrokerStats,
 )
-from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from cometmq.metrics.text import Family, HistogramFamily
 from cometmq.protocol.client_bodies import CONSUME_ACTIVELY, CONSUME_PASSIVELY, CONSUME_POP
 from cometmq.protocol.codes import RequestCode, ResponseCode
+from cometmq.protocol.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SYSTEM_GROUP_PREFIX, is_system_topic
 
 if TYPE_CHECKING:
     from cometmq.broker.controller import BrokerController
 
 COMMON_LABELS: tuple[str, ...] = ("cluster", "node_type", "node_id")
-#: RocketMQ's TopicValidator system topics (and cometmq's own internal ones)
-SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 #: how long a slice of a scrape's reading holds the loop, at most (about)
 SLICE_S = 0.005
+_SYSTEM_GROUP_PREFIX_LOWER = SYSTEM_GROUP_PREFIX.lower()
 #: series read between two checks of the slice's time
 _STEP = 512
 _CONSUME_MODES = {CONSUME_ACTIVELY: "pull", CONSUME_PASSIVELY: "push", CONSUME_POP: "pop"}
 
 
-def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.lower().startswith("rmq_sys_")
-
-
 def is_system_group(group: str) -> bool:
-    return group.lower().startswith("cid_rmq_sys_")
+    """RocketMQ's metrics: a group starting ``CID_RMQ_SYS_`` in any case."""
+    return group.lower().startswith(_SYSTEM_GROUP_PREFIX_LOWER)
 
 
 def _bool(value: bool) -> str:
@@ -257,7 +251,7 @@ class _Snapshot:
         for n, ((group, topic), queues) in enumerate(pairs.items(), 1):
             if not n % (_STEP // 4):
                 yield
-            if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            if topic.startswith(DLQ_TOPIC_PREFIX):
                 continue
             qids = read_qids.get(topic)
             if qids is None:
@@ -284,7 +278,7 @@ class _Snapshot:
             if not n % _STEP:
                 yield
             n_lag, n_inflight, n_ready, oldest, oldest_ready = agg[(group, topic)]
-            values = (*common, group, topic, _bool(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
+            values = (*common, group, topic, _bool(topic.startswith(RETRY_TOPIC_PREFIX)),
                       _bool(is_system_topic(topic) or is_system_group(group)))
             lag.rows.append((values, n_lag))
             lag_latency.rows.append((values, max(now - oldest, 0) if oldest != never else 0))

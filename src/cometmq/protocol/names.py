@@ -1,5 +1,6 @@
-"""RocketMQ's rule for topic names (TopicValidator): 1 to 127 characters, each a letter, a digit, ``%``, ``|``, ``-``
-or ``_``. Kept once for the broker, the SDK and the gRPC endpoint, which each say in their own words what is wrong."""
+"""RocketMQ's rules for topic names (TopicValidator): 1 to 127 characters, each a letter, a digit, ``%``, ``|``, ``-``
+or ``_``; which names are the system's; the values of a topic's message type. Kept once for the broker, the SDK, the
+gRPC endpoint and the tools, which each say in their own words what is wrong."""
 
 from __future__ import annotations
 
@@ -14,3 +15,25 @@ NAME_CHARS = frozenset(string.ascii_letters + string.digits + "%|-_")
 def has_name_chars_only(name: str) -> bool:
     """Whether every character of ``name`` is one of :data:`NAME_CHARS` (an empty name too: check emptiness first)."""
     return NAME_CHARS.issuperset(name)
+
+
+#: RocketMQ's system topics (TopicValidator's SYSTEM_TOPIC_SET) and the prefix of the others (``rmq_sys_``): no
+#: admin may create or rewrite one, no gRPC client name one; the metrics mark their series as system ones
+SYSTEM_TOPICS = frozenset({
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    "CHECKPOINT_TOPIC",
+})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: the prefixes of a consumer group's retry topic and dead-letter topic (MixAll)
+RETRY_TOPIC_PREFIX = "%RETRY%"
+DLQ_TOPIC_PREFIX = "%DLQ%"
+#: the prefix of RocketMQ's system consumer groups
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+#: the values of a topic's ``message.type`` attribute (RocketMQ's TopicMessageType)
+TOPIC_MESSAGE_TYPES = frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"})
+
+
+def is_system_topic(topic: str) -> bool:
+    """RocketMQ's TopicValidator.isSystemTopic: one of :data:`SYSTEM_TOPICS` or a name starting ``rmq_sys_``."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)

@@ -18,6 +18,8 @@ PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
+#: the most read or write queues a topic may have on one broker (cometmq's bound; RocketMQ sets none)
+MAX_QUEUE_NUMS = 1024
 
 
 def perm_readable(perm: int) -> bool:

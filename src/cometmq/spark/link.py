@@ -25,6 +25,8 @@ from cometmq.client.errors import ClientConnectionError, NoRouteError
 from cometmq.client.instance import ClientInstance
 from cometmq.client.message import MessageQueue
 from cometmq.client.transaction_producer import TransactionClientInstance
+from cometmq.protocol.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
+from cometmq.protocol.names import is_system_topic as names_system_topic
 from cometmq.spark.options import TlsOptions
 
 __all__ = ["Link", "is_system_topic"]
@@ -33,14 +35,12 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-#: topics the brokers keep for themselves; never matched by subscribePattern
-_SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest",
-                    "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                    "RMQ_SYS_TRANS_HALF_TOPIC")
+#: topics the brokers keep for themselves (besides RocketMQ's system topics); never matched by subscribePattern
+_INTERNAL_PREFIXES = (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX, "RMQ_SYS_")
 
 
 def is_system_topic(topic: str) -> bool:
-    return topic.startswith(_SYSTEM_PREFIXES)
+    return names_system_topic(topic) or topic.startswith(_INTERNAL_PREFIXES)
 
 
 def _loop_factory() -> asyncio.AbstractEventLoop:

@@ -32,7 +32,7 @@ from cometmq.broker.appender import Appender, answer_code
 from cometmq.broker.clients import ClientChannel, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.send_hooks import SendContext, SendKind
-from cometmq.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
+from cometmq.broker.topics import TopicConfigManager
 from cometmq.broker.transaction import messages as tm
 from cometmq.broker.transaction.front import (
     CHECK_MAX_TOPIC,
@@ -51,6 +51,7 @@ from cometmq.protocol.errors import ProtocolError
 from cometmq.protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from cometmq.protocol.message import MessageRecord, decode_record
 from cometmq.protocol.msgid import offset_msg_id
+from cometmq.protocol.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 from cometmq.protocol.properties import PGROUP, UNIQ_KEY
 from cometmq.protocol.remoting import RemotingCommand, make_request, make_response
 from cometmq.protocol.route import PERM_READ_WRITE
@@ -250,12 +251,11 @@ class TransactionalMessageService:
 
     @staticmethod
     def is_half_send(msgs: list[MessageInner], batch: bool, half_batch: bool = False) -> bool:
-        """Whether a send is a transaction's half (TRAN_MSG=true, or the PREPARED sys flag). A batch may be one
-        only as cometmq's half batch (``half_batch``: the request field cometmqHalfBatch=true), and then every
-        item must be (protocol/transaction_batch.py); RocketMQ refuses transactional batches, and so do we
-        without that field."""
+        """Whether a send is a transaction's half (TRAN_MSG=true, or the PREPARED sys flag). A batch may be one only
+        as cometmq's half batch (``half_batch``: request field cometmqHalfBatch=true), and then every item must be
+        (protocol/transaction_batch.py); RocketMQ refuses transactional batches, and so do we without that field."""
         wanted = [wants_transaction(m) for m in msgs
-                  if not m.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))]
+                  if not m.topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX))]
         if not batch:
             return any(wanted)
         if not half_batch:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cometmq.broker.admin import NOT_SUPPORTED
 from cometmq.broker.clients import ClientChannel
 from cometmq.broker.config import BROKER_KEYS, BrokerConfig, parse_properties
-from cometmq.broker.groups import SubscriptionGroupConfig
+from cometmq.broker.groups import SubscriptionGroupConfig, check_group_name
 from cometmq.broker.topics import check_admin_topic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.admin_bodies import (
@@ -514,6 +514,8 @@ class AdminTools:
             configs = [SubscriptionGroupConfig.from_json(item) for item in items]
         except TypeError as exc:
             raise RemoteProtocolError(f"bad subscription group config: {exc}") from None
+        for cfg in configs:  # every name checked before any is written
+            check_group_name(cfg.groupName)
         for cfg in configs:
             self.admin.groups.put(cfg)
         return _ok(cmd)

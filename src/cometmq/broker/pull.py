@@ -99,10 +99,7 @@ class PullProcessor:
         config = self.config
         if not perm_readable(config.broker_permission):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {config.broker_name} is not readable")
-        group_cfg = self.groups.find(h.consumer_group)
-        if group_cfg is None:
-            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {h.consumer_group} does not exist")
+        group_cfg = self.groups.require(h.consumer_group)
         if not group_cfg.consumeEnable:
             raise RemotingError(ResponseCode.NO_PERMISSION, f"group {h.consumer_group} may not consume")
         topic_cfg = self.topics.existing(h.topic)

@@ -94,6 +94,25 @@ async def test_an_offset_commit_for_a_topic_or_queue_the_broker_lacks_is_refused
     assert "g" in b.groups.groups  # a group the commit made (groups are auto-created by default)
 
 
+async def test_an_offset_commit_past_a_java_long_is_refused(start_broker: StartBroker, client: RemotingClient) -> None:
+    """RocketMQ parses commitOffset as a Java long. One past it was kept, answered to QUERY_CONSUMER_OFFSET (which a
+    Java consumer cannot parse: its queue never started) and written to consumerOffset.json; now the commit is
+    SYSTEM_ERROR naming the value, by UPDATE_CONSUMER_OFFSET or a pull's commit flag, and nothing is kept."""
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("O", b"x"))
+    q = {"consumerGroup": "g", "topic": "O", "queueId": "0"}
+    for bad in (2**63, 10**30, -1):
+        r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": bad}))
+        assert r.code == ResponseCode.SYSTEM_ERROR and str(bad) in (r.remark or ""), (bad, r.code, r.remark)
+    r = await client.invoke(b.addr, pull_request("O", 0, group="g", sys_flag=5, commitOffset=str(2**63)))
+    assert r.code == ResponseCode.SYSTEM_ERROR and str(2**63) in (r.remark or ""), (r.code, r.remark)
+    assert b.offsets.table == {}
+    r = await client.invoke(b.addr, pull_request("O", 0, group="g", sys_flag=5, commitOffset="-1"))
+    assert r.code == ResponseCode.SUCCESS and b.offsets.table == {}  # a negative one is not committed, as before
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 2**63 - 1}))
+    assert r.code == ResponseCode.SUCCESS and b.offsets.query("g", "O", 0) == 2**63 - 1
+
+
 async def test_an_offset_commit_for_an_unknown_group_is_refused_when_groups_are_not_auto_created(
         start_broker: StartBroker, client: RemotingClient) -> None:
     b = await start_broker(auto_create_subscription_group=False)

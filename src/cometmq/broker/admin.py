@@ -14,7 +14,7 @@ from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
 from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager, check_group_name
 from cometmq.broker.locks import RebalanceLockManager
-from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.offsets import ConsumerOffsetManager, check_commit_offset
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.stats_windows import StatsWindows
 from cometmq.broker.topics import TopicConfigManager, check_admin_topic, check_read_queue, retry_topic
@@ -272,8 +272,7 @@ class AdminProcessor:
 
     async def update_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(UpdateConsumerOffsetRequestHeader, cmd)
-        if h.commit_offset < 0:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOffset {h.commit_offset} is negative")
+        check_commit_offset(h.commit_offset)
         # As RocketMQ 5: a topic this broker has, one of its queues, and a group it has, made here when groups
         # are auto-created, as a pull makes it (RocketMQ makes it at the heartbeat only; an operator may set a new
         # group's offsets before its consumers start). Else every made-up name stays in consumerOffset.json.

@@ -10,7 +10,7 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
 from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.long_polling import HeldPull, PullRequestHoldService
-from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.offsets import MAX_COMMIT_OFFSET, ConsumerOffsetManager, check_commit_offset
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.topics import TopicConfigManager, check_read_queue
 from cometmq.net.connection import ConnectionClosedError, RemotingConnection, eager_start
@@ -106,6 +106,8 @@ class PullProcessor:
         if not perm_readable(topic_cfg.perm):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {h.topic} is not readable")
         check_read_queue(topic_cfg, h.queue_id)
+        if h.commit_offset > MAX_COMMIT_OFFSET and h.sys_flag & FLAG_COMMIT_OFFSET:
+            check_commit_offset(h.commit_offset)  # (a negative one is not committed: not an error)
         if h.sys_flag & FLAG_SUBSCRIPTION:
             expression, expression_type = h.subscription, h.expression_type
         else:

@@ -276,6 +276,9 @@ class AdminTools:
         queue_id = _int(cmd, "queueId", -1)
         target = _int(cmd, "offset", -1)
         cfg = self._topic(topic)
+        if queue_id >= cfg.write_queue_nums:  # (RocketMQ resets the queues the topic has; a made-up one was written)
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"queueId {queue_id} is not a queue of {topic}: it has "
+                                                           f"{cfg.write_queue_nums}")
         channels = [ch for ch in self.admin.consumers.channels(group) if not ch.conn.closed]
         if not channels:
             return make_response(cmd, ResponseCode.CONSUMER_NOT_ONLINE,

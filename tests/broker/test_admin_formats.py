@@ -272,6 +272,12 @@ async def test_offsets_reset_clone_and_correction(start_broker: StartBroker, tmp
         r = await ask(consumer, b, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
                       {"topic": "AT", "group": "g", "timestamp": 0, "queueId": 0, "offset": 99})
         assert r.code == ResponseCode.SYSTEM_ERROR
+        before = {q: dict(o) for q, o in b.offsets.table.items()}
+        for queue_id in (b.topics.topics["AT"].write_queue_nums, 1_000_000):  # a queue the topic lacks: nothing written
+            r = await ask(consumer, b, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                          {"topic": "AT", "group": "g", "timestamp": 0, "queueId": queue_id, "offset": 0})
+            assert r.code == ResponseCode.SYSTEM_ERROR and f"queueId {queue_id}" in (r.remark or ""), r.remark
+        assert b.offsets.table == before
 
         r = await ask(consumer, b, RequestCode.CLONE_GROUP_OFFSET, {"srcGroup": "g", "destGroup": "g2", "topic": "AT",
                                                                     "offline": "true"})

@@ -94,6 +94,25 @@ async def test_an_offset_commit_for_a_topic_or_queue_the_broker_lacks_is_refused
     assert "g" in b.groups.groups  # a group the commit made (groups are auto-created by default)
 
 
+async def test_an_offset_commit_past_a_java_long_is_refused(start_broker: StartBroker, client: RemotingClient) -> None:
+    """RocketMQ parses commitOffset as a Java long. One past it was kept, answered to QUERY_CONSUMER_OFFSET (which a
+    Java consumer cannot parse: its queue never started) and written to consumerOffset.json; now the commit is
+    SYSTEM_ERROR naming the value, by UPDATE_CONSUMER_OFFSET or a pull's commit flag, and nothing is kept."""
+    b = await start_broker()
+    await client.invoke(b.addr, send_request("O", b"x"))
+    q = {"consumerGroup": "g", "topic": "O", "queueId": "0"}
+    for bad in (2**63, 10**30, -1):
+        r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": bad}))
+        assert r.code == ResponseCode.SYSTEM_ERROR and str(bad) in (r.remark or ""), (bad, r.code, r.remark)
+    r = await client.invoke(b.addr, pull_request("O", 0, group="g", sys_flag=5, commitOffset=str(2**63)))
+    assert r.code == ResponseCode.SYSTEM_ERROR and str(2**63) in (r.remark or ""), (r.code, r.remark)
+    assert b.offsets.table == {}
+    r = await client.invoke(b.addr, pull_request("O", 0, group="g", sys_flag=5, commitOffset="-1"))
+    assert r.code == ResponseCode.SUCCESS and b.offsets.table == {}  # a negative one is not committed, as before
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": 2**63 - 1}))
+    assert r.code == ResponseCode.SUCCESS and b.offsets.query("g", "O", 0) == 2**63 - 1
+
+
 async def test_an_offset_commit_for_an_unknown_group_is_refused_when_groups_are_not_auto_created(
         start_broker: StartBroker, client: RemotingClient) -> None:
     b = await start_broker(auto_create_subscription_group=False)
@@ -102,6 +121,45 @@ async def test_an_offset_commit_for_an_unknown_group_is_refused_when_groups_are_
         "consumerGroup": "made-up", "topic": "O", "queueId": "0", "commitOffset": "1"}))
     assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "made-up" in (r.remark or "")
     assert b.offsets.table == {} and "made-up" not in b.groups.groups
+
+
+async def test_groups_with_names_rocketmq_refuses_are_not_auto_created(start_broker: StartBroker,
+                                                                       client: RemotingClient) -> None:
+    """As RocketMQ 5 (TopicValidator.validateGroup): a group is auto-created only with a name of 1..120 letters,
+    digits and %|-_. Before, a pull, an offset commit, a lock or a send-back naming any made-up name (blank, with
+    spaces or slashes, 100,000 characters long) created it, written to subscriptionGroup.json and
+    consumerOffset.json for good; a heartbeat naming a 121..248-character group was refused (its retry topic's
+    name is too long) after creating the group. An admin's create of such a name is INVALID_PARAMETER."""
+    b = await start_broker()
+    r = await client.invoke(b.addr, send_request("O", b"x"))
+    offset = decode_offset_msg_id(r.ext_fields["msgId"]).offset
+    await client.invoke(b.addr, heartbeat("c0", "ok", "O"))
+    b.groups.persist_if_dirty()
+    groups, topics, offsets = set(b.groups.groups), set(b.topics.topics), json.dumps(b.offsets.table)
+    disk = b.groups.path.read_bytes()
+    for name in ("a b", "", "   ", "../x", "x" * 121, "y" * 100_000, "g\n"):
+        for cmd in (pull_request("O", 0, group=name, sys_flag=5, commitOffset="1"),
+                    make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": name, "topic": "O",
+                                                                      "queueId": "0", "commitOffset": "1"}),
+                    make_request(RequestCode.LOCK_BATCH_MQ, {}, LockBatchBody(
+                        name, "c1", frozenset({MessageQueue("O", b.config.broker_name, 0)})).encode()),
+                    make_request(RequestCode.CONSUMER_SEND_MSG_BACK, {"group": name, "offset": offset,
+                                                                      "delayLevel": 1})):
+            r = await client.invoke(b.addr, cmd)
+            assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, (cmd.code, name[:10], r.code, r.remark)
+            assert "its name" in (r.remark or "") and len(r.remark or "") < 400
+        r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                                                     json.dumps({"groupName": name}).encode()))
+        assert r.code == ResponseCode.INVALID_PARAMETER, (name[:10], r.code, r.remark)
+    r = await client.invoke(b.addr, heartbeat("c2", "G" * 200, "O"))  # registered, as RocketMQ; nothing made
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert b.consumers.client_ids("G" * 200) == ["c2"]
+    b.groups.persist_if_dirty()
+    assert (set(b.groups.groups), set(b.topics.topics), json.dumps(b.offsets.table)) == (groups, topics, offsets)
+    assert b.groups.path.read_bytes() == disk and b.store.max_offset("%RETRY%ok", 0) == 0
+    longest = "z" * 120  # the longest name still made, with its retry topic
+    r = await client.invoke(b.addr, heartbeat("c3", longest, "O"))
+    assert r.code == ResponseCode.SUCCESS and longest in b.groups.groups and f"%RETRY%{longest}" in b.topics.topics
 
 
 async def test_heartbeat_membership_and_notify(start_broker: StartBroker) -> None:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, TypeVar
 from cometmq import __version__
 from cometmq.broker.clients import ConsumerManager, ProducerManager
 from cometmq.broker.config import BrokerConfig
-from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
+from cometmq.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager, check_group_name
 from cometmq.broker.locks import RebalanceLockManager
-from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.offsets import ConsumerOffsetManager, check_commit_offset
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.stats_windows import StatsWindows
 from cometmq.broker.topics import TopicConfigManager, check_admin_topic, check_read_queue, retry_topic
@@ -272,15 +272,12 @@ class AdminProcessor:
 
     async def update_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = parse(UpdateConsumerOffsetRequestHeader, cmd)
-        if h.commit_offset < 0:
-            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOffset {h.commit_offset} is negative")
+        check_commit_offset(h.commit_offset)
         # As RocketMQ 5: a topic this broker has, one of its queues, and a group it has, made here when groups
         # are auto-created, as a pull makes it (RocketMQ makes it at the heartbeat only; an operator may set a new
         # group's offsets before its consumers start). Else every made-up name stays in consumerOffset.json.
         check_read_queue(self.topics.existing(h.topic), h.queue_id)
-        if self.groups.find(h.consumer_group) is None:
-            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {h.consumer_group} does not exist")
+        self.groups.require(h.consumer_group)
         self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return ok(cmd)
 
@@ -338,9 +335,7 @@ class AdminProcessor:
         # (left out of the answer, which a client reads as "not locked"). Else one frame of made-up queues, groups or
         # broker names held ~250,000 entries until they expired, and a peer sending such frames grew the table
         # without bound within the lock's lifetime. (RocketMQ locks whatever it is sent.)
-        if self.groups.find(body.consumer_group) is None:
-            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {body.consumer_group} does not exist")
+        self.groups.require(body.consumer_group)
         name = self.config.broker_name
         topics = self.topics.topics
         wanted: list[MessageQueue] = []
@@ -407,6 +402,7 @@ class AdminProcessor:
             cfg = self.groups.with_attributes(cfg, raw.get("attributes"))
         except (ProtocolError, TypeError, ValueError) as exc:
             raise RemotingError(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}") from None
+        check_group_name(cfg.groupName)
         self.groups.put(cfg)
         return ok(cmd)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cometmq.broker.admin import NOT_SUPPORTED
 from cometmq.broker.clients import ClientChannel
 from cometmq.broker.config import BROKER_KEYS, BrokerConfig, parse_properties
-from cometmq.broker.groups import SubscriptionGroupConfig
+from cometmq.broker.groups import SubscriptionGroupConfig, check_group_name
 from cometmq.broker.topics import check_admin_topic
 from cometmq.net.connection import RemotingConnection
 from cometmq.protocol.admin_bodies import (
@@ -276,6 +276,9 @@ class AdminTools:
         queue_id = _int(cmd, "queueId", -1)
         target = _int(cmd, "offset", -1)
         cfg = self._topic(topic)
+        if queue_id >= cfg.write_queue_nums:  # (RocketMQ resets the queues the topic has; a made-up one was written)
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, f"queueId {queue_id} is not a queue of {topic}: it has "
+                                                           f"{cfg.write_queue_nums}")
         channels = [ch for ch in self.admin.consumers.channels(group) if not ch.conn.closed]
         if not channels:
             return make_response(cmd, ResponseCode.CONSUMER_NOT_ONLINE,
@@ -514,6 +517,8 @@ class AdminTools:
             configs = [SubscriptionGroupConfig.from_json(item) for item in items]
         except TypeError as exc:
             raise RemoteProtocolError(f"bad subscription group config: {exc}") from None
+        for cfg in configs:  # every name checked before any is written
+            check_group_name(cfg.groupName)
         for cfg in configs:
             self.admin.groups.put(cfg)
         return _ok(cmd)

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from cometmq.common.atomic_file import read_optional, write_atomic
+from cometmq.protocol.codes import RemotingError, ResponseCode
 from cometmq.protocol.group_policy import check_retry_policy
+from cometmq.protocol.names import group_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,15 @@ class SubscriptionGroupConfig:
         else:
             known["attributes"] = {str(k): "" if v is None else str(v) for k, v in attributes.items()}
         return cls(**known)
+
+
+def check_group_name(name: object) -> None:
+    """An admin's create or update of a group (RocketMQ's AdminBrokerProcessor): INVALID_PARAMETER naming what is
+    wrong with the name (TopicValidator.validateGroup), before anything changes."""
+    problem = group_name_problem(name) if isinstance(name, str) else "is not a string"
+    if problem is not None:
+        shown = repr(name if not isinstance(name, str) or len(name) <= 200 else name[:200] + "...")
+        raise RemotingError(ResponseCode.INVALID_PARAMETER, f"the group name {shown} {problem}")
 
 
 def alter_attributes(current: dict[str, str], change: dict[str, str], *, create: bool) -> dict[str, str]:
@@ -108,12 +119,26 @@ class SubscriptionGroupManager:
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; auto-created when allowed, and written with the next ``persist_if_dirty`` (the
         broker's housekeeping): writing the whole table at each one made a request naming N new groups cost O(N^2)
-        on the event loop. One lost in a crash is the config the next use creates again."""
+        on the event loop. One lost in a crash is the config the next use creates again.
+
+        As RocketMQ 5 (TopicValidator.validateGroup), a name that is blank, longer than 120 characters or has other
+        characters than letters, digits and ``%|-_`` is not created: every request naming a made-up name (of any
+        length) wrote it into this table and the offsets' for good."""
         cfg = self.groups.get(group)
-        if cfg is None and self.auto_create:
+        if cfg is None and self.auto_create and group_name_problem(group) is None:
             cfg = SubscriptionGroupConfig(group, retryMaxTimes=self.default_retry_max)
             self.groups[group] = cfg
             self.dirty = True
+        return cfg
+
+    def require(self, group: str) -> SubscriptionGroupConfig:
+        """``find``, or RemotingError(SUBSCRIPTION_GROUP_NOT_EXIST) saying why there is none."""
+        cfg = self.find(group)
+        if cfg is None:
+            problem = group_name_problem(group) if self.auto_create else None
+            shown = repr(group if len(group) <= 200 else group[:200] + "...")
+            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {shown} does not exist"
+                                + (f" and is not created: its name {problem}" if problem else ""))
         return cfg
 
     def with_attributes(self, cfg: SubscriptionGroupConfig, change: object) -> SubscriptionGroupConfig:

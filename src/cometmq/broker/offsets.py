@@ -7,8 +7,20 @@ import logging
 from pathlib import Path
 
 from cometmq.common.atomic_file import read_optional, write_atomic
+from cometmq.protocol.codes import RemotingError, ResponseCode
 
 log = logging.getLogger(__name__)
+
+#: the largest offset a client may commit: a Java long's largest value (RocketMQ parses the header as one)
+MAX_COMMIT_OFFSET = (1 << 63) - 1
+
+
+def check_commit_offset(offset: int) -> None:
+    """RemotingError(SYSTEM_ERROR) for a commitOffset that is negative or past a Java long. RocketMQ cannot parse
+    the latter; kept, it was answered to QUERY_CONSUMER_OFFSET and GET_CONSUME_STATS, which a Java consumer or tool
+    cannot read (the queue's consumer never started), and written to consumerOffset.json."""
+    if not 0 <= offset <= MAX_COMMIT_OFFSET:
+        raise RemotingError(ResponseCode.SYSTEM_ERROR, f"commitOffset {offset} is not within 0..{MAX_COMMIT_OFFSET}")
 
 
 class ConsumerOffsetManager:

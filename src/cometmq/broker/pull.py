@@ -10,7 +10,7 @@ from cometmq.broker.config import BrokerConfig
 from cometmq.broker.filters import property_filter_for, record_filter_for, tag_filter_for
 from cometmq.broker.groups import SubscriptionGroupManager
 from cometmq.broker.long_polling import HeldPull, PullRequestHoldService
-from cometmq.broker.offsets import ConsumerOffsetManager
+from cometmq.broker.offsets import MAX_COMMIT_OFFSET, ConsumerOffsetManager, check_commit_offset
 from cometmq.broker.stats import BrokerStats
 from cometmq.broker.topics import TopicConfigManager, check_read_queue
 from cometmq.net.connection import ConnectionClosedError, RemotingConnection, eager_start
@@ -99,16 +99,15 @@ class PullProcessor:
         config = self.config
         if not perm_readable(config.broker_permission):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {config.broker_name} is not readable")
-        group_cfg = self.groups.find(h.consumer_group)
-        if group_cfg is None:
-            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {h.consumer_group} does not exist")
+        group_cfg = self.groups.require(h.consumer_group)
         if not group_cfg.consumeEnable:
             raise RemotingError(ResponseCode.NO_PERMISSION, f"group {h.consumer_group} may not consume")
         topic_cfg = self.topics.existing(h.topic)
         if not perm_readable(topic_cfg.perm):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the topic {h.topic} is not readable")
         check_read_queue(topic_cfg, h.queue_id)
+        if h.commit_offset > MAX_COMMIT_OFFSET and h.sys_flag & FLAG_COMMIT_OFFSET:
+            check_commit_offset(h.commit_offset)  # (a negative one is not committed: not an error)
         if h.sys_flag & FLAG_SUBSCRIPTION:
             expression, expression_type = h.subscription, h.expression_type
         else:

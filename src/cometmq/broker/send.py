@@ -293,10 +293,7 @@ class SendProcessor:
 
     async def send_back(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)  # a bad header: answered at the dispatch
-        cfg = self.groups.find(header.group)
-        if cfg is None:
-            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {header.group} does not exist")
+        cfg = self.groups.require(header.group)
         if not perm_writable(self.config.broker_permission):  # (RocketMQ's order of checks)
             self._not_writable()
         if cfg.retryQueueNums <= 0:  # the group takes no retries: the message is dropped, as RocketMQ does

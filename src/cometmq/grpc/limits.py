@@ -10,27 +10,19 @@ from cometmq.grpc.convert import duration_ms, message_type_of, timestamp_ms
 from cometmq.grpc.status import GrpcError
 from cometmq.grpc.v2 import definition_pb2 as pb
 from cometmq.grpc.v2 import service_pb2 as spb
-from cometmq.protocol.names import SYSTEM_GROUP_PREFIX, TOPIC_NAME_MAX, has_name_chars_only, is_system_topic
-
-#: RocketMQ's TopicValidator: names of letters, digits and ``%|-_``; topics up to 127 characters, groups up to 120
-#: (they become part of %RETRY% and %DLQ% topic names)
-GROUP_MAX_LENGTH = 120
-
-
-def _name_problem(name: str, max_length: int) -> str | None:
-    if not name.strip():
-        return "is blank"
-    if len(name) > max_length:
-        return f"is {len(name)} characters long: longer than {max_length}"
-    if not has_name_chars_only(name):
-        return "has characters other than letters, digits, %, |, - and _"
-    return None
+from cometmq.protocol.names import (
+    SYSTEM_GROUP_PREFIX,
+    TOPIC_NAME_MAX,
+    group_name_problem,
+    is_system_topic,
+    name_problem,
+)
 
 
 def check_topic(topic: pb.Resource) -> None:
     """ILLEGAL_TOPIC for a topic name RocketMQ's proxy refuses (GrpcValidator.validateTopic)."""
     name = topic.name
-    problem = _name_problem(name, TOPIC_NAME_MAX)
+    problem = name_problem(name, TOPIC_NAME_MAX)
     if problem is not None:
         raise GrpcError(pb.Code.ILLEGAL_TOPIC, f"topic name {name!r} {problem}")
     if is_system_topic(name):
@@ -40,7 +32,7 @@ def check_topic(topic: pb.Resource) -> None:
 def check_group(group: pb.Resource) -> None:
     """ILLEGAL_CONSUMER_GROUP for a group name RocketMQ's proxy refuses (GrpcValidator.validateConsumerGroup)."""
     name = group.name
-    problem = _name_problem(name, GROUP_MAX_LENGTH)
+    problem = group_name_problem(name)
     if problem is not None:
         raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"consumer group name {name!r} {problem}")
     if name.startswith(SYSTEM_GROUP_PREFIX):

@@ -17,6 +17,27 @@ def has_name_chars_only(name: str) -> bool:
     return NAME_CHARS.issuperset(name)
 
 
+#: the longest consumer group name, in characters (RocketMQ's TopicValidator: a group's name becomes part of its
+#: %RETRY% and %DLQ% topics' names)
+GROUP_NAME_MAX = 120
+
+
+def name_problem(name: str, max_length: int) -> str | None:
+    """What is wrong with a topic or group name (RocketMQ's TopicValidator), in words after the name, or None."""
+    if not name.strip():
+        return "is blank"
+    if len(name) > max_length:
+        return f"is {len(name)} characters long: longer than {max_length}"
+    if not has_name_chars_only(name):
+        return "has characters other than letters, digits, %, |, - and _"
+    return None
+
+
+def group_name_problem(name: str) -> str | None:
+    """What RocketMQ's TopicValidator.validateGroup refuses in a consumer group's name, in words, or None."""
+    return name_problem(name, GROUP_NAME_MAX)
+
+
 #: RocketMQ's system topics (TopicValidator's SYSTEM_TOPIC_SET) and the prefix of the others (``rmq_sys_``): no
 #: admin may create or rewrite one, no gRPC client name one; the metrics mark their series as system ones
 SYSTEM_TOPICS = frozenset({

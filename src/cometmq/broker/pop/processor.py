@@ -94,9 +94,7 @@ class PopProcessor:
     def _check(self, group: str, topic: str, queue_id: int | None) -> TopicConfig:
         if not perm_readable(self.config.broker_permission):
             raise RemotingError(ResponseCode.NO_PERMISSION, f"the broker {self.config.broker_name} is not readable")
-        cfg = self.groups.find(group)
-        if cfg is None:
-            raise RemotingError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
+        cfg = self.groups.require(group)
         if not cfg.consumeEnable:
             raise RemotingError(ResponseCode.NO_PERMISSION, f"group {group} may not consume")
         topic_cfg = self.topics.get(topic)

@@ -116,12 +116,13 @@ class ConsumerRpcs(RpcBase):
         if batch > MAX_BATCH:
             raise GrpcError(pb.Code.BAD_REQUEST, f"batch size {batch} exceeds {MAX_BATCH}")
         session = self.sessions.find(client_id_of(context))
-        if session is not None and session.group == group:
+        if session is not None and session.fifo_group == group:
             fifo = session.fifo
         else:
             # No Settings of this client for the group yet (the endpoint restarted and the client's Telemetry stream
-            # is not back): the group's own config, as its Settings reply says. An unordered POP on a FIFO group
-            # handed out a queue's next messages while its earlier ones were still being processed.
+            # is not back; its Heartbeat, which may come first, says nothing of the order): the group's own config,
+            # as its Settings reply says. An unordered POP on a FIFO group handed out a queue's next messages while
+            # its earlier ones were still being processed.
             fifo = bool((await self.backend.group_config(topic, group)).get("consumeMessageOrderly", False))
         exp_type, exp = _filter(request.filter_expression)
         addr = await self.backend.broker_addr(topic, mq.broker.name)

@@ -173,10 +173,10 @@ class ConsumerRpcs(RpcBase):
     async def _give_back_pop(self, pop: asyncio.Future[RemotingCommand], group: str, broker_name: str) -> None:
         try:
             response = await pop
-        except GrpcError:
-            return
-        if response.code == ResponseCode.SUCCESS:
-            await self._give_back(group, [h for h, _ in _popped(response, broker_name)])
+            if response.code == ResponseCode.SUCCESS:
+                await self._give_back(group, [h for h, _ in _popped(response, broker_name)])
+        except (GrpcError, ProtocolError) as exc:  # (nothing popped, or an answer that does not parse)
+            log.info("POP of group %s for a client that went away: %s", group, exc)
 
     async def _give_back(self, group: str, handles: list[ReceiptHandle]) -> None:
         """Make what was popped for a client that did not get it visible again after NACK_INVISIBLE_MS (RocketMQ's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -303,3 +304,55 @@ def test_receipt_handle_names_what_the_ack_needs() -> None:
 
     h = ReceiptHandle("b", "T", ExtraInfo(1, 2, 3, 0, "0", "b", 4, 5), 99)
     assert ReceiptHandle.decode(h.encode()) == h
+
+
+async def _until(cond: Any, what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_receive_cancelled_mid_poll_does_not_hide_what_its_pop_takes(endpoint: Endpoint) -> None:
+    """A client that gives up its long poll (a consumer shutting down, a cancelled call) leaves the broker's POP
+    waiting: what it takes once a message arrives reaches nobody. The endpoint gives it back (RocketMQ's proxy nacks
+    a message it could not write, invisible for 1 s) rather than leaving it hidden for the receive's 60 s."""
+    await endpoint.create_topic("CancelPoll", queues=1)
+    req = spb.ReceiveMessageRequest(group=pb.Resource(name="G"), message_queue=endpoint.queue("CancelPoll"),
+                                    batch_size=4, filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.invisible_duration.FromMilliseconds(60_000)
+    req.long_polling_timeout.FromMilliseconds(8000)
+    call = endpoint.stub.ReceiveMessage(req, metadata=endpoint.metadata(), timeout=12)
+    pop = endpoint.broker.pop
+    await _until(lambda: pop.waiting() > 0, "the POP to wait")
+    call.cancel()
+    await endpoint.send("CancelPoll", b"for whoever is there")
+    t0 = time.monotonic()
+    code, msgs = await endpoint.receive("CancelPoll", "G", poll_ms=5000)
+    assert code == OK and [m.body for m in msgs] == [b"for whoever is there"], (code, msgs)
+    assert time.monotonic() - t0 < 4
+    assert (await endpoint.ack("CancelPoll", "G", *msgs)).status.code == OK
+
+
+async def test_receive_cancelled_mid_stream_gives_back_the_messages_not_written(endpoint: Endpoint) -> None:
+    """A client that cancels while the answer is streamed (messages held by HTTP/2 flow control) did not get the
+    rest: those come back after 1 s, not after the receive's invisible time."""
+    await endpoint.create_topic("CancelStream", queues=4)
+    bodies = [bytes([65 + i]) * (60 << 10) for i in range(16)]  # one POP takes them all (256 KiB a queue)
+    for body in bodies:
+        assert (await endpoint.send("CancelStream", body)).status.code == OK
+    req = spb.ReceiveMessageRequest(group=pb.Resource(name="G"), message_queue=endpoint.queue("CancelStream"),
+                                    batch_size=16, filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.invisible_duration.FromMilliseconds(60_000)
+    req.long_polling_timeout.FromMilliseconds(0)
+    call = endpoint.stub.ReceiveMessage(req, metadata=endpoint.metadata(), timeout=12)
+    first = await call.read()
+    assert first.status.code == OK
+    call.cancel()
+    got: list[bytes] = []
+    deadline = time.monotonic() + 4
+    # (the messages grpc took before the client left count as sent: some may not come back)
+    while len(got) < len(bodies) // 2 and time.monotonic() < deadline:
+        _, msgs = await endpoint.receive("CancelStream", "G", poll_ms=1500)
+        got += [m.body for m in msgs]
+    assert len(got) >= len(bodies) // 2 and set(got) <= set(bodies), [len(b) for b in got]

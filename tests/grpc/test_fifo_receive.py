@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from cometmq.grpc.v2 import definition_pb2 as pb
+from cometmq.grpc.v2 import service_pb2 as spb
 from cometmq.protocol.codes import RequestCode
 from tests.grpc.kit import Endpoint
 
@@ -32,3 +33,26 @@ async def test_a_fifo_group_s_receive_without_settings_is_ordered(endpoint: Endp
     assert (await endpoint.ack("FifoNoSettings", "FG", *first)).status.code == OK
     code, after = await endpoint.receive("FifoNoSettings", "FG", batch=1)
     assert code == OK and [m.body for m in after] == [b"m1"]
+
+
+async def test_a_heartbeat_before_the_settings_does_not_unorder_a_fifo_group_s_receive(endpoint: Endpoint) -> None:
+    """A Heartbeat names the client's group but says nothing of its order: the endpoint took a session made by one
+    for Settings of that group (not FIFO) and popped unordered, as if the client had no session at all."""
+    await endpoint.create_topic("FifoHeartbeat", queues=1)
+    r = await endpoint.remoting(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(
+        {"groupName": "FHG", "consumeMessageOrderly": True}).encode())
+    assert r.code == 0, r.remark
+    for i in range(3):
+        assert (await endpoint.send("FifoHeartbeat", f"m{i}".encode(), group="order-1", mtype=pb.FIFO)).status.code \
+            == OK
+    for client in ("consumer-a", "consumer-b"):  # back after a restart of the endpoint: heartbeats come first
+        endpoint.client_id = client
+        hb = await endpoint.call("Heartbeat", spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER,
+                                                                   group=pb.Resource(name="FHG")))
+        assert hb.status.code == OK
+    endpoint.client_id = "consumer-a"
+    code, first = await endpoint.receive("FifoHeartbeat", "FHG", batch=1)
+    assert code == OK and [m.body for m in first] == [b"m0"]
+    endpoint.client_id = "consumer-b"
+    code, second = await endpoint.receive("FifoHeartbeat", "FHG", batch=1)
+    assert [m.body for m in second] == [], "m1 handed out while m0 of the same queue is still being processed"

@@ -14,8 +14,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from ssl import SSLContext
+from typing import Any
 
 from cometmq.client.errors import BrokerError, ClientConnectionError, ClientTimeoutError
 from cometmq.client.instance import ClientInstance, route_stale
@@ -199,7 +200,12 @@ class Backend:
         if not new:
             return
         self._heartbeated |= new
-        task = asyncio.get_running_loop().create_task(self.instance.heartbeat())
+        self.spawn(self.instance.heartbeat())
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background, kept until it ends or the endpoint closes (RuntimeError: no running
+        loop)."""
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

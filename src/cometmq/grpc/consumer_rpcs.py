@@ -4,8 +4,9 @@ ForwardMessageToDeadLetterQueue) and by offset (PullMessage, UpdateOffset, GetOf
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from cometmq.grpc import convert, limits
@@ -26,7 +27,7 @@ from cometmq.protocol.headers import (
     TopicQueueHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from cometmq.protocol.message import iter_records
+from cometmq.protocol.message import MessageRecord, iter_records
 from cometmq.protocol.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
@@ -41,8 +42,23 @@ from cometmq.protocol.remoting import RemotingCommand, make_request
 from cometmq.protocol.route import perm_readable
 
 MAX_BATCH = 1024
+#: how long a message popped for a client that went away before it was written stays hidden (RocketMQ's proxy:
+#: ReceiveMessageResponseStreamWriter's NACK_INVISIBLE_TIME)
+NACK_INVISIBLE_MS = 1000
 #: PULL_MESSAGE sysFlag: suspend (long poll) + the request carries its subscription
 _PULL_SYS_FLAG = 0x2 | 0x4
+
+log = logging.getLogger("cometmq.grpc")
+
+
+def _popped(response: RemotingCommand, broker_name: str) -> list[tuple[ReceiptHandle, MessageRecord]]:
+    """The messages of a POP answer, each with the receipt handle of its delivery."""
+    rh = PopMessageResponseHeader.from_ext(response.ext_fields)
+    out = []
+    for rec in iter_records(response.body or b""):
+        info = extra_info_for(rh, rec.topic, rec.queue_id, rec.queue_offset, broker_name)
+        out.append((ReceiptHandle(broker_name, rec.topic, info, rec.physical_offset), rec))
+    return out
 
 
 def _filter(expr: pb.FilterExpression) -> tuple[str, str]:
@@ -100,12 +116,13 @@ class ConsumerRpcs(RpcBase):
         if batch > MAX_BATCH:
             raise GrpcError(pb.Code.BAD_REQUEST, f"batch size {batch} exceeds {MAX_BATCH}")
         session = self.sessions.find(client_id_of(context))
-        if session is not None and session.group == group:
+        if session is not None and session.fifo_group == group:
             fifo = session.fifo
         else:
             # No Settings of this client for the group yet (the endpoint restarted and the client's Telemetry stream
-            # is not back): the group's own config, as its Settings reply says. An unordered POP on a FIFO group
-            # handed out a queue's next messages while its earlier ones were still being processed.
+            # is not back; its Heartbeat, which may come first, says nothing of the order): the group's own config,
+            # as its Settings reply says. An unordered POP on a FIFO group handed out a queue's next messages while
+            # its earlier ones were still being processed.
             fifo = bool((await self.backend.group_config(topic, group)).get("consumeMessageOrderly", False))
         exp_type, exp = _filter(request.filter_expression)
         addr = await self.backend.broker_addr(topic, mq.broker.name)
@@ -114,29 +131,63 @@ class ConsumerRpcs(RpcBase):
             poll_time=poll, born_time=int(time.time() * 1000),
             init_mode=INIT_MODE_MAX if self.config.init_mode == "max" else INIT_MODE_MIN,
             exp_type=exp_type, exp=exp, order=fifo or None, attempt_id=request.attempt_id or None)
-        response = await self.backend.invoke(addr, make_request(RequestCode.POP_MESSAGE, header.to_ext()),
-                                             timeout=poll / 1000 + self.config.request_timeout_s,
-                                             topic=topic)
+        pop = asyncio.ensure_future(self.backend.invoke(addr, make_request(RequestCode.POP_MESSAGE, header.to_ext()),
+                                                        timeout=poll / 1000 + self.config.request_timeout_s,
+                                                        topic=topic))
+        try:
+            response = await asyncio.shield(pop)
+        except asyncio.CancelledError:
+            # The client went away mid-poll: the broker's POP still waits, and what it takes would reach nobody.
+            self._spawn(self._give_back_pop(pop, group, mq.broker.name))
+            raise
         if response.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT):
             yield spb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
             return
         self._check(response)
-        rh = PopMessageResponseHeader.from_ext(response.ext_fields)
-        messages = []
-        for rec in iter_records(response.body or b""):
-            info = extra_info_for(rh, rec.topic, rec.queue_id, rec.queue_offset, mq.broker.name)
-            handle = ReceiptHandle(mq.broker.name, rec.topic, info, rec.physical_offset).encode()
-            messages.append(convert.record_to_message(rec, namespace=mq.topic.resource_namespace, topic=topic,
-                                                      receipt_handle=handle, invisible_ms=invisible,
-                                                      max_body_size=self.config.max_body_size))
-        if not messages:
-            yield spb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
-            return
-        yield spb.ReceiveMessageResponse(status=OK_STATUS)
-        # the clients measure delivery latency from this (the Python push consumer fails without it)
-        yield spb.ReceiveMessageResponse(delivery_timestamp=convert.to_timestamp(int(time.time() * 1000)))
-        for m in messages:
-            yield spb.ReceiveMessageResponse(message=m)
+        popped = _popped(response, mq.broker.name)
+        sent = 0  # messages the stream took: it asks for the next item once it has sent one
+        try:
+            messages = [convert.record_to_message(rec, namespace=mq.topic.resource_namespace, topic=topic,
+                                                  receipt_handle=h.encode(), invisible_ms=invisible,
+                                                  max_body_size=self.config.max_body_size) for h, rec in popped]
+            if not messages:
+                yield spb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+                return
+            yield spb.ReceiveMessageResponse(status=OK_STATUS)
+            # the clients measure delivery latency from this (the Python push consumer fails without it)
+            yield spb.ReceiveMessageResponse(delivery_timestamp=convert.to_timestamp(int(time.time() * 1000)))
+            for m in messages:
+                yield spb.ReceiveMessageResponse(message=m)
+                sent += 1
+        finally:
+            if sent < len(popped):  # the client went away (or a message failed to convert) before it had them all
+                self._spawn(self._give_back(group, [h for h, _ in popped[sent:]]))
+
+    # -- messages popped for a client that is gone -----------------------------------------------------------------
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            self.backend.spawn(coro)
+        except RuntimeError:  # no running loop (a stream finalized at shutdown): they come back at their time
+            coro.close()
+
+    async def _give_back_pop(self, pop: asyncio.Future[RemotingCommand], group: str, broker_name: str) -> None:
+        try:
+            response = await pop
+            if response.code == ResponseCode.SUCCESS:
+                await self._give_back(group, [h for h, _ in _popped(response, broker_name)])
+        except (GrpcError, ProtocolError) as exc:  # (nothing popped, or an answer that does not parse)
+            log.info("POP of group %s for a client that went away: %s", group, exc)
+
+    async def _give_back(self, group: str, handles: list[ReceiptHandle]) -> None:
+        """Make what was popped for a client that did not get it visible again after NACK_INVISIBLE_MS (RocketMQ's
+        proxy nacks a message it could not write so), not after the receive's invisible time (up to 12 hours; a
+        FIFO queue blocked as long)."""
+        results = await asyncio.gather(*(self._change_invisible(group, h, NACK_INVISIBLE_MS) for h in handles),
+                                       return_exceptions=True)
+        for h, r in zip(handles, results, strict=True):
+            if isinstance(r, BaseException):
+                log.info("giving back %s-%d@%d of group %s, popped for a client that went away: %s", h.topic,
+                         h.queue_id, h.offset, group, r)
 
     def _handle(self, text: str) -> ReceiptHandle:
         try:

@@ -196,7 +196,7 @@ class ProducerRpcs(RpcBase):
             cfg = await self.backend.group_config(topic, group) if topic else {}
             fifo = bool(cfg.get("consumeMessageOrderly", False))
             retry_max = int(cfg.get("retryMaxTimes", 16))  # type: ignore[call-overload]
-            session.fifo = fifo
+            session.fifo, session.fifo_group = fifo, group
             reply.subscription.fifo = fifo
             if not sub.HasField("receive_batch_size"):
                 reply.subscription.receive_batch_size = 32

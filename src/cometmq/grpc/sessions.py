@@ -77,8 +77,10 @@ class ClientSession:
     group: str | None = None
     #: topics a producer publishes (from its Settings)
     topics: set[str] = field(default_factory=set)
-    #: whether the consumer group consumes in order (as answered in the Settings reply)
+    #: whether the consumer group ``fifo_group`` consumes in order, as answered in the client's Settings reply for it
+    #: (None: no such reply yet; a Heartbeat names a group, not its order)
     fifo: bool = False
+    fifo_group: str | None = None
     outbox: Outbox | None = None
     last_seen: float = field(default_factory=time.monotonic)
 

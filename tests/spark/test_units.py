@@ -14,7 +14,7 @@ from cometmq.protocol.message import MessageRecord, SysFlag, encode_record
 from cometmq.spark.decode import decode_records
 from cometmq.spark.options import OptionError, parse_read, parse_write
 from cometmq.spark.planning import QueueRange, from_json, limit_rows, should_wait, split_ranges, to_json
-from cometmq.spark.resolve import DataLossError, NoOffsetForTimestampError, check_data_loss, resolve_bound
+from cometmq.spark.resolve import DataLossError, NoOffsetForTimestampError, check_data_loss, resolve_bound, selects
 from cometmq.spark.schema import arrow_schema, read_schema
 
 NS = {"namesrv": "127.0.0.1:9876"}
@@ -329,6 +329,20 @@ def test_data_loss_check() -> None:
     with pytest.raises(DataLossError, match=r"T b:0: offsets 0\.\.39"):
         check_data_loss(starts, mins, fail=True)
     assert check_data_loss(starts, mins, fail=False) == {q(0): 40, q(1): 50}
+
+
+def test_which_unrouted_queues_the_options_still_select() -> None:
+    """A stream keeps the offset of a queue gone from the route only if its options still name it (not one of a
+    topic dropped from them on a restart)."""
+    def sel(**options: str) -> list[MessageQueue]:
+        opts = parse_read({**NS, **options}, streaming=True)
+        every = [MessageQueue(t, b, i) for t in ("T", "T2", "U") for b in ("a", "b") for i in (0, 1)]
+        return [x for x in every if selects(opts, x)]
+
+    assert sel(subscribe="T,U") == [x for x in sel(subscribePattern=".*") if x.topic != "T2"]
+    assert {x.topic for x in sel(subscribePattern="T.?")} == {"T", "T2"}
+    assert sel(assign='{"T": [1, "b:0"]}') == [MessageQueue("T", "a", 1), MessageQueue("T", "b", 0),
+                                                MessageQueue("T", "b", 1)]
 
 
 # -- decoding -------------------------------------------------------------------------------------------------------

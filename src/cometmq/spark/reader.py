@@ -56,7 +56,7 @@ from cometmq.spark.decode import decode_answers
 from cometmq.spark.link import Link
 from cometmq.spark.options import OptionError, ReadOptions, queue_key
 from cometmq.spark.planning import QueueRange, from_json, limit_rows, should_wait, split_ranges, to_json
-from cometmq.spark.resolve import DataLossError, check_data_loss, discover, resolve_bound
+from cometmq.spark.resolve import DataLossError, check_data_loss, discover, resolve_bound, selects
 from cometmq.spark.schema import arrow_schema
 
 try:
@@ -517,9 +517,11 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("cometmq")``.
 
     Offsets are ``{topic: {"broker:queueId": next offset}}``. Queues that appear later (new topics matching
-    the pattern, queues added to a topic) start at offset 0. Spark writes each micro-batch's (start, end) to its
-    checkpoint before running it, and :meth:`partitions` depends on nothing but that pair, so a restarted
-    query reads exactly the ranges it had planned: no message twice, none skipped.
+    the pattern, queues added to a topic) start at offset 0. A queue of the offsets that the route no longer lists
+    (its broker left the cluster, or the topic was deleted on it) keeps its offset, unread, until the route lists it
+    again: reading then goes on from there. Spark writes each micro-batch's (start, end) to its checkpoint before
+    running it, and :meth:`partitions` depends on nothing but that pair, so a restarted query reads exactly the
+    ranges it had planned: no message twice, none skipped.
     """
 
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
@@ -529,6 +531,8 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[MessageQueue, int] | None = None
         #: when the last micro-batch was let through (minOffsetsPerTrigger / maxTriggerDelay); 0: never
         self._last_trigger = 0.0
+        #: queues of the offsets that the route no longer lists (each warned of once), as of the last trigger
+        self._away: set[MessageQueue] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -556,12 +560,36 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json(start)
 
     def _latest(self, known: dict[MessageQueue, int]) -> tuple[dict[MessageQueue, int], dict[MessageQueue, int]]:
-        """(start with new queues at 0, each queue's end now)."""
+        """(start with new queues at 0, each queue's end now). A queue of ``known`` the route no longer lists ends
+        where it starts: :meth:`_note_away`."""
         queues = discover(self.link, self.opts, streaming=True)
         start = dict(known)
         for q in queues:
             start.setdefault(q, 0)
-        return start, self.link.max_offsets(sorted(start, key=lambda q: (q.topic, q.broker_name, q.queue_id)))
+        self._note_away(known, set(queues))
+        ends = self.link.max_offsets(sorted(set(start) - self._away, key=lambda q: (q.topic, q.broker_name,
+                                                                                     q.queue_id)))
+        return start, {**ends, **{q: start[q] for q in self._away}}
+
+    def _note_away(self, known: dict[MessageQueue, int], routed: set[MessageQueue]) -> None:
+        """The queues of ``known`` that the route no longer lists become :attr:`_away`: their broker left the
+        cluster (stopped, its topic deleted on it; or the whole topic is gone). Asking it for offsets would fail
+        every trigger, and dropping the queue would read it again from 0 if it came back; so its offset is kept
+        and nothing is read from it. Being away is not data loss: when the route lists the queue again, reading
+        goes on from the kept offset, under the usual data-loss rules (its end or first offset may have moved
+        past it). One warning per queue each time it leaves. (A queue the options no longer select, after a
+        restart with other options, is not away: it is read as before.)"""
+        away = {q for q in known if q not in routed and selects(self.opts, q)}
+        for q in sorted(away - self._away, key=lambda q: (q.topic, q.broker_name, q.queue_id)):
+            log.warning("%s %s is no longer in the topic's route (broker %s left the cluster, or the topic was "
+                        "deleted on it): keeping its offset %d and reading nothing from it; reading resumes from "
+                        "there if the route lists it again", q.topic, queue_key(q.broker_name, q.queue_id),
+                        q.broker_name, known[q])
+        for q in sorted(self._away - away, key=lambda q: (q.topic, q.broker_name, q.queue_id)):
+            if q in known:
+                log.info("%s %s is in the topic's route again: reading resumes from offset %d", q.topic,
+                         queue_key(q.broker_name, q.queue_id), known[q])
+        self._away = away
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next micro-batch. Spark passes back the read limit :meth:`getDefaultReadLimit` gave
@@ -647,7 +675,7 @@ class CometStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self.opts.commit_to_group
         if group is None:
             return
-        offsets = from_json(end, "the committed offset")
+        offsets = {q: off for q, off in from_json(end, "the committed offset").items() if q not in self._away}
         try:
             self.link.commit(group, offsets)
         except Exception as exc:  # reporting only: Spark's checkpoint holds the real progress

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 
 from cometmq.client.message import MessageQueue
@@ -11,7 +12,7 @@ from cometmq.spark.options import EARLIEST, LATEST, Bound, OptionError, ReadOpti
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataLossError", "NoOffsetForTimestampError", "check_data_loss", "discover", "resolve_bound"]
+__all__ = ["DataLossError", "NoOffsetForTimestampError", "check_data_loss", "discover", "resolve_bound", "selects"]
 
 
 class DataLossError(RuntimeError):
@@ -35,6 +36,17 @@ def discover(link: Link, opts: ReadOptions, *, streaming: bool) -> list[MessageQ
         per_topic = link.queues(opts.subscribe, missing_ok=streaming)
     queues = [q for qs in per_topic.values() for q in qs]
     return sorted(set(queues), key=lambda q: (q.topic, q.broker_name, q.queue_id))
+
+
+def selects(opts: ReadOptions, q: MessageQueue) -> bool:
+    """Whether the options name ``q`` (routed or not): its topic subscribed or matching the pattern, or the queue
+    assigned."""
+    if opts.pattern is not None:
+        return re.fullmatch(opts.pattern, q.topic) is not None
+    if opts.assign is not None:
+        return any(sel == q.queue_id if isinstance(sel, int) else sel == queue_key(q.broker_name, q.queue_id)
+                   for sel in opts.assign.get(q.topic, ()))
+    return q.topic in opts.subscribe
 
 
 def _assigned(topic: str, selectors: Iterable[int | str], queues: list[MessageQueue], *,

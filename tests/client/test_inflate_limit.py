@@ -10,6 +10,7 @@ MessageDecoder does: the bit says whether ``body`` is still compressed. Nothing 
 from __future__ import annotations
 
 import asyncio
+import gc
 import zlib
 
 import pytest
@@ -201,3 +202,30 @@ async def test_push_consumer_inflates_a_pull_answer_only_up_to_its_queues_size_t
         await eventually(lambda: len(got) == 24, what="all 24 after release")
     _check_parts(sorted(got, key=lambda m: m.queue_offset), 24)
     assert cluster.brokers[0].offsets.query("part-g", "PartPush", 0) == 24
+
+
+async def test_a_pulls_consumed_messages_are_not_kept_alive_while_its_task_consumes_the_backlog(
+        cluster: Cluster) -> None:
+    """The pulling task that got the listener slot goes on with the backlog (the next pulls' messages); its list
+    of the messages it pulled stayed alive meanwhile: consumed, out of the process queue and its byte count, but
+    in memory for as long as the consumer lags (a whole answer of inflated bodies)."""
+    await _send_parts(cluster, "Keep", 8)
+    reached, gate = asyncio.Event(), asyncio.Event()
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        if msgs[0].queue_offset == 6:
+            reached.set()
+            await gate.wait()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    c = PushConsumer("keep-g", namesrv=cluster.namesrv_addr, listener=listener, consume_from="first",
+                     max_concurrency=1, pull_batch_size=4)
+    c.subscribe("Keep")
+    async with c:
+        await asyncio.wait_for(reached.wait(), 10)
+        gc.collect()
+        alive = sorted(o.queue_offset for o in gc.get_objects()
+                       if isinstance(o, MessageExt) and o.queue.topic == "Keep")
+        gate.set()
+        await eventually(lambda: c.stats.consumed == 8, what="all 8")
+    assert alive == [6, 7]  # the one in the listener, the one waiting for it

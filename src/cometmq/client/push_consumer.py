@@ -627,8 +627,10 @@ class PushConsumer:
         if consume:
             # PullMessageService hands the messages to the consume service and pulls again. Here the first
             # batch is consumed in this very task, now that its pull is done, when a listener slot is free:
-            # no hand-off to another task, so the listener runs in the loop turn the answer arrived in.
+            # no hand-off to another task, so the listener runs in the loop turn the answer arrived in. That call
+            # goes on with the backlog (other pulls' messages): ``consume`` must not keep this pull's ones alive.
             first = self._concurrent.run_first(req, consume)
+            del consume
             if first is not None:
                 await first
 

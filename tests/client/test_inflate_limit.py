@@ -135,9 +135,9 @@ async def test_simple_consumer_inflates_up_to_its_limit(cluster: Cluster) -> Non
 # -- one pull answer inflates only as far as the consumer may hold ----------------------------------------------
 # Each body is bounded, but the broker's limits on an answer count stored bytes: 32 bodies of 16 KiB stored
 # inflated to 512 MiB at once (48 such bodies sent: a push consumer's queue held 304 MiB and its process peaked at
-# +561 MiB traced). An answer is now cut before the COMPRESSED body that does not fit what the queue may still
-# hold (pullThresholdSizeForQueue, counted on inflated bodies as RocketMQ's ProcessQueue counts them); the rest is
-# pulled again from there. Nothing is dropped or skipped.
+# +561 MiB traced; a lite-pull consumer buffered 720 MiB). An answer is now cut before the COMPRESSED body that
+# does not fit what the queue may still hold (pullThresholdSizeForQueue, counted on inflated bodies as RocketMQ's
+# ProcessQueue counts them); the rest is pulled again from there. Nothing is dropped or skipped.
 PART = 256 << 10  # 256 KiB of zeros: a few hundred bytes stored
 
 
@@ -202,6 +202,26 @@ async def test_push_consumer_inflates_a_pull_answer_only_up_to_its_queues_size_t
         await eventually(lambda: len(got) == 24, what="all 24 after release")
     _check_parts(sorted(got, key=lambda m: m.queue_offset), 24)
     assert cluster.brokers[0].offsets.query("part-g", "PartPush", 0) == 24
+
+
+async def test_lite_pull_consumer_buffers_inflated_bodies_only_up_to_its_queues_size_threshold(
+        cluster: Cluster) -> None:
+    await _send_parts(cluster, "PartLite", 24)
+    for bad in (0, -1, "1", True):
+        with pytest.raises(InvalidArgumentError, match="pull_threshold_size_for_queue_mib"):
+            LitePullConsumer("part-lite", namesrv=cluster.namesrv_addr, pull_threshold_size_for_queue_mib=bad)
+    got: list[MessageExt] = []
+    async with LitePullConsumer("part-lite", namesrv=cluster.namesrv_addr, consume_from="first",
+                                long_poll_timeout=1.0, pull_threshold_size_for_queue_mib=1) as c:
+        await c.subscribe("PartLite")
+        st = c._states[MessageQueue("PartLite", "broker-a", 0)]
+        await eventually(lambda: st.blocked, what="the queue's pulls waiting")
+        assert (st.buffered, st.buffered_bytes) == (4, 4 * PART)  # (it was 24, and pulling on up to 1000)
+        got += await c.poll(1.0, max_messages=1)
+        assert st.buffered_bytes == 3 * PART and len(c._buffer[0].msgs) == 3  # (the taken one not kept)
+        while len(got) < 24:
+            got += await c.poll(1.0)
+    _check_parts(got, 24)
 
 
 async def test_a_pulls_consumed_messages_are_not_kept_alive_while_its_task_consumes_the_backlog(

@@ -51,7 +51,7 @@ from cometmq.client.errors import (
 from cometmq.client.instance import ClientInstance, route_stale
 from cometmq.client.lite_pull_state import Batch, QueueState, Subscription
 from cometmq.client.message import MessageExt, MessageQueue
-from cometmq.client.pulled import decode_pulled
+from cometmq.client.pulled import decode_pulled, decode_pulled_within
 from cometmq.client.rebalance import AllocateStrategy
 from cometmq.common.java_text import JAVA_TRIM
 from cometmq.common.periodic import Periodic
@@ -94,6 +94,9 @@ class LitePullConsumer:
     ``max_inflated_body_size`` bounds the inflating of a COMPRESSED body (default 16 MiB, four times the producers'
     default max_message_size; a few KiB stored can inflate to gigabytes): one that inflates to more is polled as
     stored, ``sys_flag & 1`` set (an inflated body has that bit cleared, as in RocketMQ's clients).
+    ``pull_threshold_size_for_queue_mib`` (100, as RocketMQ's pullThresholdSizeForQueue) bounds the body bytes, as
+    inflated, buffered for a queue: its pulls wait while it holds that much, and an answer is inflated only up to
+    it (beyond its first message; the rest is pulled again).
     """
 
     def __init__(self, group: str, *, namesrv: str | Iterable[str] | None = None,
@@ -103,7 +106,8 @@ class LitePullConsumer:
                  pull_threshold_for_all: int = 10_000, pull_threshold_for_queue: int = 1_000,
                  long_poll_timeout: float = 15.0, error_backoff: float = 1.0,
                  route_refresh_interval: float = 30.0, allocate: AllocateStrategy | None = None,
-                 max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY) -> None:
+                 max_inflated_body_size: int = DEFAULT_MAX_INFLATED_BODY,
+                 pull_threshold_size_for_queue_mib: float = 100) -> None:
         if instance is None and namesrv is None:
             raise InvalidArgumentError("a consumer needs namesrv='host:port' or a ClientInstance")
         check_group(group)
@@ -113,6 +117,10 @@ class LitePullConsumer:
             raise InvalidArgumentError("auto_commit_interval and long_poll_timeout must be > 0, error_backoff >= 0")
         if pull_threshold_for_all < 1 or pull_threshold_for_queue < 1:
             raise InvalidArgumentError("pull thresholds must be >= 1")
+        if isinstance(pull_threshold_size_for_queue_mib, bool) or not isinstance(
+                pull_threshold_size_for_queue_mib, int | float) or not pull_threshold_size_for_queue_mib > 0:
+            raise InvalidArgumentError(f"pull_threshold_size_for_queue_mib must be a positive number of MiB, "
+                                       f"got {pull_threshold_size_for_queue_mib!r}")
         if not isinstance(max_inflated_body_size, int) or max_inflated_body_size < 1:
             raise InvalidArgumentError(f"max_inflated_body_size must be a positive number of bytes, "
                                        f"got {max_inflated_body_size!r}")
@@ -126,6 +134,7 @@ class LitePullConsumer:
         self.consume_from = consume_from
         self.pull_threshold_for_all = pull_threshold_for_all
         self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue_mib = pull_threshold_size_for_queue_mib
         self.long_poll_timeout = long_poll_timeout
         self.error_backoff = error_backoff
         self.route_refresh_interval = route_refresh_interval
@@ -379,7 +388,7 @@ class LitePullConsumer:
         if st.buffered:
             self._buffer = collections.deque(b for b in self._buffer if b.state is not st)
             self._buffered -= st.buffered
-            st.buffered = 0
+            st.buffered = st.buffered_bytes = 0
             self._wake_blocked()
 
     # -- pulling ---------------------------------------------------------------------------------------------
@@ -406,7 +415,8 @@ class LitePullConsumer:
         batch = str(self.pull_batch_size)
         context = f"pull of {queue_label(q)}"
         while True:
-            if st.paused or st.buffered >= self.pull_threshold_for_queue \
+            max_bytes = int(self.pull_threshold_size_for_queue_mib * 1024 * 1024)
+            if st.paused or st.buffered >= self.pull_threshold_for_queue or st.buffered_bytes >= max_bytes \
                     or self._buffered >= self.pull_threshold_for_all:
                 st.blocked = True
                 st.wake.clear()
@@ -430,15 +440,22 @@ class LitePullConsumer:
                 code = response.code
                 if code == ResponseCode.SUCCESS:
                     next_offset = int(response.ext_fields["nextBeginOffset"])
-                    msgs = decode_pulled(response.body, q, self.max_inflated_body_size)
+                    # inflated only up to the queue's byte threshold: the rest is pulled again (a few KiB of zlib
+                    # inflate to MiBs, and the broker's limits on an answer count the stored bytes)
+                    msgs, cut, size = decode_pulled_within(response.body, q, self.max_inflated_body_size,
+                                                           max(max_bytes - st.buffered_bytes, 0))
+                    if cut:
+                        next_offset = msgs[-1].queue_offset + 1
                     if st.tags is not None:  # a tag whose hash code collides with a wanted one
                         msgs = [m for m in msgs if m.tags in st.tags]
+                        size = sum(len(m.body) for m in msgs)
                     st.pull_offset = next_offset
                     st.reported = None
                     if msgs:
-                        self._buffer.append(Batch(st, msgs, next_offset))
+                        self._buffer.append(Batch(st, msgs, next_offset, size))
                         n = len(msgs)
                         st.buffered += n
+                        st.buffered_bytes += size
                         self._buffered += n
                         self._data.set()
                 elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
@@ -496,7 +513,8 @@ class LitePullConsumer:
         if self._buffered >= self.pull_threshold_for_all:
             return
         for st in self._states.values():
-            if st.blocked and not st.paused and st.buffered < self.pull_threshold_for_queue:
+            if st.blocked and not st.paused and st.buffered < self.pull_threshold_for_queue \
+                    and st.buffered_bytes < self.pull_threshold_size_for_queue_mib * 1024 * 1024:
                 st.wake.set()
 
     # -- polling -----------------------------------------------------------------------------------------------
@@ -537,22 +555,26 @@ class LitePullConsumer:
         while buffer and taken < limit:
             b = buffer[0]
             st = b.state
-            msgs, start = b.msgs, b.start
-            n = len(msgs) - start
+            msgs = b.msgs
+            n = len(msgs)
             room = limit - taken
             if n <= room:
                 buffer.popleft()
-                if not out and not start:
+                if not out:
                     out = msgs
                 else:
-                    out.extend(msgs[start:] if start else msgs)
+                    out.extend(msgs)
                 st.consumed = b.next_offset
+                st.buffered_bytes -= b.size
             else:
                 n = room
-                end = start + room
-                out.extend(msgs[start:end])
-                b.start = end
-                st.consumed = msgs[end - 1].queue_offset + 1
+                part = msgs[:room]
+                del msgs[:room]  # (a memmove of pointers) the batch does not keep the taken bodies alive
+                out.extend(part)
+                st.consumed = part[-1].queue_offset + 1
+                size = sum(len(m.body) for m in part)
+                b.size -= size
+                st.buffered_bytes -= size
             taken += n
             st.buffered -= n
             if st.blocked:

@@ -17,6 +17,7 @@ class QueueState:
     __slots__ = (
         "blocked",
         "buffered",
+        "buffered_bytes",
         "committed",
         "consumed",
         "expression",
@@ -42,6 +43,7 @@ class QueueState:
         self.consumed = -1  # offset after the last message poll returned (what a commit writes); -1 = none
         self.committed = -1  # what the broker holds, as far as we know
         self.buffered = 0
+        self.buffered_bytes = 0  # the bodies' bytes (as inflated) of the messages buffered
         self.paused = False
         self.blocked = False
         self.reported: tuple[int, str] | None = None
@@ -50,13 +52,13 @@ class QueueState:
 
 
 class Batch:
-    __slots__ = ("msgs", "next_offset", "start", "state")
+    __slots__ = ("msgs", "next_offset", "size", "state")
 
-    def __init__(self, state: QueueState, msgs: list[MessageExt], next_offset: int) -> None:
+    def __init__(self, state: QueueState, msgs: list[MessageExt], next_offset: int, size: int) -> None:
         self.state = state
-        self.msgs = msgs
-        self.start = 0
+        self.msgs = msgs  # those not yet taken
         self.next_offset = next_offset
+        self.size = size  # the bodies' bytes of msgs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from cometmq.protocol.record_layout import (
     record_layout,
 )
 
-__all__ = ["decode_pulled"]
+__all__ = ["decode_pulled", "decode_pulled_within"]
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +168,15 @@ def _body_with_v6_hosts(body: bytes, pos: int, total: int, sys_flag: int) -> tup
     return layout.body_pos, _I32.unpack_from(body, pos + layout.body_length_pos)[0]
 
 
-def _inflated(record: bytes, payload: bytes, queue: MessageQueue, limit: int) -> tuple[bytes, bytes]:
+def _inflated(record: bytes, payload: bytes, queue: MessageQueue, limit: int, room: int | None
+              ) -> tuple[bytes, bytes] | None:
     """(record, body) of a COMPRESSED record: the body inflated and the record's COMPRESSED bit cleared (as RocketMQ's
-    MessageDecoder clears it), when the body inflates to at most ``limit`` bytes; else both as they are."""
-    inflated = inflate_body(payload, limit)
+    MessageDecoder clears it), when the body inflates to at most ``limit`` bytes; else both as they are. With a
+    ``room`` below ``limit``: None when the body does not inflate within it (the answer is cut there)."""
+    inflated = inflate_body(payload, limit if room is None or room >= limit else room)
     if inflated is None:
+        if room is not None and room < limit:
+            return None  # over the room, or not inflating at all: the next pull starts here, with the whole limit
         log.warning("the compressed body of the message at offset %d of %s does not inflate to at most %d bytes "
                     "(max_inflated_body_size): delivered as stored, sys_flag COMPRESSED", _I64.unpack_from(
                         record, QUEUE_OFFSET_POS)[0], queue_label(queue), limit)
@@ -189,10 +193,25 @@ def decode_pulled(body: bytes, queue: MessageQueue, max_inflated: int = DEFAULT_
     COMPRESSED body is inflated when it inflates to at most ``max_inflated`` bytes (its COMPRESSED bit then
     cleared); else it stays as stored, the bit set.
     """
+    return decode_pulled_within(body, queue, max_inflated, None)[0]
+
+
+def decode_pulled_within(body: bytes, queue: MessageQueue, max_inflated: int, budget: int | None
+                         ) -> tuple[list[MessageExt], bool, int]:
+    """:func:`decode_pulled`, the bodies of the messages returned summing to at most ``budget`` bytes (None: no
+    bound) where COMPRESSED ones make them grow: (the messages, whether the answer was cut, their bodies' bytes).
+
+    A few KiB of zlib inflate to megabytes, and the broker's limits on an answer count the stored bytes: one answer
+    of 32 bodies stored at 16 KiB each could inflate to 512 MiB. The answer is cut before the first COMPRESSED
+    record whose body does not inflate within what is left of ``budget``; the first record is always decoded (with
+    the whole ``max_inflated``), so every pull makes progress. The caller pulls the rest again from the offset
+    after the last message returned: nothing is dropped or skipped.
+    """
     out: list[MessageExt] = []
     append = out.append
     cut = _CUT.unpack_from
     v6 = _V6
+    held = 0
     pos, end = 0, len(body)
     while pos < end:
         if end - pos < MIN_RECORD_SIZE:
@@ -206,15 +225,20 @@ def decode_pulled(body: bytes, queue: MessageQueue, max_inflated: int = DEFAULT_
         if magic != MAGIC_CODE or total < MIN_RECORD_SIZE or stop > end or body_len < 0 \
                 or body_len > total - (body_at + 3):
             raise ProtocolError(f"malformed record at {pos} of a pull of {queue_label(queue)}")
-        m = _new(_PulledMessage)
         payload = body[pos + body_at : pos + body_at + body_len]
         if sys_flag & _COMPRESSED:
-            record, payload = _inflated(body[pos:stop], payload, queue, max_inflated)
-            _set_r(m, record)
+            got = _inflated(body[pos:stop], payload, queue, max_inflated,
+                            None if budget is None or not out else max(budget - held, 0))
+            if got is None:
+                return out, True, held
+            record, payload = got
         else:
-            _set_r(m, body[pos:stop])
+            record = body[pos:stop]
+        m = _new(_PulledMessage)
+        _set_r(m, record)
         _set_queue(m, queue)
         _set_body(m, payload)
         append(m)
+        held += len(payload)
         pos = stop
-    return out
+    return out, False, held

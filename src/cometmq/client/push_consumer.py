@@ -57,7 +57,7 @@ from cometmq.client.message import MessageExt, MessageQueue
 from cometmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from cometmq.client.orderly import GIVE_UP_POLICIES, ConsumeOrderlyContext, ConsumeOrderlyStatus, OrderlyService
 from cometmq.client.process_queue import ProcessQueue, PullRequest
-from cometmq.client.pulled import decode_pulled
+from cometmq.client.pulled import decode_pulled_within
 from cometmq.client.rebalance import AllocateAverage, AllocateStrategy, Rebalancer
 from cometmq.common.periodic import Periodic
 from cometmq.common.tasks import cancel_and_wait
@@ -110,7 +110,9 @@ class PushConsumer:
     (Integer.MAX_VALUE: a failing message is retried in place, its queue held, until it succeeds).
     ``max_inflated_body_size`` bounds the inflating of a COMPRESSED body (default 16 MiB, four times the producers'
     default max_message_size; a few KiB stored can inflate to gigabytes): one that inflates to more is delivered as
-    stored, ``sys_flag & 1`` set (an inflated body has that bit cleared, as in RocketMQ's clients).
+    stored, ``sys_flag & 1`` set (an inflated body has that bit cleared, as in RocketMQ's clients). The inflated
+    sizes count towards ``pull_threshold_size_for_queue_mib``, and a pull answer is inflated only up to it (beyond
+    its first message): the rest is pulled again once the queue has room.
     """
 
     #: delay before a pull is tried again after an error (doubling per consecutive error, up to the max)
@@ -625,8 +627,10 @@ class PushConsumer:
         if consume:
             # PullMessageService hands the messages to the consume service and pulls again. Here the first
             # batch is consumed in this very task, now that its pull is done, when a listener slot is free:
-            # no hand-off to another task, so the listener runs in the loop turn the answer arrived in.
+            # no hand-off to another task, so the listener runs in the loop turn the answer arrived in. That call
+            # goes on with the backlog (other pulls' messages): ``consume`` must not keep this pull's ones alive.
             first = self._concurrent.run_first(req, consume)
+            del consume
             if first is not None:
                 await first
 
@@ -685,9 +689,14 @@ class PushConsumer:
         if code == ResponseCode.SUCCESS:
             try:
                 # lazy: fields are read from the record when asked for
-                msgs = decode_pulled(response.body, mq, self.max_inflated_body_size)
+                # the bodies inflated only while they fit the queue's pullThresholdSizeForQueue: the rest is pulled
+                # again (a few KiB of zlib inflate to MiBs, and the broker's answer limits count stored bytes)
+                msgs, cut, _ = decode_pulled_within(response.body, mq, self.max_inflated_body_size, max(
+                    self.pull_threshold_size_for_queue_mib * 1024 * 1024 - pq.size_bytes, 0))
             except ProtocolError as exc:  # (as ``with reading_reply(...)``, without its calls on the latency path)
                 raise_unreadable("undecodable pull body", exc, addr=addr)
+            if cut:
+                next_offset = msgs[-1].queue_offset + 1
             self.stats.pulled += len(msgs)
             kept = msgs if sub.tags is None else [m for m in msgs if sub.matches(m)]
             self.stats.filtered += len(msgs) - len(kept)

@@ -207,7 +207,11 @@ def test_errors_timeouts_and_state(tc: ThreadCluster) -> None:
         p.send(Message("T", b"x"))
     with pytest.raises(InvalidArgumentError):
         SyncLitePullConsumer("bad group", namesrv=tc.namesrv_addr)
-    with SyncLitePullConsumer("g", namesrv=tc.namesrv_addr) as c:
+    with pytest.raises(InvalidArgumentError, match="max_inflated_body_size"):  # the other options reach it
+        SyncLitePullConsumer("g", namesrv=tc.namesrv_addr, max_inflated_body_size=0)
+    with SyncLitePullConsumer("g", namesrv=tc.namesrv_addr, max_inflated_body_size=1 << 20,
+                              pull_threshold_size_for_queue_mib=8) as c:
+        assert (c._aio.max_inflated_body_size, c._aio.pull_threshold_size_for_queue_mib) == (1 << 20, 8)
         assert c.poll(0.05) == []
         with pytest.raises(InvalidArgumentError, match="not assigned"):
             c.position(MessageQueue("T", "broker-a", 0))

@@ -339,7 +339,8 @@ class SyncTransactionProducer(SyncProducer):
 
 # -- lite-pull consumer --------------------------------------------------------------------------------------------
 class SyncLitePullConsumer(_Facade[LitePullConsumer]):
-    """A blocking :class:`LitePullConsumer`."""
+    """A blocking :class:`LitePullConsumer`. ``options``: the LitePullConsumer's other keyword arguments
+    (credentials, allocate, max_inflated_body_size, pull_threshold_size_for_queue_mib)."""
 
     _what = "lite-pull consumer"
 
@@ -347,13 +348,13 @@ class SyncLitePullConsumer(_Facade[LitePullConsumer]):
                  auto_commit_interval: float = 5.0, consume_from: ConsumeFrom = "last",
                  pull_threshold_for_all: int = 10_000, pull_threshold_for_queue: int = 1_000,
                  long_poll_timeout: float = 15.0, error_backoff: float = 1.0, route_refresh_interval: float = 30.0,
-                 call_timeout: float | None = 60.0) -> None:
+                 call_timeout: float | None = 60.0, **options: Any) -> None:
         super().__init__(lambda: LitePullConsumer(
             group, namesrv=namesrv, pull_batch_size=pull_batch_size, auto_commit=auto_commit,
             auto_commit_interval=auto_commit_interval, consume_from=consume_from,
             pull_threshold_for_all=pull_threshold_for_all, pull_threshold_for_queue=pull_threshold_for_queue,
             long_poll_timeout=long_poll_timeout, error_backoff=error_backoff,
-            route_refresh_interval=route_refresh_interval), call_timeout)
+            route_refresh_interval=route_refresh_interval, **options), call_timeout)
 
     def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
         self._run(lambda: self._aio.subscribe(topic, expression, expression_type=expression_type))

@@ -537,6 +537,7 @@ def _restart_scenario(cpp_client: CppClientRunner, server: CometServer, topic: s
     assert "Traceback" not in server.all_logs(), server.all_logs()[-4000:]
 
 
+@pytest.mark.soak  # ~32 s; the kill -9 one below runs in CI (a clean stop's recovery: tests/store)
 def test_broker_restart_sigterm_nothing_lost(cpp_client: CppClientRunner, cometmq_server: Server) -> None:
     server = cometmq_server()
     _restart_scenario(cpp_client, server, "Restart", hard=False)

@@ -168,6 +168,9 @@ def test_decode_pulled_within_cuts_before_the_compressed_body_that_does_not_fit(
     # the first body is inflated whatever the budget (up to the per-body limit): every pull makes progress
     msgs, cut, held = decode_pulled_within(body, q, LIMIT << 4, 0)
     assert ([m.body for m in msgs], cut, held) == ([_part(0)], True, PART)
+    # a fractional MiB threshold makes a float budget: cut the same (zlib takes whole byte counts)
+    msgs, cut, held = decode_pulled_within(body, q, LIMIT << 4, 2 * PART + 0.5)  # type: ignore[arg-type]
+    assert ([m.body for m in msgs], cut) == ([_part(0), _part(1), b"plain"], True)
     assert decode_pulled_within(body, q, LIMIT << 4, None) == (decode_pulled(body, q, LIMIT << 4), False,
                                                                 3 * PART + 5)
     # a body that does not inflate, after the first one: the answer is cut there; first of the next pull (which

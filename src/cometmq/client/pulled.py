@@ -212,6 +212,8 @@ def decode_pulled_within(body: bytes, queue: MessageQueue, max_inflated: int, bu
     cut = _CUT.unpack_from
     v6 = _V6
     held = 0
+    if budget is not None:
+        budget = int(budget)  # (a fractional MiB threshold: zlib takes whole byte counts)
     pos, end = 0, len(body)
     while pos < end:
         if end - pos < MIN_RECORD_SIZE:

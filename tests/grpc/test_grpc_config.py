@@ -56,6 +56,43 @@ def test_a_wrong_file_is_refused_naming_the_key(tmp_path: Path, text: str, names
     assert names in str(caught.value)
 
 
+def test_a_file_sets_the_renewal_by_rocketmq_keys(tmp_path: Path) -> None:
+    path = tmp_path / "rmq-proxy.json"
+    path.write_text(json.dumps({"enableProxyAutoRenew": False, "defaultInvisibleTimeMills": 30_000,
+                                "renewAheadTimeMillis": 5000, "renewSchedulePeriodMillis": 1000,
+                                "renewMaxTimeMillis": 3_600_000, "maxRenewRetryTimes": 5,
+                                "invisibleTimeMillisWhenClear": 2000}))
+    fields = load_proxy_json(path)
+    assert fields == {"auto_renew": False, "default_invisible_ms": 30_000, "renew_ahead_ms": 5000,
+                      "renew_period_ms": 1000, "renew_max_ms": 3_600_000, "max_renew_retries": 5,
+                      "clear_invisible_ms": 2000}
+    assert ProxyConfig(**fields).renew_period_ms == 1000
+
+
+@pytest.mark.parametrize("text, names", [
+    ('{"renewSchedulePeriodMillis": 0}', "renewSchedulePeriodMillis must be an integer from 1"),
+    ('{"defaultInvisibleTimeMills": 43200001}', "defaultInvisibleTimeMills must be an integer from 1 to 43200000"),
+    ('{"invisibleTimeMillisWhenClear": -1}', "invisibleTimeMillisWhenClear must be an integer from 0"),
+    ('{"enableProxyAutoRenew": "yes"}', "enableProxyAutoRenew must be true or false"),
+])
+def test_a_wrong_renewal_setting_is_refused_naming_the_key(tmp_path: Path, text: str, names: str) -> None:
+    path = tmp_path / "rmq-proxy.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=names):
+        load_proxy_json(path)
+
+
+@pytest.mark.parametrize("changes, names", [
+    ({"renew_period_ms": 0}, "renew_period_ms must be an integer from 1"),
+    ({"renew_max_per_client": -1}, "renew_max_per_client must be an integer from 0"),
+    ({"renew_steps_ms": ()}, "renew_steps_ms must be one or more integers"),
+    ({"renew_steps_ms": (1000, 12 * 3600 * 1000 + 1)}, "renew_steps_ms must be one or more integers"),
+])
+def test_an_embedded_config_with_a_wrong_renewal_setting_is_refused(changes: dict[str, object], names: str) -> None:
+    with pytest.raises(ValueError, match=names):
+        ProxyConfig(**changes)  # type: ignore[arg-type]
+
+
 def test_an_unreadable_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "latin1.json").write_bytes(b'{"k\xe9": 1}')
     for path in (tmp_path / "missing.json", tmp_path / "latin1.json"):

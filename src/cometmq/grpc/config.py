@@ -17,6 +17,21 @@ DEFAULT_GRPC_PORT = 8081
 FRAME_OVERHEAD = 1024 * 1024
 
 
+_TWELVE_HOURS = 12 * 3600 * 1000
+_INT_RANGE = (-(1 << 63), (1 << 63) - 1)
+#: the renewal settings' ranges (ProxyConfig checks them when made; --grpc-config by their RocketMQ key)
+RENEW_RANGES: dict[str, tuple[int, int]] = {
+    "default_invisible_ms": (1, _TWELVE_HOURS),
+    "renew_ahead_ms": (0, _INT_RANGE[1]),
+    "renew_period_ms": (1, _INT_RANGE[1]),
+    "renew_max_ms": (0, _INT_RANGE[1]),
+    "max_renew_retries": (0, _INT_RANGE[1]),
+    "clear_invisible_ms": (0, _TWELVE_HOURS),
+    "renew_max_per_client": (0, _INT_RANGE[1]),
+    "renew_max_handles": (0, _INT_RANGE[1]),
+}
+
+
 @dataclass(frozen=True)
 class ProxyConfig:
     #: nameservers, ``host:port;host:port``
@@ -50,8 +65,29 @@ class ProxyConfig:
     #: longest invisible duration of a ReceiveMessage or ChangeInvisibleDuration, ILLEGAL_INVISIBLE_TIME
     #: [maxInvisibleTimeMills]; brokers refuse more than 12 h whatever this says
     max_invisible_ms: int = 12 * 3600 * 1000
-    #: invisible time of a ReceiveMessage without one (push consumers), RocketMQ's popInvisibleTime
+    #: invisible time of a ReceiveMessage without one, or with auto_renew (push consumers): what an auto-renewing
+    #: delivery starts with [defaultInvisibleTimeMills]
     default_invisible_ms: int = 60_000
+    # Renewal of auto-renewing receives while the client holds them (grpc/renewal.py), RocketMQ proxy's
+    # ReceiptHandleProcessor; its ProxyConfig keys and defaults in brackets.
+    #: renew auto-renewing receives; off, they are plain receives [enableProxyAutoRenew]
+    auto_renew: bool = True
+    #: renew a delivery once its invisible time ends within this [renewAheadTimeMillis]
+    renew_ahead_ms: int = 10_000
+    #: how often the held deliveries are looked at [renewSchedulePeriodMillis]
+    renew_period_ms: int = 5_000
+    #: renewing stops this long after the first pop; the message is then given back with the group's retry delay
+    #: [renewMaxTimeMillis]
+    renew_max_ms: int = 3 * 3600 * 1000
+    #: renewals of one delivery that may fail in a row (timeouts, a broker not reached) [maxRenewRetryTimes]
+    max_renew_retries: int = 3
+    #: the invisible time of the n-th renewal, the last repeated (RocketMQ's RenewStrategyPolicy, fixed there)
+    renew_steps_ms: tuple[int, ...] = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
+    #: what a client that ends or goes silent still holds is visible again after this [invisibleTimeMillisWhenClear]
+    clear_invisible_ms: int = 1_000
+    #: most deliveries renewed for one client, and for all clients: past them a delivery keeps default_invisible_ms
+    renew_max_per_client: int = 4096
+    renew_max_handles: int = 65_536
     #: long polling of a ReceiveMessage without one, and told to push consumers in their settings
     long_polling_ms: int = 20_000
     #: answer a long poll this long before the client's deadline
@@ -78,6 +114,15 @@ class ProxyConfig:
     #: permissive TLS relay, which owns the port's sockets (grpc/tls.py)
     connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
+    def __post_init__(self) -> None:
+        for name, (low, high) in RENEW_RANGES.items():
+            value = getattr(self, name)
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"ProxyConfig.{name} must be an integer from {low} to {high}, not {value!r}")
+        if not self.renew_steps_ms or not all(type(v) is int and 1 <= v <= _TWELVE_HOURS for v in self.renew_steps_ms):
+            raise ValueError(f"ProxyConfig.renew_steps_ms must be one or more integers from 1 to {_TWELVE_HOURS}, "
+                             f"not {self.renew_steps_ms!r}")
+
     def replace(self, **changes: Any) -> ProxyConfig:
         return replace(self, **changes)
 
@@ -92,7 +137,8 @@ class ProxyConfig:
 
 
 #: the keys of a RocketMQ 5 proxy's rmq-proxy.json that ``--grpc-config`` takes, and the ProxyConfig field of each:
-#: the limits on what clients send (grpc/limits.py); an integer limit of 0 or less is off, as in RocketMQ
+#: the limits on what clients send (grpc/limits.py; an integer limit of 0 or less is off, as in RocketMQ) and the
+#: renewal of auto-renewing receives (grpc/renewal.py; RENEW_RANGES)
 PROXY_JSON_KEYS = {
     "maxMessageSize": "max_body_size",
     "enableMessageBodyEmptyCheck": "empty_body_check",
@@ -103,12 +149,19 @@ PROXY_JSON_KEYS = {
     "maxTransactionRecoverySecond": "max_transaction_recovery_s",
     "minInvisibleTimeMillsForRecv": "min_receive_invisible_ms",
     "maxInvisibleTimeMills": "max_invisible_ms",
+    "defaultInvisibleTimeMills": "default_invisible_ms",
+    "enableProxyAutoRenew": "auto_renew",
+    "renewAheadTimeMillis": "renew_ahead_ms",
+    "renewSchedulePeriodMillis": "renew_period_ms",
+    "renewMaxTimeMillis": "renew_max_ms",
+    "maxRenewRetryTimes": "max_renew_retries",
+    "invisibleTimeMillisWhenClear": "clear_invisible_ms",
 }
 #: keys of RocketMQ's sample rmq-proxy.json that mean nothing here (the cluster is the nameservers'): taken, unused
 _PROXY_JSON_IGNORED = frozenset({"rocketMQClusterName"})
 #: maxMessageSize bounds grpc's receive limit too (a 32-bit length), so it is never off: 1 byte to 1 GiB
 _MAX_BODY_RANGE = (1, 1 << 30)
-_INT_RANGE = (-(1 << 63), (1 << 63) - 1)
+_BOOLS = frozenset({"empty_body_check", "auto_renew"})
 
 
 def load_proxy_json(path: Path) -> dict[str, Any]:
@@ -141,11 +194,11 @@ def load_proxy_json(path: Path) -> dict[str, Any]:
         name = PROXY_JSON_KEYS.get(key)
         if name is None:
             raise ValueError(f"{path}: unknown key {key!r} (taken: {', '.join(sorted(PROXY_JSON_KEYS))})")
-        if name == "empty_body_check":
+        if name in _BOOLS:
             if type(value) is not bool:
                 raise ValueError(f"{path}: {key} must be true or false, not {value!r}")
         else:
-            low, high = _MAX_BODY_RANGE if name == "max_body_size" else _INT_RANGE
+            low, high = _MAX_BODY_RANGE if name == "max_body_size" else RENEW_RANGES.get(name, _INT_RANGE)
             if type(value) is not int or not low <= value <= high:
                 raise ValueError(f"{path}: {key} must be an integer from {low} to {high}, not {value!r}")
         out[name] = value

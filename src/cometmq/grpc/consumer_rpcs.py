@@ -115,7 +115,11 @@ class ConsumerRpcs(RpcBase):
         batch = request.batch_size if request.batch_size > 0 else 32
         if batch > MAX_BATCH:
             raise GrpcError(pb.Code.BAD_REQUEST, f"batch size {batch} exceeds {MAX_BATCH}")
-        session = self.sessions.find(client_id_of(context))
+        client_id = client_id_of(context)
+        # an auto-renewing receive's messages are renewed while the client holds them (grpc/renewal.py); the
+        # receive counts as the client being there
+        renew = request.auto_renew and self.config.auto_renew and bool(client_id)
+        session = self.sessions.get(client_id) if renew else self.sessions.find(client_id)
         if session is not None and session.fifo_group == group:
             fifo = session.fifo
         else:
@@ -145,6 +149,9 @@ class ConsumerRpcs(RpcBase):
             return
         self._check(response)
         popped = _popped(response, mq.broker.name)
+        if renew:
+            for h, rec in popped:
+                self.renewer.track(client_id, group, h, rec.reconsume_times)
         sent = 0  # messages the stream took: it asks for the next item once it has sent one
         try:
             messages = [convert.record_to_message(rec, namespace=mq.topic.resource_namespace, topic=topic,
@@ -161,6 +168,9 @@ class ConsumerRpcs(RpcBase):
                 sent += 1
         finally:
             if sent < len(popped):  # the client went away (or a message failed to convert) before it had them all
+                if renew:
+                    for h, _ in popped[sent:]:
+                        self.renewer.forget(client_id, h)
                 self._spawn(self._give_back(group, [h for h, _ in popped[sent:]]))
 
     # -- messages popped for a client that is gone -----------------------------------------------------------------
@@ -200,11 +210,11 @@ class ConsumerRpcs(RpcBase):
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
         limits.check_topic(request.topic)
         limits.check_group(request.group)
-        group = request.group.name
+        group, client_id = request.group.name, client_id_of(context)
         if len(request.entries) == 1:  # what the clients send: no task for a gather of one
-            results = [await self._ack_one(group, request.entries[0])]
+            results = [await self._ack_one(group, client_id, request.entries[0])]
         else:
-            results = list(await asyncio.gather(*(self._ack_one(group, e) for e in request.entries)))
+            results = list(await asyncio.gather(*(self._ack_one(group, client_id, e) for e in request.entries)))
         entries = [spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=s)
                    for e, s in zip(request.entries, results, strict=True)]
         codes = {s.code for s in results}
@@ -212,9 +222,10 @@ class ConsumerRpcs(RpcBase):
             if results else OK_STATUS
         return spb.AckMessageResponse(status=overall, entries=entries)
 
-    async def _ack_one(self, group: str, entry: spb.AckMessageEntry) -> pb.Status:
+    async def _ack_one(self, group: str, client_id: str, entry: spb.AckMessageEntry) -> pb.Status:
         try:
-            h = self._handle(entry.receipt_handle)
+            # a renewed delivery: the latest renewal's handle (the client's is stale once renewed)
+            h = await self.renewer.take(client_id, group, self._handle(entry.receipt_handle))
             addr = await self.backend.broker_addr(h.topic, h.broker_name)
             header = AckMessageRequestHeader(consumer_group=group, topic=h.topic, queue_id=h.queue_id,
                                              extra_info=str(h.extra_info), offset=h.offset)
@@ -231,7 +242,9 @@ class ConsumerRpcs(RpcBase):
         h = self._handle(request.receipt_handle)
         invisible = convert.duration_ms(request.invisible_duration)
         limits.check_invisible(invisible, self.config)
-        renewed = await self._change_invisible(request.group.name, h, invisible)
+        group = request.group.name
+        h = await self.renewer.take(client_id_of(context), group, h)  # the client decides now: no more renewal
+        renewed = await self._change_invisible(group, h, invisible)
         return spb.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=renewed.encode())
 
     async def _change_invisible(self, group: str, h: ReceiptHandle, invisible: int) -> ReceiptHandle:
@@ -257,8 +270,8 @@ class ConsumerRpcs(RpcBase):
         limits.check_topic(request.topic)
         limits.check_group(request.group)
         group = request.group.name
-        h = await self._change_invisible(group, self._handle(request.receipt_handle),
-                                         int(self.config.request_timeout_s * 2000))
+        h = await self.renewer.take(client_id_of(context), group, self._handle(request.receipt_handle))
+        h = await self._change_invisible(group, h, int(self.config.request_timeout_s * 2000))
         addr = await self.backend.broker_addr(h.topic, h.broker_name)
         back = ConsumerSendMsgBackRequestHeader(offset=h.commit_log_offset, group=group, delay_level=-1,
                                                 origin_msg_id=request.message_id or None, origin_topic=h.topic,

@@ -124,10 +124,11 @@ def check_invisible(duration: int, config: ProxyConfig) -> None:
 
 def receive_invisible(request: spb.ReceiveMessageRequest, config: ProxyConfig) -> int:
     """The invisible time (ms) of a ReceiveMessage. ``default_invisible_ms`` for a receive without one (push
-    consumers send none) or with ``auto_renew`` (RocketMQ's proxy then ignores the request's and uses its
-    defaultInvisibleTimeMills); else the request's, at least ``min_receive_invisible_ms`` (RocketMQ's
-    minInvisibleTimeMillsForRecv, 10 s) and at most ``max_invisible_ms``."""
-    if not request.HasField("invisible_duration") or request.auto_renew:
+    consumers send none) or with ``auto_renew`` when renewal is on (RocketMQ's proxy then ignores the request's and
+    uses its defaultInvisibleTimeMills, renewing it while the client holds the message: grpc/renewal.py); else the
+    request's, at least ``min_receive_invisible_ms`` (RocketMQ's minInvisibleTimeMillsForRecv, 10 s) and at most
+    ``max_invisible_ms``."""
+    if not request.HasField("invisible_duration") or (request.auto_renew and config.auto_renew):
         return config.default_invisible_ms
     invisible = duration_ms(request.invisible_duration)
     minimum = max(config.min_receive_invisible_ms, 1)  # 0 hides nothing: never a receive's invisible time

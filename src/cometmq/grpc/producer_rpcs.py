@@ -101,7 +101,11 @@ class ProducerRpcs(RpcBase):
     @unary(spb.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context: Any) -> spb.NotifyClientTerminationResponse:
-        self.sessions.remove(client_id_of(context))
+        client_id = client_id_of(context)
+        self.sessions.remove(client_id)
+        # what the client still holds (a push consumer's local cache) is visible again in clear_invisible_ms
+        # (RocketMQ's proxy: the consumer's unregistration clears its receipt handles)
+        self.renewer.clear(client_id)
         return spb.NotifyClientTerminationResponse(status=OK_STATUS)
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],

@@ -18,6 +18,7 @@ from cometmq.grpc.auth import AuthError, parse_authorization
 from cometmq.grpc.backend import Backend
 from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.handles import ReceiptHandle
+from cometmq.grpc.renewal import Renewer
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.status import GrpcError, status
 from cometmq.grpc.tls import RelayPeers
@@ -31,6 +32,9 @@ Svc = TypeVar("Svc", bound="RpcBase")
 
 
 class RpcBase:
+    #: the renewal of auto-renewing receives (set by the service, which has the CHANGE_MESSAGE_INVISIBLETIME)
+    renewer: Renewer
+
     def __init__(self, backend: Backend, config: ProxyConfig, sessions: Sessions) -> None:
         self.backend = backend
         self.config = config

@@ -16,6 +16,7 @@ from cometmq.grpc.config import ProxyConfig
 from cometmq.grpc.consumer_rpcs import ConsumerRpcs
 from cometmq.grpc.malformed import MalformedRequestInterceptor
 from cometmq.grpc.producer_rpcs import ProducerRpcs
+from cometmq.grpc.renewal import Renewer
 from cometmq.grpc.sessions import Sessions
 from cometmq.grpc.v2 import service_pb2_grpc
 from cometmq.net.client import LocalConnector
@@ -32,6 +33,7 @@ class MessagingService(ProducerRpcs, ConsumerRpcs, service_pb2_grpc.MessagingSer
     def __init__(self, backend: Backend, config: ProxyConfig, sessions: Sessions) -> None:
         super().__init__(backend, config, sessions)
         self.port = config.port
+        self.renewer = Renewer(config, sessions, self._change_invisible, self._spawn)
 
 
 #: the OTLP metrics service the 5.x clients export to when settings turn their metrics on
@@ -129,6 +131,9 @@ class GrpcProxy:
             self.sessions.remove(cid)
         if server is not None:
             await server.stop(grace)
+        # what clients hold (no call of theirs reaches the endpoint now) is visible again in a second, not after the
+        # rest of its invisible time (RocketMQ's proxy gives it back so when it shuts down)
+        await self.service.renewer.close(timeout=self.config.request_timeout_s)
         if self.service.acl is not None:
             await self.service.acl.stop()
         await self.backend.close()

@@ -63,3 +63,29 @@ async def test_a_restarted_nameserver_that_does_not_know_the_topic_yet_is_not_th
         assert await p.instance.route("NoSuchTopic", refresh=True) is None
     finally:
         await p.close()
+
+
+async def test_the_route_poll_keeps_a_route_the_only_nameserver_forgot_in_a_restart(
+        cluster: tuple[list[NamesrvController], BrokerController]) -> None:
+    """A nameserver that restarted knows no topic until the brokers register again (their next round, up to 30 s
+    later). The periodic route poll in that window dropped the cached route, and the producer could not send to
+    a broker that was up all along; as RocketMQ's client, the poll now keeps the route it has."""
+    namesrvs, _broker = cluster
+    async with Admin(namesrv=namesrvs[0].addr) as admin:
+        await admin.create_topic("PollT", read_queues=2)
+    p = Producer("poll-pg", namesrv=namesrvs[0].addr)  # the only nameserver this producer knows
+    await p.start()
+    try:
+        assert (await p.send(Message("PollT", b"before"))).msg_id
+        port = namesrvs[0].port
+        await namesrvs[0].stop()
+        namesrvs[0] = NamesrvController(NamesrvConfig(port=port))
+        await namesrvs[0].start()
+        assert namesrvs[0].route_info.pick_route("PollT") is None
+        await p.instance._refresh_routes()  # the 30 s poll, in the window
+        assert "PollT" in p.instance.routes
+        assert (await p.send(Message("PollT", b"after"))).msg_id
+        # an explicit lookup still says what the nameserver knows
+        assert await p.instance.route("PollT", refresh=True) is None
+    finally:
+        await p.close()

@@ -11,7 +11,7 @@ from cometmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigError, KVConfi
 from cometmq.namesrv.server import NamesrvConfig, NamesrvController
 from cometmq.net.client import RemotingClient
 from cometmq.protocol.codes import RequestCode, ResponseCode
-from cometmq.protocol.remoting import make_request
+from cometmq.protocol.remoting import RemotingCommand, make_request
 
 
 async def test_kv_configs_survive_a_restart(tmp_path: Path) -> None:
@@ -41,6 +41,41 @@ async def test_kv_configs_survive_a_restart(tmp_path: Path) -> None:
         await ns.stop()
         await client.close()
     assert json.loads(path.read_text()) == {"configTable": {}}
+
+
+async def test_a_change_the_file_cannot_take_changes_nothing(tmp_path: Path) -> None:
+    """PUT/DELETE_KV_CONFIG whose file write fails (disk full, the file unwritable) are answered with an error
+    and leave the configs as they were: they were changed in memory first, so the failed value went out in
+    routes (an order conf) and vanished at the next restart."""
+    path = tmp_path / "kvConfig.json"
+    client = RemotingClient()
+    ns = NamesrvController(NamesrvConfig(port=0, kv_config_path=path))
+    await ns.start()
+    try:
+        addr = f"127.0.0.1:{ns.port}"
+
+        def put(key: str, value: str) -> RemotingCommand:
+            return make_request(RequestCode.PUT_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": key,
+                                                            "value": value})
+
+        def get(key: str) -> RemotingCommand:
+            return make_request(RequestCode.GET_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": key})
+
+        assert (await client.invoke(addr, put("OT", "broker-a:4"))).code == ResponseCode.SUCCESS
+        path.unlink()
+        path.mkdir()  # the file can no longer be replaced
+        (path / "x").touch()
+        for request in (put("OT", "broker-b:8"), put("New", "broker-a:1"),
+                        make_request(RequestCode.DELETE_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG, "key": "OT"})):
+            reply = await client.invoke(addr, request)
+            assert reply.code == ResponseCode.SYSTEM_ERROR
+            assert reply.remark and "KV config file cannot be written" in reply.remark
+        got = await client.invoke(addr, get("OT"))
+        assert got.code == ResponseCode.SUCCESS and got.ext_fields["value"] == "broker-a:4"
+        assert (await client.invoke(addr, get("New"))).code == ResponseCode.QUERY_NOT_FOUND
+    finally:
+        await ns.stop()
+        await client.close()
 
 
 @pytest.mark.parametrize("text", ["{", '{"configTable": [1]}', '{"configTable": {"NS": {"k": 1}}}', "[]"])

@@ -299,6 +299,24 @@ async def test_role_change_registers_in_full_under_the_new_state_version(namesrv
     await registrar.stop()
 
 
+async def test_role_change_keeps_the_group_s_queues_routed(namesrv: NamesrvController, client: RecordingClient) -> None:
+    """A role change registers under the new id without unregistering the old one first (as RocketMQ's
+    ReplicasManager): the unregister dropped the whole group, queues included, when this address was its last
+    member, and a replica's registration does not bring queues back."""
+    master = make_registrar(client, namesrv, table_of("T"))
+    await master.start()
+    client.sent.clear()
+    await master.set_identity(1, 5)  # demoted; the new master has not registered yet
+    route = namesrv.route_info.pick_route("T")
+    assert route is not None and [bd.broker_addrs for bd in route.broker_datas] == [{1: BROKER}]
+    assert RequestCode.UNREGISTER_BROKER not in client.codes()
+    await master.set_identity(0, 6)  # promoted again, the group's last member all along
+    assert RequestCode.UNREGISTER_BROKER not in client.codes()
+    route = namesrv.route_info.pick_route("T")
+    assert route is not None and [bd.broker_addrs for bd in route.broker_datas] == [{0: BROKER}]
+    await master.stop()
+
+
 # -- the nameserver ------------------------------------------------------------------------------------------------
 
 

@@ -154,9 +154,11 @@ class NamesrvRegistrar:
 
     async def set_identity(self, broker_id: int, state_version: int, ha_addr: str | None = None) -> None:
         """Register from now on as ``broker_id`` at ``state_version`` (a role change), starting with a round now.
-        The old id is unregistered first, so the nameservers never list this address under two ids."""
-        if broker_id != self.broker_id and self._started:
-            await asyncio.gather(*(self._unregister_one(addr) for addr in self.namesrv_addrs))
+        The old id is not unregistered, as in RocketMQ (ReplicasManager registers again under the new id): a
+        nameserver moves an address that registers under a new id out of its old slot. Unregistering first
+        dropped the whole broker group, queues included, when this address was its last member (a replica
+        promoted after its master died, a master demoted before the new one registered): the topics had no
+        route until a master registered them again."""
         self.broker_id = broker_id
         if ha_addr is not None:
             self.ha_addr = ha_addr

@@ -347,12 +347,18 @@ class ClientInstance:
         raise last
 
     # -- routes ---------------------------------------------------------------------------------------------
-    async def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData | None:
-        """The topic's route, from the cache unless ``refresh``; None when no nameserver knows it."""
+    async def route(self, topic: str, *, refresh: bool = False, keep_known: bool = False) -> TopicRouteData | None:
+        """The topic's route, from the cache unless ``refresh``; None when no nameserver knows it. ``keep_known``
+        (the periodic poll): a cached route stays when no nameserver knows the topic, as in RocketMQ's client — a
+        nameserver that restarted knows no topic until the brokers register again, up to 30 s later, and the
+        brokers are up meanwhile (a topic deleted stays routed too, as there; the broker refuses its sends)."""
         if not refresh and topic in self.routes:
             return self.routes[topic]
         response = await self._route_reply(topic)
         if _no_route(response):
+            if keep_known and topic in self.routes:
+                log.debug("no nameserver knows topic %s now; keeping its route until a broker says otherwise", topic)
+                return self.routes[topic]
             self.routes.pop(topic, None)
             return None
         if response.code != ResponseCode.SUCCESS:
@@ -457,7 +463,7 @@ class ClientInstance:
     async def _refresh_routes(self) -> None:
         for topic in list(self.routes):
             try:
-                await self.route(topic, refresh=True)
+                await self.route(topic, refresh=True, keep_known=True)
             except Exception as exc:  # a nameserver hiccup must not stop the other topics
                 log.warning("refreshing the route of %s failed: %s", topic, exc)
         self.clean_offline_brokers()

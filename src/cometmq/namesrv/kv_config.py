@@ -45,26 +45,33 @@ class KVConfigManager:
         self._table = {str(ns): dict(keys) for ns, keys in table.items() if keys}
         log.info("KV configs loaded from %s: %d namespaces", path, len(self._table))
 
-    def _persist(self) -> None:
+    def _commit(self, table: dict[str, dict[str, str]]) -> None:
+        """Make ``table`` the KV configs: written to the file first, so a write that fails (disk full, the file
+        not writable) raises and leaves both the file and the configs in memory as they were."""
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps({"configTable": self._table}, indent=1, sort_keys=True).encode())
+            write_atomic(self.path, json.dumps({"configTable": table}, indent=1, sort_keys=True).encode())
+        self._table = table
 
     def put(self, namespace: str, key: str, value: str) -> None:
-        self._table.setdefault(namespace, {})[key] = value
-        self._persist()
+        table = dict(self._table)
+        table[namespace] = {**table.get(namespace, {}), key: value}
+        self._commit(table)
 
     def get(self, namespace: str, key: str) -> str | None:
         return self._table.get(namespace, {}).get(key)
 
     def delete(self, namespace: str, key: str) -> None:
         keys = self._table.get(namespace)
-        if keys is not None:
-            if keys.pop(key, None) is None:
-                return
-            if not keys:
-                del self._table[namespace]
-            self._persist()
+        if keys is None or key not in keys:
+            return
+        table = dict(self._table)
+        rest = {k: v for k, v in keys.items() if k != key}
+        if rest:
+            table[namespace] = rest
+        else:
+            del table[namespace]
+        self._commit(table)
 
     def namespace(self, namespace: str) -> dict[str, str] | None:
         """Every key of ``namespace`` (None when it has none)."""

@@ -273,20 +273,31 @@ class NamesrvProcessors:
     async def put_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         namespace, key = _text(cmd, "namespace"), _text(cmd, "key")
         value = _field(cmd, "value")
-        self.kv.put(namespace, key, value)
+        try:
+            self.kv.put(namespace, key, value)
+        except OSError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, _unwritable(cmd, exc)) from None
         log.info("KV config put by %s: %s %s=%s", conn.remote_address if conn is not None else "-", namespace, key,
                  value)
         return make_response(cmd)
 
     async def delete_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         namespace, key = _text(cmd, "namespace"), _text(cmd, "key")
-        self.kv.delete(namespace, key)
+        try:
+            self.kv.delete(namespace, key)
+        except OSError as exc:
+            raise RemotingError(ResponseCode.SYSTEM_ERROR, _unwritable(cmd, exc)) from None
         return make_response(cmd)
 
     async def not_supported(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         return make_response(cmd, ResponseCode.SYSTEM_ERROR,
                              f"{_name(cmd)}: the cometmq nameserver takes its configuration from its config file at "
                              "start")
+
+
+def _unwritable(cmd: RemotingCommand, exc: OSError) -> str:
+    log.error("%s: cannot write the KV config file: %s", _name(cmd), exc)
+    return f"{_name(cmd)}: the KV config file cannot be written ({exc}); nothing changed"
 
 
 def _body_digest(body: bytes, compressed: bool) -> bytes:

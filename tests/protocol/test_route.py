@@ -82,6 +82,9 @@ def test_route_decodes_java_forms() -> None:
         b'{"queueDatas":[{"brokerName":"b","readQueueNums":"x","writeQueueNums":1}]}',
         b'{"queueDatas":[{"brokerName":"b","readQueueNums":-1,"writeQueueNums":1}]}',
         b'{"queueDatas":[{"brokerName":"b","readQueueNums":1.5,"writeQueueNums":1}]}',
+        # a made-up queue count: a client enumerating the queues hung (2**31 - 1) or ran out of memory
+        b'{"queueDatas":[{"brokerName":"b","readQueueNums":2147483647,"writeQueueNums":1}]}',
+        b'{"queueDatas":[{"brokerName":"b","readQueueNums":1,"writeQueueNums":"99999999999999999999999"}]}',
         b'{"brokerDatas":[{"brokerName":"b","brokerAddrs":{"zero":"x:1"}}]}',
         b'{"brokerDatas":[{"brokerName":"b","brokerAddrs":{"0":7}}]}',
         b'{"orderTopicConf":5}',
@@ -92,6 +95,16 @@ def test_route_decodes_java_forms() -> None:
 def test_route_rejects_malformed(body: bytes) -> None:
     with pytest.raises(ProtocolError):
         TopicRouteData.decode(body)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_registration_with_a_made_up_queue_count_is_refused(compress: bool) -> None:
+    """The nameserver reads registrations with these: a topic of 2**31 - 1 queues was taken and routed."""
+    body = RegisterBrokerBody((TopicConfig("T", 2**31 - 1, 4),), DataVersion(), ()).encode(compress)
+    with pytest.raises(ProtocolError, match="readQueueNums"):
+        RegisterBrokerBody.decode(body, compress)
+    ok = RegisterBrokerBody((TopicConfig("T", route.WIRE_QUEUE_NUMS_MAX, 4),), DataVersion(), ()).encode(compress)
+    assert RegisterBrokerBody.decode(ok, compress).topic_configs[0].read_queue_nums == route.WIRE_QUEUE_NUMS_MAX
 
 
 def test_cluster_info_round_trip_and_shape() -> None:

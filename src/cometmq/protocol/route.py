@@ -20,6 +20,9 @@ PERM_INHERIT = 1
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 #: the most read or write queues a topic may have on one broker (cometmq's bound; RocketMQ sets none)
 MAX_QUEUE_NUMS = 1024
+#: the most queues a topic config or a route read off the wire may give one broker: a Java broker sets no bound, but
+#: a client enumerates the queues a route lists, and a made-up count (2**31 - 1, 10**23) hung it
+WIRE_QUEUE_NUMS_MAX = 65536
 
 
 def perm_readable(perm: int) -> bool:
@@ -62,8 +65,8 @@ class TopicConfig:
             attrs = raw.get("attributes") or {}
             return cls(
                 topic_name=str(raw["topicName"]),
-                read_queue_nums=int(raw.get("readQueueNums", 4)),
-                write_queue_nums=int(raw.get("writeQueueNums", 4)),
+                read_queue_nums=_int(raw, "readQueueNums", "topic config", 4, 0, WIRE_QUEUE_NUMS_MAX),
+                write_queue_nums=_int(raw, "writeQueueNums", "topic config", 4, 0, WIRE_QUEUE_NUMS_MAX),
                 perm=int(raw.get("perm", PERM_READ_WRITE)),
                 topic_filter_type=str(raw.get("topicFilterType", "SINGLE_TAG")),
                 topic_sys_flag=int(raw.get("topicSysFlag", 0)),
@@ -137,7 +140,8 @@ def _str(raw: Mapping[str, Any], key: str, what: str, default: str | None = None
     return value
 
 
-def _int(raw: Mapping[str, Any], key: str, what: str, default: int | None = None, minimum: int | None = None) -> int:
+def _int(raw: Mapping[str, Any], key: str, what: str, default: int | None = None, minimum: int | None = None,
+         maximum: int | None = None) -> int:
     value = raw.get(key, default)
     if value is None:
         raise RemoteProtocolError(f"{what}: {key!r} is missing")
@@ -149,6 +153,8 @@ def _int(raw: Mapping[str, Any], key: str, what: str, default: int | None = None
         raise RemoteProtocolError(f"{what}: {key!r} must be an integer, got {value!r:.40}") from None
     if minimum is not None and number < minimum:
         raise RemoteProtocolError(f"{what}: {key!r} = {number} is below {minimum}")
+    if maximum is not None and number > maximum:
+        raise RemoteProtocolError(f"{what}: {key!r} = {str(number)[:40]} is above {maximum}")
     return number
 
 
@@ -185,8 +191,8 @@ class QueueData:
         flag_key = "topicSysFlag" if "topicSysFlag" in obj else "topicSynFlag"
         return cls(
             broker_name=_str(obj, "brokerName", "queue data"),
-            read_queue_nums=_int(obj, "readQueueNums", "queue data", minimum=0),
-            write_queue_nums=_int(obj, "writeQueueNums", "queue data", minimum=0),
+            read_queue_nums=_int(obj, "readQueueNums", "queue data", minimum=0, maximum=WIRE_QUEUE_NUMS_MAX),
+            write_queue_nums=_int(obj, "writeQueueNums", "queue data", minimum=0, maximum=WIRE_QUEUE_NUMS_MAX),
             perm=_int(obj, "perm", "queue data", PERM_READ_WRITE, minimum=0),
             topic_sys_flag=_int(obj, flag_key, "queue data", 0),
         )

@@ -15,7 +15,7 @@ from cometmq.protocol.message import iter_records
 from cometmq.protocol.msgid import decode_offset_msg_id
 from cometmq.protocol.remoting import make_request
 
-from .conftest import StartBroker, props, pull_request, send_request
+from .conftest import StartBroker, create_topics, props, pull_request, send_request
 
 
 async def test_send_then_pull(start_broker: StartBroker, client: RemotingClient) -> None:
@@ -259,3 +259,54 @@ async def test_a_batch_to_a_retry_topic_is_refused(start_broker: StartBroker, cl
     assert b.store.commitlog.max_offset == 0
     r = await client.invoke(b.addr, send_request("%RETRY%cg", b"one", 0))
     assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+async def test_numbers_past_their_java_type_are_refused_and_change_nothing(start_broker: StartBroker,
+                                                                           client: RemotingClient) -> None:
+    """Every numeric header field is an int or a long in RocketMQ's header classes, which cannot read a value past
+    it: the broker refuses one at the header parser, with the request's bad-request code and a remark naming the
+    field and the range, whatever path the request takes (the single send's fast reader leaves it to the parser)."""
+    b = await start_broker()
+    await create_topics(client, b.addr, "TR")
+    assert (await client.invoke(b.addr, send_request("TR", b"kept", 0))).code == ResponseCode.SUCCESS
+    group = {"consumerGroup": "cg", "topic": "TR", "queueId": "0"}
+    r = await client.invoke(b.addr, make_request(RequestCode.UPDATE_CONSUMER_OFFSET, {**group, "commitOffset": "1"}))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    stored, topics = b.store.commitlog.max_offset, set(b.topics.topics)
+    v2 = send_header_to_v2(SendMessageRequestHeader(producer_group="pg", topic="TR", queue_id=0))
+    java_int, java_long = "int [-2147483648, 2147483647]", "long [-9223372036854775808, 9223372036854775807]"
+    pop = {**group, "queueId": "-1", "maxMsgNums": "1", "pollTime": "0", "bornTime": "0", "initMode": "0"}
+    cases = [  # request code, extFields, body, the field's name, its bad value, its Java type
+        (RequestCode.SEND_MESSAGE_V2, {**v2, "e": str(2**40)}, b"x", "queueId", 2**40, java_int),
+        # (taken as -1, "any queue", and stored)
+        (RequestCode.SEND_MESSAGE_V2, {**v2, "e": str(-(2**40))}, b"x", "queueId", -(2**40), java_int),
+        # (these three reached the commit log's struct.pack: SYSTEM_ERROR and a logged traceback)
+        (RequestCode.SEND_MESSAGE_V2, {**v2, "f": str(2**31)}, b"x", "sysFlag", 2**31, java_int),
+        (RequestCode.SEND_MESSAGE_V2, {**v2, "h": str(-(2**31) - 1)}, b"x", "flag", -(2**31) - 1, java_int),
+        (RequestCode.SEND_MESSAGE, send_request("TR", b"x", 0, bornTimestamp=str(2**63)).ext_fields, b"x",
+         "bornTimestamp", 2**63, java_long),
+        (RequestCode.PULL_MESSAGE, pull_request("TR", 0, maxMsgNums=str(10**30)).ext_fields, b"",
+         "maxMsgNums", 10**30, java_int),
+        (RequestCode.PULL_MESSAGE, pull_request("TR", 5, suspendTimeoutMillis=str(10**20)).ext_fields, b"",
+         "suspendTimeoutMillis", 10**20, java_long),
+        (RequestCode.UPDATE_CONSUMER_OFFSET, {**group, "commitOffset": str(2**63)}, b"", "commitOffset", 2**63,
+         java_long),
+        (RequestCode.UPDATE_CONSUMER_OFFSET, {**group, "commitOffset": "2", "queueId": str(2**32)}, b"", "queueId",
+         2**32, java_int),
+        (RequestCode.QUERY_CONSUMER_OFFSET, {**group, "queueId": str(2**32)}, b"", "queueId", 2**32, java_int),
+        (RequestCode.POP_MESSAGE, {**pop, "invisibleTime": str(2**64)}, b"", "invisibleTime", 2**64, java_long),
+    ]
+    for code, ext, body, key, bad, java_type in cases:
+        r = await client.invoke(b.addr, make_request(code, ext, body), timeout=5)
+        # (the codes the dispatch answers a malformed header of each request with: codes.bad_request_code)
+        want = ResponseCode.MESSAGE_ILLEGAL if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+                                                        RequestCode.POP_MESSAGE) else ResponseCode.SYSTEM_ERROR
+        assert (r.code, r.remark) == (want, f"header field {key!r} = '{bad}' is out of range for a Java {java_type}")
+    # nothing stored, committed, held or created; in-range values (the largest int) are served
+    assert (b.store.commitlog.max_offset, set(b.topics.topics), b.hold.held_count) == (stored, topics, 0)
+    r = await client.invoke(b.addr, make_request(RequestCode.QUERY_CONSUMER_OFFSET, group))
+    assert (r.code, r.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "1")
+    r = await client.invoke(b.addr, make_request(RequestCode.SEND_MESSAGE_V2, {**v2, "h": str(2**31 - 1)}, b"x"))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    r = await client.invoke(b.addr, pull_request("TR", 0, maxMsgNums=str(2**31 - 1)))
+    assert [(x.body, x.flag) for x in iter_records(r.body)] == [(b"kept", 0), (b"x", 2**31 - 1)]

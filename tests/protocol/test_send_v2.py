@@ -20,7 +20,8 @@ C = send_v2._C_HELPER
 MAX = 1 << 20
 TEXT = st.text(max_size=10)
 VALUES = st.one_of(st.sampled_from(["0", "1", "-1", "3", "true", "false", "", "TBW102", "T", "007", "-0", " 1",
-                                    "+1", "1_0", "9" * 19, "TAGS\x01a\x02", "ü", "\U0001F600", "\udc80"]), TEXT)
+                                    "+1", "1_0", "9" * 19, "2147483647", "2147483648", "-2147483648",
+                                    "-2147483649", "TAGS\x01a\x02", "ü", "\U0001F600", "\udc80"]), TEXT)
 KEYS = st.one_of(st.sampled_from([*"abcdefghijklmn", "topic", "queueId", "zz", "A"]), TEXT)
 V1_KEYS = st.one_of(st.sampled_from([*V2_KEYS.values(), "b", "zz"]), TEXT)
 
@@ -140,3 +141,25 @@ def test_the_cpp_clients_send_is_taken() -> None:
     assert send_v2.decode_send_v2_py(frame, MAX) == want == generic(frame)
     if C is not None:
         assert C.decode(frame, MAX) == want
+
+
+@pytest.mark.parametrize("letter", ["d", "e", "f", "g", "h", "j", "l"])
+def test_a_number_past_its_java_type_is_left_to_the_header_parser(letter: str) -> None:
+    """Every numeric field but bornTimestamp (g, a Java long: its 18 digits always fit) is a Java int: one past
+    its range is left to the generic path, whose header parser refuses it."""
+    def frame(value: int) -> bytes:
+        return encode(RemotingCommand(310, opaque=5, ext_fields={"a": "pg", "b": "T", letter: str(value)}, body=b"x"))
+
+    wide = letter == "g"
+    for ok in ((10**18 - 1, -(10**18) + 1) if wide else (2**31 - 1, -(2**31))):
+        assert send_v2.decode_send_v2_py(frame(ok), MAX) is not None and generic(frame(ok)) is not None
+        if C is not None:
+            assert C.decode(frame(ok), MAX) == send_v2.decode_send_v2_py(frame(ok), MAX)
+    if wide:
+        return
+    for bad in (2**31, -(2**31) - 1, 2**40):
+        assert send_v2.decode_send_v2_py(frame(bad), MAX) is None
+        if C is not None:
+            assert C.decode(frame(bad), MAX) is None
+        with pytest.raises(RemoteProtocolError, match="is out of range for a Java int"):
+            send_header_from_v2(decode(frame(bad), MAX).ext_fields)

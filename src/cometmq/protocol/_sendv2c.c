@@ -441,9 +441,15 @@ static PyObject *parse_frame(const unsigned char *data, Py_ssize_t n, long long 
     long long nums[13];
     static const int INTS[] = {3, 4, 5, 6, 7, 9, 11};
     static const long long DEFAULTS[] = {4, -1, 0, 0, 0, 0, 0};
+    /* each one's Java type (headers.SendMessageRequestHeader's annotation): g a long (18 digits always fit), the
+     * others ints, whose range the header parser enforces: a value past it is left to the generic path */
+    static const int IS_LONG[] = {0, 0, 0, 1, 0, 0, 0};
     if (!fields[0].set || !fields[1].set) Py_RETURN_NONE;
-    for (int i = 0; i < 7; i++)
-        if (field_int(&fields[INTS[i]], DEFAULTS[i], &nums[INTS[i]]) < 0) Py_RETURN_NONE;
+    for (int i = 0; i < 7; i++) {
+        long long *v = &nums[INTS[i]];
+        if (field_int(&fields[INTS[i]], DEFAULTS[i], v) < 0) Py_RETURN_NONE;
+        if (!IS_LONG[i] && (*v < INT32_LO || *v > INT32_HI)) Py_RETURN_NONE;
+    }
     if (field_bool(&fields[10]) < 0 || field_bool(&fields[12]) != 0) Py_RETURN_NONE;
     PyObject *topic = make_str(&fields[1], "");
     PyObject *props = topic != NULL ? make_str(&fields[8], "") : NULL;

@@ -3,6 +3,11 @@
 Every value arrives as a string (the codec normalises the C++ client's mix of numbers and strings).
 A missing required field or a value of the wrong type raises RemoteProtocolError naming the field; the
 request dispatch (net/connection.py) answers it with the request's bad-request code and that text as remark.
+
+Each numeric field is annotated with its Java type in RocketMQ's header class: ``JInt`` (``int`` / ``Integer``) or
+``JLong`` (``long`` / ``Long``). A value outside that type's range is refused like a malformed one, with a remark
+naming the field and the range (RocketMQ's decoder, ``Integer.parseInt`` / ``Long.parseLong``, cannot read it
+either), so nothing past the parser sees one: not the store, not an answer a Java peer would have to read.
 """
 
 from __future__ import annotations
@@ -10,11 +15,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 from cometmq.protocol.errors import RemoteProtocolError
 
 H = TypeVar("H", bound="Header")
+
+#: A header field that RocketMQ's header class declares ``int`` / ``Integer``: 32 bits, signed.
+JInt: TypeAlias = int
+#: ... ``long`` / ``Long``: 64 bits, signed.
+JLong: TypeAlias = int
+#: Each numeric kind's range (both ends included): the values a Java peer can read and write.
+RANGES: dict[str, tuple[int, int]] = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+#: annotation (its first name) -> field kind
+_KINDS = {"JInt": "int", "JLong": "long", "bool": "bool", "str": "str"}
 
 
 def parse_bool(value: str) -> bool:
@@ -54,14 +68,18 @@ _WRITERS: dict[type, Callable[[Any], dict[str, str]]] = {}
 
 
 def _spec(cls: type) -> list[tuple[str, str, str, bool]]:
-    """(field name, wire key, kind, required) per field; computed once per header class."""
+    """(field name, wire key, kind, required) per field; computed once per header class. The kind is ``int`` or
+    ``long`` (a ``RANGES`` key), ``bool`` or ``str``."""
     spec = _SPECS.get(cls)
     if spec is None:
         spec = []
         wire: dict[str, str] = getattr(cls, "WIRE", {})
         for f in fields(cls):
             typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            kind = "int" if typ.startswith("int") else "bool" if typ.startswith("bool") else "str"
+            kind = _KINDS.get(typ.split("|")[0].strip())
+            if kind is None:  # (a plain int says nothing of its Java type)
+                raise TypeError(f"{cls.__name__}.{f.name}: annotate a header field JInt, JLong, bool or str "
+                                f"(optionally | None), not {typ!r}")
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             spec.append((f.name, wire.get(f.name, _camel(f.name)), kind, required))
         _SPECS[cls] = spec
@@ -81,6 +99,17 @@ def _bad(key: str, raw: str) -> RemoteProtocolError:
     return RemoteProtocolError(f"header field {key!r} has a bad value {raw!r}")
 
 
+def _out_of_range(key: str, raw: str, kind: str) -> RemoteProtocolError:
+    lo, hi = RANGES[kind]
+    shown = repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}... ({len(raw)} characters)"
+    return RemoteProtocolError(f"header field {key!r} = {shown} is out of range for a Java {kind} [{lo}, {hi}]")
+
+
+def field_ranges(cls: type) -> dict[str, tuple[int, int]]:
+    """The range of each numeric field of header class ``cls``, by wire key."""
+    return {key: RANGES[kind] for _, key, kind, _ in _spec(cls) if kind in RANGES}
+
+
 def _bool(key: str, raw: str) -> bool:
     try:
         return parse_bool(raw)
@@ -97,7 +126,8 @@ def _bool(key: str, raw: str) -> bool:
 
 def _compile_parser(cls: type, keys: Mapping[str, tuple[str, ...]]) -> Callable[[Mapping[str, str]], Header]:
     """``ext`` -> a ``cls`` instance; ``keys[wire key]`` are the extFields names tried in turn for each field."""
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_missing": _missing, "_bad": _bad, "_bool": _bool}
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_missing": _missing, "_bad": _bad, "_bool": _bool,
+                           "_range": _out_of_range}
     defaults = {f.name: f for f in fields(cls)}
     lines = ["def parse(ext):", " get = ext.get", " obj = _new(_cls)"]
     for i, (name, key, kind, required) in enumerate(_spec(cls)):
@@ -116,8 +146,10 @@ def _compile_parser(cls: type, keys: Mapping[str, tuple[str, ...]]) -> Callable[
         else:
             env[f"_f{i}"] = f.default_factory
             default_expr = f"_f{i}()"
-        if kind == "int":
-            convert = [" try: x = int(v)", f" except ValueError: raise _bad({key!r}, v) from None"]
+        if kind in RANGES:
+            lo, hi = RANGES[kind]
+            convert = [" try: x = int(v)", f" except ValueError: raise _bad({key!r}, v) from None",
+                       f" if x < {lo} or x > {hi}: raise _range({key!r}, v, {kind!r})"]
         elif kind == "bool":
             convert = [f" x = _bool({key!r}, v)"]
         else:
@@ -155,15 +187,15 @@ class SendMessageRequestHeader(Header):
     producer_group: str
     topic: str
     default_topic: str = "TBW102"
-    default_topic_queue_nums: int = 4
-    queue_id: int = -1
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    flag: int = 0
+    default_topic_queue_nums: JInt = 4
+    queue_id: JInt = -1
+    sys_flag: JInt = 0
+    born_timestamp: JLong = 0
+    flag: JInt = 0
     properties: str = ""
-    reconsume_times: int = 0
+    reconsume_times: JInt = 0
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: JInt | None = None
     batch: bool = False
 
 
@@ -191,8 +223,8 @@ def send_header_to_v2(header: SendMessageRequestHeader) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class SendMessageResponseHeader(Header):
     msg_id: str
-    queue_id: int
-    queue_offset: int
+    queue_id: JInt
+    queue_offset: JLong
     transaction_id: str | None = None
     WIRE: ClassVar[dict[str, str]] = {"msg_id": "msgId"}
 
@@ -202,31 +234,31 @@ class SendMessageResponseHeader(Header):
 class PullMessageRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int = 32
-    sys_flag: int = 0
-    commit_offset: int = 0
-    suspend_timeout_millis: int = 15000
+    queue_id: JInt
+    queue_offset: JLong
+    max_msg_nums: JInt = 32
+    sys_flag: JInt = 0
+    commit_offset: JLong = 0
+    suspend_timeout_millis: JLong = 15000
     subscription: str | None = None
-    sub_version: int = 0
+    sub_version: JLong = 0
     expression_type: str | None = None
-    max_msg_bytes: int | None = None
+    max_msg_bytes: JInt | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PullMessageResponseHeader(Header):
-    suggest_which_broker_id: int
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
+    suggest_which_broker_id: JLong
+    next_begin_offset: JLong
+    min_offset: JLong
+    max_offset: JLong
 
 
 @dataclass(frozen=True, slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: JInt
     set_zero_if_not_found: bool | None = None
 
 
@@ -234,8 +266,8 @@ class QueryConsumerOffsetRequestHeader(Header):
 class UpdateConsumerOffsetRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
-    commit_offset: int
+    queue_id: JInt
+    commit_offset: JLong
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,19 +275,19 @@ class TopicQueueHeader(Header):
     """GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME."""
 
     topic: str
-    queue_id: int
+    queue_id: JInt
 
 
 @dataclass(frozen=True, slots=True)
 class SearchOffsetRequestHeader(Header):
     topic: str
-    queue_id: int
-    timestamp: int
+    queue_id: JInt
+    timestamp: JLong
 
 
 @dataclass(frozen=True, slots=True)
 class ViewMessageRequestHeader(Header):
-    offset: int
+    offset: JLong
     #: RocketMQ 5's field: the topic the message is of (with ACL on, the account must be allowed it and the broker
     #: answers only a record of it)
     topic: str | None = None
@@ -265,20 +297,20 @@ class ViewMessageRequestHeader(Header):
 class QueryMessageRequestHeader(Header):
     topic: str
     key: str
-    max_num: int = 32
-    begin_timestamp: int = 0
-    end_timestamp: int = 2**62
+    max_num: JInt = 32
+    begin_timestamp: JLong = 0
+    end_timestamp: JLong = 2**62
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerSendMsgBackRequestHeader(Header):
-    offset: int
+    offset: JLong
     group: str
-    delay_level: int = 0
+    delay_level: JInt = 0
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: JInt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,9 +329,9 @@ class UnregisterClientRequestHeader(Header):
 @dataclass(frozen=True, slots=True)
 class EndTransactionRequestHeader(Header):
     producer_group: str
-    tran_state_table_offset: int
-    commit_log_offset: int
-    commit_or_rollback: int
+    tran_state_table_offset: JLong
+    commit_log_offset: JLong
+    commit_or_rollback: JInt
     msg_id: str | None = None
     transaction_id: str | None = None
     from_transaction_check: bool = False
@@ -309,8 +341,8 @@ class EndTransactionRequestHeader(Header):
 class CheckTransactionStateRequestHeader(Header):
     """Broker -> producer (oneway); the body is the half message. ``topic`` and ``bname`` are RocketMQ 5's."""
 
-    tran_state_table_offset: int
-    commit_log_offset: int
+    tran_state_table_offset: JLong
+    commit_log_offset: JLong
     msg_id: str | None = None
     transaction_id: str | None = None
     offset_msg_id: str | None = None
@@ -324,11 +356,11 @@ class CheckTransactionStateRequestHeader(Header):
 class CreateTopicRequestHeader(Header):
     topic: str
     default_topic: str = "TBW102"
-    read_queue_nums: int = 4
-    write_queue_nums: int = 4
-    perm: int = 6
+    read_queue_nums: JInt = 4
+    write_queue_nums: JInt = 4
+    perm: JInt = 6
     topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
+    topic_sys_flag: JInt = 0
     order: bool = False
     attributes: str | None = None
 

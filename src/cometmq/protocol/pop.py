@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from cometmq.protocol.errors import LocalProtocolError, RemoteProtocolError
-from cometmq.protocol.headers import Header
+from cometmq.protocol.headers import Header, JInt, JLong
 
 #: Property carrying a popped message's extra info (RocketMQ's MessageConst.PROPERTY_POP_CK).
 POP_CK = "POP_CK"
@@ -46,12 +46,12 @@ INIT_MODE_MAX = 1
 class PopMessageRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int  # -1: any queue of the topic, the broker picks
-    max_msg_nums: int
-    invisible_time: int  # ms
-    poll_time: int  # ms to hold the request when nothing is there (0: answer at once)
-    born_time: int
-    init_mode: int
+    queue_id: JInt  # -1: any queue of the topic, the broker picks
+    max_msg_nums: JInt
+    invisible_time: JLong  # ms
+    poll_time: JLong  # ms to hold the request when nothing is there (0: answer at once)
+    born_time: JLong
+    init_mode: JInt
     exp_type: str | None = None
     exp: str | None = None
     order: bool | None = None
@@ -60,10 +60,10 @@ class PopMessageRequestHeader(Header):
 
 @dataclass(frozen=True, slots=True)
 class PopMessageResponseHeader(Header):
-    pop_time: int
-    invisible_time: int
-    revive_qid: int
-    rest_num: int
+    pop_time: JLong
+    invisible_time: JLong
+    revive_qid: JInt
+    rest_num: JLong
     start_offset_info: str | None = None
     msg_offset_info: str | None = None
     order_count_info: str | None = None
@@ -73,33 +73,33 @@ class PopMessageResponseHeader(Header):
 class AckMessageRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: JInt
     extra_info: str
-    offset: int
+    offset: JLong
 
 
 @dataclass(frozen=True, slots=True)
 class ChangeInvisibleTimeRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: JInt
     extra_info: str
-    offset: int
-    invisible_time: int
+    offset: JLong
+    invisible_time: JLong
 
 
 @dataclass(frozen=True, slots=True)
 class ChangeInvisibleTimeResponseHeader(Header):
-    pop_time: int
-    invisible_time: int
-    revive_qid: int
+    pop_time: JLong
+    invisible_time: JLong
+    revive_qid: JInt
 
 
 @dataclass(frozen=True, slots=True)
 class PeekMessageRequestHeader(Header):
     topic: str
-    queue_id: int
-    max_msg_nums: int
+    queue_id: JInt
+    max_msg_nums: JInt
     consumer_group: str
 
 
@@ -107,9 +107,9 @@ class PeekMessageRequestHeader(Header):
 class NotificationRequestHeader(Header):
     consumer_group: str
     topic: str
-    queue_id: int
-    poll_time: int
-    born_time: int
+    queue_id: JInt
+    poll_time: JLong
+    born_time: JLong
     order: bool | None = None
     attempt_id: str | None = None
 

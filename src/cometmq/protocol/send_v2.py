@@ -1,16 +1,16 @@
 """One lone send frame read in one step: what the broker's fast path for a single send needs of it.
 
-``decode_send_v2(data, max_frame_size)`` takes one whole frame of SEND_MESSAGE_V2 (310: the Java and SDK
-clients' single send, its header's keys one letter each) or SEND_MESSAGE (10: the C++ client's, the header's keys
-by name, some of its values JSON numbers) and returns ``(code, opaque, topic, queue_id, sys_flag, born_timestamp,
-flag, properties, reconsume_times, body)``, or None for anything else: another request code, a oneway or response
-frame, a binary header, more or less than one frame, a header field the header parser would refuse or read in
-another way (a long key name in a V2 header, a number that ``int()`` reads but that is not plain decimal digits, a
-boolean other than true/false/1/0/empty, a null), a batch, any JSON this reader is not sure of. None costs nothing
-but the try: the caller hands the bytes to the generic decoder (``remoting.FrameDecoder``) and header parser
-(``SendProcessor.send``'s choice of ``headers.send_header_from_v2`` or ``SendMessageRequestHeader.from_ext``), which
-answer as they always did. So every frame this reader takes, the generic path would have decoded to the same
-values.
+``decode_send_v2(data, max_frame_size)`` takes one whole frame of SEND_MESSAGE_V2 (310: the Java and SDK clients'
+single send, its header's keys one letter each) or SEND_MESSAGE (10: the C++ client's, the header's keys by name,
+some of its values JSON numbers) and returns ``(code, opaque, topic, queue_id, sys_flag, born_timestamp, flag,
+properties, reconsume_times, body)``, or None for anything else: another request code, a oneway or response frame, a
+binary header, more or less than one frame, a header field the header parser would refuse or read in another way (a
+long key name in a V2 header, a number that ``int()`` reads but that is not plain decimal digits, a number outside
+its field's Java type (``headers.field_ranges``), a boolean other than true/false/1/0/empty, a null), a batch, any
+JSON this reader is not sure of. None costs nothing but the try: the caller hands the bytes to the generic decoder
+(``remoting.FrameDecoder``) and header parser (``SendProcessor.send``'s choice of ``headers.send_header_from_v2`` or
+``SendMessageRequestHeader.from_ext``), which answer as they always did. So every frame this reader takes, the
+generic path would have decoded to the same values.
 
 The optional C helper ``cometmq.protocol._sendv2c`` reads the JSON itself (one call instead of the header codec, a
 header dict, a RemotingCommand and the generated header parser); ``decode_send_v2_py`` below is the reference and
@@ -27,7 +27,7 @@ from typing import Any
 
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.codes import RequestCode
-from cometmq.protocol.headers import V2_LETTERS
+from cometmq.protocol.headers import V2_LETTERS, SendMessageRequestHeader, field_ranges
 
 SendV2 = tuple[int, int, str, int, int, int, int, str, int, bytes]
 """code, opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties, reconsume_times, body"""
@@ -38,6 +38,10 @@ _DIGITS = re.compile(r"-?[0-9]{1,18}\Z")
 _BOOLS = {"true": True, "1": True, "false": False, "0": False, "": False}
 _LONG_KEYS = frozenset(V2_LETTERS)
 _LETTERS = frozenset("abcdefghijklm")
+#: each numeric field's letter, default and range (its Java type's: bornTimestamp a long, the others ints)
+_NUMS = tuple((V2_LETTERS[key], default, *field_ranges(SendMessageRequestHeader)[key]) for key, default in (
+    ("defaultTopicQueueNums", 4), ("queueId", -1), ("sysFlag", 0), ("bornTimestamp", 0), ("flag", 0),
+    ("reconsumeTimes", 0), ("maxReconsumeTimes", 0)))
 #: a SEND_MESSAGE (V1) header's keys by kind (``SendMessageRequestHeader``'s fields by their wire names)
 _V1_STRS = frozenset({"producerGroup", "topic", "defaultTopic", "properties"})
 _V1_BOOLS = frozenset({"unitMode", "batch"})
@@ -117,12 +121,12 @@ def decode_send_v2_py(data: bytes | bytearray | memoryview, max_frame_size: int)
     if ext is None or "a" not in ext or "b" not in ext:
         return None
     nums: dict[str, int] = {}
-    for key, default in (("d", 4), ("e", -1), ("f", 0), ("g", 0), ("h", 0), ("j", 0), ("l", 0)):
+    for key, default, lo, hi in _NUMS:
         raw = ext.get(key)
         if raw is None:
             nums[key] = default
-        elif _DIGITS.match(raw):
-            nums[key] = int(raw)
+        elif _DIGITS.match(raw) and lo <= (n := int(raw)) <= hi:
+            nums[key] = n
         else:
             return None
     if ext.get("k", "") not in _BOOLS or _BOOLS.get(ext.get("m", ""), True):

@@ -54,6 +54,8 @@ _SIZE_MAGIC = LAYOUT_V4.struct_of("total_size", "magic_code").unpack_from
 
 #: cometmq.store._indexc when built, else None: its ``runs`` finds what _runs finds without a Python int per unit
 _C_HELPER: Any = load_c_helper("cometmq.store._indexc")
+#: its ``heads``: _runs's check of every record of the runs, in C (a build before it lacks it: Python checks then)
+_C_HEADS: Any = getattr(_C_HELPER, "heads", None)
 
 TagFilter = Callable[[int], bool]
 RecordFilter = Callable[[memoryview], bool]
@@ -571,9 +573,10 @@ class MessageStore:
 
     def _runs(self, cq: ConsumeQueue, offset: int, count: int,
               byte_limit: int) -> tuple[list[memoryview], int, int] | None:
-        """``_coalesced_runs``, checked: the first and the last record of each run must have the magic code and the
-        size of their units (None otherwise: the record-by-record loop then checks each and steps over a bad one).
-        A damaged unit's offset or size breaks the run it is in, so it is a run's first or last record."""
+        """``_coalesced_runs``, checked: every record of each run must have the magic code and the size of its unit
+        (None otherwise: the record-by-record loop then checks each and steps over a bad one). A damaged unit breaks
+        the run it is in, but a record damaged inside a run (its header) does not: the first and last were not
+        enough (a consumer got an answer it could not decode, and pulled it again for ever)."""
         found = self._coalesced_runs(cq, offset, count, byte_limit)
         if found is None:
             return None
@@ -582,15 +585,20 @@ class MessageStore:
         if units is None or len(units) < k * CQ_UNIT_SIZE:
             return None
         with units:
+            if _C_HEADS is not None:
+                return found if _C_HEADS(units, k, views) else None
             sizes = _unit_sizes(k).unpack_from(units)
         cum = list(itertools.accumulate(sizes, initial=0))
         j = 0
         for view in views:
             n = len(view)
-            e = bisect.bisect_left(cum, cum[j] + n, j + 1) - 1  # the run's last unit
-            if (e >= k or cum[e + 1] - cum[j] != n or _SIZE_MAGIC(view, 0) != (sizes[j], MAGIC_CODE)
-                    or _SIZE_MAGIC(view, n - sizes[e]) != (sizes[e], MAGIC_CODE)):
+            base = cum[j]
+            e = bisect.bisect_left(cum, base + n, j + 1) - 1  # the run's last unit
+            if e >= k or cum[e + 1] - base != n:
                 return None
+            for i in range(j, e + 1):
+                if _SIZE_MAGIC(view, cum[i] - base) != (sizes[i], MAGIC_CODE):
+                    return None
             j = e + 1
         return found if j == k else None
 

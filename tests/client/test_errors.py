@@ -10,6 +10,7 @@ from cometmq.client.process_queue import ProcessQueue, PullRequest
 from cometmq.client.push_consumer import PushConsumer
 from cometmq.protocol.codes import ResponseCode
 from cometmq.protocol.errors import LocalProtocolError, ProtocolError
+from cometmq.protocol.message import MessageRecord, encode_record
 from cometmq.protocol.remoting import RemotingCommand
 from cometmq.protocol.route import TopicRouteData
 
@@ -62,3 +63,19 @@ async def test_a_pull_answer_with_an_unreadable_body_is_the_brokers_error() -> N
         await consumer._on_pull_answer(req, consumer.subscriptions["T"], answer, "10.0.0.1:10911")
     assert info.value.addr == "10.0.0.1:10911"
     assert req.next_offset == 5 and req.pq.count == 0
+
+
+async def test_a_pull_answer_malformed_after_its_first_records_delivers_those_and_pulls_again_from_there() -> None:
+    """A record the consumer cannot decode after others (a damaged record inside a run, which a broker may serve as
+    stored: Apache RocketMQ's does): the records before it are taken and the next pull starts at it, where the broker
+    sees it first and steps over it. The whole answer was an error, pulled again at the same offset for ever."""
+    consumer = PushConsumer("g-unreadable", namesrv="127.0.0.1:1", listener=lambda msgs: None)
+    consumer.subscribe("T")
+    mq = MessageQueue("T", "broker-a", 0)
+    req = PullRequest(mq, ProcessQueue(5), 5)
+    good = b"".join(encode_record(MessageRecord("T", f"m{i}".encode(), queue_offset=i)) for i in (5, 6))
+    answer = RemotingCommand(ResponseCode.SUCCESS, flag=1, body=good + b"\x00\x00\x01\x00garbage" + bytes(300),
+                             ext_fields={"nextBeginOffset": "9", "minOffset": "0", "maxOffset": "9"})
+    msgs = await consumer._on_pull_answer(req, consumer.subscriptions["T"], answer, "10.0.0.1:10911")
+    assert [(m.queue_offset, m.body) for m in msgs] == [(5, b"m5"), (6, b"m6")]
+    assert req.next_offset == 7

@@ -138,6 +138,7 @@ async def test_counts_lag_and_labels_match_a_produce_consume_run(setup: Setup) -
         assert value(s, "rocketmq_storage_flush_behind_bytes") >= 0
         assert value(s, "rocketmq_storage_dispatch_behind_bytes") == 0
         assert value(s, "cometmq_storage_unindexed_keys_total") == 0
+        assert value(s, "cometmq_storage_unreadable_units_total") == 0
         assert value(s, "rocketmq_half_messages") == 0
         assert value(s, "cometmq_long_polling_holds", request_type="pull") >= 0
 

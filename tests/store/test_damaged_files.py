@@ -140,24 +140,97 @@ def test_damaged_consume_queue_unit_is_rebuilt_from_the_log(tmp_path: Path, cloc
 
 
 @pytest.mark.parametrize("coalesce", [False, True])
-def test_pull_never_serves_a_record_its_unit_does_not_match(tmp_path: Path, clock: FakeClock, coalesce: bool) -> None:
+def test_a_unit_that_does_not_match_its_record_is_stepped_over(tmp_path: Path, clock: FakeClock, coalesce: bool,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "s"
     _, phys = _fill(path, clock, queues=1)
     store = reopen(path, clock)
     try:
+        records = [bytes(store.commitlog.record_at(p) or b"") for p in phys]
         cq = store.queues[("T", 0)]
         mf = cq.files.files[0]
         # damage while running (recovery had no chance): unit 7 points 4 bytes into its record
         phy, size, tags = struct.unpack_from(">qiq", mf.mm, 7 * CQ_UNIT_SIZE)
         struct.pack_into(">qiq", mf.mm, 7 * CQ_UNIT_SIZE, phy + 4, size, tags)
-        r = store.get_messages("T", 0, 0, 32, coalesce=coalesce)
+        with caplog.at_level(logging.ERROR, logger="cometmq.store.bad_units"):
+            r = store.get_messages("T", 0, 0, 32, coalesce=coalesce)
+            assert r.status is GetStatus.FOUND
+            # never the bytes unit 7 names; the true record 7 only where a coalesced run reads the records around it
+            # back to back (pure-Python run finder), each record's head checked against its unit
+            assert list(r.queue_offsets) in ([*range(7), *range(8, 33)], list(range(32)))
+            assert b"".join(r.buffers) == b"".join(records[o] for o in r.queue_offsets)
+            # a read from the bad unit goes on after it (it answered "nothing" at the same offset: a spin)
+            r = store.get_messages("T", 0, 7, 32, coalesce=coalesce)
+            assert r.status is GetStatus.FOUND and list(r.queue_offsets) == list(range(8, 40))
+            assert b"".join(r.buffers) == b"".join(records[8:40])
+        assert store.bad_units.unreadable == 1
+        assert caplog.text.count("offset 7: the record at") == 1  # logged once
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.parametrize("damage", ["into_a_record", "past_the_log", "past_the_end", "record_size", "unit_size"])
+def test_damage_recovery_does_not_check_is_stepped_over_after_a_restart(tmp_path: Path, clock: FakeClock,
+                                                                        damage: str) -> None:
+    """Recovery checks the last consume-queue file against the last segments only: damage before that stays after
+    a restart, and every read of the queue met it (a consumer pulled the same offset for ever)."""
+    path = tmp_path / "s"
+    changes: dict[str, object] = {"consume_queue_units_per_file": 16, "commitlog_segment_size": 4096,
+                                  "recover_check_segments": 1}
+    bodies, phys = _fill(path, clock, queues=1, **changes)
+    log_end = 2 * phys[-1] - phys[-2] + 8  # (just past the last record)
+    with open(_cq_file(path), "r+b") as f:  # the first of four files
+        f.seek(5 * CQ_UNIT_SIZE)
+        phy, size, tags = struct.unpack(">qiq", f.read(CQ_UNIT_SIZE))
+        unit = {"into_a_record": (phy + 4, size), "past_the_log": (10**12, size),
+                "past_the_end": (log_end, size), "unit_size": (phy, size + 9)}.get(damage, (phy, size))
+        f.seek(5 * CQ_UNIT_SIZE)
+        f.write(struct.pack(">qiq", *unit, tags))
+    if damage == "record_size":
+        segment = sorted((path / "commitlog").iterdir())[0]
+        with open(segment, "r+b") as f:
+            f.seek(phys[5] - int(segment.name))
+            f.write(struct.pack(">i", size - 9))
+    store = reopen(path, clock, **changes)
+    try:
+        assert len(store.commitlog.files.files) > 2 and len(store.queues[("T", 0)].files.files) == 4
+        if damage == "unit_size":  # the record is whole, of that queue and offset: served by its own size
+            assert read_all(store) == bodies
+            assert (store.bad_units.unreadable, store.bad_units.salvaged) == (0, 1)
+        else:
+            assert read_all(store) == bodies[:5] + bodies[6:]
+            assert (store.bad_units.unreadable, store.bad_units.salvaged) == (1, 0)
+        assert store.put_message(msg(body=b"next", queue_id=0)).records[0].queue_offset == 60
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.parametrize("helper", ["c", "python"])
+def test_a_record_damaged_inside_a_run_is_never_served(tmp_path: Path, clock: FakeClock, helper: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coalesced read checked the first and last record of each run only: a record damaged inside one (its total
+    size, where recovery does not look) went out in the answer, which the consumer could not decode; it pulled the
+    same offset again for ever."""
+    import cometmq.store.message_store as ms
+
+    if helper == "python":
+        monkeypatch.setattr(ms, "_C_HEADS", None, raising=False)
+    elif ms._C_HELPER is None:
+        pytest.skip("the C helpers are not built")
+    path = tmp_path / "s"
+    _, phys = _fill(path, clock, queues=1)
+    store = reopen(path, clock)
+    try:
+        records = [bytes(store.commitlog.record_at(p) or b"") for p in phys]
+        mf = store.commitlog.files.files[0]
+        struct.pack_into(">i", mf.mm, phys[10], len(records[10]) - 9)  # record 10's TOTALSIZE
+        r = store.get_messages("T", 0, 0, 32, coalesce=True)
         assert r.status is GetStatus.FOUND
-        assert list(r.queue_offsets) == list(range(7))
-        assert r.next_begin_offset == 7
-        assert b"".join(r.buffers) == b"".join(bytes(store.commitlog.record_at(p) or b"") for p in phys[:7])
-        r = store.get_messages("T", 0, 7, 32, coalesce=coalesce)
-        assert r.status is not GetStatus.FOUND and not r.buffers
-        assert r.next_begin_offset == 7  # not skipped: offsets stay contiguous
+        assert list(r.queue_offsets) == [*range(10), *range(11, 33)]
+        assert b"".join(r.buffers) == b"".join(records[:10] + records[11:33])
+        assert store.bad_units.unreadable == 1
+        r = store.get_messages("T", 0, 11, 32, coalesce=True)  # runs without it: one view, as before
+        assert list(r.queue_offsets) == list(range(11, 43)) and len(r.buffers) == 1
     finally:
         store.shutdown()
 

@@ -200,8 +200,8 @@ class ScheduleMessageService:
                 self.offsets[level] = result.next_begin_offset
                 continue
             elif result.status is GetStatus.OFFSET_FOUND_NULL and offset < result.max_offset:
-                # The store would not serve the record at ``offset`` (its unit and the record disagree: damage,
-                # logged by the store): skip it, or this level would stop delivering for good.
+                # The store found no unit at ``offset`` inside the queue (damage: a unit that does not match its
+                # record is stepped over by the store itself): skip it, or this level would stop delivering for good.
                 log.error("delay level %d: offset %d of %s/%d cannot be read; skipped", level, offset,
                           SCHEDULE_TOPIC, queue_id)
                 self.offsets[level] = offset + 1

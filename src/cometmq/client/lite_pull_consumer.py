@@ -443,7 +443,7 @@ class LitePullConsumer:
                     # inflated only up to the queue's byte threshold: the rest is pulled again (a few KiB of zlib
                     # inflate to MiBs, and the broker's limits on an answer count the stored bytes)
                     msgs, cut, size = decode_pulled_within(response.body, q, self.max_inflated_body_size,
-                                                           max(max_bytes - st.buffered_bytes, 0))
+                                                           max(max_bytes - st.buffered_bytes, 0), partial=True)
                     if cut:
                         next_offset = msgs[-1].queue_offset + 1
                     if st.tags is not None:  # a tag whose hash code collides with a wanted one

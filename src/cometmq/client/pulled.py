@@ -196,8 +196,8 @@ def decode_pulled(body: bytes, queue: MessageQueue, max_inflated: int = DEFAULT_
     return decode_pulled_within(body, queue, max_inflated, None)[0]
 
 
-def decode_pulled_within(body: bytes, queue: MessageQueue, max_inflated: int, budget: int | None
-                         ) -> tuple[list[MessageExt], bool, int]:
+def decode_pulled_within(body: bytes, queue: MessageQueue, max_inflated: int, budget: int | None, *,
+                         partial: bool = False) -> tuple[list[MessageExt], bool, int]:
     """:func:`decode_pulled`, the bodies of the messages returned summing to at most ``budget`` bytes (None: no
     bound) where COMPRESSED ones make them grow: (the messages, whether the answer was cut, their bodies' bytes).
 
@@ -206,6 +206,11 @@ def decode_pulled_within(body: bytes, queue: MessageQueue, max_inflated: int, bu
     record whose body does not inflate within what is left of ``budget``; the first record is always decoded (with
     the whole ``max_inflated``), so every pull makes progress. The caller pulls the rest again from the offset
     after the last message returned: nothing is dropped or skipped.
+
+    ``partial``: a malformed record after the first is not an error either: the answer is cut before it (WARNING), and
+    the next pull starts at it. The broker checks the first record of each run it serves (total size, magic code) and
+    steps over one that does not match its consume-queue unit, logging it; a damaged record inside a run reaches the
+    consumer, which would otherwise fail this answer, pull the same offset again, and never get past it.
     """
     out: list[MessageExt] = []
     append = out.append
@@ -226,6 +231,10 @@ def decode_pulled_within(body: bytes, queue: MessageQueue, max_inflated: int, bu
             body_at = _BODY_AT
         if magic != MAGIC_CODE or total < MIN_RECORD_SIZE or stop > end or body_len < 0 \
                 or body_len > total - (body_at + 3):
+            if partial and out:
+                log.warning("malformed record at %d of a pull of %s, after queue offset %d: the answer is cut before "
+                            "it (the next pull starts there)", pos, queue_label(queue), out[-1].queue_offset)
+                return out, True, held
             raise ProtocolError(f"malformed record at {pos} of a pull of {queue_label(queue)}")
         payload = body[pos + body_at : pos + body_at + body_len]
         if sys_flag & _COMPRESSED:

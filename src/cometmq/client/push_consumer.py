@@ -692,7 +692,7 @@ class PushConsumer:
                 # the bodies inflated only while they fit the queue's pullThresholdSizeForQueue: the rest is pulled
                 # again (a few KiB of zlib inflate to MiBs, and the broker's answer limits count stored bytes)
                 msgs, cut, _ = decode_pulled_within(response.body, mq, self.max_inflated_body_size, max(
-                    self.pull_threshold_size_for_queue_mib * 1024 * 1024 - pq.size_bytes, 0))
+                    self.pull_threshold_size_for_queue_mib * 1024 * 1024 - pq.size_bytes, 0), partial=True)
             except ProtocolError as exc:  # (as ``with reading_reply(...)``, without its calls on the latency path)
                 raise_unreadable("undecodable pull body", exc, addr=addr)
             if cut:

@@ -336,7 +336,10 @@ class _Snapshot:
         unindexed = Family("cometmq_storage_unindexed_keys", "counter", "Message keys not indexed for want of disk "
                            "space (never indexed later, as RocketMQ's IndexService drops them)", labels)
         unindexed.add(values, store.index.unindexed_keys if store.index is not None else 0)
-        return [size, flush, dispatch, forced, unindexed]
+        unreadable = Family("cometmq_storage_unreadable_units", "counter", "Consume-queue units whose record is not "
+                            "where they say (damaged files): stepped over by reads, logged once each", labels)
+        unreadable.add(values, store.bad_units.unreadable)
+        return [size, flush, dispatch, forced, unindexed, unreadable]
 
     # -- POP, transactions, timer, long polling ---------------------------------------------------------------
     def _services(self) -> list[Family]:

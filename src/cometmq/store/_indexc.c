@@ -23,6 +23,11 @@
  *       record below ``log_min``, every unit fitting while fewer than ``count`` were given (the rest is in the
  *       next consume-queue file), more than ``max_runs`` runs.
  *
+ *   heads(units, k, views) -> bool
+ *       Whether ``views`` (the runs ``runs`` gave, read from the log) hold exactly the records the first ``k`` units
+ *       name, back to back, each starting with its unit's size as TOTALSIZE and the magic code: every record of a
+ *       run, not only its ends (a record damaged inside a run must not reach a consumer).
+ *
  * And one for a replica's dispatcher (cometmq.store.record_walk, CommitLog.dispatch_requests):
  *
  *   walk_records(buf, pos, end, base, limit, request_type, raw_type) -> (requests, pos, why)
@@ -470,10 +475,49 @@ static PyObject *layout(PyObject *self, PyObject *args) {
         layouts);
 }
 
+static PyObject *heads(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer ub;
+    Py_ssize_t k;
+    PyObject *views;
+    if (!PyArg_ParseTuple(args, "y*nO!", &ub, &k, &PyList_Type, &views)) return NULL;
+    const unsigned char *u = (const unsigned char *)ub.buf;
+    int ok = k >= 0 && k <= ub.len / CQ_UNIT_SIZE;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t v = 0; ok && v < PyList_GET_SIZE(views); v++) {
+        Py_buffer vb;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(views, v), &vb, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&ub);
+            return NULL;
+        }
+        const unsigned char *p = (const unsigned char *)vb.buf;
+        Py_ssize_t pos = 0;
+        while (pos < vb.len) {
+            if (i >= k) {
+                ok = 0;
+                break;
+            }
+            int64_t size = get_be32(u + i * CQ_UNIT_SIZE + 8);
+            if (size < 8 || size > vb.len - pos || get_be32(p + pos) != size ||
+                (uint32_t)get_be32(p + pos + MAGIC_CODE_POS) != MAGIC_CODE) {
+                ok = 0;
+                break;
+            }
+            pos += size;
+            i++;
+        }
+        PyBuffer_Release(&vb);
+    }
+    PyBuffer_Release(&ub);
+    if (ok && i == k) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"collect", collect, METH_VARARGS, "The hashed UNIQ_KEY/KEYS entries of a dispatched batch, or None."},
     {"put_run", put_run, METH_VARARGS, "Write index entries into one file's mapping until Python must step in."},
     {"runs", runs, METH_VARARGS, "The records one unfiltered read returns, as runs back to back in the log, or None."},
+    {"heads", heads, METH_VARARGS, "Whether every record of the runs starts with its unit's size and the magic code."},
     {"walk_records", walk_records, METH_VARARGS, "Dispatch requests for a run of records in a segment's buffer."},
     {"layout", layout, METH_NOARGS, "The record-layout constants this helper keeps copies of."},
     {NULL, NULL, 0, NULL},

@@ -20,6 +20,7 @@ from cometmq.common.atomic_file import fsync_dir
 from cometmq.common.native import load_c_helper
 from cometmq.protocol.message import pack_host
 from cometmq.protocol.record_layout import LAYOUT_V4, MAGIC_CODE
+from cometmq.store.bad_units import BadUnits
 from cometmq.store.checkpoint import Checkpoint
 from cometmq.store.commitlog import CommitLog
 from cometmq.store.config import CQ_UNIT_SIZE, FlushDiskType, StoreConfig
@@ -53,6 +54,8 @@ _SIZE_MAGIC = LAYOUT_V4.struct_of("total_size", "magic_code").unpack_from
 
 #: cometmq.store._indexc when built, else None: its ``runs`` finds what _runs finds without a Python int per unit
 _C_HELPER: Any = load_c_helper("cometmq.store._indexc")
+#: its ``heads``: _runs's check of every record of the runs, in C (a build before it lacks it: Python checks then)
+_C_HEADS: Any = getattr(_C_HELPER, "heads", None)
 
 TagFilter = Callable[[int], bool]
 RecordFilter = Callable[[memoryview], bool]
@@ -132,8 +135,8 @@ class MessageStore:
         self._disk_checked_at = -DISK_CHECK_INTERVAL_S
         #: the last append needed a new commit-log segment that did not fit: refused until one fits
         self._segment_blocked = False
-        #: (topic, queue id, queue offset) of units found not to match their record (logged once each)
-        self._bad_units: set[tuple[str, int, int]] = set()
+        #: units found not to match their record: stepped over by reads, logged and counted (store/bad_units.py)
+        self.bad_units = BadUnits(self.commitlog)
         #: topics of records not dispatched because their name is not a legal topic (logged once each)
         self._bad_topics: set[str] = set()
 
@@ -511,7 +514,7 @@ class MessageStore:
         # Records of one read mostly sit in one segment: slice it directly while they do.
         seg_view: memoryview | None = None
         seg_start = seg_end = 0
-        done = bad_unit = False
+        done = False
         while not done and scanned < scan_limit and qoff < max_off:
             units = cq.units(qoff, scan_limit - scanned)
             if units is None:
@@ -533,15 +536,18 @@ class MessageStore:
                             seg_start = mf.file_from_offset
                             seg_end = seg_start + mf.wrote_position
                             seg_view = mf.view(0, mf.wrote_position)
+                    if (view is None and phy >= self.commitlog.min_offset) or (
+                            view is not None and _SIZE_MAGIC(view, 0) != (size, MAGIC_CODE)):
+                        # The unit and the record disagree (a damaged unit or log): those bytes are never served;
+                        # the record by its own size when it is the unit's, else the unit is stepped over (logged,
+                        # counted), as RocketMQ's read goes past a unit it cannot read (store/bad_units.py).
+                        view = self.bad_units.salvage(cq.topic, cq.queue_id, qoff, phy, size)
+                        if view is None:
+                            self.bad_units.skipped(cq.topic, cq.queue_id, qoff, phy, size)
+                        else:
+                            size = len(view)
                     if view is None:
                         removed += 1
-                    elif _SIZE_MAGIC(view, 0) != (size, MAGIC_CODE):
-                        # The unit and the record disagree (a damaged unit or log): never serve it. The answer
-                        # stops before it, and a read from it finds nothing: the offsets stay contiguous.
-                        self._note_bad_unit(cq, qoff, phy, size)
-                        bad_unit = True
-                        done = True
-                        break
                     elif record_filter is None or record_filter(view):
                         if buffers and total + size > byte_limit:
                             done = True
@@ -559,30 +565,18 @@ class MessageStore:
         result.buffer_total_size = total
         if buffers:
             result.status = GetStatus.FOUND
-        elif bad_unit:
-            result.status = GetStatus.OFFSET_FOUND_NULL
-        elif removed and removed == scanned:
+        elif removed and removed == scanned:  # (units stepped over count as removed: the answer goes past them)
             result.status = GetStatus.MESSAGE_WAS_REMOVING
         elif scanned == 0:
             result.status = GetStatus.OFFSET_FOUND_NULL
         return result
 
-    def _note_bad_unit(self, cq: ConsumeQueue, qoff: int, phy: int, size: int) -> None:
-        """Log (once per unit) a consume-queue unit whose record does not match it."""
-        key = (cq.topic, cq.queue_id, qoff)
-        if key in self._bad_units:
-            return
-        if len(self._bad_units) < 10_000:
-            self._bad_units.add(key)
-        log.error("consume queue %s-%d offset %d: the record at %d is not the %d-byte record the unit names; "
-                  "not served (reads stop there: a restart rebuilds the queue from the commit log)",
-                  cq.topic, cq.queue_id, qoff, phy, size)
-
     def _runs(self, cq: ConsumeQueue, offset: int, count: int,
               byte_limit: int) -> tuple[list[memoryview], int, int] | None:
-        """``_coalesced_runs``, checked: the first and the last record of each run must have the magic code and the
-        size of their units (None otherwise: the record-by-record loop then checks each and stops at the bad one).
-        A damaged unit's offset or size breaks the run it is in, so it is a run's first or last record."""
+        """``_coalesced_runs``, checked: every record of each run must have the magic code and the size of its unit
+        (None otherwise: the record-by-record loop then checks each and steps over a bad one). A damaged unit breaks
+        the run it is in, but a record damaged inside a run (its header) does not: the first and last were not
+        enough (a consumer got an answer it could not decode, and pulled it again for ever)."""
         found = self._coalesced_runs(cq, offset, count, byte_limit)
         if found is None:
             return None
@@ -591,15 +585,20 @@ class MessageStore:
         if units is None or len(units) < k * CQ_UNIT_SIZE:
             return None
         with units:
+            if _C_HEADS is not None:
+                return found if _C_HEADS(units, k, views) else None
             sizes = _unit_sizes(k).unpack_from(units)
         cum = list(itertools.accumulate(sizes, initial=0))
         j = 0
         for view in views:
             n = len(view)
-            e = bisect.bisect_left(cum, cum[j] + n, j + 1) - 1  # the run's last unit
-            if (e >= k or cum[e + 1] - cum[j] != n or _SIZE_MAGIC(view, 0) != (sizes[j], MAGIC_CODE)
-                    or _SIZE_MAGIC(view, n - sizes[e]) != (sizes[e], MAGIC_CODE)):
+            base = cum[j]
+            e = bisect.bisect_left(cum, base + n, j + 1) - 1  # the run's last unit
+            if e >= k or cum[e + 1] - base != n:
                 return None
+            for i in range(j, e + 1):
+                if _SIZE_MAGIC(view, cum[i] - base) != (sizes[i], MAGIC_CODE):
+                    return None
             j = e + 1
         return found if j == k else None
 

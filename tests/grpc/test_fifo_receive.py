@@ -15,14 +15,18 @@ from tests.grpc.kit import Endpoint
 OK = pb.Code.OK
 
 
-async def test_a_fifo_group_s_receive_without_settings_is_ordered(endpoint: Endpoint) -> None:
-    await endpoint.create_topic("FifoNoSettings", queues=1)
+async def fifo_group_with_three_messages(endpoint: Endpoint, topic: str, group: str) -> None:
+    """A one-queue topic holding m0, m1, m2 of one message group, and an orderly consumer group made by an admin."""
+    await endpoint.create_topic(topic, queues=1)
     r = await endpoint.remoting(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(
-        {"groupName": "FG", "consumeMessageOrderly": True}).encode())
+        {"groupName": group, "consumeMessageOrderly": True}).encode())
     assert r.code == 0, r.remark
     for i in range(3):
-        assert (await endpoint.send("FifoNoSettings", f"m{i}".encode(), group="order-1", mtype=pb.FIFO)).status.code \
-            == OK
+        assert (await endpoint.send(topic, f"m{i}".encode(), group="order-1", mtype=pb.FIFO)).status.code == OK
+
+
+async def test_a_fifo_group_s_receive_without_settings_is_ordered(endpoint: Endpoint) -> None:
+    await fifo_group_with_three_messages(endpoint, "FifoNoSettings", "FG")
     endpoint.client_id = "consumer-a"  # (no Telemetry: the endpoint has no session of either consumer)
     code, first = await endpoint.receive("FifoNoSettings", "FG", batch=1)
     assert code == OK and [m.body for m in first] == [b"m0"]
@@ -38,13 +42,7 @@ async def test_a_fifo_group_s_receive_without_settings_is_ordered(endpoint: Endp
 async def test_a_heartbeat_before_the_settings_does_not_unorder_a_fifo_group_s_receive(endpoint: Endpoint) -> None:
     """A Heartbeat names the client's group but says nothing of its order: the endpoint took a session made by one
     for Settings of that group (not FIFO) and popped unordered, as if the client had no session at all."""
-    await endpoint.create_topic("FifoHeartbeat", queues=1)
-    r = await endpoint.remoting(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(
-        {"groupName": "FHG", "consumeMessageOrderly": True}).encode())
-    assert r.code == 0, r.remark
-    for i in range(3):
-        assert (await endpoint.send("FifoHeartbeat", f"m{i}".encode(), group="order-1", mtype=pb.FIFO)).status.code \
-            == OK
+    await fifo_group_with_three_messages(endpoint, "FifoHeartbeat", "FHG")
     for client in ("consumer-a", "consumer-b"):  # back after a restart of the endpoint: heartbeats come first
         endpoint.client_id = client
         hb = await endpoint.call("Heartbeat", spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER,
